@@ -1,0 +1,180 @@
+// echo_npu ATen glue helpers: staging, copies, meta helpers and the boxed fallback wrapper.
+#include "common.h"
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/copy_native.h>
+#include <ATen/ops/empty_strided.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/resize_native.h>
+#include <ATen/ops/scalar_tensor.h>
+#include <c10/core/DeviceGuard.h>
+
+#include <cstring>
+
+namespace enpu {
+
+static_assert(static_cast<int>(at::ScalarType::Float) == static_cast<int>(k::DType::Float));
+static_assert(static_cast<int>(at::ScalarType::Bool) == static_cast<int>(k::DType::Bool));
+static_assert(static_cast<int>(at::ScalarType::BFloat16) == static_cast<int>(k::DType::BFloat16));
+
+void fallback_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& n = op.schema().operator_name();
+  std::string name = n.name;
+  if (name.rfind("aten::", 0) == 0) name = name.substr(6);
+  if (!n.overload_name.empty()) name += "." + n.overload_name;
+  count_fallback(name);
+  OpScope scope(intern(name));
+  at::native::cpu_fallback(op, stack);
+}
+
+bool native_ok(std::initializer_list<at::Tensor> ts) {
+  for (const auto& t : ts) {
+    if (!t.defined()) continue;
+    if (!k::supported(static_cast<int>(t.scalar_type()))) return false;
+    if (t.layout() != c10::kStrided) return false;
+  }
+  return true;
+}
+
+c10::Device device_of(std::initializer_list<at::Tensor> ts) {
+  c10::optional<c10::Device> dev;
+  for (const auto& t : ts)
+    if (t.defined() && t.device().is_privateuseone()) {
+      dev = t.device();
+      break;
+    }
+  TORCH_CHECK(dev.has_value(), "echo_npu: no npu tensor among the arguments");
+  for (const auto& t : ts) {
+    if (!t.defined() || t.device() == *dev) continue;
+    if (t.device().is_cpu() && t.dim() == 0) continue;
+    TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, ",
+                *dev, " and ", t.device(), "!");
+  }
+  return *dev;
+}
+
+at::Tensor empty_dev(at::IntArrayRef sizes, at::ScalarType dt, c10::Device dev) {
+  c10::DeviceGuard g(dev);
+  return at::detail::empty_generic(sizes, c10::GetAllocator(c10::DeviceType::PrivateUse1),
+                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dt,
+                                   std::nullopt);
+}
+
+at::Tensor empty_strided_dev(at::IntArrayRef sizes, at::IntArrayRef strides, at::ScalarType dt,
+                             c10::Device dev) {
+  c10::DeviceGuard g(dev);
+  return at::detail::empty_strided_generic(sizes, strides,
+                                           c10::GetAllocator(c10::DeviceType::PrivateUse1),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dt);
+}
+
+at::Tensor to_meta(const at::Tensor& t) {
+  if (!t.defined() || (t.device().is_cpu() && t.dim() == 0)) return t;
+  auto m = at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
+  if (t.unsafeGetTensorImpl()->is_wrapped_number()) m.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return m;
+}
+
+namespace {
+
+// A CPU tensor aliasing t's memory (t itself for CPU tensors).
+at::Tensor cpu_alias(const at::Tensor& t, bool ignore_offset) {
+  if (!t.device().is_privateuseone()) return t;
+  void* p = ignore_offset ? t.storage().mutable_data() : t.data_ptr();
+  auto a = at::from_blob(p, t.sizes(), t.strides(), t.options().device(c10::kCPU));
+  a._set_conj(t.is_conj());
+  a._set_neg(t.is_neg());
+  return a;
+}
+
+// [lo, hi) byte range touched by a device tensor.
+std::pair<uintptr_t, uintptr_t> span(const at::Tensor& t) {
+  auto lo = reinterpret_cast<uintptr_t>(t.data_ptr());
+  int64_t last = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  return {lo, lo + static_cast<uintptr_t>((last + 1) * t.element_size())};
+}
+
+}  // namespace
+
+void copy_any(const at::Tensor& dst, const at::Tensor& src, bool allow_offset_fault) {
+  if (dst.numel() == 0) return;
+  const bool cross = dst.device().is_privateuseone() != src.device().is_privateuseone();
+  const bool ignore = allow_offset_fault && cross && fault(Fault::CopyIgnoresOffset);
+  at::Tensor d = cpu_alias(dst, ignore);
+  at::Tensor s = cpu_alias(src, ignore);
+  if (dst.device().is_privateuseone() && src.device().is_privateuseone() && src.numel() > 0) {
+    auto a = span(dst), b = span(src);
+    if (a.first < b.second && b.first < a.second) s = s.clone();  // overlapping views: stage src
+  }
+  at::native::copy_(d, s, false);
+}
+
+at::Tensor stage(const at::Tensor& t, at::IntArrayRef shape, at::ScalarType dt, c10::Device dev) {
+  const bool on_dev = t.device().is_privateuseone();
+  if (on_dev && t.scalar_type() == dt && t.sizes() == shape && t.is_contiguous() && !t.is_conj() &&
+      !t.is_neg())
+    return t;
+  at::Tensor src = t.sizes() == shape ? t : t.expand(shape);
+  at::Tensor out = empty_dev(shape, dt, dev);
+  if (!on_dev || src.scalar_type() == dt || !native_ok({src, out})) {
+    copy_any(out, src);
+    return out;
+  }
+  at::Tensor g = src;
+  if (!g.is_contiguous() || g.is_conj() || g.is_neg()) {
+    g = empty_dev(shape, src.scalar_type(), dev);
+    copy_any(g, src);
+  }
+  launch("cast", [&] { k::cast(kdt(g.scalar_type()), kdt(dt), g.data_ptr(), out.data_ptr(), out.numel()); });
+  return out;
+}
+
+at::Tensor finish(const at::Tensor& r, const at::Tensor& meta, c10::Device dev) {
+  if (r.scalar_type() == meta.scalar_type() && r.sizes() == meta.sizes() &&
+      (r.strides() == meta.strides() || meta.numel() <= 1))
+    return r;
+  at::Tensor o = empty_strided_dev(meta.sizes(), meta.strides(), meta.scalar_type(), dev);
+  copy_any(o, r);
+  return o;
+}
+
+void resize_out_like(const at::Tensor& out, const at::Tensor& meta_out) {
+  if (out.sizes() == meta_out.sizes()) return;
+  at::native::resize_(out, meta_out.sizes(), std::nullopt);
+  if (out.strides() != meta_out.strides())
+    out.unsafeGetTensorImpl()->set_sizes_and_strides(meta_out.sizes(), meta_out.strides());
+}
+
+void scalar_bytes(const at::Scalar& v, at::ScalarType dt, void* out) {
+#define ENPU_SB(T, ST)              \
+  case at::ScalarType::ST: {        \
+    T x = v.to<T>();                \
+    std::memcpy(out, &x, sizeof x); \
+    return;                         \
+  }
+  switch (dt) {
+    ENPU_SB(uint8_t, Byte)
+    ENPU_SB(int8_t, Char)
+    ENPU_SB(int16_t, Short)
+    ENPU_SB(int, Int)
+    ENPU_SB(int64_t, Long)
+    ENPU_SB(c10::Half, Half)
+    ENPU_SB(float, Float)
+    ENPU_SB(double, Double)
+    ENPU_SB(bool, Bool)
+    ENPU_SB(c10::BFloat16, BFloat16)
+    default:
+      TORCH_CHECK(false, "echo_npu: unsupported dtype ", dt);
+  }
+#undef ENPU_SB
+}
+
+at::Tensor wrap_scalar(const at::Scalar& s) {
+  auto t = at::scalar_tensor(s, at::TensorOptions().dtype(s.type()).device(c10::kCPU));
+  t.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return t;
+}
+
+}  // namespace enpu

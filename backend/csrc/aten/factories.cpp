@@ -1,0 +1,201 @@
+// echo_npu glue: factories, views, copies, fill/zero and scalar reads (the primitives that
+// cpu_fallback itself relies on are registered as non-routable).
+#include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
+#include <ATen/ops/_local_scalar_dense_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/fill.h>
+#include <ATen/ops/resize_native.h>
+#include <ATen/ops/set_native.h>
+#include <ATen/ops/view_native.h>
+#include <ATen/ops/zero.h>
+#include <c10/core/DeviceGuard.h>
+#if __has_include(<ATen/ops/_reshape_alias_native.h>)
+#include <ATen/ops/_reshape_alias_native.h>
+#define ENPU_HAS_RESHAPE_ALIAS 1
+#endif
+
+#include "common.h"
+
+namespace enpu {
+namespace {
+
+using at::Tensor;
+
+Tensor empty_memory_format(at::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                           std::optional<at::Layout> layout, std::optional<at::Device> device,
+                           std::optional<bool> pin, std::optional<at::MemoryFormat> mf) {
+  OpScope s("empty.memory_format");
+  auto dev = c10::device_or_default(device);
+  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided,
+              "echo_npu: non-strided layout not supported");
+  TORCH_CHECK(!c10::pinned_memory_or_default(pin), "Only dense CPU tensors can be pinned");
+  c10::DeviceGuard g(dev);
+  return at::detail::empty_generic(size, c10::GetAllocator(c10::DeviceType::PrivateUse1),
+                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   c10::dtype_or_default(dtype), mf);
+}
+
+Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride,
+                     std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                     std::optional<at::Device> device, std::optional<bool> pin) {
+  OpScope s("empty_strided");
+  auto dev = c10::device_or_default(device);
+  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided,
+              "echo_npu: non-strided layout not supported");
+  TORCH_CHECK(!c10::pinned_memory_or_default(pin), "Only dense CPU tensors can be pinned");
+  c10::DeviceGuard g(dev);
+  return at::detail::empty_strided_generic(size, stride,
+                                           c10::GetAllocator(c10::DeviceType::PrivateUse1),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           c10::dtype_or_default(dtype));
+}
+
+Tensor as_strided(const Tensor& self, at::IntArrayRef size, at::IntArrayRef stride,
+                  std::optional<int64_t> offset) {
+  OpScope s("as_strided");
+  return at::native::as_strided_tensorimpl(self, size, stride, offset);
+}
+
+Tensor view(const Tensor& self, at::IntArrayRef size) {
+  OpScope s("view");
+  return at::native::view(self, size);
+}
+
+#ifdef ENPU_HAS_RESHAPE_ALIAS
+Tensor reshape_alias(const Tensor& self, at::IntArrayRef size, at::IntArrayRef stride) {
+  OpScope s("_reshape_alias");
+  return at::native::_reshape_alias(self, size, stride);
+}
+#endif
+
+const Tensor& resize_(const Tensor& self, at::IntArrayRef size,
+                      std::optional<at::MemoryFormat> mf) {
+  OpScope s("resize_");
+  return at::native::resize_(self, size, mf);
+}
+
+Tensor& set_storage(Tensor& self, at::Storage src) {
+  OpScope s("set_.source_Storage");
+  return at::native::set_(self, src);
+}
+
+Tensor& set_storage_offset(Tensor& self, at::Storage src, int64_t offset, at::IntArrayRef size,
+                           at::IntArrayRef stride) {
+  OpScope s("set_.source_Storage_storage_offset");
+  return at::native::set_storage_cpu_(self, src, offset, size, stride);
+}
+
+Tensor& set_tensor(Tensor& self, const Tensor& src) {
+  OpScope s("set_.source_Tensor");
+  return at::native::set_tensor_(self, src);
+}
+
+Tensor copy_from(const Tensor& self, const Tensor& dst, bool non_blocking) {
+  OpScope s("_copy_from");
+  (void)non_blocking;
+  TORCH_CHECK(self.defined() && dst.defined(), "_copy_from: undefined tensor");
+  if (self.device() == dst.device() && dst.numel() > 0) {
+    // The CPU aliases used for the copy live in different storages: check overlap like CPU.
+    at::assert_no_internal_overlap(dst);
+    at::assert_no_partial_overlap(dst, self);
+  }
+  copy_any(dst, self, /*allow_offset_fault=*/true);
+  return dst;
+}
+
+Tensor copy_from_and_resize(const Tensor& self, const Tensor& dst) {
+  OpScope s("_copy_from_and_resize");
+  if (dst.sizes() != self.sizes()) at::native::resize_(dst, self.sizes(), std::nullopt);
+  copy_any(dst, self, /*allow_offset_fault=*/true);
+  return dst;
+}
+
+at::Scalar local_scalar_dense(const Tensor& self) {
+  OpScope s("_local_scalar_dense");
+  return at::native::_local_scalar_dense_cpu(self);
+}
+
+void fill_impl(const Tensor& self, const at::Scalar& value) {
+  if (self.numel() == 0) return;
+  alignas(16) unsigned char buf[16];
+  scalar_bytes(value, self.scalar_type(), buf);
+  const size_t es = self.element_size();
+  if (self.is_non_overlapping_and_dense()) {
+    launch("fill", [&] { k::fill(es, self.data_ptr(), self.numel(), buf); });
+    return;
+  }
+  // Expanded self: every stride-0 position is one element, so fill the un-expanded view.
+  std::vector<int64_t> sizes(self.sizes().begin(), self.sizes().end());
+  for (int64_t d = 0; d < self.dim(); ++d)
+    if (self.stride(d) == 0) sizes[d] = 1;
+  Tensor v = self.as_strided(sizes, self.strides());
+  Tensor tmp = empty_dev(v.sizes(), self.scalar_type(), self.device());
+  launch("fill", [&] { k::fill(es, tmp.data_ptr(), tmp.numel(), buf); });
+  copy_any(v, tmp);
+}
+
+Tensor& fill_scalar(Tensor& self, const at::Scalar& value) {
+  OpScope s("fill_.Scalar");
+  if (routed("fill_.Scalar") || !native_ok({self}))
+    return fallback<at::_ops::fill__Scalar>(self, value);
+  fill_impl(self, value);
+  return self;
+}
+
+Tensor& fill_tensor(Tensor& self, const Tensor& value) {
+  OpScope s("fill_.Tensor");
+  if (routed("fill_.Tensor") || !native_ok({self, value}))
+    return fallback<at::_ops::fill__Tensor>(self, value);
+  TORCH_CHECK(value.dim() == 0,
+              "fill_ only supports 0-dimension value tensor but got tensor with ", value.dim(),
+              " dimensions.");
+  fill_impl(self, value.item());
+  return self;
+}
+
+Tensor& zero_(Tensor& self) {
+  OpScope s("zero_");
+  if (routed("zero_") || !native_ok({self})) return fallback<at::_ops::zero_>(self);
+  fill_impl(self, 0);
+  return self;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  ENPU_IMPL_PRIMITIVE(m, "empty.memory_format", empty_memory_format);
+  ENPU_IMPL_PRIMITIVE(m, "empty_strided", empty_strided);
+  ENPU_IMPL_PRIMITIVE(m, "as_strided", as_strided);
+  ENPU_IMPL_PRIMITIVE(m, "view", view);
+#ifdef ENPU_HAS_RESHAPE_ALIAS
+  ENPU_IMPL_PRIMITIVE(m, "_reshape_alias", reshape_alias);
+#endif
+  ENPU_IMPL_PRIMITIVE(m, "resize_", resize_);
+  ENPU_IMPL_PRIMITIVE(m, "set_.source_Storage", set_storage);
+  ENPU_IMPL_PRIMITIVE(m, "set_.source_Storage_storage_offset", set_storage_offset);
+  ENPU_IMPL_PRIMITIVE(m, "set_.source_Tensor", set_tensor);
+  ENPU_IMPL_PRIMITIVE(m, "_copy_from", copy_from);
+  ENPU_IMPL_PRIMITIVE(m, "_copy_from_and_resize", copy_from_and_resize);
+  ENPU_IMPL_PRIMITIVE(m, "_local_scalar_dense", local_scalar_dense);
+  ENPU_IMPL(m, "fill_.Scalar", fill_scalar);
+  ENPU_IMPL(m, "fill_.Tensor", fill_tensor);
+  ENPU_IMPL(m, "zero_", zero_);
+}
+
+// _copy_from handles conj/neg bits itself: let it through the Conjugate/Negative fallbacks
+// (otherwise conj materialization -> clone -> copy_ -> _copy_from recurses forever).
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback_boxed>());
+}
+
+}  // namespace enpu

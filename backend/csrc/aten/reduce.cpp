@@ -1,0 +1,152 @@
+// echo_npu glue: reductions (sum, mean, amax, all, any) and softmax. Reduced dims are permuted
+// to the end and staged contiguous so the cmodel kernel reduces rows of a [outer, r] buffer.
+#include <ATen/ops/_softmax.h>
+#include <ATen/ops/all.h>
+#include <ATen/ops/amax.h>
+#include <ATen/ops/any.h>
+#include <ATen/ops/mean.h>
+#include <ATen/ops/sum.h>
+#include <c10/core/WrapDimMinimal.h>
+
+#include "common.h"
+
+namespace enpu {
+namespace {
+
+using at::Tensor;
+
+Tensor reduce_impl(k::RedOp op, const Tensor& self, at::OptionalIntArrayRef dims,
+                   at::ScalarType ct, const Tensor& meta, c10::Device dev) {
+  const int64_t nd = self.dim();
+  std::vector<bool> red(static_cast<size_t>(nd), !dims.has_value() || dims->empty());
+  if (dims.has_value())
+    for (int64_t d : *dims) {
+      int64_t w = c10::maybe_wrap_dim(d, nd);
+      if (w < nd) red[static_cast<size_t>(w)] = true;
+    }
+  std::vector<int64_t> perm;
+  int64_t outer = 1, r = 1;
+  for (int64_t d = 0; d < nd; ++d)
+    if (!red[d]) perm.push_back(d), outer *= self.size(d);
+  for (int64_t d = 0; d < nd; ++d)
+    if (red[d]) perm.push_back(d), r *= self.size(d);
+  Tensor x = nd > 0 ? self.permute(perm) : self;
+  Tensor sx = stage(x, x.sizes(), ct, dev);
+  if (op == k::RedOp::Sum && self.numel() == 0 && fault(Fault::SegfaultEmpty)) {
+    // Fault "segfault_empty": read the first element of an empty (null) buffer.
+    const char* volatile p = static_cast<const char*>(sx.data_ptr());
+    volatile char c = *p;
+    (void)c;
+  }
+  Tensor out = empty_dev(meta.sizes(), meta.scalar_type(), dev);
+  if (out.numel() == 0) return finish(out, meta, dev);
+  launch("reduce", [&] { k::reduce(op, kdt(ct), sx.data_ptr(), out.data_ptr(), outer, r); });
+  return finish(out, meta, dev);
+}
+
+Tensor sum_dim(const Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+               std::optional<at::ScalarType> dtype) {
+  OpScope s("sum.dim_IntList");
+  if (routed("sum.dim_IntList") || !native_ok({self}) ||
+      (dtype.has_value() && !k::supported(static_cast<int>(*dtype))))
+    return fallback<at::_ops::sum_dim_IntList>(self, dim, keepdim, dtype);
+  auto dev = device_of({self});
+  Tensor meta = at::_ops::sum_dim_IntList::call(to_meta(self), dim, keepdim, dtype);
+  return reduce_impl(k::RedOp::Sum, self, dim, meta.scalar_type(), meta, dev);
+}
+
+Tensor mean_dim(const Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+                std::optional<at::ScalarType> dtype) {
+  OpScope s("mean.dim");
+  if (routed("mean.dim") || !native_ok({self}) ||
+      (dtype.has_value() && !k::supported(static_cast<int>(*dtype))))
+    return fallback<at::_ops::mean_dim>(self, dim, keepdim, dtype);
+  auto dev = device_of({self});
+  Tensor meta = at::_ops::mean_dim::call(to_meta(self), dim, keepdim, dtype);
+  return reduce_impl(k::RedOp::Mean, self, dim, meta.scalar_type(), meta, dev);
+}
+
+Tensor amax(const Tensor& self, at::IntArrayRef dim, bool keepdim) {
+  OpScope s("amax");
+  if (routed("amax") || !native_ok({self})) return fallback<at::_ops::amax>(self, dim, keepdim);
+  auto dev = device_of({self});
+  Tensor meta = at::_ops::amax::call(to_meta(self), dim, keepdim);
+  return reduce_impl(k::RedOp::Amax, self, dim, self.scalar_type(), meta, dev);
+}
+
+Tensor all(const Tensor& self) {
+  OpScope s("all");
+  if (routed("all") || !native_ok({self})) return fallback<at::_ops::all>(self);
+  auto dev = device_of({self});
+  Tensor meta = at::_ops::all::call(to_meta(self));
+  return reduce_impl(k::RedOp::All, self, std::nullopt, self.scalar_type(), meta, dev);
+}
+
+Tensor any(const Tensor& self) {
+  OpScope s("any");
+  if (routed("any") || !native_ok({self})) return fallback<at::_ops::any>(self);
+  auto dev = device_of({self});
+  Tensor meta = at::_ops::any::call(to_meta(self));
+  return reduce_impl(k::RedOp::Any, self, std::nullopt, self.scalar_type(), meta, dev);
+}
+
+Tensor all_dim(const Tensor& self, int64_t dim, bool keepdim) {
+  OpScope s("all.dim");
+  if (routed("all.dim") || !native_ok({self})) return fallback<at::_ops::all_dim>(self, dim, keepdim);
+  auto dev = device_of({self});
+  Tensor meta = at::_ops::all_dim::call(to_meta(self), dim, keepdim);
+  int64_t d[1] = {dim};
+  return reduce_impl(k::RedOp::All, self, at::IntArrayRef(d, 1), self.scalar_type(), meta, dev);
+}
+
+Tensor any_dim(const Tensor& self, int64_t dim, bool keepdim) {
+  OpScope s("any.dim");
+  if (routed("any.dim") || !native_ok({self})) return fallback<at::_ops::any_dim>(self, dim, keepdim);
+  auto dev = device_of({self});
+  Tensor meta = at::_ops::any_dim::call(to_meta(self), dim, keepdim);
+  int64_t d[1] = {dim};
+  return reduce_impl(k::RedOp::Any, self, at::IntArrayRef(d, 1), self.scalar_type(), meta, dev);
+}
+
+Tensor softmax(const Tensor& self, int64_t dim, bool half_to_float) {
+  OpScope s("_softmax");
+  if (routed("_softmax") || !native_ok({self}))
+    return fallback<at::_ops::_softmax>(self, dim, half_to_float);
+  auto dev = device_of({self});
+  TORCH_CHECK(!half_to_float, "softmax with half to float conversion is not supported on CPU");
+  Tensor meta = at::_ops::_softmax::call(to_meta(self), dim, half_to_float);
+  const int64_t nd = self.dim();
+  const int64_t w = c10::maybe_wrap_dim(dim, nd);
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(self.scalar_type()), "\"",
+                              (w == nd - 1 || nd == 0) ? "softmax_lastdim_kernel_impl" : "softmax_kernel_impl",
+                              "\" not implemented for '", toString(self.scalar_type()), "'");
+  if (self.numel() == 0) return empty_strided_dev(meta.sizes(), meta.strides(), meta.scalar_type(), dev);
+  std::vector<int64_t> perm, inv(static_cast<size_t>(nd));
+  for (int64_t d = 0; d < nd; ++d)
+    if (d != w) perm.push_back(d);
+  if (nd > 0) perm.push_back(w);
+  for (int64_t i = 0; i < nd; ++i) inv[static_cast<size_t>(perm[i])] = i;
+  Tensor x = nd > 0 ? self.permute(perm) : self;
+  Tensor sx = stage(x, x.sizes(), self.scalar_type(), dev);
+  Tensor r = empty_dev(x.sizes(), self.scalar_type(), dev);
+  const int64_t last = nd > 0 ? self.size(w) : 1;
+  launch("softmax", [&] {
+    k::softmax(kdt(self.scalar_type()), sx.data_ptr(), r.data_ptr(), r.numel() / last, last);
+  });
+  return finish(nd > 0 ? r.permute(inv) : r, meta, dev);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  ENPU_IMPL(m, "sum.dim_IntList", sum_dim);
+  ENPU_IMPL(m, "mean.dim", mean_dim);
+  ENPU_IMPL(m, "amax", amax);
+  ENPU_IMPL(m, "all", all);
+  ENPU_IMPL(m, "any", any);
+  ENPU_IMPL(m, "all.dim", all_dim);
+  ENPU_IMPL(m, "any.dim", any_dim);
+  ENPU_IMPL(m, "_softmax", softmax);
+}
+
+}  // namespace enpu

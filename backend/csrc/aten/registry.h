@@ -1,0 +1,35 @@
+// echo_npu glue state shared with the Python bindings (std types only, no ATen):
+// natively registered overload names, fallback routes, fault switches, fallback counters.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace enpu {
+
+// Native overload registry ("add.Tensor", "abs", ...). routable=false for the primitives the
+// cpu_fallback itself needs (empty*, _copy_from*, as_strided, view, resize_, ...).
+void register_native(const std::string& name, bool routable);
+std::vector<std::string> native_ops();
+bool routed(const char* name);
+// Throws std::invalid_argument for unknown or non-routable names.
+void set_routes(const std::vector<std::string>& names);
+std::vector<std::string> get_routes();
+
+enum class Fault { MaskedFillOverflow, CopyIgnoresOffset, InplaceReturnsNew, Leak, SegfaultEmpty };
+bool fault(Fault f);
+// Throws std::invalid_argument listing the valid names on an unknown name.
+void set_faults(const std::vector<std::string>& names);
+std::vector<std::string> get_faults();
+std::vector<std::string> fault_names();
+
+// Boxed-fallback call counters keyed by overload name.
+void count_fallback(const std::string& name);
+std::map<std::string, int64_t> fallback_counts();
+void reset_fallback_counts();
+
+// Stable C string for a name (interned; never freed).
+const char* intern(const std::string& name);
+
+}  // namespace enpu

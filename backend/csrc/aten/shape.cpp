@@ -1,0 +1,127 @@
+// echo_npu glue: tril/triu, cat and index_select over contiguous staged buffers.
+#include <ATen/ops/cat.h>
+#include <ATen/ops/index_select.h>
+#include <ATen/ops/tril.h>
+#include <ATen/ops/triu.h>
+#include <c10/core/WrapDimMinimal.h>
+
+#include "common.h"
+
+namespace enpu {
+namespace {
+
+using at::Tensor;
+
+Tensor tri_impl(const Tensor& self, int64_t diag, bool upper, const Tensor& meta) {
+  auto dev = device_of({self});
+  Tensor x = stage(self, self.sizes(), self.scalar_type(), dev);
+  Tensor r = empty_dev(self.sizes(), self.scalar_type(), dev);
+  const int64_t rows = self.size(-2), cols = self.size(-1);
+  if (r.numel() > 0) {
+    launch("tri", [&] {
+      k::tri(r.element_size(), x.data_ptr(), r.data_ptr(), r.numel() / (rows * cols), rows, cols,
+             diag, upper);
+    });
+  }
+  return finish(r, meta, dev);
+}
+
+Tensor tril(const Tensor& self, int64_t diag) {
+  OpScope s("tril");
+  if (routed("tril") || !native_ok({self})) return fallback<at::_ops::tril>(self, diag);
+  Tensor meta = at::_ops::tril::call(to_meta(self), diag);
+  return tri_impl(self, diag, false, meta);
+}
+
+Tensor triu(const Tensor& self, int64_t diag) {
+  OpScope s("triu");
+  if (routed("triu") || !native_ok({self})) return fallback<at::_ops::triu>(self, diag);
+  Tensor meta = at::_ops::triu::call(to_meta(self), diag);
+  return tri_impl(self, diag, true, meta);
+}
+
+Tensor cat(const at::ITensorListRef& tensors, int64_t dim) {
+  OpScope s("cat");
+  std::vector<Tensor> ins;
+  for (const Tensor& t : tensors) ins.push_back(t);
+  bool ok = true;
+  for (const auto& t : ins) ok = ok && native_ok({t});
+  if (routed("cat") || !ok) return fallback<at::_ops::cat>(tensors, dim);
+  c10::optional<c10::Device> dev;
+  for (const auto& t : ins)
+    if (t.device().is_privateuseone()) {
+      dev = t.device();
+      break;
+    }
+  TORCH_CHECK(dev.has_value(), "echo_npu: cat without npu tensors");
+  std::vector<Tensor> metas;
+  for (const auto& t : ins) {
+    TORCH_CHECK(t.device() == *dev, "Expected all tensors to be on the same device, but found at least two devices, ",
+                *dev, " and ", t.device(), "!");
+    metas.push_back(to_meta(t));
+  }
+  Tensor meta = at::_ops::cat::call(at::ITensorListRef(metas), dim);
+  Tensor r = empty_dev(meta.sizes(), meta.scalar_type(), *dev);
+  if (r.numel() == 0) return finish(r, meta, *dev);
+  const int64_t w = c10::maybe_wrap_dim(dim, meta.dim());
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < w; ++d) outer *= meta.size(d);
+  for (int64_t d = w + 1; d < meta.dim(); ++d) inner *= meta.size(d);
+  const int64_t es = r.element_size(), total = meta.size(w);
+  int64_t off = 0;
+  for (const auto& t : ins) {
+    if (t.numel() == 0) continue;  // includes legacy 1-D empty tensors
+    Tensor st = stage(t, t.sizes(), meta.scalar_type(), *dev);
+    const int64_t chunk = t.size(w) * inner * es;
+    auto* dst = static_cast<char*>(r.data_ptr());
+    auto* src = static_cast<const char*>(st.data_ptr());
+    for (int64_t o = 0; o < outer; ++o)
+      enpuMemcpy(dst + (o * total + off) * inner * es, src + o * chunk, static_cast<size_t>(chunk),
+                 enpuMemcpyDeviceToDevice);
+    off += t.size(w);
+  }
+  return finish(r, meta, *dev);
+}
+
+Tensor index_select(const Tensor& self, int64_t dim, const Tensor& index) {
+  OpScope s("index_select");
+  if (routed("index_select") || !native_ok({self, index}))
+    return fallback<at::_ops::index_select>(self, dim, index);
+  auto dev = device_of({self, index});
+  Tensor meta = at::_ops::index_select::call(to_meta(self), dim, to_meta(index));
+  const int64_t w = c10::maybe_wrap_dim(dim, self.dim());
+  Tensor x = self.dim() == 0 ? self.reshape({1}) : self;
+  Tensor idx = stage(index, {index.numel()}, at::kLong, dev);
+  const int64_t dsize = x.size(w);
+  const int64_t* ip = idx.data_ptr<int64_t>();
+  // CPU reports bad indices differently on its dim-1 fast path and elsewhere.
+  for (int64_t i = 0; i < idx.numel(); ++i) {
+    if (self.dim() > 1 && w == 1) {
+      TORCH_CHECK(ip[i] >= 0 && ip[i] < dsize, "INDICES element is out of DATA bounds, id=", ip[i],
+                  " axis_dim=", dsize);
+    } else {
+      TORCH_CHECK_INDEX(ip[i] >= 0 && ip[i] < dsize, "index out of range in self");
+    }
+  }
+  Tensor sx = stage(x, x.sizes(), x.scalar_type(), dev);
+  Tensor r = empty_dev(meta.sizes(), meta.scalar_type(), dev);
+  if (r.numel() == 0) return finish(r, meta, dev);
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < w; ++d) outer *= x.size(d);
+  for (int64_t d = w + 1; d < x.dim(); ++d) inner *= x.size(d);
+  launch("index_select", [&] {
+    k::index_select(r.element_size(), sx.data_ptr(), ip, r.data_ptr(), outer, dsize, inner, idx.numel());
+  });
+  return finish(r, meta, dev);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  ENPU_IMPL(m, "tril", tril);
+  ENPU_IMPL(m, "triu", triu);
+  ENPU_IMPL(m, "cat", cat);
+  ENPU_IMPL(m, "index_select", index_select);
+}
+
+}  // namespace enpu

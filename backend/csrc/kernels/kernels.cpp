@@ -1,0 +1,274 @@
+// echo_npu cmodel kernels: plain typed loops over contiguous buffers.
+#include "kernels.h"
+
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+namespace enpu::k {
+namespace {
+
+using c10::BFloat16;
+using c10::Half;
+
+template <typename T>
+struct Acc { using type = T; };
+template <> struct Acc<Half> { using type = float; };
+template <> struct Acc<BFloat16> { using type = float; };
+
+template <typename T>
+constexpr bool is_fp = std::is_floating_point_v<T> || std::is_same_v<T, Half> ||
+                       std::is_same_v<T, BFloat16>;
+
+template <typename F>
+void dispatch(DType dt, F&& f) {
+  switch (dt) {
+    case DType::UInt8: f(uint8_t{}); break;
+    case DType::Int8: f(int8_t{}); break;
+    case DType::Int16: f(int16_t{}); break;
+    case DType::Int32: f(int32_t{}); break;
+    case DType::Int64: f(int64_t{}); break;
+    case DType::Half: f(Half{}); break;
+    case DType::Float: f(float{}); break;
+    case DType::Double: f(double{}); break;
+    case DType::Bool: f(bool{}); break;
+    case DType::BFloat16: f(BFloat16{}); break;
+  }
+}
+
+template <typename T>
+bool isnan_(T v) {
+  if constexpr (is_fp<T>) return std::isnan(static_cast<float>(static_cast<typename Acc<T>::type>(v)));
+  else return false;
+}
+
+}  // namespace
+
+bool supported(int c) {
+  switch (c) {
+    case 0: case 1: case 2: case 3: case 4: case 5: case 6: case 7: case 11: case 15: return true;
+    default: return false;
+  }
+}
+
+size_t elem_size(DType dt) {
+  size_t s = 0;
+  dispatch(dt, [&](auto t) { s = sizeof(t); });
+  return s;
+}
+
+void binary(BinOp op, DType dt, const void* a_, const void* b_, void* out_, int64_t n,
+            double alpha_f, int64_t alpha_i) {
+  dispatch(dt, [&](auto tag) {
+    using T = decltype(tag);
+    using A = typename Acc<T>::type;
+    const T* a = static_cast<const T*>(a_);
+    const T* b = static_cast<const T*>(b_);
+    T* out = static_cast<T*>(out_);
+    if constexpr (std::is_same_v<T, bool>) {
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t x = a[i], y = b[i];
+        int64_t r = op == BinOp::Add ? x + alpha_i * y : op == BinOp::Sub ? x - alpha_i * y
+                  : op == BinOp::Mul ? x * y : (y ? x / y : 0);
+        out[i] = r != 0;
+      }
+    } else if constexpr (is_fp<T>) {
+      const A alpha = static_cast<A>(alpha_f);
+      for (int64_t i = 0; i < n; ++i) {
+        A x = static_cast<A>(a[i]), y = static_cast<A>(b[i]);
+        A r;
+        switch (op) {
+          case BinOp::Add: r = alpha == A(1) ? x + y : x + alpha * y; break;
+          case BinOp::Sub: r = alpha == A(1) ? x - y : x - alpha * y; break;
+          case BinOp::Mul: r = x * y; break;
+          default: r = x / y;
+        }
+        out[i] = static_cast<T>(r);
+      }
+    } else {
+      const T alpha = static_cast<T>(alpha_i);
+      for (int64_t i = 0; i < n; ++i) {
+        T x = a[i], y = b[i];
+        switch (op) {
+          case BinOp::Add: out[i] = static_cast<T>(x + alpha * y); break;
+          case BinOp::Sub: out[i] = static_cast<T>(x - alpha * y); break;
+          case BinOp::Mul: out[i] = static_cast<T>(x * y); break;
+          default: out[i] = y ? static_cast<T>(x / y) : T(0);  // glue never divides integers
+        }
+      }
+    }
+  });
+}
+
+void compare(CmpOp op, DType dt, const void* a_, const void* b_, bool* out, int64_t n) {
+  dispatch(dt, [&](auto tag) {
+    using T = decltype(tag);
+    using A = typename Acc<T>::type;
+    const T* a = static_cast<const T*>(a_);
+    const T* b = static_cast<const T*>(b_);
+    for (int64_t i = 0; i < n; ++i) {
+      A x = static_cast<A>(a[i]), y = static_cast<A>(b[i]);
+      switch (op) {
+        case CmpOp::Eq: out[i] = x == y; break;
+        case CmpOp::Ne: out[i] = x != y; break;
+        case CmpOp::Lt: out[i] = x < y; break;
+        case CmpOp::Le: out[i] = x <= y; break;
+        case CmpOp::Gt: out[i] = x > y; break;
+        case CmpOp::Ge: out[i] = x >= y; break;
+      }
+    }
+  });
+}
+
+void unary(UnOp op, DType dt, const void* in_, void* out_, int64_t n) {
+  dispatch(dt, [&](auto tag) {
+    using T = decltype(tag);
+    using A = typename Acc<T>::type;
+    const T* in = static_cast<const T*>(in_);
+    T* out = static_cast<T*>(out_);
+    for (int64_t i = 0; i < n; ++i) {
+      A x = static_cast<A>(in[i]);
+      A r;
+      switch (op) {
+        case UnOp::Neg: r = static_cast<A>(-x); break;
+        case UnOp::Abs:
+          if constexpr (std::is_unsigned_v<A> || std::is_same_v<T, bool>) r = x;
+          else r = x < A(0) ? static_cast<A>(-x) : (x == A(0) ? A(0) : x);
+          break;
+        case UnOp::Exp:
+          if constexpr (is_fp<T>) r = std::exp(x);
+          else r = x;  // glue stages integer inputs to float first
+          break;
+        default:
+          if constexpr (is_fp<T>) r = std::isnan(x) ? x : (x > A(0) ? x : A(0));
+          else r = x > A(0) ? x : A(0);
+      }
+      out[i] = static_cast<T>(r);
+    }
+  });
+}
+
+void cast(DType src, DType dst, const void* in_, void* out_, int64_t n) {
+  dispatch(src, [&](auto st) {
+    using S = decltype(st);
+    dispatch(dst, [&](auto dtag) {
+      using D = decltype(dtag);
+      const S* in = static_cast<const S*>(in_);
+      D* out = static_cast<D*>(out_);
+      for (int64_t i = 0; i < n; ++i) {
+        if constexpr (std::is_same_v<D, bool>) {
+          out[i] = static_cast<typename Acc<S>::type>(in[i]) != 0;
+        } else if constexpr (is_fp<S> && !is_fp<D>) {
+          // float -> integer: go through int64 like c10::convert (truncation)
+          out[i] = static_cast<D>(static_cast<int64_t>(static_cast<typename Acc<S>::type>(in[i])));
+        } else {
+          out[i] = static_cast<D>(static_cast<typename Acc<S>::type>(in[i]));
+        }
+      }
+    });
+  });
+}
+
+void fill(size_t elem, void* out, int64_t n, const void* value) {
+  char* o = static_cast<char*>(out);
+  for (int64_t i = 0; i < n; ++i) std::memcpy(o + i * elem, value, elem);
+}
+
+void masked_fill(size_t elem, void* self, const bool* mask, int64_t n, const void* value) {
+  char* o = static_cast<char*>(self);
+  for (int64_t i = 0; i < n; ++i)
+    if (mask[i]) std::memcpy(o + i * elem, value, elem);
+}
+
+void where(size_t elem, const bool* cond, const void* a, const void* b, void* out, int64_t n) {
+  char* o = static_cast<char*>(out);
+  for (int64_t i = 0; i < n; ++i)
+    std::memcpy(o + i * elem, (cond[i] ? static_cast<const char*>(a) : static_cast<const char*>(b)) + i * elem, elem);
+}
+
+void tri(size_t elem, const void* in, void* out, int64_t batch, int64_t rows, int64_t cols,
+         int64_t diag, bool upper) {
+  const char* s = static_cast<const char*>(in);
+  char* o = static_cast<char*>(out);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        int64_t off = ((b * rows + r) * cols + c) * static_cast<int64_t>(elem);
+        bool keep = upper ? (c - r >= diag) : (c - r <= diag);
+        if (keep) std::memcpy(o + off, s + off, elem);
+        else std::memset(o + off, 0, elem);
+      }
+}
+
+void index_select(size_t elem, const void* in, const int64_t* idx, void* out, int64_t outer,
+                  int64_t dim, int64_t inner, int64_t nidx) {
+  const char* s = static_cast<const char*>(in);
+  char* o = static_cast<char*>(out);
+  const size_t row = static_cast<size_t>(inner) * elem;
+  for (int64_t a = 0; a < outer; ++a)
+    for (int64_t j = 0; j < nidx; ++j)
+      std::memcpy(o + (a * nidx + j) * row, s + (a * dim + idx[j]) * row, row);
+}
+
+void reduce(RedOp op, DType dt, const void* in_, void* out_, int64_t outer, int64_t r) {
+  dispatch(dt, [&](auto tag) {
+    using T = decltype(tag);
+    using A = std::conditional_t<is_fp<T>, double, std::conditional_t<std::is_same_v<T, bool>, int64_t, T>>;
+    const T* in = static_cast<const T*>(in_);
+    for (int64_t o = 0; o < outer; ++o) {
+      const T* row = in + o * r;
+      if (op == RedOp::All || op == RedOp::Any) {
+        bool acc = op == RedOp::All;
+        for (int64_t i = 0; i < r; ++i) {
+          bool v = static_cast<double>(static_cast<typename Acc<T>::type>(row[i])) != 0.0;
+          acc = op == RedOp::All ? (acc && v) : (acc || v);
+        }
+        static_cast<uint8_t*>(out_)[o] = acc ? 1 : 0;
+        continue;
+      }
+      T* out = static_cast<T*>(out_);
+      if (op == RedOp::Amax) {
+        A m = static_cast<A>(static_cast<typename Acc<T>::type>(row[0]));
+        for (int64_t i = 1; i < r; ++i) {
+          if (isnan_(m)) break;
+          A v = static_cast<A>(static_cast<typename Acc<T>::type>(row[i]));
+          if (isnan_(v) || v > m) m = v;
+        }
+        out[o] = static_cast<T>(static_cast<typename Acc<T>::type>(m));
+        continue;
+      }
+      A acc = 0;
+      for (int64_t i = 0; i < r; ++i) acc += static_cast<A>(static_cast<typename Acc<T>::type>(row[i]));
+      if (op == RedOp::Mean) {
+        if constexpr (is_fp<T>) acc = acc / static_cast<A>(r);
+      }
+      out[o] = static_cast<T>(static_cast<typename Acc<T>::type>(acc));
+    }
+  });
+}
+
+void softmax(DType dt, const void* in_, void* out_, int64_t outer, int64_t r) {
+  dispatch(dt, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (is_fp<T>) {
+      using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+      const T* in = static_cast<const T*>(in_);
+      T* out = static_cast<T*>(out_);
+      for (int64_t o = 0; o < outer; ++o) {
+        const T* x = in + o * r;
+        A m = -std::numeric_limits<A>::infinity();
+        for (int64_t i = 0; i < r; ++i) m = std::max(m, static_cast<A>(x[i]));
+        A s = 0;
+        for (int64_t i = 0; i < r; ++i) s += std::exp(static_cast<A>(x[i]) - m);
+        for (int64_t i = 0; i < r; ++i) out[o * r + i] = static_cast<T>(std::exp(static_cast<A>(x[i]) - m) / s);
+      }
+    }
+  });
+}
+
+}  // namespace enpu::k

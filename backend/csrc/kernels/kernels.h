@@ -1,0 +1,43 @@
+// echo_npu "cmodel" kernels: typed loops over contiguous buffers only (no strides, no ATen).
+// Dtype codes equal c10::ScalarType values (checked by static_assert in the ATen glue).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace enpu::k {
+
+enum class DType : int8_t {
+  UInt8 = 0, Int8 = 1, Int16 = 2, Int32 = 3, Int64 = 4, Half = 5,
+  Float = 6, Double = 7, Bool = 11, BFloat16 = 15,
+};
+bool supported(int dtype_code);
+size_t elem_size(DType dt);
+
+enum class BinOp { Add, Sub, Mul, Div };
+enum class CmpOp { Eq, Ne, Lt, Le, Gt, Ge };
+enum class UnOp { Neg, Abs, Exp, Relu };
+enum class RedOp { Sum, Mean, Amax, All, Any };
+
+// out[i] = a[i] op b[i] (Add/Sub: a + alpha*b, a - alpha*b); alpha as double for floating
+// dtypes, as int64 for integral ones.
+void binary(BinOp op, DType dt, const void* a, const void* b, void* out, int64_t n,
+            double alpha_f, int64_t alpha_i);
+void compare(CmpOp op, DType dt, const void* a, const void* b, bool* out, int64_t n);
+void unary(UnOp op, DType dt, const void* in, void* out, int64_t n);
+void cast(DType src, DType dst, const void* in, void* out, int64_t n);
+// Byte-level kernels: value points at one element of elem bytes.
+void fill(size_t elem, void* out, int64_t n, const void* value);
+void masked_fill(size_t elem, void* self, const bool* mask, int64_t n, const void* value);
+void where(size_t elem, const bool* cond, const void* a, const void* b, void* out, int64_t n);
+// Batched matrices [batch, rows, cols]; keep (r, c) when c - r <= diag (tril) / >= diag (triu).
+void tri(size_t elem, const void* in, void* out, int64_t batch, int64_t rows, int64_t cols,
+         int64_t diag, bool upper);
+// in: [outer, dim, inner] -> out: [outer, nidx, inner]; idx already bounds-checked.
+void index_select(size_t elem, const void* in, const int64_t* idx, void* out, int64_t outer,
+                  int64_t dim, int64_t inner, int64_t nidx);
+// in: [outer, r] contiguous -> out: [outer]. All/Any write 0/1 bytes; others write dt.
+void reduce(RedOp op, DType dt, const void* in, void* out, int64_t outer, int64_t r);
+// softmax over the last dim of [outer, r].
+void softmax(DType dt, const void* in, void* out, int64_t outer, int64_t r);
+
+}  // namespace enpu::k

@@ -1,0 +1,265 @@
+// echo_npu device runtime: allocator modes, red-zone checking, statistics, memcpy, launch.
+#include "runtime.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+#include <tuple>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define ENPU_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define ENPU_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define ENPU_POISON(p, n) ((void)(p), (void)(n))
+#define ENPU_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+namespace {
+
+constexpr size_t kZone = 64;          // red zone bytes on each side (guard mode)
+constexpr size_t kAlign = 64;         // alignment of aligned/guard modes
+constexpr unsigned char kPattern = 0xCD;  // red zones
+constexpr unsigned char kFresh = 0xA5;    // fresh (uninitialised) user bytes
+constexpr int kDeviceCount = 2;
+
+struct Block {
+  size_t size;       // requested bytes
+  void* base;        // what the underlying allocator returned
+  size_t base_size;  // bytes of the underlying allocation
+  std::string op;
+  uint64_t serial;
+};
+
+std::mutex g_mu;
+std::map<uintptr_t, Block> g_blocks;
+std::map<std::tuple<uint64_t, int>, enpu::Corruption> g_errors;  // (serial, side) -> record
+enpu::MemStats g_stats;
+uint64_t g_serial = 0;
+enpuAllocMode g_mode = enpuAllocMalloc;
+std::atomic<uint64_t> g_launches{0};
+thread_local const char* t_current_op = nullptr;
+thread_local int t_device = 0;
+
+size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+size_t page_size() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
+
+// Zones of a block as [start, len) pairs: before (side 0) and after (side 1, slack included).
+void zones(uintptr_t user, const Block& b, uintptr_t* s0, size_t* n0, uintptr_t* s1, size_t* n1) {
+  if (g_mode == enpuAllocGuard) {
+    *s0 = user - kZone;
+    *n0 = kZone;
+    *s1 = user + b.size;
+    *n1 = round_up(b.size, kAlign) - b.size + kZone;
+  } else {  // page mode: up to kZone bytes before, slack up to the protected page after
+    uintptr_t base = reinterpret_cast<uintptr_t>(b.base);
+    *s0 = user - kZone < base ? base : user - kZone;
+    *n0 = user - *s0;
+    *s1 = user + b.size;
+    *n1 = round_up(b.size, 16) - b.size;
+  }
+}
+
+void check_block_locked(uintptr_t user, const Block& b, const char* after_op) {
+  if (g_mode != enpuAllocGuard && g_mode != enpuAllocPage) return;
+  uintptr_t s[2];
+  size_t n[2];
+  zones(user, b, &s[0], &n[0], &s[1], &n[1]);
+  for (int side = 0; side < 2; ++side) {
+    const unsigned char* z = reinterpret_cast<const unsigned char*>(s[side]);
+    for (size_t i = 0; i < n[side]; ++i) {
+      if (z[i] != kPattern) {
+        auto key = std::make_tuple(b.serial, side);
+        if (!g_errors.count(key)) {
+          g_errors[key] = enpu::Corruption{user, b.size, b.op, side == 0 ? "before" : "after", i,
+                                           after_op ? after_op : "", b.serial};
+        }
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+enpuError_t enpuSetAllocatorMode(enpuAllocMode mode) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  if (mode < enpuAllocMalloc || mode > enpuAllocPage) return enpuErrorInvalidValue;
+  if (!g_blocks.empty() && mode != g_mode) return enpuErrorInvalidValue;
+  g_mode = mode;
+  return enpuSuccess;
+}
+
+enpuAllocMode enpuGetAllocatorMode(void) { return g_mode; }
+
+int enpuDeviceCount(void) { return kDeviceCount; }
+
+enpuError_t enpuSetDevice(int index) {
+  if (index < 0 || index >= kDeviceCount) return enpuErrorInvalidValue;
+  t_device = index;
+  return enpuSuccess;
+}
+
+int enpuGetDevice(void) { return t_device; }
+
+enpuError_t enpuMalloc(void** ptr, size_t size) {
+  *ptr = nullptr;
+  if (size == 0) return enpuSuccess;
+  void* base = nullptr;
+  size_t base_size = 0;
+  uintptr_t user = 0;
+  switch (g_mode) {
+    case enpuAllocMalloc:
+      base_size = size;
+      base = std::malloc(size);
+      user = reinterpret_cast<uintptr_t>(base);
+      break;
+    case enpuAllocAligned: {
+      base_size = round_up(size, kAlign);
+      base = std::aligned_alloc(kAlign, base_size);
+      user = reinterpret_cast<uintptr_t>(base);
+      if (base) ENPU_POISON(static_cast<char*>(base) + size, base_size - size);
+      break;
+    }
+    case enpuAllocGuard: {
+      base_size = kZone + round_up(size, kAlign) + kZone;
+      base = std::aligned_alloc(kAlign, base_size);
+      if (base) {
+        std::memset(base, kPattern, base_size);
+        user = reinterpret_cast<uintptr_t>(base) + kZone;
+        std::memset(reinterpret_cast<void*>(user), kFresh, size);
+      }
+      break;
+    }
+    case enpuAllocPage: {
+      size_t pg = page_size();
+      size_t data_pages = (round_up(size, 16) + kZone + pg - 1) / pg;
+      base_size = (data_pages + 1) * pg;
+      void* m = mmap(nullptr, base_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+                     0);
+      if (m == MAP_FAILED) break;
+      base = m;
+      mprotect(static_cast<char*>(m) + data_pages * pg, pg, PROT_NONE);
+      std::memset(m, kPattern, data_pages * pg);
+      user = reinterpret_cast<uintptr_t>(m) + data_pages * pg - round_up(size, 16);
+      std::memset(reinterpret_cast<void*>(user), kFresh, size);
+      break;
+    }
+  }
+  if (!base) return enpuErrorOutOfMemory;
+  std::lock_guard<std::mutex> lk(g_mu);
+  g_blocks[user] = Block{size, base, base_size, t_current_op ? t_current_op : "", ++g_serial};
+  g_stats.live_blocks += 1;
+  g_stats.live_bytes += static_cast<int64_t>(size);
+  g_stats.total_blocks += 1;
+  g_stats.total_bytes += static_cast<int64_t>(size);
+  if (g_stats.live_bytes > g_stats.peak_bytes) g_stats.peak_bytes = g_stats.live_bytes;
+  *ptr = reinterpret_cast<void*>(user);
+  return enpuSuccess;
+}
+
+enpuError_t enpuFree(void* ptr) {
+  if (!ptr) return enpuSuccess;
+  Block b;
+  {
+    std::lock_guard<std::mutex> lk(g_mu);
+    auto it = g_blocks.find(reinterpret_cast<uintptr_t>(ptr));
+    if (it == g_blocks.end()) return enpuErrorUnknownPointer;
+    b = it->second;
+    check_block_locked(it->first, b, t_current_op ? t_current_op : "free");
+    g_blocks.erase(it);
+    g_stats.live_blocks -= 1;
+    g_stats.live_bytes -= static_cast<int64_t>(b.size);
+  }
+  switch (g_mode) {
+    case enpuAllocPage:
+      munmap(b.base, b.base_size);
+      break;
+    case enpuAllocAligned:
+      ENPU_UNPOISON(b.base, b.base_size);
+      std::free(b.base);
+      break;
+    default:
+      std::free(b.base);
+  }
+  return enpuSuccess;
+}
+
+enpuError_t enpuMemcpy(void* dst, const void* src, size_t count, enpuMemcpyKind kind) {
+  if (count == 0) return enpuSuccess;
+  if (!dst || !src) return enpuErrorInvalidValue;
+  (void)kind;
+  std::memmove(dst, src, count);
+  return enpuSuccess;
+}
+
+int enpuIsDevicePointer(const void* ptr) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  auto p = reinterpret_cast<uintptr_t>(ptr);
+  auto it = g_blocks.upper_bound(p);
+  if (it == g_blocks.begin()) return 0;
+  --it;
+  return p < it->first + (it->second.size ? it->second.size : 1) ? 1 : 0;
+}
+
+const char* enpuSetCurrentOp(const char* name) {
+  const char* prev = t_current_op;
+  t_current_op = name;
+  return prev;
+}
+
+const char* enpuGetCurrentOp(void) { return t_current_op; }
+
+enpuError_t enpuLaunchKernel(const char* name, enpuKernelFn fn, void* args) {
+  (void)name;
+  if (!fn) return enpuErrorInvalidValue;
+  g_launches.fetch_add(1, std::memory_order_relaxed);
+  fn(args);
+  return enpuSuccess;
+}
+
+uint64_t enpuKernelLaunchCount(void) { return g_launches.load(); }
+
+size_t enpuCheckMemory(const char* after_op) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  for (const auto& kv : g_blocks) check_block_locked(kv.first, kv.second, after_op);
+  return g_errors.size();
+}
+
+void enpuClearMemoryErrors(void) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  g_errors.clear();
+}
+
+}  // extern "C"
+
+namespace enpu {
+
+MemStats memStats() {
+  std::lock_guard<std::mutex> lk(g_mu);
+  return g_stats;
+}
+
+std::vector<BlockInfo> liveBlocks() {
+  std::lock_guard<std::mutex> lk(g_mu);
+  std::vector<BlockInfo> out;
+  for (const auto& kv : g_blocks) out.push_back({kv.first, kv.second.size, kv.second.op, kv.second.serial});
+  return out;
+}
+
+std::vector<Corruption> memoryErrors() {
+  std::lock_guard<std::mutex> lk(g_mu);
+  std::vector<Corruption> out;
+  for (const auto& kv : g_errors) out.push_back(kv.second);
+  return out;
+}
+
+}  // namespace enpu

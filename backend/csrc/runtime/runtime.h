@@ -1,0 +1,84 @@
+// echo_npu device runtime: a C-like driver API (no ATen). Device memory lives in host memory;
+// the allocator mode (malloc / aligned / guard / page) is chosen once by enpuInit().
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+extern "C" {
+
+typedef enum {
+  enpuSuccess = 0,
+  enpuErrorInvalidValue = 1,
+  enpuErrorOutOfMemory = 2,
+  enpuErrorUnknownPointer = 3,
+} enpuError_t;
+
+typedef enum {
+  enpuMemcpyHostToDevice = 0,
+  enpuMemcpyDeviceToHost = 1,
+  enpuMemcpyDeviceToDevice = 2,
+} enpuMemcpyKind;
+
+typedef enum {
+  enpuAllocMalloc = 0,
+  enpuAllocAligned = 1,
+  enpuAllocGuard = 2,
+  enpuAllocPage = 3,
+} enpuAllocMode;
+
+// Allocator mode: enpuSetAllocatorMode fails once any block was allocated.
+enpuError_t enpuSetAllocatorMode(enpuAllocMode mode);
+enpuAllocMode enpuGetAllocatorMode(void);
+
+// Devices (all share host memory; the index is bookkeeping only).
+int enpuDeviceCount(void);
+enpuError_t enpuSetDevice(int index);
+int enpuGetDevice(void);
+
+// Memory. size 0 returns a null pointer and records nothing.
+enpuError_t enpuMalloc(void** ptr, size_t size);
+enpuError_t enpuFree(void* ptr);
+enpuError_t enpuMemcpy(void* dst, const void* src, size_t count, enpuMemcpyKind kind);
+int enpuIsDevicePointer(const void* ptr);
+
+// The op on whose behalf the current thread allocates (set by the ATen glue). Returns the
+// previous name (a pointer to a static string or nullptr).
+const char* enpuSetCurrentOp(const char* name);
+const char* enpuGetCurrentOp(void);
+
+// Kernel launch entry: runs fn(args) synchronously and counts launches.
+typedef void (*enpuKernelFn)(void* args);
+enpuError_t enpuLaunchKernel(const char* name, enpuKernelFn fn, void* args);
+uint64_t enpuKernelLaunchCount(void);
+
+// Guard-zone check of all live blocks (guard/page modes). after_op names the op after which the
+// check runs ("" when called directly). Returns the number of corrupted zones recorded so far.
+size_t enpuCheckMemory(const char* after_op);
+void enpuClearMemoryErrors(void);
+}
+
+namespace enpu {
+struct MemStats {
+  int64_t live_blocks = 0, live_bytes = 0, peak_bytes = 0, total_blocks = 0, total_bytes = 0;
+};
+struct BlockInfo {
+  uintptr_t ptr;
+  size_t size;
+  std::string op;
+  uint64_t serial;
+};
+struct Corruption {
+  uintptr_t ptr;
+  size_t size;
+  std::string op;
+  std::string side;
+  size_t offset;
+  std::string first_seen_after;
+  uint64_t serial;
+};
+MemStats memStats();
+std::vector<BlockInfo> liveBlocks();
+std::vector<Corruption> memoryErrors();
+}  // namespace enpu

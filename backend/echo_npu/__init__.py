@@ -1,0 +1,119 @@
+"""echo_npu: the reference simulated NPU (a PrivateUse1 backend) for torch-conformance.
+
+Importing registers the device (renamed ``npu`` unless ``ECHO_NPU_DEVICE_NAME=privateuseone``),
+the ``torch.<name>`` device module and the backend protocol functions of
+docs/BACKEND_PROTOCOL.md. Environment variables are read once, here.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _env
+
+_MODE = _env.allocator_mode()
+DEVICE_NAME = _env.device_name()
+_ROUTES = _env.fallback_ops()
+_FAULTS = _env.faults()
+
+from . import _C  # noqa: E402  (the mode must be validated before the library loads)
+
+_C.set_allocator_mode(_MODE)
+_C.set_fallback_routes(_ROUTES)
+_C.set_faults(_FAULTS)
+
+from . import device as _device_module  # noqa: E402
+
+if DEVICE_NAME != "privateuseone":
+    torch.utils.rename_privateuse1_backend(DEVICE_NAME)
+torch._register_device_module(DEVICE_NAME, _device_module)
+torch.utils.generate_methods_for_privateuse1_backend(
+    for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
+)
+
+
+def allocator_mode() -> str:
+    """Allocator mode chosen at import: ``malloc``, ``aligned``, ``guard`` or ``page``."""
+    return _C.allocator_mode()
+
+
+def memory_stats() -> dict[str, int]:
+    """``live_blocks``, ``live_bytes``, ``peak_bytes``, ``total_blocks``, ``total_bytes``."""
+    return dict(_C.memory_stats())
+
+
+def live_blocks() -> list[dict]:
+    """One dict per live block: ``ptr``, ``size``, ``op``, ``serial``."""
+    return list(_C.live_blocks())
+
+
+def check_memory() -> list[dict]:
+    """Every corrupted red zone seen so far (guard/page modes): ``ptr``, ``size``, ``op``,
+    ``side``, ``offset``, ``first_seen_after`` (plus ``serial``)."""
+    return list(_C.check_memory())
+
+
+def clear_memory_errors() -> None:
+    """Forget the recorded red-zone corruptions."""
+    _C.clear_memory_errors()
+
+
+def native_ops() -> list[str]:
+    """Overload names registered natively for PrivateUse1 (``"add.Tensor"``, ``"abs"``)."""
+    return list(_C.native_ops())
+
+
+def set_fallback_routes(ops: list[str]) -> None:
+    """Route these native overloads through the boxed cpu_fallback (``[]`` restores native)."""
+    _C.set_fallback_routes(list(ops))
+
+
+def get_fallback_routes() -> list[str]:
+    return list(_C.get_fallback_routes())
+
+
+def fallback_counts() -> dict[str, int]:
+    """Calls that went through the boxed cpu_fallback, per overload name, since start/reset."""
+    return dict(_C.fallback_counts())
+
+
+def reset_fallback_counts() -> None:
+    _C.reset_fallback_counts()
+
+
+def fault_names() -> list[str]:
+    """All fault switches understood by :func:`set_faults`."""
+    return list(_C.fault_names())
+
+
+def set_faults(names: list[str]) -> None:
+    """Switch on exactly these faults (``[]`` turns all off)."""
+    _C.set_faults(list(names))
+
+
+def get_faults() -> list[str]:
+    return list(_C.get_faults())
+
+
+def kernel_launches() -> int:
+    """Number of cmodel kernel launches since start."""
+    return _C.kernel_launches()
+
+
+__all__ = [
+    "DEVICE_NAME",
+    "allocator_mode",
+    "check_memory",
+    "clear_memory_errors",
+    "fallback_counts",
+    "fault_names",
+    "get_fallback_routes",
+    "get_faults",
+    "kernel_launches",
+    "live_blocks",
+    "memory_stats",
+    "native_ops",
+    "reset_fallback_counts",
+    "set_fallback_routes",
+    "set_faults",
+]

@@ -1,0 +1,45 @@
+"""Parsing of the ECHO_NPU_* environment variables (read once at import).
+
+Every bad value raises ``ValueError`` with a one-line message naming the valid values.
+"""
+
+from __future__ import annotations
+
+import os
+
+ALLOCATOR_MODES = ("malloc", "aligned", "guard", "page")
+DEVICE_NAMES = ("npu", "privateuseone")
+
+
+def _split(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def allocator_mode() -> str:
+    """``ECHO_NPU_ALLOCATOR`` (default ``malloc``)."""
+    mode = os.environ.get("ECHO_NPU_ALLOCATOR", "malloc").strip() or "malloc"
+    if mode not in ALLOCATOR_MODES:
+        raise ValueError(
+            f"invalid ECHO_NPU_ALLOCATOR value {mode!r}; valid values: {', '.join(ALLOCATOR_MODES)}"
+        )
+    return mode
+
+
+def device_name() -> str:
+    """``ECHO_NPU_DEVICE_NAME`` (default ``npu``; ``privateuseone`` skips the rename)."""
+    name = os.environ.get("ECHO_NPU_DEVICE_NAME", "npu").strip() or "npu"
+    if name not in DEVICE_NAMES:
+        raise ValueError(
+            f"invalid ECHO_NPU_DEVICE_NAME value {name!r}; valid values: {', '.join(DEVICE_NAMES)}"
+        )
+    return name
+
+
+def fallback_ops() -> list[str]:
+    """``ECHO_NPU_FALLBACK_OPS``: comma-separated overload names (validated by the backend)."""
+    return _split(os.environ.get("ECHO_NPU_FALLBACK_OPS", ""))
+
+
+def faults() -> list[str]:
+    """``ECHO_NPU_FAULTS``: comma-separated fault names (validated by the backend)."""
+    return _split(os.environ.get("ECHO_NPU_FAULTS", ""))

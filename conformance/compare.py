@@ -1,0 +1,120 @@
+"""Compare one device tensor with its CPU reference: dtype, shape, strides, values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+# (rtol, atol) per dtype, as torch.testing.assert_close; integer and bool types compare exactly.
+TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float16: (1e-3, 1e-5),
+    torch.bfloat16: (1.6e-2, 1e-5),
+    torch.float32: (1.3e-6, 1e-5),
+    torch.float64: (1e-7, 1e-7),
+    torch.complex64: (1.3e-6, 1e-5),
+    torch.complex128: (1e-7, 1e-7),
+}
+
+
+class Mismatch(Exception):
+    """A failed check: `check` names it (values, dtype, strides, ...), the message says how."""
+
+    def __init__(self, check: str, message: str, max_abs: float | None = None,
+                 max_rel: float | None = None) -> None:
+        super().__init__(message)
+        self.check = check
+        self.message = message
+        self.max_abs = max_abs
+        self.max_rel = max_rel
+
+
+@dataclass
+class ErrorStats:
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+
+    def update(self, abs_err: float, rel_err: float) -> None:
+        self.max_abs = max(self.max_abs, abs_err)
+        self.max_rel = max(self.max_rel, rel_err)
+
+
+def tolerance(dtype: torch.dtype, scale: float = 1.0) -> tuple[float, float]:
+    rtol, atol = TOLERANCES.get(dtype, (0.0, 0.0))
+    return rtol * scale, atol * scale
+
+
+def significant_strides(t: torch.Tensor) -> tuple[int | None, ...]:
+    """Strides of dims with more than one element (others cannot be observed)."""
+    if t.numel() == 0:
+        return ()
+    return tuple(s if n > 1 else None for n, s in zip(t.shape, t.stride()))
+
+
+def errors(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, float, int, int]:
+    """(max abs error, max rel error, number of mismatched elements, first bad flat index)."""
+    if actual.numel() == 0:
+        return 0.0, 0.0, 0, -1
+    a = actual.detach().reshape(-1)
+    e = expected.detach().reshape(-1)
+    if a.dtype == torch.bool or not (a.is_floating_point() or a.is_complex()):
+        bad = a != e
+        diff = (a.to(torch.float64) - e.to(torch.float64)).abs() if a.dtype != torch.bool else bad
+        diff = diff.to(torch.float64)
+    else:
+        a64, e64 = a.to(torch.complex128 if a.is_complex() else torch.float64), e.to(
+            torch.complex128 if e.is_complex() else torch.float64
+        )
+        both_nan = a64.isnan() & e64.isnan()
+        diff = (a64 - e64).abs().masked_fill(both_nan, 0)
+        diff = diff.nan_to_num(nan=float("inf"))
+        bad = diff > 0
+    nbad = int(bad.sum())
+    first = int(bad.nonzero()[0, 0]) if nbad else -1
+    max_abs = float(diff.max())
+    denom = e.to(torch.float64).abs() if not e.is_complex() else e.abs().to(torch.float64)
+    rel = (diff / denom.clamp_min(1e-300)).masked_fill(diff == 0, 0)
+    return max_abs, float(rel.max()), nbad, first
+
+
+def compare_values(name: str, actual: torch.Tensor, expected: torch.Tensor,
+                   tol_scale: float, stats: ErrorStats) -> None:
+    """Raise Mismatch('values') unless actual (on CPU) matches expected within tolerance."""
+    rtol, atol = tolerance(expected.dtype, tol_scale)
+    abs_err, rel_err, _, _ = errors(actual, expected)
+    stats.update(abs_err, rel_err)
+    try:
+        torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True,
+                                   check_dtype=False, check_stride=False, check_device=False)
+    except AssertionError:
+        _, _, nbad, first = errors(actual, expected)
+        idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(first), expected.shape)) \
+            if expected.dim() and first >= 0 else ()
+        got = actual.reshape(-1)[first].item() if first >= 0 else None
+        want = expected.reshape(-1)[first].item() if first >= 0 else None
+        raise Mismatch(
+            "values",
+            f"{name}: {nbad}/{expected.numel()} elements differ (max abs {abs_err:.3g}, "
+            f"max rel {rel_err:.3g}, rtol {rtol:g}, atol {atol:g}); first at {list(idx)}: "
+            f"device {got!r} vs cpu {want!r}",
+            abs_err,
+            rel_err,
+        ) from None
+
+
+def compare_tensor(name: str, actual: torch.Tensor, expected: torch.Tensor, *,
+                   device_type: str, check_strides: bool, check_values: bool,
+                   tol_scale: float, stats: ErrorStats) -> None:
+    """All metadata and value checks for one output tensor."""
+    if actual.device.type != device_type:
+        raise Mismatch("device", f"{name}: on {actual.device}, expected the {device_type} device")
+    if actual.dtype != expected.dtype:
+        raise Mismatch("dtype", f"{name}: dtype {actual.dtype}, cpu gives {expected.dtype}")
+    if actual.shape != expected.shape:
+        raise Mismatch("shape", f"{name}: shape {list(actual.shape)}, cpu gives "
+                                f"{list(expected.shape)}")
+    if check_strides and significant_strides(actual) != significant_strides(expected):
+        raise Mismatch("strides", f"{name}: strides {actual.stride()}, cpu gives "
+                                  f"{expected.stride()} (shape {list(expected.shape)})")
+    if check_values:
+        compare_values(name, actual.cpu(), expected, tol_scale, stats)

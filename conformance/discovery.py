@@ -1,0 +1,64 @@
+"""Ask the dispatcher which aten overloads the backend registered a kernel for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+DISPATCH_KEY = "PrivateUse1"
+
+
+@dataclass(frozen=True)
+class Registration:
+    """One aten overload and how the backend handles it."""
+
+    overload: str  # "masked_fill_.Scalar"; "abs" for the default overload
+    kind: str  # "kernel" (direct registration) or "fallback" (reached via the boxed fallback)
+
+
+def overload_name(qualified: str) -> str:
+    """'aten::add.Tensor' -> 'add.Tensor'; 'aten::abs' -> 'abs'."""
+    return qualified.split("::", 1)[-1]
+
+
+def resolve(overload: str) -> torch._ops.OpOverload:
+    """The OpOverload object for 'add.Tensor' / 'abs'."""
+    name, _, ov = overload.partition(".")
+    packet = getattr(torch.ops.aten, name)
+    return getattr(packet, ov or "default")
+
+
+def registered_overloads(dispatch_key: str = DISPATCH_KEY) -> list[str]:
+    """Sorted aten overloads with a direct kernel for the dispatch key."""
+    names = torch._C._dispatch_get_registrations_for_dispatch_key(dispatch_key)
+    out = set()
+    for qualified in names:
+        if not qualified.startswith("aten::"):
+            continue
+        if torch._C._dispatch_has_kernel_for_dispatch_key(qualified, dispatch_key):
+            out.add(overload_name(qualified))
+    return sorted(out)
+
+
+def has_backend_fallback(dispatch_key: str = DISPATCH_KEY) -> bool:
+    """True when the backend registered a boxed fallback (e.g. cpu_fallback)."""
+    table = torch._C._dispatch_dump_table("aten::sinh")
+    return any(
+        line.startswith(dispatch_key + ":") and "[backend fallback]" in line
+        for line in table.splitlines()
+    )
+
+
+def how_reached(overload: str, dispatch_key: str = DISPATCH_KEY) -> str:
+    """'kernel', 'default backend kernel', 'backend fallback' or 'none' for one overload."""
+    table = torch._C._dispatch_dump_table("aten::" + overload)
+    for line in table.splitlines():
+        if line.startswith(dispatch_key + ":"):
+            return line.rsplit("[", 1)[-1].rstrip("]")
+    return "none"
+
+
+def inventory(dispatch_key: str = DISPATCH_KEY) -> list[Registration]:
+    """Direct registrations of the backend, for the golden inventory and the case matrix."""
+    return [Registration(o, "kernel") for o in registered_overloads(dispatch_key)]

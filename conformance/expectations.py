@@ -1,0 +1,122 @@
+"""Expected-failure manifests: TOML files of case-id patterns with a status and a reason.
+
+    [[entry]]
+    pattern = "sum.dim_IntList-float16-*"   # fnmatch over the case id (the part in [...])
+    status = "xfail"                        # xfail | skip | crash
+    category = "backend-bug"                # backend-bug | torch-bug | unsupported | flaky | harness
+    reason = "accumulates in half precision"
+    link = "https://github.com/..."         # optional
+    allocator = "guard"                     # optional: only under this allocator mode
+
+Strict: an xfail entry whose case passes fails the run with "remove this entry"; an entry that
+matches no collected case is reported at the end of the run.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import tomllib
+from dataclasses import dataclass, field
+
+from conformance.errors import ConformanceUsageError
+
+STATUSES = ("xfail", "skip", "crash")
+CATEGORIES = ("backend-bug", "torch-bug", "unsupported", "flaky", "harness")
+KEYS = {"pattern", "status", "category", "reason", "link", "allocator"}
+
+
+@dataclass
+class Entry:
+    pattern: str
+    status: str
+    category: str
+    reason: str
+    source: str  # "file:line"
+    link: str = ""
+    allocator: str = ""
+    matched: int = 0
+
+    def describe(self) -> str:
+        link = f" ({self.link})" if self.link else ""
+        return f"{self.category}: {self.reason}{link} [{self.source}]"
+
+
+@dataclass
+class Manifest:
+    entries: list[Entry] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+    def match(self, case_id: str, allocator: str = "") -> Entry | None:
+        for entry in self.entries:
+            if entry.allocator and entry.allocator != allocator:
+                continue
+            if fnmatch.fnmatchcase(case_id, entry.pattern):
+                return entry
+        return None
+
+    def unmatched(self) -> list[Entry]:
+        return [e for e in self.entries if e.matched == 0]
+
+
+def _line_of(text: str, pattern: str) -> int:
+    for i, line in enumerate(text.splitlines(), 1):
+        if pattern in line:
+            return i
+    return 1
+
+
+def load_manifest(paths: list[str]) -> Manifest:
+    """Parse manifest files; any problem is a one-line ConformanceUsageError naming file:line."""
+    manifest = Manifest()
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+            data = tomllib.loads(raw.decode())
+        except FileNotFoundError:
+            raise ConformanceUsageError(f"expectations file {path} does not exist") from None
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConformanceUsageError(f"{path}: malformed TOML ({exc})") from None
+        text = raw.decode()
+        unknown_tables = set(data) - {"entry"}
+        if unknown_tables:
+            raise ConformanceUsageError(
+                f"{path}: unknown top-level key(s) {sorted(unknown_tables)}; use [[entry]] tables"
+            )
+        for item in data.get("entry", []):
+            manifest.entries.append(_entry(path, text, item))
+        manifest.files.append(path)
+    return manifest
+
+
+def _entry(path: str, text: str, item: dict) -> Entry:
+    pattern = item.get("pattern")
+    where = f"{path}:{_line_of(text, str(pattern))}"
+    if not isinstance(pattern, str) or not pattern:
+        raise ConformanceUsageError(f"{where}: an [[entry]] needs a non-empty 'pattern' string")
+    extra = set(item) - KEYS
+    if extra:
+        raise ConformanceUsageError(f"{where}: unknown key(s) {sorted(extra)}; valid: "
+                                    f"{', '.join(sorted(KEYS))}")
+    status = item.get("status", "xfail")
+    if status not in STATUSES:
+        raise ConformanceUsageError(f"{where}: status '{status}' is not one of "
+                                    f"{', '.join(STATUSES)}")
+    category = item.get("category", "")
+    if category not in CATEGORIES:
+        raise ConformanceUsageError(f"{where}: category '{category}' is not one of "
+                                    f"{', '.join(CATEGORIES)}")
+    reason = item.get("reason", "")
+    if not isinstance(reason, str) or not reason.strip():
+        raise ConformanceUsageError(f"{where}: entry '{pattern}' needs a 'reason'")
+    return Entry(pattern, status, category, reason, where, str(item.get("link", "")),
+                 str(item.get("allocator", "")))
+
+
+def default_manifest_paths(root: str, backend: str, torch_version: str) -> list[str]:
+    """matrices/expectations/<backend>/{common,torch-<major.minor>}.toml, those that exist."""
+    minor = ".".join(torch_version.split("+")[0].split(".")[:2])
+    folder = os.path.join(root, "matrices", "expectations", backend)
+    names = ["common.toml", f"torch-{minor}.toml"]
+    return [os.path.join(folder, n) for n in names if os.path.exists(os.path.join(folder, n))]

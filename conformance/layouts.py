@@ -1,0 +1,172 @@
+"""Layouts: the same values placed in memory in different ways (strides, offsets, stride 0, ...).
+
+A layout turns a contiguous CPU tensor into a `Placement`: a flat backing buffer plus
+(size, stride, storage_offset). The same placement is materialised on CPU and on the device, so
+both sides see identical memory layouts and the whole backing buffer can be compared afterwards
+(a write outside the view shows up there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from conformance.errors import ConformanceUsageError
+
+GAP_VALUE = 7  # fills the padding around views, so writes into the gaps are visible
+
+
+@dataclass
+class Placement:
+    base: torch.Tensor  # 1-D, CPU
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int
+
+    def materialize(self, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(backing buffer, view) on `device`; the view aliases the buffer."""
+        base = self.base.clone() if str(device) == "cpu" else self.base.to(device)
+        return base, base.as_strided(self.size, self.stride, self.offset)
+
+
+def _contiguous_strides(size: tuple[int, ...]) -> tuple[int, ...]:
+    return torch.empty(size, device="meta").stride()
+
+
+def _gap_buffer(n: int, like: torch.Tensor) -> torch.Tensor:
+    return torch.full((n,), GAP_VALUE, dtype=like.dtype)
+
+
+def _place_dense(buf: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...], offset: int):
+    return Placement(buf.reshape(-1).clone(), size, stride, offset)
+
+
+def contiguous(t: torch.Tensor) -> Placement:
+    return Placement(t.reshape(-1).clone(), tuple(t.shape), _contiguous_strides(tuple(t.shape)), 0)
+
+
+def noncontiguous(t: torch.Tensor) -> Placement | None:
+    """Like make_tensor(noncontiguous=True): last dim doubled, view [..., 1::2]."""
+    if t.dim() == 0 or t.numel() == 0:
+        return None
+    shape = tuple(t.shape)
+    buf = torch.full((*shape[:-1], 2 * shape[-1]), GAP_VALUE, dtype=t.dtype)
+    buf[..., 1::2] = t
+    stride = list(_contiguous_strides(tuple(buf.shape)))
+    stride[-1] = 2
+    return _place_dense(buf, shape, tuple(stride), 1)
+
+
+def transposed(t: torch.Tensor) -> Placement | None:
+    """The last two dims swapped in memory (column-major for matrices)."""
+    if t.dim() < 2 or t.shape[-1] < 2 or t.shape[-2] < 2:
+        return None
+    buf = t.transpose(-1, -2).contiguous()
+    view = buf.transpose(-1, -2)
+    return _place_dense(buf, tuple(view.shape), view.stride(), 0)
+
+
+def sliced(t: torch.Tensor) -> Placement | None:
+    """Every other row of a buffer twice as long in dim 0 (slice with step 2)."""
+    if t.dim() == 0 or t.shape[0] < 2:
+        return None
+    shape = tuple(t.shape)
+    buf = torch.full((2 * shape[0], *shape[1:]), GAP_VALUE, dtype=t.dtype)
+    buf[::2] = t
+    stride = list(_contiguous_strides(tuple(buf.shape)))
+    stride[0] *= 2
+    return _place_dense(buf, shape, tuple(stride), 0)
+
+
+def offset(t: torch.Tensor) -> Placement | None:
+    """Contiguous, but starting 3 elements into a padded buffer."""
+    if t.numel() == 0:
+        return None
+    buf = torch.cat([_gap_buffer(3, t), t.reshape(-1), _gap_buffer(2, t)])
+    return Placement(buf, tuple(t.shape), _contiguous_strides(tuple(t.shape)), 3)
+
+
+def expanded(t: torch.Tensor) -> Placement | None:
+    """Stride 0 along the first dim of size > 1 (values repeat that dim's first slice)."""
+    dims = [d for d in range(t.dim()) if t.shape[d] > 1]
+    if not dims:
+        return None
+    d = dims[0]
+    row = t.narrow(d, 0, 1).contiguous()
+    stride = list(_contiguous_strides(tuple(row.shape)))
+    stride[d] = 0
+    return Placement(row.reshape(-1).clone(), tuple(t.shape), tuple(stride), 0)
+
+
+def channels_last(t: torch.Tensor) -> Placement | None:
+    if t.dim() == 4:
+        fmt = torch.channels_last
+    elif t.dim() == 5:
+        fmt = torch.channels_last_3d
+    else:
+        return None
+    if t.shape[1] < 2:
+        return None
+    view = t.contiguous(memory_format=fmt)
+    perm = (0, 2, 3, 1) if t.dim() == 4 else (0, 2, 3, 4, 1)
+    buf = view.permute(perm).contiguous()
+    return _place_dense(buf, tuple(view.shape), view.stride(), 0)
+
+
+def zero_size(t: torch.Tensor) -> Placement | None:
+    """Dim 0 narrowed to 0 elements (shape-changing; see `shrink_dims`)."""
+    if t.dim() == 0 or t.shape[0] == 0:
+        return None
+    return contiguous(t.narrow(0, 0, 0))
+
+
+def zero_dim(t: torch.Tensor) -> Placement | None:
+    """The first element as a 0-dim tensor (shape-changing)."""
+    if t.dim() == 0 or t.numel() == 0:
+        return None
+    return contiguous(t.reshape(-1)[0].clone())
+
+
+LAYOUTS: dict[str, Callable[[torch.Tensor], Placement | None]] = {
+    "contiguous": contiguous,
+    "noncontiguous": noncontiguous,
+    "transposed": transposed,
+    "sliced": sliced,
+    "offset": offset,
+    "expanded": expanded,
+    "channels_last": channels_last,
+    "zero_size": zero_size,
+    "zero_dim": zero_dim,
+}
+
+# Layouts that change shapes, and so only make sense applied to the largest inputs together.
+SHAPE_CHANGING = {"zero_size", "zero_dim"}
+# Layouts never applied to tensors the op writes (in-place self, out=): stride 0 is read-only.
+READ_ONLY = {"expanded"}
+
+LAYOUT_HELP = {
+    "contiguous": "plain row-major",
+    "noncontiguous": "last dim doubled, view [..., 1::2] (as OpInfo's make_tensor)",
+    "transposed": "last two dims swapped in memory",
+    "sliced": "dim 0 sliced with step 2",
+    "offset": "non-zero storage_offset",
+    "expanded": "stride 0 in one dim (read-only inputs only)",
+    "channels_last": "NHWC / NDHWC memory format (4-D and 5-D inputs)",
+    "zero_size": "dim 0 of the largest inputs narrowed to 0",
+    "zero_dim": "each input reduced to a 0-dim tensor",
+}
+
+
+def parse_layouts(text: str | None) -> list[str]:
+    """Comma-separated layout names (None or 'all': every layout)."""
+    if not text or text == "all":
+        return list(LAYOUTS)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in LAYOUTS]
+    if unknown:
+        raise ConformanceUsageError(
+            f"unknown layout(s) {', '.join(unknown)}; valid: {', '.join(LAYOUTS)}"
+        )
+    return names

@@ -1,0 +1,66 @@
+"""Per-op specs: samples and check options for ops that OpInfo does not cover (well).
+
+Each module in this package registers `OpSpec`s with `register`. An overload with no spec uses the
+defaults: OpInfo samples, all checks on.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from conformance.calls import Call
+
+
+@dataclass
+class OpSpec:
+    """How to test one aten overload."""
+
+    overload: str
+    # extra samples for a dtype (in addition to OpInfo's unless use_opinfo is False)
+    samples: Callable[[torch.dtype], list[Call]] | None = None
+    use_opinfo: bool = True
+    # names of OpInfo entries to take samples from (default: matched by name)
+    opinfo_names: tuple[str, ...] = ()
+    # CPU reference when CPU has no kernel for the overload itself (e.g. _copy_from)
+    reference: Callable[..., object] | None = None
+    # arguments the op writes although the schema does not say so (e.g. _copy_from's dst)
+    written_args: tuple[str, ...] = ()
+    check_aliasing: bool = True  # False where the schema's aliasing is not the real contract
+    check_values: bool = True  # False for uninitialised memory (empty*)
+    check_strides: bool = True
+    tol_scale: float = 1.0  # multiplies the per-dtype tolerances (reductions, exp, ...)
+    dtypes: tuple[torch.dtype, ...] | None = None  # restrict (None: as requested)
+    layouts: tuple[str, ...] | None = None  # restrict (None: as requested)
+    notes: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+SPECS: dict[str, OpSpec] = {}
+
+
+def register(spec: OpSpec) -> OpSpec:
+    SPECS[spec.overload] = spec
+    return spec
+
+
+def spec_for(overload: str) -> OpSpec:
+    """The registered spec, or the default one (OpInfo samples, every check)."""
+    _load_all()
+    return SPECS.get(overload) or OpSpec(overload)
+
+
+_loaded = False
+
+
+def _load_all() -> None:
+    global _loaded
+    if _loaded:
+        return
+    for info in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{info.name}")
+    _loaded = True

@@ -1,0 +1,140 @@
+"""Apply a layout to every tensor argument of a `Call` and materialise it on CPU and device."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from conformance import layouts
+from conformance.calls import Call
+
+
+@dataclass
+class Leaf:
+    """One tensor argument: where it sits in the schema and how it is placed in memory."""
+
+    arg: str  # schema argument name ("self", "out", "tensors", ...)
+    written: bool  # the schema marks it Tensor(a!)
+    placement: layouts.Placement
+    on_cpu: bool  # stays on CPU in the device run
+
+
+@dataclass
+class PlacedCall:
+    """A call with layouts chosen; materialise() builds fresh arguments on a device."""
+
+    call: Call
+    layout: str
+    leaves: list[Any]  # Leaf for tensors, the value itself otherwise
+    spec: Any  # pytree spec of (args, kwargs)
+
+    def signature(self) -> str:
+        """The call as placed: shapes after the layout, strides/offset where not contiguous."""
+
+        def describe(x: Any) -> Any:
+            if not isinstance(x, Leaf):
+                return x
+            p = x.placement
+            text = f"{str(p.base.dtype).removeprefix('torch.')}{list(p.size)}"
+            if p.stride != layouts._contiguous_strides(p.size) or p.offset:
+                text += f"(stride={list(p.stride)}, offset={p.offset})"
+            if x.on_cpu:
+                text += "@cpu"
+            return text
+
+        args, kwargs = tree_unflatten([describe(x) for x in self.leaves], self.spec)
+        parts = [str(a) for a in args] + [f"{k}={v}" for k, v in kwargs.items()]
+        return f"{self.call.overload}({', '.join(parts)})".replace("'", "")
+
+    def tensor_leaves(self) -> list[Leaf]:
+        return [x for x in self.leaves if isinstance(x, Leaf)]
+
+    def materialize(self, device: torch.device | str) -> Materialized:
+        values, bases = [], []
+        for leaf in self.leaves:
+            if isinstance(leaf, Leaf):
+                where = "cpu" if leaf.on_cpu else device
+                base, view = leaf.placement.materialize(where)
+                values.append(view)
+                bases.append((leaf, base, view))
+            elif isinstance(leaf, torch.device) and str(device) != "cpu":
+                values.append(torch.device(device))
+            else:
+                values.append(leaf)
+        args, kwargs = tree_unflatten(values, self.spec)
+        return Materialized(tuple(args), dict(kwargs), bases)
+
+
+@dataclass
+class Materialized:
+    args: tuple
+    kwargs: dict
+    bases: list[tuple[Leaf, torch.Tensor, torch.Tensor]]  # (leaf, backing buffer, view)
+
+
+def arg_roles(schema: torch._C.FunctionSchema, call: Call,
+              written: tuple[str, ...] = ()) -> list[tuple[str, bool]]:
+    """(argument name, written) for each top-level value of (args, kwargs), in flatten order."""
+    params = list(schema.arguments)
+    by_name = {p.name: p for p in params}
+    found = [params[i] if i < len(params) else None for i in range(len(call.args))]
+    found += [by_name.get(k) for k in call.kwargs]
+    names = [p.name if p is not None else "?" for p in found[: len(call.args)]]
+    names += list(call.kwargs)
+    return [
+        (name, name in written or bool(p is not None and p.alias_info is not None
+                                       and p.alias_info.is_write))
+        for name, p in zip(names, found)
+    ]
+
+
+def place(call: Call, layout: str, schema: torch._C.FunctionSchema, resize_out: bool = False,
+          written: tuple[str, ...] = ()) -> PlacedCall | None:
+    """Choose placements for `layout`; None when the layout changes no argument."""
+    top = list(call.args) + list(call.kwargs.values())
+    roles = arg_roles(schema, call, written)
+    per_top: list[list[tuple[torch.Tensor, str, bool, bool]]] = []
+    for i, (value, (name, written)) in enumerate(zip(top, roles)):
+        flat, _ = tree_flatten(value)
+        per_top.append([(t, name, written, i in call.cpu_args) for t in flat
+                        if isinstance(t, torch.Tensor)])
+    tensors = [x for group in per_top for x in group]
+    chosen = _choose(tensors, layout, resize_out)
+    if chosen is None:
+        return None
+    leaves_in, spec = tree_flatten((call.args, call.kwargs))
+    it = iter(chosen)
+    leaves = [next(it) if isinstance(x, torch.Tensor) else x for x in leaves_in]
+    return PlacedCall(call, layout, leaves, spec)
+
+
+def _choose(tensors, layout: str, resize_out: bool) -> list[Leaf] | None:
+    fn = layouts.LAYOUTS[layout]
+    eligible = [True] * len(tensors)
+    if layout in layouts.SHAPE_CHANGING:
+        eligible = _largest(tensors)
+    changed = False
+    out = []
+    for (t, name, written, on_cpu), ok in zip(tensors, eligible):
+        placement = None
+        if resize_out and written and name == "out":
+            placement = layouts.contiguous(t.new_empty(0))
+            changed = True
+        elif ok and not (written and layout in layouts.READ_ONLY):
+            placement = fn(t)
+            changed = changed or (placement is not None and layout != "contiguous")
+        out.append(Leaf(name, written, placement or layouts.contiguous(t), on_cpu))
+    if layout != "contiguous" and not changed:
+        return None
+    return out
+
+
+def _largest(tensors) -> list[bool]:
+    """Shape-changing layouts apply to the highest-rank inputs (others broadcast against them)."""
+    inputs = [t for t, _, written, _ in tensors]
+    ndim = max((t.dim() for t in inputs), default=0)
+    lead = max((t.shape[0] for t in inputs if t.dim() == ndim and ndim), default=0)
+    return [t.dim() == ndim and (ndim == 0 or t.shape[0] == lead) for t in inputs]

@@ -1,0 +1,107 @@
+"""Command line: ``python -m conformance.report RESULTS_DIR... [--markdown FILE] [--html FILE]``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+
+from conformance.report.html import render_html
+from conformance.report.load import ReportError, load_results
+from conformance.report.markdown import render_markdown
+
+DESCRIPTION = """\
+Turn conformance results folders into a Markdown summary and a static HTML page.
+
+Each RESULTS_DIR is either one run (it holds run.json and cases-*.jsonl, as written by
+`pytest conformance --results DIR`) or a folder of runs (e.g. results/ after several nox
+sessions, or downloaded CI artifacts): every subfolder with results becomes one session of the
+report, labelled by its run.json torch version and allocator. A truncated last line (a run that
+crashed or was killed) is skipped with a warning."""
+
+EPILOG = """\
+examples:
+  python -m conformance.report results/conformance-2.8 --markdown -
+  python -m conformance.report results --markdown report.md --html report.html
+  python -m conformance.report results --step-summary      # append to $GITHUB_STEP_SUMMARY
+
+With neither --markdown, --html nor --step-summary, the Markdown goes to stdout.
+Exit status: 0 (also when cases failed: use --fail-on-failures to change that), 1 with
+--fail-on-failures if any case crashed/failed/errored/xpassed, 2 on unreadable input."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (exposed for tests and --help)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m conformance.report",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("results", nargs="+", metavar="RESULTS_DIR", help="results folder(s)")
+    parser.add_argument("--markdown", metavar="FILE", help="write the Markdown ('-': stdout)")
+    parser.add_argument("--html", metavar="FILE", help="write the static HTML page")
+    parser.add_argument(
+        "--step-summary",
+        action="store_true",
+        help="also append the Markdown to $GITHUB_STEP_SUMMARY (ignored when unset)",
+    )
+    parser.add_argument("--title", default="Conformance report", help="report title")
+    parser.add_argument(
+        "--max-failures",
+        type=int,
+        default=100,
+        metavar="N",
+        help="failure rows per session in the Markdown (default 100; the HTML lists all)",
+    )
+    parser.add_argument(
+        "--fail-on-failures",
+        action="store_true",
+        help="exit 1 if any case crashed, failed, errored or xpassed",
+    )
+    return parser
+
+
+def _write(target: str, text: str) -> None:
+    if target == "-":
+        sys.stdout.write(text)
+        return
+    path = Path(target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    print(f"wrote {path}", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        runs = load_results(args.results)
+    except ReportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for run in runs:
+        for warning in run.warnings:
+            print(f"warning: {run.path}: {warning}", file=sys.stderr)
+    markdown = render_markdown(runs, title=args.title, max_failures=args.max_failures)
+    if args.markdown:
+        _write(args.markdown, markdown)
+    if args.html:
+        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")  # noqa: UP017
+        _write(args.html, render_html(runs, title=args.title, generated=stamp))
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if args.step_summary and summary:
+        with open(summary, "a", encoding="utf-8") as fh:
+            fh.write(markdown)
+    if not (args.markdown or args.html or args.step_summary):
+        sys.stdout.write(markdown)
+    if args.fail_on_failures and any(run.failures() for run in runs):
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

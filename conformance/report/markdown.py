@@ -1,0 +1,136 @@
+"""Markdown summary of one or more runs, sized for ``$GITHUB_STEP_SUMMARY``.
+
+Layout: one overview table (a row per session), then the failures of every session with message
+and repro command (crashes first), then per-session status counts per layout and per op (ops with
+problems first; the full per-op table is folded in a ``<details>`` block).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from conformance.report.load import FAILING, STATUSES, Case, Run
+from conformance.report.summary import counts_by
+
+__all__ = ["render_markdown"]
+
+#: Columns of every count table, in this order.
+COLUMNS: tuple[str, ...] = ("passed", "failed", "xfailed", "xpassed", "crashed", "error", "skipped")
+_ICONS = {
+    "crashed": "💥",
+    "error": "⛔",
+    "failed": "❌",
+    "xpassed": "❗",
+    "xfailed": "➖",
+    "passed": "✅",
+    "skipped": "⏭",
+}
+
+
+def _cell(text: str, limit: int = 300) -> str:
+    """Make ``text`` safe inside a Markdown table cell (one line, escaped pipes)."""
+    text = " ".join(text.split())
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return text.replace("\\", "\\\\").replace("|", "\\|")
+
+
+def _code(text: str) -> str:
+    if not text:
+        return ""
+    text = _cell(text, 400).replace("`", "'")
+    return f"`{text}`"
+
+
+def _count_row(name: str, counts: Counter[str]) -> str:
+    values = [str(counts.get(s, 0) or "") for s in COLUMNS]
+    extra = sum(n for s, n in counts.items() if s not in COLUMNS)
+    total = sum(counts.values())
+    if extra:
+        values[COLUMNS.index("error")] = str(counts.get("error", 0) + extra)
+    return f"| {_cell(name)} | " + " | ".join(values) + f" | {total} |"
+
+
+def _count_table(title: str, rows: dict[str, Counter[str]]) -> list[str]:
+    header = f"| {title} | " + " | ".join(COLUMNS) + " | total |"
+    sep = "| --- | " + " | ".join("---:" for _ in COLUMNS) + " | ---: |"
+    return [header, sep, *(_count_row(name, counts) for name, counts in rows.items())]
+
+
+def _failure_rows(cases: Sequence[Case], limit: int) -> list[str]:
+    lines = ["| status | case | check | message | repro |", "| --- | --- | --- | --- | --- |"]
+    for case in cases[:limit]:
+        icon = _ICONS.get(case.status, "")
+        lines.append(
+            f"| {icon} {case.status} | {_code(case.id)} | {_cell(case.check)} | "
+            f"{_cell(case.message)} | {_code(case.repro)} |"
+        )
+    if len(cases) > limit:
+        lines.append(f"\n… and {len(cases) - limit} more (see the HTML report).")
+    return lines
+
+
+def render_markdown(
+    runs: Sequence[Run], *, title: str = "Conformance report", max_failures: int = 100
+) -> str:
+    """The Markdown report of ``runs``; at most ``max_failures`` failure rows per session."""
+    out: list[str] = [f"# {title}", ""]
+    if not runs:
+        return "\n".join([*out, "No results.", ""])
+    out += [
+        "| session | torch | allocator | backend | "
+        + " | ".join(COLUMNS)
+        + " | total | finished |",
+        "| --- | --- | --- | --- | " + " | ".join("---:" for _ in COLUMNS) + " | ---: | --- |",
+    ]
+    for run in runs:
+        row = _count_row(run.name, run.counts())
+        first, rest = row.split(" | ", 1)
+        meta = f"{_cell(run.torch)} | {_cell(run.allocator)} | {_cell(run.backend)}"
+        out.append(f"{first} | {meta} | {rest} {'yes' if run.finished else '**no**'} |")
+    total = Counter[str]()
+    for run in runs:
+        total.update(run.counts())
+    bad = sum(total.get(s, 0) for s in ("failed", "crashed", "error", "xpassed"))
+    verdict = "all cases passed or failed as expected" if not bad else f"{bad} cases need attention"
+    out += ["", f"**{verdict}** ({sum(total.values())} cases in {len(runs)} session(s))", ""]
+
+    out += ["## Failures", ""]
+    any_failure = False
+    for run in runs:
+        failures = run.failures()
+        if not failures:
+            continue
+        any_failure = True
+        out += [f"### {_cell(run.label)}: {len(failures)}", ""]
+        out += _failure_rows(failures, max_failures)
+        out.append("")
+    if not any_failure:
+        out += ["None.", ""]
+
+    for run in runs:
+        out += [f"## {_cell(run.label)}", ""]
+        for warning in run.warnings:
+            out.append(f"- ⚠ {_cell(warning)}")
+        if run.warnings:
+            out.append("")
+        out += ["### Per layout", ""]
+        out += _count_table("layout", counts_by(run.cases, "layout"))
+        per_op = counts_by(run.cases, "op_name")
+        problems = {k: v for k, v in per_op.items() if any(s in FAILING for s in v)}
+        out += ["", "### Per op", ""]
+        if problems:
+            out += ["Ops with failures:", ""]
+            out += _count_table("op", problems)
+            out.append("")
+        out += [
+            f"<details><summary>All {len(per_op)} ops</summary>",
+            "",
+            *_count_table("op", per_op),
+            "",
+            "</details>",
+            "",
+        ]
+    out.append(f"Statuses: {', '.join(f'{_ICONS[s]} {s}' for s in STATUSES)}.")
+    return "\n".join(out) + "\n"

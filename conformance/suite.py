@@ -1,0 +1,162 @@
+"""The state of one conformance run: backend, case list, expectations, results."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import torch
+
+from conformance import discovery, samples
+from conformance.backend import Backend, load_backend
+from conformance.errors import ConformanceUsageError
+from conformance.expectations import Entry, Manifest, default_manifest_paths, load_manifest
+from conformance.ops import spec_for
+from conformance.options import Options
+from conformance.results import ResultsWriter
+from conformance.runner import CaseOutcome, run_case
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclass(frozen=True)
+class Case:
+    overload: str
+    dtype: torch.dtype
+    layout: str
+    path: str
+
+    @property
+    def dtype_name(self) -> str:
+        return str(self.dtype).removeprefix("torch.")
+
+    @property
+    def id(self) -> str:
+        return f"{self.overload}-{self.dtype_name}-{self.layout}-{self.path}"
+
+    @property
+    def op(self) -> str:
+        return self.overload.split(".")[0]
+
+    @property
+    def overload_tag(self) -> str:
+        return self.overload.split(".", 1)[1] if "." in self.overload else "default"
+
+
+class Suite:
+    """Created lazily when conformance cases are collected (other pytest runs never pay)."""
+
+    def __init__(self, options: Options, cache_dir: str | None, worker: str) -> None:
+        self.options = options
+        self.cache_dir = cache_dir
+        self.worker = worker
+        self.backend: Backend = load_backend(options.backend, options.device)
+        self.allocator = self.backend.allocator_mode()
+        self.manifest = self._manifest()
+        self.writer = ResultsWriter(options.results, worker) if options.results else None
+        self.registered = discovery.registered_overloads()
+        self.overloads = self.selected_overloads()  # validates --ops early
+
+    def _manifest(self) -> Manifest:
+        paths = self.options.expectations
+        if paths is None:
+            paths = default_manifest_paths(REPO_ROOT, self.options.backend, torch.__version__)
+        return load_manifest(paths)
+
+    # ---- collection -------------------------------------------------------------------------
+    def selected_overloads(self) -> list[str]:
+        wanted = self.options.ops
+        if not wanted:
+            return self.registered
+        chosen = [o for o in self.registered if any(fnmatch.fnmatchcase(o, w) for w in wanted)]
+        unknown = [w for w in wanted if not any(fnmatch.fnmatchcase(o, w) for o in self.registered)]
+        if unknown:
+            hint = ", ".join(self.registered[:12]) + (", ..." if len(self.registered) > 12 else "")
+            raise ConformanceUsageError(
+                f"--ops: {', '.join(unknown)} matches no overload registered by "
+                f"{self.options.backend} (registered: {hint})"
+            )
+        return chosen
+
+    def cases(self) -> list[Case]:
+        paths = [p for p in self.options.paths
+                 if p == "native" or self.backend.can_route_fallback]
+        out = []
+        for overload in self.overloads:
+            spec = spec_for(overload)
+            dtypes = [d for d in self.options.dtypes if spec.dtypes is None or d in spec.dtypes]
+            for dtype in dtypes:
+                for layout in self.options.layouts:
+                    if spec.layouts is not None and layout not in spec.layouts:
+                        continue
+                    for path in paths:
+                        if path == "fallback" and not self.backend.fallback_routable(overload):
+                            continue
+                        out.append(Case(overload, dtype, layout, path))
+        return out
+
+    def expectation(self, case: Case) -> Entry | None:
+        return self.manifest.match(case.id, self.allocator)
+
+    # ---- running ----------------------------------------------------------------------------
+    def run(self, case: Case, nodeid: str, record: dict[str, Any]) -> None:
+        """Run the case; fill `record` for the results file; raise pytest outcomes."""
+        spec = spec_for(case.overload)
+        calls = samples.calls_for(case.overload, case.dtype, self.cache_dir)
+        outcome = run_case(self.backend, case.overload, spec, calls, case.layout, case.path)
+        expected = self.expectation(case)
+        record.update(self._record(case, outcome, nodeid))
+        if outcome.skip_reason:
+            pytest.skip(outcome.skip_reason)
+        if outcome.failure is not None:
+            message = self.failure_message(case, outcome, nodeid)
+            if expected is not None and expected.status == "xfail":
+                pytest.xfail(f"{expected.describe()} -- {message.splitlines()[0]}")
+            pytest.fail(message, pytrace=False)
+        if expected is not None and expected.status == "xfail":
+            record["status"] = "xpassed"
+            pytest.fail(f"unexpected pass: the case {case.id} passes now; remove this entry "
+                        f"({expected.pattern!r}) from {expected.source}", pytrace=False)
+
+    def repro(self, nodeid: str) -> str:
+        env = {k: v for k, v in os.environ.items()
+               if k.startswith(("CONFORMANCE_", self.options.backend.upper() + "_"))
+               and k not in ("CONFORMANCE_RESULTS",)}
+        prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
+        backend = "" if self.options.backend == "echo_npu" else f" --backend {self.options.backend}"
+        cmd = f"pytest {shlex.quote(nodeid)}{backend} --results none"
+        return f"{prefix} {cmd}".strip()
+
+    def failure_message(self, case: Case, outcome: CaseOutcome, nodeid: str) -> str:
+        failure = outcome.failure
+        assert failure is not None
+        lines = [f"[{failure.check}] {failure.message}"]
+        if outcome.failed_sample:
+            lines.append(f"  sample: {outcome.failed_sample} (layout {case.layout}, path "
+                         f"{case.path}, allocator {self.allocator})")
+        lines.append(f"  repro: {self.repro(nodeid)}")
+        return "\n".join(lines)
+
+    def _record(self, case: Case, outcome: CaseOutcome, nodeid: str) -> dict[str, Any]:
+        failure = outcome.failure
+        return {
+            "op": case.op,
+            "overload": case.overload_tag,
+            "dtype": case.dtype_name,
+            "layout": case.layout,
+            "path": case.path,
+            "check": failure.check if failure else None,
+            "max_abs_err": outcome.stats.max_abs if outcome.samples else None,
+            "max_rel_err": outcome.stats.max_rel if outcome.samples else None,
+            "samples": outcome.samples,
+            "message": self.failure_message(case, outcome, nodeid) if failure else
+            outcome.skip_reason,
+        }
+
+    def base_record(self) -> dict[str, Any]:
+        return {"torch": torch.__version__, "backend": self.options.backend,
+                "allocator": self.allocator}

@@ -1,0 +1,40 @@
+"""Build of the echo_npu C++ extension against the installed torch.
+
+Install with ``pip install --no-build-isolation -e .`` (an isolated build would pull another torch).
+Environment: ``MAX_JOBS`` (default 2) compile jobs; ``ECHO_NPU_ASAN=1`` builds with ASan.
+"""
+
+import glob
+import os
+
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+os.environ.setdefault("MAX_JOBS", "2")
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+CSRC = os.path.join("backend", "csrc")
+sources = sorted(
+    os.path.relpath(p, ROOT)
+    for sub in ("runtime", "kernels", "aten", "python")
+    for p in glob.glob(os.path.join(ROOT, CSRC, sub, "*.cpp"))
+)
+
+cxx_flags = ["-O2", "-g0", "-fwrapv", "-Wno-unused-parameter"]
+link_flags = []
+if os.environ.get("ECHO_NPU_ASAN") == "1":
+    cxx_flags = ["-fsanitize=address", "-fno-omit-frame-pointer", "-g", "-O1", "-fwrapv"]
+    link_flags = ["-fsanitize=address"]
+
+setup(
+    ext_modules=[
+        CppExtension(
+            name="echo_npu._C",
+            sources=sources,
+            include_dirs=[os.path.join(ROOT, CSRC)],
+            extra_compile_args={"cxx": cxx_flags},
+            extra_link_args=link_flags,
+        )
+    ],
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+)

@@ -1,0 +1,63 @@
+"""Device module (torch.npu), serialization and statistics of echo_npu."""
+
+from __future__ import annotations
+
+import gc
+import io
+
+import torch
+
+
+def test_device_module(npu):
+    assert torch.npu.is_available() and torch.npu.device_count() == 2
+    assert torch.npu.current_device() == 0
+    with torch.npu.device(1):
+        assert torch.npu.current_device() == 1
+        assert torch.ones(1, device="npu").device == torch.device("npu", 1)
+    assert torch.npu.current_device() == 0
+    torch.npu.synchronize()
+    torch.npu.manual_seed(123)
+    assert torch.npu.initial_seed() == 123
+    state = torch.npu.get_rng_state()
+    torch.npu.set_rng_state(state)
+    assert torch.equal(torch.npu.get_rng_state(), state)
+    x = torch.ones(256, device="npu")
+    assert torch.npu.memory_allocated() >= x.nbytes
+    assert torch.npu.max_memory_allocated() >= torch.npu.memory_allocated()
+    assert set(torch.npu.memory_stats()) >= {"live_blocks", "live_bytes", "peak_bytes"}
+
+
+def test_save_load_round_trip(npu):
+    base = torch.arange(24.0).reshape(4, 6).to("npu")
+    obj = {"base": base, "view": base[1:, ::2], "t": base.t(), "i": torch.arange(5).to("npu")}
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    buf.seek(0)
+    back = torch.load(buf)
+    for k, v in obj.items():
+        assert back[k].device.type == "npu" and torch.equal(back[k].cpu(), v.cpu()), k
+        assert back[k].stride() == v.stride()
+    assert back["view"].untyped_storage().data_ptr() == back["base"].untyped_storage().data_ptr()
+    buf.seek(0)
+    cpu = torch.load(buf, map_location="cpu")
+    assert cpu["view"].device.type == "cpu" and torch.equal(cpu["view"], obj["view"].cpu())
+
+
+def test_statistics_return_to_start(npu):
+    gc.collect()
+    start = npu.memory_stats()
+    xs = [torch.ones(100, device="npu") + i for i in range(5)]
+    mid = npu.memory_stats()
+    assert mid["live_blocks"] >= start["live_blocks"] + 5
+    assert mid["live_bytes"] >= start["live_bytes"] + 5 * 400
+    assert mid["total_blocks"] > start["total_blocks"]
+    blocks = npu.live_blocks()
+    assert all({"ptr", "size", "op", "serial"} <= set(b) for b in blocks)
+    serials = [b["serial"] for b in sorted(blocks, key=lambda b: b["serial"])]
+    assert serials == sorted(set(serials))
+    del xs
+    gc.collect()
+    end = npu.memory_stats()
+    assert end["live_blocks"] == start["live_blocks"]
+    assert end["live_bytes"] == start["live_bytes"]
+    assert end["peak_bytes"] >= mid["live_bytes"]

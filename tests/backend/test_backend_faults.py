@@ -1,0 +1,93 @@
+"""Every fault switch of echo_npu demonstrably changes behaviour (and is off by default)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+SEED = r"""
+import torch, echo_npu
+base = torch.zeros(3, 4, device="npu")                  # 48 bytes
+mask = torch.tensor([True, False, True], device="npu")
+base.t().masked_fill_(mask, 1.0)                         # non-contiguous self
+exp = torch.zeros(3, 4); exp.t().masked_fill_(mask.cpu(), 1.0)
+print("VALUES_OK" if torch.equal(base.cpu()[:, :4], exp) else "VALUES_BAD")
+errs = echo_npu.check_memory()
+print("ERRS", [(e["size"], e["side"], e["op"], e["first_seen_after"]) for e in errs])
+"""
+
+
+def test_masked_fill_overflow_reported_by_guard(run_py):
+    r = run_py(SEED, ECHO_NPU_ALLOCATOR="guard", ECHO_NPU_FAULTS="masked_fill_overflow")
+    assert r.returncode == 0, r.stderr[-2000:]
+    expected = "ERRS [(48, 'after', 'empty.memory_format', 'masked_fill_.Scalar')]"
+    assert expected in r.stdout, r.stdout
+
+
+def test_masked_fill_without_fault_is_clean(run_py):
+    r = run_py(SEED, ECHO_NPU_ALLOCATOR="guard")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "VALUES_OK" in r.stdout and "ERRS []" in r.stdout, r.stdout
+
+
+def test_segfault_empty_really_crashes(run_py):
+    code = "import torch, echo_npu\nx = torch.zeros(0, 3, device='npu')\nprint(x.sum(0).cpu())"
+    r = run_py(code, ECHO_NPU_FAULTS="segfault_empty")
+    assert r.returncode == -11, (r.returncode, r.stderr[-2000:])
+    ok = run_py(code)
+    assert ok.returncode == 0 and "tensor([0., 0., 0.])" in ok.stdout, ok.stderr
+
+
+@pytest.fixture
+def faults(npu):
+    """Set faults in-process and always switch them off again."""
+    yield npu.set_faults
+    npu.set_faults([])
+
+
+def test_copy_ignores_offset(npu, faults):
+    x = torch.arange(10.0)
+    d = x.to("npu")
+    assert torch.equal(d[3:].cpu(), x[3:])
+    faults(["copy_ignores_offset"])
+    assert npu.get_faults() == ["copy_ignores_offset"]
+    assert torch.equal(d[3:].cpu(), x[:7])  # read from the storage start
+
+
+def test_inplace_returns_new(npu, faults):
+    with torch.inference_mode():  # no ADInplaceOrView kernel to hide the returned tensor
+        x, y = torch.ones(3, device="npu"), torch.ones(3, device="npu")
+        assert x.add_(y) is x
+        faults(["inplace_returns_new"])
+        r = x.add_(y)
+        assert r is not x and torch.equal(r.cpu(), torch.full((3,), 3.0))
+        assert torch.equal(x.cpu(), torch.full((3,), 2.0))  # self left unchanged
+    a, b = torch.ones(2, device="npu"), torch.ones(2, device="npu")
+    a.add_(b)
+    assert torch.equal(a.cpu(), torch.ones(2))
+
+
+def test_leak(npu, faults):
+    x = torch.ones(4, device="npu")
+    before = npu.memory_stats()["live_blocks"]
+    del_me = x * x
+    del del_me
+    assert npu.memory_stats()["live_blocks"] == before
+    faults(["leak"])
+    del_me = x * x
+    del del_me
+    assert npu.memory_stats()["live_blocks"] == before + 1
+    assert any(b["op"] == "mul.Tensor" for b in npu.live_blocks())
+
+
+def test_unknown_fault_is_value_error(npu):
+    with pytest.raises(ValueError, match="valid: masked_fill_overflow, copy_ignores_offset"):
+        npu.set_faults(["nope"])
+    assert npu.get_faults() == []
+
+
+def test_faults_from_env(run_py):
+    r = run_py(
+        "import echo_npu; print(echo_npu.get_faults())", ECHO_NPU_FAULTS="leak, segfault_empty"
+    )
+    assert r.stdout.strip() == "['leak', 'segfault_empty']", r.stderr

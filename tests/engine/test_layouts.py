@@ -1,0 +1,55 @@
+"""Layouts keep values, produce the promised strides/offsets, and fill gaps visibly."""
+
+import pytest
+import torch
+
+from conformance import layouts
+from conformance.errors import ConformanceUsageError
+
+
+def _view(t, name):
+    placement = layouts.LAYOUTS[name](t)
+    assert placement is not None, name
+    _, view = placement.materialize("cpu")
+    return view
+
+
+@pytest.mark.parametrize("name", ["contiguous", "noncontiguous", "transposed", "sliced", "offset",
+                                  "channels_last"])
+def test_value_preserving_layouts_keep_values(name):
+    t = torch.arange(2 * 3 * 4 * 5, dtype=torch.float32).reshape(2, 3, 4, 5)
+    view = _view(t, name)
+    assert torch.equal(view, t)
+    assert view.shape == t.shape
+
+
+def test_each_layout_has_its_memory_shape():
+    t = torch.arange(2 * 3 * 4 * 5, dtype=torch.float32).reshape(2, 3, 4, 5)
+    assert _view(t, "contiguous").is_contiguous()
+    assert _view(t, "transposed").stride()[-2:] == (1, 4)
+    assert _view(t, "sliced").stride()[0] == 2 * 60
+    assert _view(t, "offset").storage_offset() == 3
+    assert _view(t, "noncontiguous").stride()[-1] == 2
+    assert _view(t, "channels_last").is_contiguous(memory_format=torch.channels_last)
+    expanded = _view(t, "expanded")
+    assert expanded.stride()[0] == 0 and torch.equal(expanded[1], t[0])
+    assert _view(t, "zero_size").shape == (0, 3, 4, 5)
+    assert _view(t, "zero_dim").dim() == 0
+
+
+def test_gaps_are_filled_with_a_visible_value():
+    t = torch.zeros(4, 3)
+    base, _ = layouts.sliced(t).materialize("cpu")
+    assert (base.reshape(8, 3)[1::2] == layouts.GAP_VALUE).all()
+
+
+def test_inapplicable_layouts_return_none():
+    assert layouts.transposed(torch.ones(5)) is None
+    assert layouts.channels_last(torch.ones(2, 3)) is None
+    assert layouts.expanded(torch.ones(1, 1)) is None
+    assert layouts.zero_dim(torch.tensor(1.0)) is None
+
+
+def test_unknown_layout_is_a_one_line_error():
+    with pytest.raises(ConformanceUsageError, match="unknown layout.*valid: contiguous"):
+        layouts.parse_layouts("contiguous,diagonal")

@@ -1,0 +1,132 @@
+"""The runner's checks, driven with CPU as the 'device' and deliberately wrong kernels.
+
+The CPU reference is the real aten op; the 'device' op is a wrapper with the same schema whose
+behaviour we break in one way per test. Each check must fail with its own name and message.
+"""
+
+import types
+
+import pytest
+import torch
+
+from conformance import runner
+from conformance.backend import Backend
+from conformance.calls import Call
+from conformance.ops import OpSpec
+from conformance.samples import calls_for
+
+CPU = Backend("fake", types.ModuleType("fake"), "cpu")
+
+
+class FakeOp:
+    def __init__(self, real, fn):
+        self._schema = real._schema
+        self.fn = fn
+
+    def __call__(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+
+def _run(monkeypatch, overload, fn, calls, layout="contiguous", **spec_kw):
+    real = runner.resolve(overload)
+    if fn is not None:
+        monkeypatch.setattr(runner, "resolve", lambda name: FakeOp(real, fn))
+    spec = OpSpec(overload, reference=real, **spec_kw)
+    return runner.run_case(CPU, overload, spec, calls, layout, "native")
+
+
+ADD = [Call("add.Tensor", (torch.arange(12.0).reshape(3, 4), torch.ones(4)))]
+ADD_ = [Call("add_.Tensor", (torch.arange(12.0).reshape(3, 4), torch.ones(4)))]
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced", "offset", "expanded",
+                                    "noncontiguous", "zero_size", "zero_dim"])
+def test_cpu_against_itself_passes(monkeypatch, layout):
+    out = _run(monkeypatch, "add_.Tensor", None, ADD_, layout)
+    assert out.failure is None and out.samples == 1
+
+
+def test_opinfo_samples_cpu_against_itself_pass(monkeypatch, tmp_path):
+    for overload in ["masked_fill_.Scalar", "add.out", "sum.dim_IntList", "cat", "view"]:
+        calls = calls_for(overload, torch.float32, str(tmp_path))
+        assert calls, overload
+        for layout in ["contiguous", "transposed", "sliced", "expanded"]:
+            out = _run(monkeypatch, overload, None, calls, layout)
+            assert out.failure is None, (overload, layout, out.failure and out.failure.message)
+
+
+def test_wrong_values(monkeypatch):
+    out = _run(monkeypatch, "add.Tensor", lambda a, b, alpha=1: torch.add(a, b) + (a == 5), ADD)
+    assert out.failure.check == "values" and "1/12 elements differ" in out.failure.message
+
+
+def test_wrong_dtype(monkeypatch):
+    out = _run(monkeypatch, "add.Tensor", lambda a, b, alpha=1: torch.add(a, b).double(), ADD)
+    assert out.failure.check == "dtype"
+
+
+def test_wrong_strides(monkeypatch):
+    calls = [Call("add.Tensor", (torch.ones(3, 4), torch.ones(3, 4)))]
+    out = _run(monkeypatch, "add.Tensor", lambda a, b, alpha=1: torch.add(a, b).contiguous(),
+               calls, "transposed")
+    assert out.failure.check == "strides"
+
+
+def test_inplace_returning_a_new_tensor(monkeypatch):
+    out = _run(monkeypatch, "add_.Tensor", lambda a, b, alpha=1: a + b, ADD_)
+    assert out.failure.check in ("inplace", "values")
+    assert "instead of the self" in out.failure.message or "differ" in out.failure.message
+
+
+def test_inplace_that_returns_self_but_forgets_the_write(monkeypatch):
+    def lazy(a, b, alpha=1):
+        return a
+
+    out = _run(monkeypatch, "add_.Tensor", lazy, ADD_)
+    assert out.failure.check in ("values", "inplace")
+
+
+def test_writing_outside_the_view_is_caught(monkeypatch):
+    def spill(a, b, alpha=1):
+        torch.add(a, b, out=a)
+        a.as_strided((1,), (1,), a.storage_offset() + a.numel()).fill_(99)  # one past the view
+        return a
+
+    out = _run(monkeypatch, "add_.Tensor", spill, ADD_, "offset")
+    assert out.failure.check == "inputs" and "outside/around the view" in out.failure.message
+
+
+def test_modified_input(monkeypatch):
+    def clobber(a, b, alpha=1):
+        r = torch.add(a, b)
+        b.zero_()
+        return r
+
+    out = _run(monkeypatch, "add.Tensor", clobber, ADD)
+    assert out.failure.check == "inputs" and "'other' was modified" in out.failure.message
+
+
+def test_output_aliasing_an_input(monkeypatch):
+    out = _run(monkeypatch, "add.Tensor", lambda a, b, alpha=1: a.add_(b), ADD)
+    assert out.failure.check in ("aliasing", "inputs")
+
+
+def test_error_parity(monkeypatch):
+    calls = [Call("add.Tensor", (torch.ones(3, 4), torch.ones(5)))]  # cpu raises
+    out = _run(monkeypatch, "add.Tensor", lambda a, b, alpha=1: torch.zeros(3, 4), calls)
+    assert out.failure.check == "error" and "cpu raised RuntimeError" in out.failure.message
+    out = _run(monkeypatch, "add.Tensor", lambda a, b, alpha=1: 1 / 0, ADD)
+    assert out.failure.check == "error" and "device raised ZeroDivisionError" in \
+        out.failure.message
+
+
+def test_view_must_share_storage(monkeypatch):
+    calls = [Call("view", (torch.arange(12.0), [3, 4]))]
+    out = _run(monkeypatch, "view", lambda a, size: a.clone().view(size), calls)
+    assert out.failure.check == "view"
+
+
+def test_skip_when_layout_applies_to_no_sample(monkeypatch):
+    calls = [Call("add.Tensor", (torch.ones(4), torch.ones(4)))]
+    out = _run(monkeypatch, "add.Tensor", None, calls, "channels_last")
+    assert out.skip_reason and "channels_last" in out.skip_reason

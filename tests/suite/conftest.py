@@ -1,0 +1,50 @@
+"""Helpers to run the conformance suite in a subprocess, as a user would."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class SuiteRun:
+    returncode: int
+    output: str
+    results: list[dict]
+
+    def case(self, case_id: str) -> dict:
+        matches = [r for r in self.results if r["id"] == f"test_matches_cpu[{case_id}]"]
+        assert matches, f"no result for {case_id}; have {[r['id'] for r in self.results][:10]}"
+        return matches[0]
+
+    def failed(self) -> list[dict]:
+        return [r for r in self.results if r["status"] == "failed"]
+
+
+@pytest.fixture
+def run_suite(tmp_path):
+    """run_suite(*pytest_args, env={...}) -> SuiteRun (results read from the JSONL files)."""
+
+    def run(*args: str, env: dict[str, str] | None = None, timeout: int = 300) -> SuiteRun:
+        results = tmp_path / f"results-{len(list(tmp_path.iterdir()))}"
+        full_env = {k: v for k, v in os.environ.items()
+                    if not k.startswith(("CONFORMANCE_", "ECHO_NPU_", "PYTEST_XDIST"))}
+        full_env.update(env or {})
+        cmd = [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:randomly",
+               "--results", str(results), *args]
+        proc = subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True,
+                              timeout=timeout)
+        rows = []
+        for f in sorted(results.glob("cases-*.jsonl")) if results.exists() else []:
+            rows += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+        return SuiteRun(proc.returncode, proc.stdout + proc.stderr, rows)
+
+    return run

@@ -1,0 +1,60 @@
+"""Per-case JSON lines, strict expected failures, stale entries."""
+
+import json
+
+REQUIRED = {"id", "op", "overload", "dtype", "layout", "path", "status", "check", "max_abs_err",
+            "max_rel_err", "duration", "message", "repro", "torch", "backend", "allocator"}
+
+
+def test_results_have_every_field_and_run_json(run_suite, tmp_path):
+    run = run_suite("--ops", "abs", "--dtypes", "float32", "--layouts", "contiguous,transposed")
+    assert run.returncode == 0, run.output
+    assert {r["id"] for r in run.results} == {
+        f"test_matches_cpu[abs-float32-{lay}-{path}]"
+        for lay in ("contiguous", "transposed") for path in ("native", "fallback")
+    }
+    for row in run.results:
+        assert REQUIRED <= set(row), REQUIRED - set(row)
+        assert row["status"] == "passed" and row["samples"] > 0
+    info = json.loads(next(tmp_path.glob("results-*/run.json")).read_text())
+    assert info["backend"] == "echo_npu" and info["finished"] and info["counts"]["passed"] == 4
+
+
+def _manifest(tmp_path, pattern, status="xfail"):
+    path = tmp_path / "manifest.toml"
+    path.write_text(f'[[entry]]\npattern = "{pattern}"\nstatus = "{status}"\n'
+                    f'category = "backend-bug"\nreason = "known"\n')
+    return str(path)
+
+
+def test_unexpected_pass_fails_and_names_the_entry(run_suite, tmp_path):
+    manifest = _manifest(tmp_path, "abs-float32-contiguous-*")
+    run = run_suite("--ops", "abs", "--dtypes", "float32", "--layouts", "contiguous",
+                    "--expectations", manifest)
+    assert run.returncode == 1
+    assert "remove this entry ('abs-float32-contiguous-*')" in run.output
+    assert {r["status"] for r in run.results} == {"xpassed"}
+
+
+def test_expected_failure_is_xfailed(run_suite, tmp_path):
+    manifest = _manifest(tmp_path, "mul.Tensor-float32-contiguous-native")
+    run = run_suite("--ops", "mul.Tensor", "--dtypes", "float32", "--layouts", "contiguous",
+                    "--paths", "native", "--expectations", manifest,
+                    env={"ECHO_NPU_FAULTS": "leak"})
+    assert run.returncode == 0, run.output
+    assert run.case("mul.Tensor-float32-contiguous-native")["status"] == "xfailed"
+
+
+def test_skip_entries_and_stale_entries(run_suite, tmp_path):
+    path = tmp_path / "m.toml"
+    path.write_text(
+        '[[entry]]\npattern = "abs-*-native"\nstatus = "skip"\ncategory = "flaky"\n'
+        'reason = "r"\n\n[[entry]]\npattern = "nothing-matches-this"\nstatus = "xfail"\n'
+        'category = "flaky"\nreason = "r"\n'
+    )
+    run = run_suite("--ops", "abs", "--dtypes", "float32", "--layouts", "contiguous",
+                    "--expectations", str(path))
+    assert run.returncode == 0, run.output
+    assert run.case("abs-float32-contiguous-native")["status"] == "skipped"
+    assert run.case("abs-float32-contiguous-fallback")["status"] == "passed"
+    assert "'nothing-matches-this'" in run.output and "matches no collected case" in run.output
