@@ -43,7 +43,7 @@ def registered_overloads(dispatch_key: str = DISPATCH_KEY) -> list[str]:
 
 def has_backend_fallback(dispatch_key: str = DISPATCH_KEY) -> bool:
     """True when the backend registered a boxed fallback (e.g. cpu_fallback)."""
-    table = torch._C._dispatch_dump_table("aten::sinh")
+    table = torch._C._dispatch_dump_table("aten::nonzero")  # has only a CPU/CUDA kernel
     return any(
         line.startswith(dispatch_key + ":") and "[backend fallback]" in line
         for line in table.splitlines()
@@ -57,6 +57,22 @@ def how_reached(overload: str, dispatch_key: str = DISPATCH_KEY) -> str:
         if line.startswith(dispatch_key + ":"):
             return line.rsplit("[", 1)[-1].rstrip("]")
     return "none"
+
+
+def fallback_overloads(known_bases: set[str], dispatch_key: str = DISPATCH_KEY) -> list[str]:
+    """Aten overloads the backend handles only through its boxed fallback, limited to ops whose
+    base name is in `known_bases` (those we have samples for)."""
+    out = set()
+    for schema in torch._C._jit_get_all_schemas():
+        if not schema.name.startswith("aten::"):
+            continue
+        name = schema.name[len("aten::"):]
+        overload = f"{name}.{schema.overload_name}" if schema.overload_name else name
+        if name.strip("_") in known_bases and how_reached(overload, dispatch_key) == (
+            "backend fallback"
+        ):
+            out.add(overload)
+    return sorted(out)
 
 
 def inventory(dispatch_key: str = DISPATCH_KEY) -> list[Registration]:

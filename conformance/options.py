@@ -24,6 +24,10 @@ OPTIONS = [
     ("--ops", "CONFORMANCE_OPS", None,
      "comma-separated overloads or globs to test, e.g. 'masked_fill_.*,add.Tensor' "
      "(default: every overload the backend registered)"),
+    ("--fallback-ops", "CONFORMANCE_FALLBACK_OPS", None,
+     "also test overloads the backend did not register, reached only through its boxed "
+     "cpu_fallback (path 'fallback'): comma-separated globs, or 'all' for every such overload "
+     "with OpInfo samples (slow: for nightly runs)"),
     ("--dtypes", "CONFORMANCE_DTYPES", DEFAULT_DTYPES,
      "comma-separated torch dtypes ('all' for every dtype OpInfo knows)"),
     ("--layouts", "CONFORMANCE_LAYOUTS", "all",
@@ -34,6 +38,10 @@ OPTIONS = [
     ("--expectations", "CONFORMANCE_EXPECTATIONS", None,
      "expected-failure manifest(s), comma-separated (default: "
      "matrices/expectations/<backend>/{common,torch-<minor>}.toml); 'none' for no manifest"),
+    ("--isolate", "CONFORMANCE_ISOLATE", "auto",
+     "crash isolation: 'fork' runs cases in a forked child so a segfault/abort marks that case "
+     "crashed and the run goes on; 'none' runs in-process; 'auto' = fork unless pytest-xdist "
+     "runs the cases (xdist restarts crashed workers itself)"),
     ("--results", "CONFORMANCE_RESULTS", "results",
      "directory for per-case JSON lines and run.json ('none' to disable)"),
 ]
@@ -54,11 +62,13 @@ class Options:
     backend: str
     device: str | None
     ops: list[str] | None
+    fallback_ops: list[str] | None
     dtypes: list[torch.dtype]
     layouts: list[str]
     paths: list[str]
     expectations: list[str] | None  # None: defaults; []: none
     results: str | None
+    isolate: str
 
 
 def _value(config: pytest.Config, flag: str, env: str, default: str | None) -> str | None:
@@ -88,18 +98,30 @@ def parse_paths(text: str) -> list[str]:
     return names
 
 
+def _choice(flag: str, value: str, valid: tuple[str, ...]) -> str:
+    if value not in valid:
+        raise ConformanceUsageError(f"{flag} {value!r}: valid values are {', '.join(valid)}")
+    return value
+
+
+def _list(text: str | None) -> list[str] | None:
+    return [o.strip() for o in text.split(",") if o.strip()] if text else None
+
+
 def read_options(config: pytest.Config) -> Options:
     v = {flag: _value(config, flag, env, default) for flag, env, default, _ in OPTIONS}
-    ops = [o.strip() for o in v["--ops"].split(",") if o.strip()] if v["--ops"] else None
+    ops = _list(v["--ops"])
     exp = v["--expectations"]
     results = v["--results"]
     return Options(
         backend=v["--backend"],
         device=v["--device"],
         ops=ops,
+        fallback_ops=_list(v["--fallback-ops"]),
         dtypes=parse_dtypes(v["--dtypes"]),
         layouts=parse_layouts(v["--layouts"]),
         paths=parse_paths(v["--paths"]),
         expectations=None if exp is None else ([] if exp == "none" else exp.split(",")),
         results=None if results in (None, "", "none") else results,
+        isolate=_choice("--isolate", v["--isolate"], ("auto", "fork", "none")),
     )

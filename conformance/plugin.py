@@ -98,6 +98,31 @@ def _safe(config: pytest.Config) -> bool:
         return False
 
 
+def _xdist_active(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput") or config.pluginmanager.has_plugin("dsession")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> bool | None:
+    """Run conformance cases in forked children (see isolation.py) unless xdist runs them."""
+    config = session.config
+    suite = config.stash.get(SUITE_KEY, None)
+    if suite is None or _xdist_active(config) or suite.options.isolate == "none":
+        return None
+    if session.testsfailed and not config.option.continue_on_collection_errors:
+        return None  # let pytest report the collection errors
+    if config.option.collectonly:
+        return True
+    from conformance.isolation import run_isolated
+
+    run_isolated(session)
+    if session.shouldfail:
+        raise session.Failed(session.shouldfail)
+    if session.shouldstop:
+        raise session.Interrupted(session.shouldstop)
+    return True
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "conformance_case" not in metafunc.fixturenames:
         return
@@ -150,7 +175,9 @@ def pytest_runtest_makereport(item: pytest.Item, call):
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if hasattr(report, "node"):  # xdist controller: the worker already wrote the line
+    if hasattr(report, "node"):  # xdist controller: the worker already wrote the line ...
+        if report.failed and "crashed while running" in str(report.longrepr):
+            _write_crash_from_xdist(report)  # ... unless the worker died running the case
         return
     if report.when == "call" or (report.when == "setup" and not report.passed):
         _write_result(report)
@@ -190,15 +217,26 @@ def _write_result(report: pytest.TestReport) -> None:
     case_id = line["id"].split("[", 1)[-1].rstrip("]")
     if "op" not in line:  # skipped before running (manifest skip/crash)
         overload, dtype, layout, path = _split_id(case_id)
-        line.update(op=overload.split(".")[0], overload=overload.partition(".")[2] or "default",
-                    dtype=dtype, layout=layout, path=path, check=None, samples=0)
-        line["message"] = report.longrepr[2] if isinstance(report.longrepr, tuple) else None
+        defaults = dict(op=overload.split(".")[0], overload=overload.partition(".")[2] or "default",
+                        dtype=dtype, layout=layout, path=path, check=None, samples=0,
+                        max_abs_err=None, max_rel_err=None,
+                        message=report.longrepr[2] if isinstance(report.longrepr, tuple) else None)
+        for key, value in defaults.items():
+            line.setdefault(key, value)
     line["status"] = _status(report, record)
     if line["status"] == "error":
         line["check"] = line.get("check") or "harness"
     line["duration"] = round(report.duration, 6)
     line["repro"] = suite.repro(report.nodeid)
     suite.writer.write(line)
+
+
+def _write_crash_from_xdist(report: pytest.TestReport) -> None:
+    text = str(report.longrepr)
+    report.user_properties.append(
+        ("conformance", {"status": "crashed", "check": "crash", "message": "[crash] " + text})
+    )
+    _write_result(report)
 
 
 def _split_id(case_id: str) -> tuple[str, str, str, str]:

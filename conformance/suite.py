@@ -60,6 +60,7 @@ class Suite:
         self.writer = ResultsWriter(options.results, worker) if options.results else None
         self.registered = discovery.registered_overloads()
         self.overloads = self.selected_overloads()  # validates --ops early
+        self.fallback_only = self.selected_fallback_overloads()
 
     def _manifest(self) -> Manifest:
         paths = self.options.expectations
@@ -82,6 +83,30 @@ class Suite:
             )
         return chosen
 
+    def selected_fallback_overloads(self) -> list[str]:
+        """--fallback-ops: overloads reached only through the boxed fallback."""
+        wanted = self.options.fallback_ops
+        if not wanted:
+            return []
+        if not discovery.has_backend_fallback():
+            raise ConformanceUsageError(
+                f"--fallback-ops: {self.options.backend} registered no boxed fallback "
+                "for PrivateUse1, so no op reaches cpu_fallback"
+            )
+        from conformance.samples.opinfo import opinfo_index
+
+        reachable = discovery.fallback_overloads(set(opinfo_index(self.cache_dir)))
+        if wanted == ["all"]:
+            return reachable
+        chosen = [o for o in reachable if any(fnmatch.fnmatchcase(o, w) for w in wanted)]
+        unknown = [w for w in wanted if not any(fnmatch.fnmatchcase(o, w) for o in reachable)]
+        if unknown:
+            raise ConformanceUsageError(
+                f"--fallback-ops: {', '.join(unknown)} matches no overload that reaches the "
+                f"backend fallback and has OpInfo samples (e.g. {', '.join(reachable[:6])})"
+            )
+        return chosen
+
     def cases(self) -> list[Case]:
         paths = [p for p in self.options.paths
                  if p == "native" or self.backend.can_route_fallback]
@@ -97,6 +122,13 @@ class Suite:
                         if path == "fallback" and not self.backend.fallback_routable(overload):
                             continue
                         out.append(Case(overload, dtype, layout, path))
+        if "fallback" in self.options.paths:
+            for overload in self.fallback_only:
+                spec = spec_for(overload)
+                for dtype in self.options.dtypes:
+                    for layout in self.options.layouts:
+                        if spec.layouts is None or layout in spec.layouts:
+                            out.append(Case(overload, dtype, layout, "fallback"))
         return out
 
     def expectation(self, case: Case) -> Entry | None:
@@ -107,7 +139,9 @@ class Suite:
         """Run the case; fill `record` for the results file; raise pytest outcomes."""
         spec = spec_for(case.overload)
         calls = samples.calls_for(case.overload, case.dtype, self.cache_dir)
-        outcome = run_case(self.backend, case.overload, spec, calls, case.layout, case.path)
+        route = case.path == "fallback" and case.overload in self.registered
+        outcome = run_case(self.backend, case.overload, spec, calls, case.layout, case.path,
+                           route=route)
         expected = self.expectation(case)
         record.update(self._record(case, outcome, nodeid))
         if outcome.skip_reason:

@@ -58,3 +58,20 @@ def test_skip_entries_and_stale_entries(run_suite, tmp_path):
     assert run.case("abs-float32-contiguous-native")["status"] == "skipped"
     assert run.case("abs-float32-contiguous-fallback")["status"] == "passed"
     assert "'nothing-matches-this'" in run.output and "matches no collected case" in run.output
+
+
+def test_a_backend_that_keeps_the_privateuseone_name(run_suite, tmp_path):
+    run = run_suite("--ops", "masked_fill_.Scalar", "--dtypes", "float32", "--layouts",
+                    "contiguous,transposed", env={"ECHO_NPU_DEVICE_NAME": "privateuseone"})
+    assert run.returncode == 0, run.output
+    assert len(run.results) == 4 and {r["status"] for r in run.results} == {"passed"}
+    info = json.loads(next(tmp_path.glob("results-*/run.json")).read_text())
+    assert info["device"] == "privateuseone"
+
+
+def test_ops_reached_only_through_the_fallback(run_suite):
+    run = run_suite("--ops", "abs", "--fallback-ops", "nonzero", "--dtypes", "float32",
+                    "--layouts", "contiguous,transposed")
+    assert run.returncode == 0, run.output
+    assert run.case("nonzero-float32-transposed-fallback")["status"] == "passed"
+    assert not [r for r in run.results if r["op"] == "nonzero" and r["path"] == "native"]

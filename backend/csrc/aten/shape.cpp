@@ -1,5 +1,9 @@
 // echo_npu glue: tril/triu, cat and index_select over contiguous staged buffers.
 #include <ATen/ops/cat.h>
+#include <ATen/ops/convolution.h>
+#include <ATen/ops/convolution_backward.h>
+#include <ATen/ops/convolution_backward_overrideable.h>
+#include <ATen/ops/convolution_overrideable.h>
 #include <ATen/ops/index_select.h>
 #include <ATen/ops/tril.h>
 #include <ATen/ops/triu.h>
@@ -115,9 +119,48 @@ Tensor index_select(const Tensor& self, int64_t dim, const Tensor& index) {
   return finish(r, meta, dev);
 }
 
+// Convolution has no cmodel kernel: the boxed fallback cannot serve it (CPU has no
+// convolution_overrideable), so run at::convolution on host copies and copy the result back.
+at::Tensor to_host(const Tensor& t) { return t.defined() ? t.cpu() : t; }
+
+Tensor conv(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
+            at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation,
+            bool transposed, at::IntArrayRef output_padding, int64_t groups) {
+  OpScope s("convolution_overrideable");
+  auto dev = device_of({input, weight});
+  std::optional<Tensor> b;
+  if (bias.has_value() && bias->defined()) b = to_host(*bias);
+  Tensor r = at::convolution(to_host(input), to_host(weight), b, stride, padding, dilation,
+                             transposed, output_padding, groups);
+  Tensor out = empty_strided_dev(r.sizes(), r.strides(), r.scalar_type(), dev);
+  copy_any(out, r);
+  return out;
+}
+
+std::tuple<Tensor, Tensor, Tensor> conv_backward(
+    const Tensor& grad, const Tensor& input, const Tensor& weight, at::IntArrayRef stride,
+    at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
+    at::IntArrayRef output_padding, int64_t groups, std::array<bool, 3> mask) {
+  OpScope s("convolution_backward_overrideable");
+  auto dev = device_of({grad, input, weight});
+  int64_t bias_size[1] = {grad.size(1)};
+  auto r = at::convolution_backward(to_host(grad), to_host(input), to_host(weight),
+                                    at::IntArrayRef(bias_size, 1), stride, padding, dilation,
+                                    transposed, output_padding, groups, mask);
+  auto back = [&](const Tensor& t) {
+    if (!t.defined()) return t;
+    Tensor o = empty_strided_dev(t.sizes(), t.strides(), t.scalar_type(), dev);
+    copy_any(o, t);
+    return o;
+  };
+  return {back(std::get<0>(r)), back(std::get<1>(r)), back(std::get<2>(r))};
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  ENPU_IMPL_PRIMITIVE(m, "convolution_overrideable", conv);
+  ENPU_IMPL_PRIMITIVE(m, "convolution_backward_overrideable", conv_backward);
   ENPU_IMPL(m, "tril", tril);
   ENPU_IMPL(m, "triu", triu);
   ENPU_IMPL(m, "cat", cat);

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -23,7 +24,13 @@
 
 namespace {
 
-constexpr size_t kZone = 64;          // red zone bytes on each side (guard mode)
+constexpr size_t kZone = 64;          // red zone bytes before a block (guard mode)
+
+// Guard mode's red zone after a block is as large as the block itself (at least kZone): the
+// classic bug writes a strided view's whole extent from its data pointer, overflowing by up to
+// the block's size. A zone that small overflows cannot leave keeps them out of malloc's own
+// metadata, so they are reported by check() instead of crashing a later, unrelated free().
+size_t after_zone(size_t size) { return std::max(kZone, (size + kZone - 1) / kZone * kZone); }
 constexpr size_t kAlign = 64;         // alignment of aligned/guard modes
 constexpr unsigned char kPattern = 0xCD;  // red zones
 constexpr unsigned char kFresh = 0xA5;    // fresh (uninitialised) user bytes
@@ -56,7 +63,7 @@ void zones(uintptr_t user, const Block& b, uintptr_t* s0, size_t* n0, uintptr_t*
     *s0 = user - kZone;
     *n0 = kZone;
     *s1 = user + b.size;
-    *n1 = round_up(b.size, kAlign) - b.size + kZone;
+    *n1 = round_up(b.size, kAlign) - b.size + after_zone(b.size);
   } else {  // page mode: up to kZone bytes before, slack up to the protected page after
     uintptr_t base = reinterpret_cast<uintptr_t>(b.base);
     *s0 = user - kZone < base ? base : user - kZone;
@@ -130,7 +137,7 @@ enpuError_t enpuMalloc(void** ptr, size_t size) {
       break;
     }
     case enpuAllocGuard: {
-      base_size = kZone + round_up(size, kAlign) + kZone;
+      base_size = kZone + round_up(size, kAlign) + after_zone(size);
       base = std::aligned_alloc(kAlign, base_size);
       if (base) {
         std::memset(base, kPattern, base_size);

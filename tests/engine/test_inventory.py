@@ -1,0 +1,91 @@
+"""Golden inventory: the aten overloads echo_npu registers, as the dispatcher reports them.
+
+A registration added or removed in the backend shows up here as a diff. After an intended
+change, refresh with: EXPECTTEST_ACCEPT=1 python -m pytest tests/engine/test_inventory.py
+"""
+
+import expecttest
+import torch
+
+from conformance import discovery
+
+
+class TestInventory(expecttest.TestCase):
+    def test_registered_overloads(self):
+        import echo_npu  # noqa: F401  (registers the device)
+
+        names = discovery.registered_overloads()
+        self.assertExpectedInline("\n".join(names), """\
+_copy_from
+_copy_from_and_resize
+_local_scalar_dense
+_reshape_alias
+_softmax
+abs
+abs.out
+abs_
+add.Tensor
+add.out
+add_.Tensor
+all
+all.dim
+amax
+any
+any.dim
+as_strided
+cat
+div.Tensor
+div.out
+div_.Tensor
+empty.memory_format
+empty_strided
+eq.Scalar
+eq.Tensor
+exp
+exp.out
+exp_
+fill_.Scalar
+fill_.Tensor
+ge.Scalar
+ge.Tensor
+gt.Scalar
+gt.Tensor
+index_select
+le.Scalar
+le.Tensor
+lt.Scalar
+lt.Tensor
+masked_fill_.Scalar
+masked_fill_.Tensor
+mean.dim
+mul.Tensor
+mul.out
+mul_.Tensor
+ne.Scalar
+ne.Tensor
+neg
+neg.out
+neg_
+relu
+relu_
+resize_
+set_.source_Storage
+set_.source_Storage_storage_offset
+set_.source_Tensor
+sub.Tensor
+sub.out
+sub_.Tensor
+sum.dim_IntList
+tril
+triu
+view
+where.self
+zero_""")
+
+    def test_everything_else_reaches_the_boxed_fallback(self):
+        import echo_npu  # noqa: F401
+
+        self.assertTrue(discovery.has_backend_fallback())
+        self.assertEqual(discovery.how_reached("nonzero"), "backend fallback")
+        self.assertEqual(discovery.how_reached("masked_fill_.Scalar"), "kernel")
+        self.assertEqual(discovery.resolve("abs"), torch.ops.aten.abs.default)
