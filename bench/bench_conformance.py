@@ -25,9 +25,24 @@ ELEMENTWISE = "add.Tensor,sub.Tensor,mul.Tensor,div.Tensor,neg,abs,exp,relu,eq.T
 
 def pytest_wall(args: list[str], env: dict[str, str]) -> tuple[float, str]:
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-q", "-p",
-                           "no:randomly", "-p", "no:xdist", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "conformance",
+            "-q",
+            "-p",
+            "no:randomly",
+            "-p",
+            "no:xdist",
+            *args,
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     return time.perf_counter() - start, proc.stdout.strip().splitlines()[-1]
 
 
@@ -76,8 +91,9 @@ def overhead(backend: str) -> tuple[float, float, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--backend", default="echo_npu")
     opts = parser.parse_args()
     env = {**os.environ, "CONFORMANCE_BACKEND": opts.backend, "CONFORMANCE_RESULTS": "none"}
@@ -96,13 +112,17 @@ def main() -> None:
     t, s = pytest_wall(["--ops", ELEMENTWISE], env)
     n = sum(count(s, w) for w in ("passed", "failed", "skipped", "xfailed"))
     t0, _ = pytest_wall(["--ops", ELEMENTWISE, "--collect-only"], env)
-    print(f"elementwise ops: {n} cases in {t - t0:.2f} s of running on 1 core "
-          f"-> {n / max(t - t0, 1e-9):.1f} cases/s")
+    print(
+        f"elementwise ops: {n} cases in {t - t0:.2f} s of running on 1 core "
+        f"-> {n / max(t - t0, 1e-9):.1f} cases/s"
+    )
 
     case_t, bare_t, samples = overhead(opts.backend)
-    print(f"harness overhead, add.Tensor float32 x all layouts: case {case_t * 1e3:.1f} ms vs "
-          f"bare device+cpu ops {bare_t * 1e3:.1f} ms over {samples} samples "
-          f"-> {case_t / max(bare_t, 1e-9):.2f}x")
+    print(
+        f"harness overhead, add.Tensor float32 x all layouts: case {case_t * 1e3:.1f} ms vs "
+        f"bare device+cpu ops {bare_t * 1e3:.1f} ms over {samples} samples "
+        f"-> {case_t / max(bare_t, 1e-9):.2f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -97,9 +97,7 @@ def load_backend(module_name: str, device: str | None = None) -> Backend:
                 f"backend module '{module_name}' is not importable: install it or pass "
                 f"--backend MODULE (default: {DEFAULT_BACKEND})"
             ) from None
-        raise ConformanceUsageError(
-            f"importing backend '{module_name}' failed: {exc}"
-        ) from None
+        raise ConformanceUsageError(f"importing backend '{module_name}' failed: {exc}") from None
     except Exception as exc:  # the backend's own one-line errors (e.g. bad env values)
         raise ConformanceUsageError(f"importing backend '{module_name}' failed: {exc}") from None
     device_type = device or torch._C._get_privateuse1_backend_name()

@@ -20,8 +20,9 @@ TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
 class Mismatch(Exception):
     """A failed check: `check` names it (values, dtype, strides, ...), the message says how."""
 
-    def __init__(self, check: str, message: str, max_abs: float | None = None,
-                 max_rel: float | None = None) -> None:
+    def __init__(
+        self, check: str, message: str, max_abs: float | None = None, max_rel: float | None = None
+    ) -> None:
         super().__init__(message)
         self.check = check
         self.message = message
@@ -48,7 +49,7 @@ def significant_strides(t: torch.Tensor) -> tuple[int | None, ...]:
     """Strides of dims with more than one element (others cannot be observed)."""
     if t.numel() == 0:
         return ()
-    return tuple(s if n > 1 else None for n, s in zip(t.shape, t.stride()))
+    return tuple(s if n > 1 else None for n, s in zip(t.shape, t.stride(), strict=True))
 
 
 def errors(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, float, int, int]:
@@ -62,8 +63,9 @@ def errors(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, float, 
         diff = (a.to(torch.float64) - e.to(torch.float64)).abs() if a.dtype != torch.bool else bad
         diff = diff.to(torch.float64)
     else:
-        a64, e64 = a.to(torch.complex128 if a.is_complex() else torch.float64), e.to(
-            torch.complex128 if e.is_complex() else torch.float64
+        a64, e64 = (
+            a.to(torch.complex128 if a.is_complex() else torch.float64),
+            e.to(torch.complex128 if e.is_complex() else torch.float64),
         )
         both_nan = a64.isnan() & e64.isnan()
         diff = (a64 - e64).abs().masked_fill(both_nan, 0)
@@ -77,8 +79,9 @@ def errors(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, float, 
     return max_abs, float(rel.max()), nbad, first
 
 
-def compare_values(name: str, actual: torch.Tensor, expected: torch.Tensor,
-                   tol_scale: float, stats: ErrorStats) -> None:
+def compare_values(
+    name: str, actual: torch.Tensor, expected: torch.Tensor, tol_scale: float, stats: ErrorStats
+) -> None:
     """Raise Mismatch('values') unless actual (on CPU) matches expected within tolerance."""
     rtol, atol = tolerance(expected.dtype, tol_scale)
     if actual.numel() == 0:
@@ -96,8 +99,11 @@ def compare_values(name: str, actual: torch.Tensor, expected: torch.Tensor,
         return
     first = int((~close).reshape(-1).nonzero()[0, 0])
     nbad = int((~close).sum())
-    idx = [int(i) for i in torch.unravel_index(torch.tensor(first), expected.shape)] \
-        if expected.dim() else []
+    idx = (
+        [int(i) for i in torch.unravel_index(torch.tensor(first), expected.shape)]
+        if expected.dim()
+        else []
+    )
     got = actual.reshape(-1)[first].item()
     want = expected.reshape(-1)[first].item()
     raise Mismatch(
@@ -110,19 +116,31 @@ def compare_values(name: str, actual: torch.Tensor, expected: torch.Tensor,
     )
 
 
-def compare_tensor(name: str, actual: torch.Tensor, expected: torch.Tensor, *,
-                   device_type: str, check_strides: bool, check_values: bool,
-                   tol_scale: float, stats: ErrorStats) -> None:
+def compare_tensor(
+    name: str,
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    *,
+    device_type: str,
+    check_strides: bool,
+    check_values: bool,
+    tol_scale: float,
+    stats: ErrorStats,
+) -> None:
     """All metadata and value checks for one output tensor."""
     if actual.device.type != device_type:
         raise Mismatch("device", f"{name}: on {actual.device}, expected the {device_type} device")
     if actual.dtype != expected.dtype:
         raise Mismatch("dtype", f"{name}: dtype {actual.dtype}, cpu gives {expected.dtype}")
     if actual.shape != expected.shape:
-        raise Mismatch("shape", f"{name}: shape {list(actual.shape)}, cpu gives "
-                                f"{list(expected.shape)}")
+        raise Mismatch(
+            "shape", f"{name}: shape {list(actual.shape)}, cpu gives {list(expected.shape)}"
+        )
     if check_strides and significant_strides(actual) != significant_strides(expected):
-        raise Mismatch("strides", f"{name}: strides {actual.stride()}, cpu gives "
-                                  f"{expected.stride()} (shape {list(expected.shape)})")
+        raise Mismatch(
+            "strides",
+            f"{name}: strides {actual.stride()}, cpu gives "
+            f"{expected.stride()} (shape {list(expected.shape)})",
+        )
     if check_values:
         compare_values(name, actual.cpu(), expected, tol_scale, stats)

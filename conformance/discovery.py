@@ -66,7 +66,7 @@ def fallback_overloads(known_bases: set[str], dispatch_key: str = DISPATCH_KEY) 
     for schema in torch._C._jit_get_all_schemas():
         if not schema.name.startswith("aten::"):
             continue
-        name = schema.name[len("aten::"):]
+        name = schema.name[len("aten::") :]
         overload = f"{name}.{schema.overload_name}" if schema.overload_name else name
         if name.strip("_") in known_bases and how_reached(overload, dispatch_key) == (
             "backend fallback"

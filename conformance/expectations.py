@@ -3,7 +3,7 @@
     [[entry]]
     pattern = "sum.dim_IntList-float16-*"   # fnmatch over the case id (the part in [...])
     status = "xfail"                        # xfail | skip | crash
-    category = "backend-bug"                # backend-bug | torch-bug | unsupported | flaky | harness
+    category = "backend-bug"  # backend-bug | torch-bug | unsupported | flaky | harness
     reason = "accumulates in half precision"
     link = "https://github.com/..."         # optional
     allocator = "guard"                     # optional: only under this allocator mode
@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import tomllib
 from dataclasses import dataclass, field
+
+import tomllib
 
 from conformance.errors import ConformanceUsageError
 
@@ -97,21 +98,31 @@ def _entry(path: str, text: str, item: dict) -> Entry:
         raise ConformanceUsageError(f"{where}: an [[entry]] needs a non-empty 'pattern' string")
     extra = set(item) - KEYS
     if extra:
-        raise ConformanceUsageError(f"{where}: unknown key(s) {sorted(extra)}; valid: "
-                                    f"{', '.join(sorted(KEYS))}")
+        raise ConformanceUsageError(
+            f"{where}: unknown key(s) {sorted(extra)}; valid: {', '.join(sorted(KEYS))}"
+        )
     status = item.get("status", "xfail")
     if status not in STATUSES:
-        raise ConformanceUsageError(f"{where}: status '{status}' is not one of "
-                                    f"{', '.join(STATUSES)}")
+        raise ConformanceUsageError(
+            f"{where}: status '{status}' is not one of {', '.join(STATUSES)}"
+        )
     category = item.get("category", "")
     if category not in CATEGORIES:
-        raise ConformanceUsageError(f"{where}: category '{category}' is not one of "
-                                    f"{', '.join(CATEGORIES)}")
+        raise ConformanceUsageError(
+            f"{where}: category '{category}' is not one of {', '.join(CATEGORIES)}"
+        )
     reason = item.get("reason", "")
     if not isinstance(reason, str) or not reason.strip():
         raise ConformanceUsageError(f"{where}: entry '{pattern}' needs a 'reason'")
-    return Entry(pattern, status, category, reason, where, str(item.get("link", "")),
-                 str(item.get("allocator", "")))
+    return Entry(
+        pattern,
+        status,
+        category,
+        reason,
+        where,
+        str(item.get("link", "")),
+        str(item.get("allocator", "")),
+    )
 
 
 def default_manifest_paths(root: str, backend: str, torch_version: str) -> list[str]:

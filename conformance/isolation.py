@@ -132,8 +132,13 @@ def _report_crash(item: pytest.Item, status: int, log_path: str, started: bool) 
     longrepr = message + ("\n--- last output ---\n" + tail if tail else "")
     record = {"status": "crashed", "check": "crash", "message": longrepr}
     report = pytest.TestReport(
-        nodeid=item.nodeid, location=item.location, keywords={}, outcome="failed",
-        longrepr=longrepr, when="call", user_properties=[("conformance", record)],
+        nodeid=item.nodeid,
+        location=item.location,
+        keywords={},
+        outcome="failed",
+        longrepr=longrepr,
+        when="call",
+        user_properties=[("conformance", record)],
     )
     item.ihook.pytest_runtest_logreport(report=report)
     item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)

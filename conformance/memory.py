@@ -15,8 +15,10 @@ from conformance.compare import Mismatch
 def describe_corruption(record: dict) -> str:
     side = record.get("side", "?")
     where = f"{side} the block" if side in ("before", "after") else side
-    text = (f"red zone {where} corrupted: block of {record.get('size')} bytes allocated by "
-            f"{record.get('op') or 'an unknown op'}")
+    text = (
+        f"red zone {where} corrupted: block of {record.get('size')} bytes allocated by "
+        f"{record.get('op') or 'an unknown op'}"
+    )
     if record.get("offset") is not None:
         text += f", first bad byte at +{record['offset']}"
     if record.get("first_seen_after"):
@@ -62,6 +64,9 @@ class MemoryWatch:
             return
         total = sum(int(b["size"]) for b in leaked)
         ops = sorted({b.get("op") or "?" for b in leaked})
-        raise Mismatch("leak", f"{len(leaked)} device block(s), {total} bytes, allocated during "
-                               f"{overload} still alive after the case (allocated by "
-                               f"{', '.join(ops)})")
+        raise Mismatch(
+            "leak",
+            f"{len(leaked)} device block(s), {total} bytes, allocated during "
+            f"{overload} still alive after the case (allocated by "
+            f"{', '.join(ops)})",
+        )

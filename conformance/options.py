@@ -17,37 +17,89 @@ PATHS = ("native", "fallback")
 
 # (option, env var, default, help)
 OPTIONS = [
-    ("--backend", "CONFORMANCE_BACKEND", DEFAULT_BACKEND,
-     "Python module whose import registers the PrivateUse1 device under test"),
-    ("--device", "CONFORMANCE_DEVICE", None,
-     "device type of the backend (default: the PrivateUse1 name after import)"),
-    ("--ops", "CONFORMANCE_OPS", None,
-     "comma-separated overloads or globs to test, e.g. 'masked_fill_.*,add.Tensor' "
-     "(default: every overload the backend registered)"),
-    ("--fallback-ops", "CONFORMANCE_FALLBACK_OPS", None,
-     "also test overloads the backend did not register, reached only through its boxed "
-     "cpu_fallback (path 'fallback'): comma-separated globs, or 'all' for every such overload "
-     "with OpInfo samples (slow: for nightly runs)"),
-    ("--dtypes", "CONFORMANCE_DTYPES", DEFAULT_DTYPES,
-     "comma-separated torch dtypes ('all' for every dtype OpInfo knows)"),
-    ("--layouts", "CONFORMANCE_LAYOUTS", "all",
-     "comma-separated layouts: " + ", ".join(f"{k} ({v})" for k, v in LAYOUT_HELP.items())),
-    ("--paths", "CONFORMANCE_PATHS", ",".join(PATHS),
-     "native (the backend's kernel) and/or fallback (the same op routed through cpu_fallback, "
-     "when the backend offers set_fallback_routes)"),
-    ("--expectations", "CONFORMANCE_EXPECTATIONS", None,
-     "expected-failure manifest(s), comma-separated (default: "
-     "matrices/expectations/<backend>/{common,torch-<minor>}.toml); 'none' for no manifest"),
-    ("--isolate", "CONFORMANCE_ISOLATE", "auto",
-     "crash isolation: 'fork' runs cases in a forked child so a segfault/abort marks that case "
-     "crashed and the run goes on; 'none' runs in-process; 'auto' = fork unless pytest-xdist "
-     "runs the cases (xdist restarts crashed workers itself)"),
-    ("--results", "CONFORMANCE_RESULTS", "results",
-     "directory for per-case JSON lines and run.json ('none' to disable)"),
+    (
+        "--backend",
+        "CONFORMANCE_BACKEND",
+        DEFAULT_BACKEND,
+        "Python module whose import registers the PrivateUse1 device under test",
+    ),
+    (
+        "--device",
+        "CONFORMANCE_DEVICE",
+        None,
+        "device type of the backend (default: the PrivateUse1 name after import)",
+    ),
+    (
+        "--ops",
+        "CONFORMANCE_OPS",
+        None,
+        "comma-separated overloads or globs to test, e.g. 'masked_fill_.*,add.Tensor' "
+        "(default: every overload the backend registered)",
+    ),
+    (
+        "--fallback-ops",
+        "CONFORMANCE_FALLBACK_OPS",
+        None,
+        "also test overloads the backend did not register, reached only through its boxed "
+        "cpu_fallback (path 'fallback'): comma-separated globs, or 'all' for every such overload "
+        "with OpInfo samples (slow: for nightly runs)",
+    ),
+    (
+        "--dtypes",
+        "CONFORMANCE_DTYPES",
+        DEFAULT_DTYPES,
+        "comma-separated torch dtypes ('all' for every dtype OpInfo knows)",
+    ),
+    (
+        "--layouts",
+        "CONFORMANCE_LAYOUTS",
+        "all",
+        "comma-separated layouts: " + ", ".join(f"{k} ({v})" for k, v in LAYOUT_HELP.items()),
+    ),
+    (
+        "--paths",
+        "CONFORMANCE_PATHS",
+        ",".join(PATHS),
+        "native (the backend's kernel) and/or fallback (the same op routed through cpu_fallback, "
+        "when the backend offers set_fallback_routes)",
+    ),
+    (
+        "--expectations",
+        "CONFORMANCE_EXPECTATIONS",
+        None,
+        "expected-failure manifest(s), comma-separated (default: "
+        "matrices/expectations/<backend>/{common,torch-<minor>}.toml); 'none' for no manifest",
+    ),
+    (
+        "--isolate",
+        "CONFORMANCE_ISOLATE",
+        "auto",
+        "crash isolation: 'fork' runs cases in a forked child so a segfault/abort marks that case "
+        "crashed and the run goes on; 'none' runs in-process; 'auto' = fork unless pytest-xdist "
+        "runs the cases (xdist restarts crashed workers itself)",
+    ),
+    (
+        "--results",
+        "CONFORMANCE_RESULTS",
+        "results",
+        "directory for per-case JSON lines and run.json ('none' to disable)",
+    ),
 ]
 
-ALL_DTYPES = ["float64", "float32", "float16", "bfloat16", "complex64", "complex128", "int64",
-              "int32", "int16", "int8", "uint8", "bool"]
+ALL_DTYPES = [
+    "float64",
+    "float32",
+    "float16",
+    "bfloat16",
+    "complex64",
+    "complex128",
+    "int64",
+    "int32",
+    "int16",
+    "int8",
+    "uint8",
+    "bool",
+]
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -93,8 +145,9 @@ def parse_paths(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     bad = [n for n in names if n not in PATHS]
     if bad or not names:
-        raise ConformanceUsageError(f"unknown path(s) {', '.join(bad) or '(none)'}; valid: "
-                                    f"{', '.join(PATHS)}")
+        raise ConformanceUsageError(
+            f"unknown path(s) {', '.join(bad) or '(none)'}; valid: {', '.join(PATHS)}"
+        )
     return names
 
 

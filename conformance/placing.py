@@ -75,8 +75,9 @@ class Materialized:
     bases: list[tuple[Leaf, torch.Tensor, torch.Tensor]]  # (leaf, backing buffer, view)
 
 
-def arg_roles(schema: torch._C.FunctionSchema, call: Call,
-              written: tuple[str, ...] = ()) -> list[tuple[str, bool]]:
+def arg_roles(
+    schema: torch._C.FunctionSchema, call: Call, written: tuple[str, ...] = ()
+) -> list[tuple[str, bool]]:
     """(argument name, written) for each top-level value of (args, kwargs), in flatten order."""
     params = list(schema.arguments)
     by_name = {p.name: p for p in params}
@@ -85,22 +86,31 @@ def arg_roles(schema: torch._C.FunctionSchema, call: Call,
     names = [p.name if p is not None else "?" for p in found[: len(call.args)]]
     names += list(call.kwargs)
     return [
-        (name, name in written or bool(p is not None and p.alias_info is not None
-                                       and p.alias_info.is_write))
-        for name, p in zip(names, found)
+        (
+            name,
+            name in written
+            or bool(p is not None and p.alias_info is not None and p.alias_info.is_write),
+        )
+        for name, p in zip(names, found, strict=True)
     ]
 
 
-def place(call: Call, layout: str, schema: torch._C.FunctionSchema, resize_out: bool = False,
-          written: tuple[str, ...] = ()) -> PlacedCall | None:
+def place(
+    call: Call,
+    layout: str,
+    schema: torch._C.FunctionSchema,
+    resize_out: bool = False,
+    written: tuple[str, ...] = (),
+) -> PlacedCall | None:
     """Choose placements for `layout`; None when the layout changes no argument."""
     top = list(call.args) + list(call.kwargs.values())
     roles = arg_roles(schema, call, written)
     per_top: list[list[tuple[torch.Tensor, str, bool, bool]]] = []
-    for i, (value, (name, written)) in enumerate(zip(top, roles)):
+    for i, (value, (name, written)) in enumerate(zip(top, roles, strict=True)):
         flat, _ = tree_flatten(value)
-        per_top.append([(t, name, written, i in call.cpu_args) for t in flat
-                        if isinstance(t, torch.Tensor)])
+        per_top.append(
+            [(t, name, written, i in call.cpu_args) for t in flat if isinstance(t, torch.Tensor)]
+        )
     tensors = [x for group in per_top for x in group]
     chosen = _choose(tensors, layout, resize_out)
     if chosen is None:
@@ -118,7 +128,7 @@ def _choose(tensors, layout: str, resize_out: bool) -> list[Leaf] | None:
         eligible = _largest(tensors)
     changed = False
     out = []
-    for (t, name, written, on_cpu), ok in zip(tensors, eligible):
+    for (t, name, written, on_cpu), ok in zip(tensors, eligible, strict=True):
         placement = None
         if resize_out and written and name == "out":
             placement = layouts.contiguous(t.new_empty(0))

@@ -56,8 +56,9 @@ def get_suite(config: pytest.Config):
         if options.results and _is_controller(config):
             import torch
 
-            info = run_info(torch.__version__, options.backend, suite.backend.device_type,
-                            suite.allocator)
+            info = run_info(
+                torch.__version__, options.backend, suite.backend.device_type, suite.allocator
+            )
             config.stash[RECORD_KEY] = info
             write_run_info(options.results, info)
     return suite
@@ -217,10 +218,18 @@ def _write_result(report: pytest.TestReport) -> None:
     case_id = line["id"].split("[", 1)[-1].rstrip("]")
     if "op" not in line:  # skipped before running (manifest skip/crash)
         overload, dtype, layout, path = _split_id(case_id)
-        defaults = dict(op=overload.split(".")[0], overload=overload.partition(".")[2] or "default",
-                        dtype=dtype, layout=layout, path=path, check=None, samples=0,
-                        max_abs_err=None, max_rel_err=None,
-                        message=report.longrepr[2] if isinstance(report.longrepr, tuple) else None)
+        defaults = dict(
+            op=overload.split(".")[0],
+            overload=overload.partition(".")[2] or "default",
+            dtype=dtype,
+            layout=layout,
+            path=path,
+            check=None,
+            samples=0,
+            max_abs_err=None,
+            max_rel_err=None,
+            message=report.longrepr[2] if isinstance(report.longrepr, tuple) else None,
+        )
         for key, value in defaults.items():
             line.setdefault(key, value)
     line["status"] = _status(report, record)

@@ -108,8 +108,7 @@ class Suite:
         return chosen
 
     def cases(self) -> list[Case]:
-        paths = [p for p in self.options.paths
-                 if p == "native" or self.backend.can_route_fallback]
+        paths = [p for p in self.options.paths if p == "native" or self.backend.can_route_fallback]
         out = []
         for overload in self.overloads:
             spec = spec_for(overload)
@@ -140,8 +139,9 @@ class Suite:
         spec = spec_for(case.overload)
         calls = samples.calls_for(case.overload, case.dtype, self.cache_dir)
         route = case.path == "fallback" and case.overload in self.registered
-        outcome = run_case(self.backend, case.overload, spec, calls, case.layout, case.path,
-                           route=route)
+        outcome = run_case(
+            self.backend, case.overload, spec, calls, case.layout, case.path, route=route
+        )
         expected = self.expectation(case)
         record.update(self._record(case, outcome, nodeid))
         if outcome.skip_reason:
@@ -153,13 +153,19 @@ class Suite:
             pytest.fail(message, pytrace=False)
         if expected is not None and expected.status == "xfail":
             record["status"] = "xpassed"
-            pytest.fail(f"unexpected pass: the case {case.id} passes now; remove this entry "
-                        f"({expected.pattern!r}) from {expected.source}", pytrace=False)
+            pytest.fail(
+                f"unexpected pass: the case {case.id} passes now; remove this entry "
+                f"({expected.pattern!r}) from {expected.source}",
+                pytrace=False,
+            )
 
     def repro(self, nodeid: str) -> str:
-        env = {k: v for k, v in os.environ.items()
-               if k.startswith(("CONFORMANCE_", self.options.backend.upper() + "_"))
-               and k not in ("CONFORMANCE_RESULTS",)}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k.startswith(("CONFORMANCE_", self.options.backend.upper() + "_"))
+            and k not in ("CONFORMANCE_RESULTS",)
+        }
         prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
         backend = "" if self.options.backend == "echo_npu" else f" --backend {self.options.backend}"
         cmd = f"pytest {shlex.quote(nodeid)}{backend} --results none"
@@ -170,8 +176,10 @@ class Suite:
         assert failure is not None
         lines = [f"[{failure.check}] {failure.message}"]
         if outcome.failed_sample:
-            lines.append(f"  sample: {outcome.failed_sample} (layout {case.layout}, path "
-                         f"{case.path}, allocator {self.allocator})")
+            lines.append(
+                f"  sample: {outcome.failed_sample} (layout {case.layout}, path "
+                f"{case.path}, allocator {self.allocator})"
+            )
         lines.append(f"  repro: {self.repro(nodeid)}")
         return "\n".join(lines)
 
@@ -187,10 +195,14 @@ class Suite:
             "max_abs_err": outcome.stats.max_abs if outcome.samples else None,
             "max_rel_err": outcome.stats.max_rel if outcome.samples else None,
             "samples": outcome.samples,
-            "message": self.failure_message(case, outcome, nodeid) if failure else
-            outcome.skip_reason,
+            "message": self.failure_message(case, outcome, nodeid)
+            if failure
+            else outcome.skip_reason,
         }
 
     def base_record(self) -> dict[str, Any]:
-        return {"torch": torch.__version__, "backend": self.options.backend,
-                "allocator": self.allocator}
+        return {
+            "torch": torch.__version__,
+            "backend": self.options.backend,
+            "allocator": self.allocator,
+        }

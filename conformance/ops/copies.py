@@ -48,32 +48,44 @@ def _copy_and_resize_reference(src: torch.Tensor, dst: torch.Tensor):
     return dst.resize_(src.shape).copy_(src)
 
 
-register(OpSpec(
-    "_copy_from",
-    samples=_copy_samples("_copy_from", lambda s: s),
-    use_opinfo=False,
-    reference=_copy_reference,
-    written_args=("dst",),
-    check_aliasing=False,
-    check_strides=False,
-    notes="reference is dst.copy_(src) on CPU; dst may be on CPU (device-to-host)",
-))
-register(OpSpec(
-    "_copy_from_and_resize",
-    samples=_copy_samples("_copy_from_and_resize", lambda s: (0,)),
-    use_opinfo=False,
-    reference=_copy_and_resize_reference,
-    written_args=("dst",),
-    check_aliasing=False,
-    check_strides=False,
-    notes="dst starts empty and is resized to src's shape",
-))
+register(
+    OpSpec(
+        "_copy_from",
+        samples=_copy_samples("_copy_from", lambda s: s),
+        use_opinfo=False,
+        reference=_copy_reference,
+        written_args=("dst",),
+        check_aliasing=False,
+        check_strides=False,
+        notes="reference is dst.copy_(src) on CPU; dst may be on CPU (device-to-host)",
+    )
+)
+register(
+    OpSpec(
+        "_copy_from_and_resize",
+        samples=_copy_samples("_copy_from_and_resize", lambda s: (0,)),
+        use_opinfo=False,
+        reference=_copy_and_resize_reference,
+        written_args=("dst",),
+        check_aliasing=False,
+        check_strides=False,
+        notes="dst starts empty and is resized to src's shape",
+    )
+)
 
 
 def _scalar_samples(dtype: torch.dtype) -> list[Call]:
-    return [Call("_local_scalar_dense", (_values(shape, dtype, i),))
-            for i, shape in enumerate([(), (1,), (1, 1)])]
+    return [
+        Call("_local_scalar_dense", (_values(shape, dtype, i),))
+        for i, shape in enumerate([(), (1,), (1, 1)])
+    ]
 
 
-register(OpSpec("_local_scalar_dense", samples=_scalar_samples, use_opinfo=False,
-                notes="Tensor.item(): one element back to Python"))
+register(
+    OpSpec(
+        "_local_scalar_dense",
+        samples=_scalar_samples,
+        use_opinfo=False,
+        notes="Tensor.item(): one element back to Python",
+    )
+)

@@ -39,8 +39,9 @@ def _scalar_samples(dtype: torch.dtype) -> list[Call]:
 
 def _tensor_samples(dtype: torch.dtype) -> list[Call]:
     value = torch.tensor(_fill_value(dtype), dtype=dtype)
-    return [Call("masked_fill_.Tensor", (c.args[0], c.args[1], value))
-            for c in _scalar_samples(dtype)]
+    return [
+        Call("masked_fill_.Tensor", (c.args[0], c.args[1], value)) for c in _scalar_samples(dtype)
+    ]
 
 
 register(OpSpec("masked_fill_.Scalar", samples=_scalar_samples))

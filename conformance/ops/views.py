@@ -19,10 +19,17 @@ def _reshape_alias_samples(dtype: torch.dtype) -> list[Call]:
 
 # Explicit size/stride views read raw storage: layouts that shrink the backing buffer (stride 0,
 # zero-size, 0-dim) would make the requested view out of bounds on CPU as well.
-STORAGE_KEEPING = ("contiguous", "noncontiguous", "transposed", "sliced", "offset",
-                   "channels_last")
-register(OpSpec("_reshape_alias", samples=_reshape_alias_samples, use_opinfo=False,
-                layouts=STORAGE_KEEPING))
+STORAGE_KEEPING = ("contiguous", "noncontiguous", "transposed", "sliced", "offset", "channels_last")
+register(
+    OpSpec(
+        "_reshape_alias", samples=_reshape_alias_samples, use_opinfo=False, layouts=STORAGE_KEEPING
+    )
+)
 register(OpSpec("as_strided", layouts=STORAGE_KEEPING))
-register(OpSpec("resize_", check_values=False,
-                notes="new elements are uninitialised: shape, strides and identity only"))
+register(
+    OpSpec(
+        "resize_",
+        check_values=False,
+        notes="new elements are uninitialised: shape, strides and identity only",
+    )
+)

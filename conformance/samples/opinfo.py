@@ -27,7 +27,8 @@ CAPTURES_PER_OVERLOAD = 12
 
 
 def base_name(name: str) -> str:
-    """'nn.functional.relu' -> 'relu', 'masked_fill_.Scalar' -> 'masked_fill', '_softmax' -> 'softmax'."""
+    """'nn.functional.relu' -> 'relu', 'masked_fill_.Scalar' -> 'masked_fill',
+    '_softmax' -> 'softmax'."""
     name = name.split(".")[0] if "::" not in name else name.split("::")[1].split(".")[0]
     return name.strip("_")
 

@@ -7,8 +7,9 @@ from conformance.compare import ErrorStats, Mismatch, compare_tensor, significan
 
 
 def _cmp(actual, expected, **kw):
-    opts = dict(device_type="cpu", check_strides=True, check_values=True, tol_scale=1.0,
-                stats=ErrorStats())
+    opts = dict(
+        device_type="cpu", check_strides=True, check_values=True, tol_scale=1.0, stats=ErrorStats()
+    )
     opts.update(kw)
     compare_tensor("output", actual, expected, **opts)
 

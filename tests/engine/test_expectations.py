@@ -5,7 +5,7 @@ import pytest
 from conformance.errors import ConformanceUsageError
 from conformance.expectations import load_manifest
 
-GOOD = '''
+GOOD = """
 [[entry]]
 pattern = "sum.dim_IntList-float16-*"
 status = "xfail"
@@ -18,7 +18,7 @@ status = "skip"
 category = "unsupported"
 reason = "only in guard mode"
 allocator = "guard"
-'''
+"""
 
 
 def _write(tmp_path, text):
@@ -39,8 +39,10 @@ def test_match_first_entry_and_allocator_filter(tmp_path):
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("[[entry]]\npattern = 'x'\nstatus = 'maybe'\ncategory = 'flaky'\nreason = 'r'",
-         "status 'maybe' is not one of xfail, skip, crash"),
+        (
+            "[[entry]]\npattern = 'x'\nstatus = 'maybe'\ncategory = 'flaky'\nreason = 'r'",
+            "status 'maybe' is not one of xfail, skip, crash",
+        ),
         ("[[entry]]\npattern = 'x'\ncategory = 'nope'\nreason = 'r'", "category 'nope'"),
         ("[[entry]]\npattern = 'x'\ncategory = 'flaky'", "needs a 'reason'"),
         ("[[entry]]\ncategory = 'flaky'\nreason = 'r'", "needs a non-empty 'pattern'"),

@@ -15,7 +15,9 @@ class TestInventory(expecttest.TestCase):
         import echo_npu  # noqa: F401  (registers the device)
 
         names = discovery.registered_overloads()
-        self.assertExpectedInline("\n".join(names), """\
+        self.assertExpectedInline(
+            "\n".join(names),
+            """\
 _copy_from
 _copy_from_and_resize
 _local_scalar_dense
@@ -34,6 +36,8 @@ any
 any.dim
 as_strided
 cat
+convolution_backward_overrideable
+convolution_overrideable
 div.Tensor
 div.out
 div_.Tensor
@@ -80,7 +84,8 @@ tril
 triu
 view
 where.self
-zero_""")
+zero_""",
+        )
 
     def test_everything_else_reaches_the_boxed_fallback(self):
         import echo_npu  # noqa: F401

@@ -14,8 +14,9 @@ def _view(t, name):
     return view
 
 
-@pytest.mark.parametrize("name", ["contiguous", "noncontiguous", "transposed", "sliced", "offset",
-                                  "channels_last"])
+@pytest.mark.parametrize(
+    "name", ["contiguous", "noncontiguous", "transposed", "sliced", "offset", "channels_last"]
+)
 def test_value_preserving_layouts_keep_values(name):
     t = torch.arange(2 * 3 * 4 * 5, dtype=torch.float32).reshape(2, 3, 4, 5)
     view = _view(t, name)

@@ -44,7 +44,9 @@ def test_resize_out_replaces_out_with_an_empty_tensor():
 
 
 def test_materialize_replaces_cpu_device_arguments():
-    call = Call("empty.memory_format", ([2],), {"dtype": torch.float32, "device": torch.device("cpu")})
+    call = Call(
+        "empty.memory_format", ([2],), {"dtype": torch.float32, "device": torch.device("cpu")}
+    )
     placed = place(call, "contiguous", torch.ops.aten.empty.memory_format._schema)
     m = placed.materialize("meta")
     assert m.kwargs["device"] == torch.device("meta")

@@ -39,8 +39,19 @@ ADD = [Call("add.Tensor", (torch.arange(12.0).reshape(3, 4), torch.ones(4)))]
 ADD_ = [Call("add_.Tensor", (torch.arange(12.0).reshape(3, 4), torch.ones(4)))]
 
 
-@pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced", "offset", "expanded",
-                                    "noncontiguous", "zero_size", "zero_dim"])
+@pytest.mark.parametrize(
+    "layout",
+    [
+        "contiguous",
+        "transposed",
+        "sliced",
+        "offset",
+        "expanded",
+        "noncontiguous",
+        "zero_size",
+        "zero_dim",
+    ],
+)
 def test_cpu_against_itself_passes(monkeypatch, layout):
     out = _run(monkeypatch, "add_.Tensor", None, ADD_, layout)
     assert out.failure is None and out.samples == 1
@@ -67,8 +78,13 @@ def test_wrong_dtype(monkeypatch):
 
 def test_wrong_strides(monkeypatch):
     calls = [Call("add.Tensor", (torch.ones(3, 4), torch.ones(3, 4)))]
-    out = _run(monkeypatch, "add.Tensor", lambda a, b, alpha=1: torch.add(a, b).contiguous(),
-               calls, "transposed")
+    out = _run(
+        monkeypatch,
+        "add.Tensor",
+        lambda a, b, alpha=1: torch.add(a, b).contiguous(),
+        calls,
+        "transposed",
+    )
     assert out.failure.check == "strides"
 
 
@@ -116,8 +132,7 @@ def test_error_parity(monkeypatch):
     out = _run(monkeypatch, "add.Tensor", lambda a, b, alpha=1: torch.zeros(3, 4), calls)
     assert out.failure.check == "error" and "cpu raised RuntimeError" in out.failure.message
     out = _run(monkeypatch, "add.Tensor", lambda a, b, alpha=1: 1 / 0, ADD)
-    assert out.failure.check == "error" and "device raised ZeroDivisionError" in \
-        out.failure.message
+    assert out.failure.check == "error" and "device raised ZeroDivisionError" in out.failure.message
 
 
 def test_view_must_share_storage(monkeypatch):

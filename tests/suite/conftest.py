@@ -35,13 +35,27 @@ def run_suite(tmp_path):
 
     def run(*args: str, env: dict[str, str] | None = None, timeout: int = 300) -> SuiteRun:
         results = tmp_path / f"results-{len(list(tmp_path.iterdir()))}"
-        full_env = {k: v for k, v in os.environ.items()
-                    if not k.startswith(("CONFORMANCE_", "ECHO_NPU_", "PYTEST_XDIST"))}
+        full_env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("CONFORMANCE_", "ECHO_NPU_", "PYTEST_XDIST"))
+        }
         full_env.update(env or {})
-        cmd = [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:randomly",
-               "--results", str(results), *args]
-        proc = subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True,
-                              timeout=timeout)
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "conformance",
+            "-q",
+            "-p",
+            "no:randomly",
+            "--results",
+            str(results),
+            *args,
+        ]
+        proc = subprocess.run(
+            cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout
+        )
         rows = []
         for f in sorted(results.glob("cases-*.jsonl")) if results.exists() else []:
             rows += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]

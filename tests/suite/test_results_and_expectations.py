@@ -2,8 +2,24 @@
 
 import json
 
-REQUIRED = {"id", "op", "overload", "dtype", "layout", "path", "status", "check", "max_abs_err",
-            "max_rel_err", "duration", "message", "repro", "torch", "backend", "allocator"}
+REQUIRED = {
+    "id",
+    "op",
+    "overload",
+    "dtype",
+    "layout",
+    "path",
+    "status",
+    "check",
+    "max_abs_err",
+    "max_rel_err",
+    "duration",
+    "message",
+    "repro",
+    "torch",
+    "backend",
+    "allocator",
+}
 
 
 def test_results_have_every_field_and_run_json(run_suite, tmp_path):
@@ -11,7 +27,8 @@ def test_results_have_every_field_and_run_json(run_suite, tmp_path):
     assert run.returncode == 0, run.output
     assert {r["id"] for r in run.results} == {
         f"test_matches_cpu[abs-float32-{lay}-{path}]"
-        for lay in ("contiguous", "transposed") for path in ("native", "fallback")
+        for lay in ("contiguous", "transposed")
+        for path in ("native", "fallback")
     }
     for row in run.results:
         assert REQUIRED <= set(row), REQUIRED - set(row)
@@ -22,15 +39,18 @@ def test_results_have_every_field_and_run_json(run_suite, tmp_path):
 
 def _manifest(tmp_path, pattern, status="xfail"):
     path = tmp_path / "manifest.toml"
-    path.write_text(f'[[entry]]\npattern = "{pattern}"\nstatus = "{status}"\n'
-                    f'category = "backend-bug"\nreason = "known"\n')
+    path.write_text(
+        f'[[entry]]\npattern = "{pattern}"\nstatus = "{status}"\n'
+        f'category = "backend-bug"\nreason = "known"\n'
+    )
     return str(path)
 
 
 def test_unexpected_pass_fails_and_names_the_entry(run_suite, tmp_path):
     manifest = _manifest(tmp_path, "abs-float32-contiguous-*")
-    run = run_suite("--ops", "abs", "--dtypes", "float32", "--layouts", "contiguous",
-                    "--expectations", manifest)
+    run = run_suite(
+        "--ops", "abs", "--dtypes", "float32", "--layouts", "contiguous", "--expectations", manifest
+    )
     assert run.returncode == 1
     assert "remove this entry ('abs-float32-contiguous-*')" in run.output
     assert {r["status"] for r in run.results} == {"xpassed"}
@@ -38,9 +58,19 @@ def test_unexpected_pass_fails_and_names_the_entry(run_suite, tmp_path):
 
 def test_expected_failure_is_xfailed(run_suite, tmp_path):
     manifest = _manifest(tmp_path, "mul.Tensor-float32-contiguous-native")
-    run = run_suite("--ops", "mul.Tensor", "--dtypes", "float32", "--layouts", "contiguous",
-                    "--paths", "native", "--expectations", manifest,
-                    env={"ECHO_NPU_FAULTS": "leak"})
+    run = run_suite(
+        "--ops",
+        "mul.Tensor",
+        "--dtypes",
+        "float32",
+        "--layouts",
+        "contiguous",
+        "--paths",
+        "native",
+        "--expectations",
+        manifest,
+        env={"ECHO_NPU_FAULTS": "leak"},
+    )
     assert run.returncode == 0, run.output
     assert run.case("mul.Tensor-float32-contiguous-native")["status"] == "xfailed"
 
@@ -52,8 +82,16 @@ def test_skip_entries_and_stale_entries(run_suite, tmp_path):
         'reason = "r"\n\n[[entry]]\npattern = "nothing-matches-this"\nstatus = "xfail"\n'
         'category = "flaky"\nreason = "r"\n'
     )
-    run = run_suite("--ops", "abs", "--dtypes", "float32", "--layouts", "contiguous",
-                    "--expectations", str(path))
+    run = run_suite(
+        "--ops",
+        "abs",
+        "--dtypes",
+        "float32",
+        "--layouts",
+        "contiguous",
+        "--expectations",
+        str(path),
+    )
     assert run.returncode == 0, run.output
     assert run.case("abs-float32-contiguous-native")["status"] == "skipped"
     assert run.case("abs-float32-contiguous-fallback")["status"] == "passed"
@@ -61,8 +99,15 @@ def test_skip_entries_and_stale_entries(run_suite, tmp_path):
 
 
 def test_a_backend_that_keeps_the_privateuseone_name(run_suite, tmp_path):
-    run = run_suite("--ops", "masked_fill_.Scalar", "--dtypes", "float32", "--layouts",
-                    "contiguous,transposed", env={"ECHO_NPU_DEVICE_NAME": "privateuseone"})
+    run = run_suite(
+        "--ops",
+        "masked_fill_.Scalar",
+        "--dtypes",
+        "float32",
+        "--layouts",
+        "contiguous,transposed",
+        env={"ECHO_NPU_DEVICE_NAME": "privateuseone"},
+    )
     assert run.returncode == 0, run.output
     assert len(run.results) == 4 and {r["status"] for r in run.results} == {"passed"}
     info = json.loads(next(tmp_path.glob("results-*/run.json")).read_text())
@@ -70,8 +115,16 @@ def test_a_backend_that_keeps_the_privateuseone_name(run_suite, tmp_path):
 
 
 def test_ops_reached_only_through_the_fallback(run_suite):
-    run = run_suite("--ops", "abs", "--fallback-ops", "nonzero", "--dtypes", "float32",
-                    "--layouts", "contiguous,transposed")
+    run = run_suite(
+        "--ops",
+        "abs",
+        "--fallback-ops",
+        "nonzero",
+        "--dtypes",
+        "float32",
+        "--layouts",
+        "contiguous,transposed",
+    )
     assert run.returncode == 0, run.output
     assert run.case("nonzero-float32-transposed-fallback")["status"] == "passed"
     assert not [r for r in run.results if r["op"] == "nonzero" and r["path"] == "native"]

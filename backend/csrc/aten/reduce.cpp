@@ -70,6 +70,16 @@ Tensor amax(const Tensor& self, at::IntArrayRef dim, bool keepdim) {
   OpScope s("amax");
   if (routed("amax") || !native_ok({self})) return fallback<at::_ops::amax>(self, dim, keepdim);
   auto dev = device_of({self});
+  if (self.numel() == 0) {  // CPU raises IndexError here; the meta kernel a RuntimeError
+    TORCH_CHECK(!dim.empty() || self.dim() == 0,
+                "amax(): Expected reduction dim to be specified for input.numel() == 0. Specify "
+                "the reduction dim with the 'dim' argument.");
+    for (int64_t d : dim) {
+      const int64_t w = c10::maybe_wrap_dim(d, self.dim());
+      TORCH_CHECK_INDEX(self.dim() == 0 || self.size(w) != 0, "amax(): Expected reduction dim ",
+                        w, " to have non-zero size.");
+    }
+  }
   Tensor meta = at::_ops::amax::call(to_meta(self), dim, keepdim);
   return reduce_impl(k::RedOp::Amax, self, dim, self.scalar_type(), meta, dev);
 }

@@ -58,6 +58,9 @@ Tensor cat(const at::ITensorListRef& tensors, int64_t dim) {
       break;
     }
   TORCH_CHECK(dev.has_value(), "echo_npu: cat without npu tensors");
+  for (size_t i = 0; i < ins.size(); ++i)  // CPU's check; the meta kernel reports it differently
+    TORCH_CHECK(ins[i].dim() > 0, "zero-dimensional tensor (at position ", i,
+                ") cannot be concatenated");
   std::vector<Tensor> metas;
   for (const auto& t : ins) {
     TORCH_CHECK(t.device() == *dev, "Expected all tensors to be on the same device, but found at least two devices, ",
@@ -92,6 +95,10 @@ Tensor index_select(const Tensor& self, int64_t dim, const Tensor& index) {
   if (routed("index_select") || !native_ok({self, index}))
     return fallback<at::_ops::index_select>(self, dim, index);
   auto dev = device_of({self, index});
+  // CPU's check for a 0-dim self (the meta kernel does not make it)
+  TORCH_CHECK(self.dim() > 0 || index.numel() == 1,
+              "index_select(): Index to scalar can have only 1 value, got ", index.numel(),
+              " value(s)");
   Tensor meta = at::_ops::index_select::call(to_meta(self), dim, to_meta(index));
   const int64_t w = c10::maybe_wrap_dim(dim, self.dim());
   Tensor x = self.dim() == 0 ? self.reshape({1}) : self;

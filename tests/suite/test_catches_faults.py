@@ -1,0 +1,113 @@
+"""The suite catches each fault injected into echo_npu, in the case that names the faulty op
+and layout, with the right check, and passes the same cases without the fault."""
+
+import pytest
+
+FAULTS = {
+    # fault: (pytest args, env, case that must fail, check, text in the message)
+    "masked_fill_overflow": (
+        [
+            "--ops",
+            "masked_fill_.Scalar",
+            "--dtypes",
+            "float32",
+            "--layouts",
+            "contiguous,transposed",
+        ],
+        {"ECHO_NPU_ALLOCATOR": "guard"},
+        "masked_fill_.Scalar-float32-transposed-native",
+        "memory",
+        "after masked_fill_.Scalar: red zone after the block corrupted",
+    ),
+    "copy_ignores_offset": (
+        ["--ops", "_copy_from", "--dtypes", "float32", "--layouts", "contiguous,offset"],
+        {},
+        "_copy_from-float32-offset-native",
+        "values",
+        "elements differ",
+    ),
+    "inplace_returns_new": (
+        ["--ops", "add_.Tensor", "--dtypes", "float32", "--layouts", "contiguous"],
+        {},
+        "add_.Tensor-float32-contiguous-native",
+        "values",
+        "elements differ",
+    ),
+    "leak": (
+        ["--ops", "mul.Tensor,mul.out", "--dtypes", "float32", "--layouts", "contiguous"],
+        {},
+        "mul.Tensor-float32-contiguous-native",
+        "leak",
+        "allocated during mul.Tensor still alive",
+    ),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_fault_fails_the_right_case(run_suite, fault):
+    args, env, case, check, text = FAULTS[fault]
+    clean = run_suite(*args, env=env)
+    assert clean.returncode == 0, clean.output
+    assert clean.case(case)["status"] == "passed"
+
+    run = run_suite(*args, env={**env, "ECHO_NPU_FAULTS": fault})
+    assert run.returncode == 1
+    row = run.case(case)
+    assert row["status"] == "failed" and row["check"] == check, row
+    assert text in row["message"]
+    assert f"ECHO_NPU_FAULTS={fault}" in row["repro"] and case in row["repro"]
+    # contiguous inputs do not trigger the layout-dependent faults
+    failed_layouts = {r["layout"] for r in run.failed()}
+    if fault in ("masked_fill_overflow", "copy_ignores_offset"):
+        assert failed_layouts == {case.split("-")[2]}, failed_layouts
+    # only the faulty path fails: the fallback path does not use the broken kernel
+    assert {r["path"] for r in run.failed()} == {"native"}
+
+
+def test_leak_blames_only_the_leaking_op(run_suite):
+    args, env, _, _, _ = FAULTS["leak"]
+    run = run_suite(*args, env={"ECHO_NPU_FAULTS": "leak"})
+    assert {r["op"] + "." + r["overload"] for r in run.failed()} == {"mul.Tensor"}
+    assert run.case("mul.out-float32-contiguous-native")["status"] == "passed"
+
+
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["in-process", "xdist"])
+def test_segfault_marks_one_case_crashed_and_the_run_goes_on(run_suite, xdist):
+    args = [
+        "--ops",
+        "sum.dim_IntList,abs",
+        "--dtypes",
+        "float32",
+        "--layouts",
+        "contiguous,zero_size,transposed",
+        *xdist,
+    ]
+    run = run_suite(*args, env={"ECHO_NPU_FAULTS": "segfault_empty"})
+    crashed = [r for r in run.results if r["status"] == "crashed"]
+    assert [r["id"] for r in crashed] == [
+        "test_matches_cpu[sum.dim_IntList-float32-zero_size-native]"
+    ]
+    assert "SIGSEGV" in crashed[0]["message"] or "crashed" in crashed[0]["message"]
+    assert len(run.results) == 12  # every other case ran
+    assert {r["status"] for r in run.results if r not in crashed} == {"passed"}
+
+
+def test_repro_command_reproduces_the_failure_alone(run_suite):
+    import shlex
+    import subprocess
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+
+    args, env, case, _, text = FAULTS["masked_fill_overflow"]
+    run = run_suite(*args, env={**env, "ECHO_NPU_FAULTS": "masked_fill_overflow"})
+    repro = run.case(case)["repro"]
+    proc = subprocess.run(
+        ["bash", "-c", repro.replace("pytest ", "python -m pytest ", 1)],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1 and "1 failed" in proc.stdout, (shlex.split(repro), proc.stdout)
+    assert text in proc.stdout
