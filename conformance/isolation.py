@@ -114,22 +114,58 @@ def describe_status(status: int) -> str:
     return f"exited with code {os.WEXITSTATUS(status)}"
 
 
-def _tail(path: str) -> str:
+SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
+GLIBC_MARKERS = (
+    "free(): ",
+    "malloc(): ",
+    "double free",
+    "corrupted ",
+    "realloc(): ",
+    "munmap_chunk(): ",
+    "malloc_consolidate(): ",
+)
+
+
+def diagnose(text: str) -> tuple[str | None, str]:
+    """(headline, detail) from a crashed child's output: the sanitizer or glibc message if any,
+    the sanitizer report (or the output's tail) as detail."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if any(m in line for m in SANITIZER_MARKERS):
+            end = next(
+                (j for j in range(i, len(lines)) if lines[j].startswith("SUMMARY:")),
+                min(len(lines) - 1, i + 60),
+            )
+            headline = _clean(line.split("ERROR: ", 1)[-1])
+            return headline, "\n".join(lines[i : end + 1])
+    for line in lines:
+        if any(line.startswith(m) or m in line[:40] for m in GLIBC_MARKERS):
+            return _clean(line), "\n".join(lines[-CRASH_TAIL_LINES:])
+    return None, "\n".join(lines[-CRASH_TAIL_LINES:])
+
+
+def _clean(line: str) -> str:
+    """glibc prints no newline before faulthandler's 'Fatal Python error'."""
+    return line.split("Fatal Python error")[0].strip()
+
+
+def _read(path: str) -> str:
     try:
         with open(path, errors="replace") as f:
-            lines = f.read().splitlines()
+            return f.read()
     except OSError:
         return ""
-    return "\n".join(lines[-CRASH_TAIL_LINES:])
 
 
 def _report_crash(item: pytest.Item, status: int, log_path: str, started: bool) -> None:
     if not started:
         item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     how = describe_status(status)
-    tail = _tail(log_path)
+    headline, detail = diagnose(_read(log_path))
     message = f"[crash] the process {how} while running this case"
-    longrepr = message + ("\n--- last output ---\n" + tail if tail else "")
+    if headline:
+        message += f": {headline}"
+    longrepr = message + ("\n--- output ---\n" + detail if detail else "")
     record = {"status": "crashed", "check": "crash", "message": longrepr}
     report = pytest.TestReport(
         nodeid=item.nodeid,

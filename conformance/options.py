@@ -79,6 +79,13 @@ OPTIONS = [
         "runs the cases (xdist restarts crashed workers itself)",
     ),
     (
+        "--repro-dir",
+        "CONFORMANCE_REPRO_DIR",
+        None,
+        "write a standalone script plus the exact inputs (<case>.py, <case>.pt) for every "
+        "failing case into this directory",
+    ),
+    (
         "--results",
         "CONFORMANCE_RESULTS",
         "results",
@@ -121,6 +128,7 @@ class Options:
     expectations: list[str] | None  # None: defaults; []: none
     results: str | None
     isolate: str
+    repro_dir: str | None
 
 
 def _value(config: pytest.Config, flag: str, env: str, default: str | None) -> str | None:
@@ -176,5 +184,6 @@ def read_options(config: pytest.Config) -> Options:
         paths=parse_paths(v["--paths"]),
         expectations=None if exp is None else ([] if exp == "none" else exp.split(",")),
         results=None if results in (None, "", "none") else results,
+        repro_dir=v["--repro-dir"],
         isolate=_choice("--isolate", v["--isolate"], ("auto", "fork", "none")),
     )

@@ -26,6 +26,7 @@ class CaseOutcome:
     stats: ErrorStats = field(default_factory=ErrorStats)
     failure: Mismatch | None = None
     failed_sample: str | None = None
+    failed_call: PlacedCall | None = None  # for standalone repro scripts
     skip_reason: str | None = None
 
 
@@ -91,6 +92,7 @@ def run_case(
         if failure is not None:
             outcome.failure = failure
             outcome.failed_sample = placed.signature()
+            outcome.failed_call = placed
             break
         outcome.samples += 1
     if outcome.failure is None:

@@ -148,6 +148,10 @@ class Suite:
             pytest.skip(outcome.skip_reason)
         if outcome.failure is not None:
             message = self.failure_message(case, outcome, nodeid)
+            if self.options.repro_dir and outcome.failed_call is not None:
+                script = self._write_repro(case, outcome, route)
+                message += f"\n  repro script: python {script}"
+                record["message"] = message
             if expected is not None and expected.status == "xfail":
                 pytest.xfail(f"{expected.describe()} -- {message.splitlines()[0]}")
             pytest.fail(message, pytrace=False)
@@ -159,14 +163,31 @@ class Suite:
                 pytrace=False,
             )
 
+    def _write_repro(self, case: Case, outcome: CaseOutcome, routed: bool) -> str:
+        from conformance.repro import write_repro
+
+        failure = outcome.failure
+        return write_repro(
+            self.options.repro_dir,
+            case.id,
+            outcome.failed_call,
+            backend=self.options.backend,
+            headline=f"[{failure.check}] {failure.message}",
+            routed=routed,
+            env_prefix=self._env_prefix(backend_only=True),
+        )
+
+    def _env_prefix(self, backend_only: bool = False) -> str:
+        """The environment a repro needs: the backend's variables (and the suite's)."""
+        prefixes = (self.options.backend.upper() + "_",)
+        if not backend_only:
+            prefixes += ("CONFORMANCE_",)
+        skip = ("CONFORMANCE_RESULTS", "CONFORMANCE_REPRO_DIR")
+        env = {k: v for k, v in os.environ.items() if k.startswith(prefixes) and k not in skip}
+        return " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
+
     def repro(self, nodeid: str) -> str:
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if k.startswith(("CONFORMANCE_", self.options.backend.upper() + "_"))
-            and k not in ("CONFORMANCE_RESULTS",)
-        }
-        prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
+        prefix = self._env_prefix()
         backend = "" if self.options.backend == "echo_npu" else f" --backend {self.options.backend}"
         cmd = f"pytest {shlex.quote(nodeid)}{backend} --results none"
         return f"{prefix} {cmd}".strip()

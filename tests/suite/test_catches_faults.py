@@ -111,3 +111,75 @@ def test_repro_command_reproduces_the_failure_alone(run_suite):
     )
     assert proc.returncode == 1 and "1 failed" in proc.stdout, (shlex.split(repro), proc.stdout)
     assert text in proc.stdout
+
+
+def test_repro_script_reproduces_with_saved_inputs(run_suite, tmp_path):
+    import subprocess
+    import sys
+
+    args, env, case, _, _ = FAULTS["masked_fill_overflow"]
+    repros = tmp_path / "repros"
+    faulty = {**env, "ECHO_NPU_FAULTS": "masked_fill_overflow"}
+    run = run_suite(*args, "--repro-dir", str(repros), env=faulty)
+    assert run.returncode == 1
+    script = repros / f"{case}.py"
+    assert script.exists() and (repros / f"{case}.pt").exists()
+    assert f"repro script: python {script}" in run.case(case)["message"]
+
+    def replay(extra_env):
+        clean = {k: v for k, v in __import__("os").environ.items() if not k.startswith("ECHO_")}
+        return subprocess.run(
+            [sys.executable, str(script)],
+            env={**clean, **extra_env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    broken = replay(faulty)
+    assert broken.returncode == 1 and "device memory corrupted" in broken.stdout
+    fixed = replay(env)  # same inputs, no fault: the device agrees with CPU
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+
+
+def test_results_survive_sigkill_of_the_whole_run(tmp_path):
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    results = tmp_path / "results"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "conformance",
+            "-q",
+            "--results",
+            str(results),
+            "--ops",
+            "add.Tensor,mul.Tensor,sub.Tensor,div.Tensor",
+            "-p",
+            "no:randomly",
+        ],
+        cwd=repo,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    lines: list[str] = []
+    deadline = time.time() + 120
+    while time.time() < deadline and len(lines) < 20:
+        time.sleep(0.5)
+        files = list(results.glob("cases-*.jsonl"))
+        lines = [ln for f in files for ln in f.read_text().splitlines()]
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    after = [ln for f in results.glob("cases-*.jsonl") for ln in f.read_text().splitlines()]
+    assert len(after) >= 20
+    assert all(json.loads(ln)["status"] for ln in after)  # every line is whole JSON

@@ -64,6 +64,13 @@ Tensor binary_compute(k::BinOp op, const Tensor& a, const Tensor& b, const Scala
   return r;
 }
 
+// CPU's TensorIterator refuses to write a result into a tensor of a type it cannot be cast to
+// (div_ of ints gives Float). Some torch versions' meta kernels (2.8) skip this check.
+void check_can_cast(at::ScalarType result, const Tensor& out) {
+  TORCH_CHECK(at::canCast(result, out.scalar_type()), "result type ", result,
+              " can't be cast to the desired output type ", out.scalar_type());
+}
+
 void check_inplace(const Tensor& out, std::initializer_list<Tensor> inputs) {
   at::assert_no_internal_overlap(out);
   for (const auto& t : inputs)
@@ -87,6 +94,7 @@ void check_inplace(const Tensor& out, std::initializer_list<Tensor> inputs) {
     auto dev = device_of({self, other});                                                       \
     Tensor ms = to_meta(self);                                                                 \
     at::_ops::NAME##__Tensor::call(ms, to_meta(other), alpha);                                 \
+    check_can_cast(at::_ops::NAME##_Tensor::call(ms, to_meta(other), alpha).scalar_type(), self); \
     check_inplace(self, {other});                                                              \
     Tensor r = binary_compute(KOP, self, other, alpha, self.sizes(), dev);                     \
     if (KOP == k::BinOp::Add && fault(Fault::InplaceReturnsNew)) {                             \
@@ -104,6 +112,8 @@ void check_inplace(const Tensor& out, std::initializer_list<Tensor> inputs) {
     auto dev = device_of({self, other, out});                                                  \
     Tensor mo = to_meta(out);                                                                  \
     at::_ops::NAME##_out::call(to_meta(self), to_meta(other), alpha, mo);                      \
+    check_can_cast(                                                                            \
+        at::_ops::NAME##_Tensor::call(to_meta(self), to_meta(other), alpha).scalar_type(), out); \
     resize_out_like(out, mo);                                                                  \
     check_inplace(out, {self, other});                                                         \
     copy_any(out, binary_compute(KOP, self, other, alpha, mo.sizes(), dev));                   \
@@ -132,7 +142,8 @@ ENPU_BINARY(sub, "sub", k::BinOp::Sub)
       return fallback<at::_ops::NAME##__Tensor>(self, other);                                  \
     auto dev = device_of({self, other});                                                       \
     Tensor ms = to_meta(self);                                                                 \
-    at::_ops::NAME##__Tensor::call(ms, to_meta(other));                             \
+    at::_ops::NAME##__Tensor::call(ms, to_meta(other));                                        \
+    check_can_cast(at::_ops::NAME##_Tensor::call(ms, to_meta(other)).scalar_type(), self);     \
     check_inplace(self, {other});                                                              \
     copy_any(self, binary_compute(KOP, self, other, 1, self.sizes(), dev));                    \
     return self;                                                                               \
@@ -144,6 +155,7 @@ ENPU_BINARY(sub, "sub", k::BinOp::Sub)
     auto dev = device_of({self, other, out});                                                  \
     Tensor mo = to_meta(out);                                                                  \
     at::_ops::NAME##_out::call(to_meta(self), to_meta(other), mo);                             \
+    check_can_cast(at::_ops::NAME##_Tensor::call(to_meta(self), to_meta(other)).scalar_type(), out); \
     resize_out_like(out, mo);                                                                  \
     check_inplace(out, {self, other});                                                         \
     copy_any(out, binary_compute(KOP, self, other, 1, mo.sizes(), dev));                       \

@@ -1,0 +1,152 @@
+"""Standalone repro scripts: the failing sample's exact inputs saved next to a script that
+rebuilds them (same memory layout) on CPU and the device, runs the overload and compares.
+
+    pytest conformance --repro-dir repros/   # writes repros/<case id>.py and .pt per failure
+    python repros/<case id>.py               # needs torch and the backend, not this suite
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import torch
+
+from conformance.placing import Leaf, PlacedCall
+
+SCRIPT = '''"""Repro of conformance case {case_id}: {headline}
+
+Sample: {signature}
+Run alone: {env}python {script_name}
+Exits 1 if the device disagrees with CPU (or crashes), 0 if it agrees.
+"""
+
+import os
+import sys
+
+import torch
+import {backend}  # noqa: F401  (registers the device)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+saved = torch.load(os.path.join(HERE, "{data_name}"), weights_only=False)
+op = torch.ops.aten.{packet}.{overload_attr}
+device = torch._C._get_privateuse1_backend_name()
+torch.set_printoptions(threshold=64, edgeitems=2)
+
+
+def build(where):
+    """Arguments with every tensor placed exactly as in the failing case."""
+    bases = []
+
+    def value(x):
+        if isinstance(x, tuple) and len(x) == 2 and x[0] == "__tensor__":
+            p = saved["tensors"][x[1]]
+            base = p["base"].to("cpu" if p["on_cpu"] or where == "cpu" else where)
+            bases.append(base)
+            return base.as_strided(p["size"], p["stride"], p["offset"])
+        if isinstance(x, torch.device):
+            return torch.device(where)
+        if isinstance(x, list):
+            return [value(v) for v in x]
+        return x
+
+    args = [value(a) for a in saved["args"]]
+    kwargs = {{k: value(v) for k, v in saved["kwargs"].items()}}
+    return args, kwargs, bases
+
+
+def run(where):
+    args, kwargs, bases = build(where)
+    try:
+        return op(*args, **kwargs), bases, None
+    except Exception as exc:
+        return None, bases, exc
+
+
+expected, cpu_bases, cpu_exc = run("cpu")
+if {routed!r}:
+    {backend}.set_fallback_routes([{overload!r}])
+actual, dev_bases, dev_exc = run(device)
+print("cpu   :", repr(cpu_exc) if cpu_exc else expected)
+print("device:", repr(dev_exc) if dev_exc else actual)
+if cpu_exc or dev_exc:
+    sys.exit(0 if cpu_exc and dev_exc and isinstance(dev_exc, type(cpu_exc)) else 1)
+ok = True
+for i, (d, c) in enumerate(zip(dev_bases, cpu_bases)):
+    try:
+        torch.testing.assert_close(d.cpu(), c, equal_nan=True)
+    except AssertionError as exc:
+        ok = False
+        print(f"argument buffer {{i}} differs after the call:", str(exc).splitlines()[0])
+try:
+    torch.testing.assert_close(actual, expected, equal_nan=True, check_device=False)
+except (AssertionError, TypeError) as exc:
+    ok = False
+    print("output differs:", str(exc).splitlines()[0])
+check = getattr({backend}, "check_memory", None)
+if check is not None and check():
+    ok = False
+    print("device memory corrupted:", check())
+sys.exit(0 if ok else 1)
+'''
+
+
+def safe_name(case_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", case_id)
+
+
+def write_repro(
+    directory: str,
+    case_id: str,
+    placed: PlacedCall,
+    *,
+    backend: str,
+    headline: str,
+    routed: bool,
+    env_prefix: str,
+) -> str:
+    """Write <dir>/<case>.pt and <dir>/<case>.py; return the script's path."""
+    os.makedirs(directory, exist_ok=True)
+    name = safe_name(case_id)
+    tensors = []
+
+    def marker(leaf: Leaf) -> tuple[str, int]:
+        p = leaf.placement
+        tensors.append(
+            {
+                "base": p.base,
+                "size": list(p.size),
+                "stride": list(p.stride),
+                "offset": p.offset,
+                "on_cpu": leaf.on_cpu,
+            }
+        )
+        return ("__tensor__", len(tensors) - 1)
+
+    from torch.utils._pytree import tree_unflatten
+
+    values = [marker(x) if isinstance(x, Leaf) else x for x in placed.leaves]
+    args, kwargs = tree_unflatten(values, placed.spec)
+    torch.save(
+        {"args": list(args), "kwargs": dict(kwargs), "tensors": tensors},
+        os.path.join(directory, name + ".pt"),
+    )
+    overload = placed.call.overload
+    packet, _, attr = overload.partition(".")
+    script = SCRIPT.format(
+        case_id=case_id,
+        headline=headline.replace('"""', "'''"),
+        signature=placed.signature(),
+        env=env_prefix + " " if env_prefix else "",
+        script_name=name + ".py",
+        backend=backend,
+        data_name=name + ".pt",
+        packet=packet,
+        overload_attr=attr or "default",
+        routed=routed,
+        overload=overload,
+    )
+    path = os.path.join(directory, name + ".py")
+    with open(path, "w") as f:
+        f.write(script)
+    return path

@@ -1,0 +1,59 @@
+"""Crash diagnosis from a child's output, and the launcher's environments."""
+
+import pytest
+
+from conformance import launch
+from conformance.isolation import describe_status, diagnose
+
+ASAN = """noise
+=================================================================
+==123==ERROR: AddressSanitizer: heap-buffer-overflow on address 0x602 at pc 0x7f bp 0x7f
+WRITE of size 4 at 0x602 thread T0
+    #0 0x7f in masked_fill_kernel kernels.cpp:42
+    #1 0x7f in enpu::masked_fill_ elementwise.cpp:120
+SUMMARY: AddressSanitizer: heap-buffer-overflow kernels.cpp:42 in masked_fill_kernel
+==123==ABORTING
+"""
+
+
+def test_asan_report_becomes_headline_and_detail():
+    headline, detail = diagnose(ASAN)
+    assert headline.startswith("AddressSanitizer: heap-buffer-overflow on address 0x602")
+    assert detail.splitlines()[0].endswith(headline) and "#1 0x7f in enpu::masked_fill_" in detail
+    assert detail.splitlines()[-1].startswith("SUMMARY:")
+
+
+def test_glibc_message_without_newline_before_faulthandler():
+    headline, _ = diagnose("x\nfree(): invalid pointerFatal Python error: Aborted\n\nStack")
+    assert headline == "free(): invalid pointer"
+
+
+def test_plain_crash_has_no_headline_but_a_tail():
+    headline, detail = diagnose("\n".join(f"line {i}" for i in range(100)))
+    assert headline is None and detail.splitlines()[-1] == "line 99"
+    assert len(detail.splitlines()) == 40
+
+
+def test_describe_status():
+    assert describe_status(11) == "killed by SIGSEGV"
+    assert describe_status(1 << 8) == "exited with code 1"
+
+
+def test_launch_environments(monkeypatch):
+    monkeypatch.setattr(launch, "asan_runtime", lambda: "/x/libasan.so")
+    monkeypatch.setattr(launch, "malloc_debug_library", lambda: "/y/libc_malloc_debug.so.0")
+    env = launch.environment(True, True, {"LD_PRELOAD": "/z/other.so", "ASAN_OPTIONS": "a=1"})
+    assert env["LD_PRELOAD"] == "/x/libasan.so:/z/other.so:/y/libc_malloc_debug.so.0"
+    assert env["ASAN_OPTIONS"] == "a=1:detect_leaks=0"
+    assert env["MALLOC_CHECK_"] == "3"
+
+
+def test_launch_finds_the_real_libraries_here():
+    assert launch.asan_runtime().endswith(".so") or "libasan" in launch.asan_runtime()
+    assert launch.malloc_debug_library().endswith("libc_malloc_debug.so.0")
+
+
+def test_launch_without_command_is_a_usage_error():
+    with pytest.raises(SystemExit) as info:
+        launch.main([])
+    assert info.value.code == 2
