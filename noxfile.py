@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,6 +19,8 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
+from conformance.launch import LaunchError  # noqa: E402
+from conformance.launch import environment as asan_environment  # noqa: E402
 from conformance.matrix import Cell, Matrix, MatrixError, load_matrix  # noqa: E402
 
 try:
@@ -98,19 +99,6 @@ def _install_torch_and_build(session: nox.Session, cell: Cell) -> None:
     )
 
 
-def _asan_runtime(session: nox.Session) -> str:
-    """Path of gcc's libasan.so, preloaded so ASan's runtime comes first in a stock Python."""
-    try:
-        out = subprocess.run(
-            ["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        out = ""
-    if not out or not os.path.isabs(out) or not os.path.exists(out):
-        session.error("ASan cell: gcc's libasan.so not found (install gcc with libasan)")
-    return out
-
-
 def _run_cell(session: nox.Session, cell: Cell, pytest_args: list[str]) -> None:
     """Build the backend for ``cell`` and run the conformance suite into results/<session>/."""
     _install_torch_and_build(session, cell)
@@ -119,8 +107,11 @@ def _run_cell(session: nox.Session, cell: Cell, pytest_args: list[str]) -> None:
     out.mkdir(parents=True)
     env = {"CONFORMANCE_BACKEND": os.environ.get("CONFORMANCE_BACKEND", "echo_npu")}
     env.update(cell.run_env())
-    if cell.asan:
-        env["LD_PRELOAD"] = _asan_runtime(session)
+    if cell.asan:  # preloads as `python -m conformance.launch --asan` does
+        try:
+            env.update(asan_environment(asan=True, malloc_check=False, base={}))
+        except LaunchError as exc:
+            session.error(str(exc))
     # `python -m pytest` from the root: `conformance` (pure Python) comes from this checkout, the
     # compiled echo_npu from the venv (backend/ is not on sys.path).
     session.chdir(ROOT)

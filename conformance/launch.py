@@ -29,16 +29,22 @@ class LaunchError(Exception):
     """A missing runtime library: one line naming the fix."""
 
 
-def asan_runtime() -> str:
+def _gcc_library(name: str) -> str:
     try:
         path = subprocess.run(
-            ["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True, check=True
+            ["gcc", f"-print-file-name={name}"], capture_output=True, text=True, check=True
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         path = ""
     if not path or not os.path.isabs(path) or not os.path.exists(path):
-        raise LaunchError("--asan: gcc's libasan.so not found; install gcc (libasan) first")
+        raise LaunchError(f"--asan: gcc's {name} not found; install gcc (with libasan) first")
     return os.path.realpath(path)
+
+
+def asan_runtime() -> list[str]:
+    """The ASan runtime, then libstdc++: a stock python does not link libstdc++, and without it
+    preloaded ASan's __cxa_throw interceptor aborts at the first C++ exception."""
+    return [_gcc_library("libasan.so"), _gcc_library("libstdc++.so.6")]
 
 
 def malloc_debug_library() -> str:
@@ -54,7 +60,7 @@ def environment(asan: bool, malloc_check: bool, base: dict[str, str]) -> dict[st
     env = dict(base)
     preload = [p for p in env.get("LD_PRELOAD", "").split(":") if p]
     if asan:
-        preload.insert(0, asan_runtime())  # the ASan runtime must come first
+        preload = asan_runtime() + preload  # the ASan runtime must come first
         options = env.get("ASAN_OPTIONS", "")
         if "detect_leaks" not in options:
             options = ":".join(x for x in (options, "detect_leaks=0") if x)

@@ -92,15 +92,16 @@ def test_segfault_marks_one_case_crashed_and_the_run_goes_on(run_suite, xdist):
     assert {r["status"] for r in run.results if r not in crashed} == {"passed"}
 
 
-def test_repro_command_reproduces_the_failure_alone(run_suite):
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_repro_command_reproduces_the_failure_alone(run_suite, fault):
     import shlex
     import subprocess
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[2]
 
-    args, env, case, _, text = FAULTS["masked_fill_overflow"]
-    run = run_suite(*args, env={**env, "ECHO_NPU_FAULTS": "masked_fill_overflow"})
+    args, env, case, _, text = FAULTS[fault]
+    run = run_suite(*args, env={**env, "ECHO_NPU_FAULTS": fault})
     repro = run.case(case)["repro"]
     proc = subprocess.run(
         ["bash", "-c", repro.replace("pytest ", "python -m pytest ", 1)],
