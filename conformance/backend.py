@@ -12,8 +12,7 @@ from typing import Any
 import torch
 
 from conformance.errors import ConformanceUsageError
-
-DEFAULT_BACKEND = "echo_npu"
+from conformance.options import DEFAULT_BACKEND  # noqa: E402
 
 
 @dataclass

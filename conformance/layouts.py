@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from conformance.errors import ConformanceUsageError
+from conformance.layout_names import LAYOUT_HELP, parse_layouts  # noqa: F401 (re-exported)
 
 GAP_VALUE = 7  # fills the padding around views, so writes into the gaps are visible
 
@@ -146,27 +146,5 @@ SHAPE_CHANGING = {"zero_size", "zero_dim"}
 # Layouts never applied to tensors the op writes (in-place self, out=): stride 0 is read-only.
 READ_ONLY = {"expanded"}
 
-LAYOUT_HELP = {
-    "contiguous": "plain row-major",
-    "noncontiguous": "last dim doubled, view [..., 1::2] (as OpInfo's make_tensor)",
-    "transposed": "last two dims swapped in memory",
-    "sliced": "dim 0 sliced with step 2",
-    "offset": "non-zero storage_offset",
-    "expanded": "stride 0 in one dim (read-only inputs only)",
-    "channels_last": "NHWC / NDHWC memory format (4-D and 5-D inputs)",
-    "zero_size": "dim 0 of the largest inputs narrowed to 0",
-    "zero_dim": "each input reduced to a 0-dim tensor",
-}
-
-
-def parse_layouts(text: str | None) -> list[str]:
-    """Comma-separated layout names (None or 'all': every layout)."""
-    if not text or text == "all":
-        return list(LAYOUTS)
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in LAYOUTS]
-    if unknown:
-        raise ConformanceUsageError(
-            f"unknown layout(s) {', '.join(unknown)}; valid: {', '.join(LAYOUTS)}"
-        )
-    return names
+# Every layout has a name and a help line (layout_names.py, importable without torch).
+assert set(LAYOUTS) == set(LAYOUT_HELP), set(LAYOUTS) ^ set(LAYOUT_HELP)

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pytest
-import torch
 
-from conformance.backend import DEFAULT_BACKEND
+if TYPE_CHECKING:
+    import torch
+
 from conformance.errors import ConformanceUsageError
-from conformance.layouts import LAYOUT_HELP, parse_layouts
+from conformance.layout_names import LAYOUT_HELP, parse_layouts
 
+DEFAULT_BACKEND = "echo_npu"
 DEFAULT_DTYPES = "float32,float64,float16,bfloat16,int32,int64,bool"
 PATHS = ("native", "fallback")
 
@@ -139,6 +142,8 @@ def _value(config: pytest.Config, flag: str, env: str, default: str | None) -> s
 
 
 def parse_dtypes(text: str) -> list[torch.dtype]:
+    import torch
+
     names = ALL_DTYPES if text == "all" else [n.strip() for n in text.split(",") if n.strip()]
     out = []
     for name in names:

@@ -59,6 +59,7 @@ class Suite:
         self.manifest = self._manifest()
         self.writer = ResultsWriter(options.results, worker) if options.results else None
         self.registered = discovery.registered_overloads()
+        self._calls: dict[tuple[str, torch.dtype], list] = {}
         self.overloads = self.selected_overloads()  # validates --ops early
         self.fallback_only = self.selected_fallback_overloads()
 
@@ -130,6 +131,13 @@ class Suite:
                             out.append(Case(overload, dtype, layout, "fallback"))
         return out
 
+    def calls(self, overload: str, dtype: torch.dtype) -> list:
+        """Samples of (overload, dtype), loaded once per process (cases share them)."""
+        key = (overload, dtype)
+        if key not in self._calls:
+            self._calls[key] = samples.calls_for(overload, dtype, self.cache_dir)
+        return self._calls[key]
+
     def expectation(self, case: Case) -> Entry | None:
         return self.manifest.match(case.id, self.allocator)
 
@@ -137,7 +145,7 @@ class Suite:
     def run(self, case: Case, nodeid: str, record: dict[str, Any]) -> None:
         """Run the case; fill `record` for the results file; raise pytest outcomes."""
         spec = spec_for(case.overload)
-        calls = samples.calls_for(case.overload, case.dtype, self.cache_dir)
+        calls = self.calls(case.overload, case.dtype)
         route = case.path == "fallback" and case.overload in self.registered
         outcome = run_case(
             self.backend, case.overload, spec, calls, case.layout, case.path, route=route
