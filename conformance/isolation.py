@@ -4,6 +4,8 @@ The pytest process forks a child that runs the remaining items and streams their
 through a pipe; the parent logs them (terminal, results, JUnit) as if it had run them. If the
 child dies (SIGSEGV, abort, sanitizer exit), the case it was running is reported as `crashed`
 with the signal and the tail of its output, and a new child continues with the next case.
+After a failed case the child also hands over to a fresh one, so memory it may have
+corrupted is never blamed on a later case.
 Under pytest-xdist this is not needed: xdist replaces a crashed worker and reports the case.
 """
 
@@ -41,6 +43,7 @@ def _run_child(session: pytest.Session, items: list[pytest.Item], start: int) ->
     log.close()
     running: int | None = None
     finished = start
+    restart = False
     with os.fdopen(read_fd) as pipe:
         for line in pipe:
             kind, index, data = json.loads(line)
@@ -53,6 +56,8 @@ def _run_child(session: pytest.Session, items: list[pytest.Item], start: int) ->
                 if isinstance(report.longrepr, list):  # JSON turned pytest's tuple into a list
                     report.longrepr = tuple(report.longrepr)
                 item.ihook.pytest_runtest_logreport(report=report)
+            elif kind == "restart":
+                restart = True
             elif kind == "finish":
                 item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
                 running, finished = None, index + 1
@@ -61,7 +66,8 @@ def _run_child(session: pytest.Session, items: list[pytest.Item], start: int) ->
                     break
     _, status = os.waitpid(pid, 0)
     stopping = session.shouldstop or session.shouldfail
-    if not stopping and finished < len(items):
+    clean_restart = restart and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    if not stopping and not clean_restart and finished < len(items):
         # the child died in a case (or between two: blame the next one)
         crashed = running if running is not None else finished
         _report_crash(items[crashed], status, log.name, started=running is not None)
@@ -93,11 +99,19 @@ def _child(session: pytest.Session, items, start: int, write_fd: int, log_fd: in
             nextitem = items[index + 1] if index + 1 < len(items) else None
             out.write(json.dumps(["start", index, None]) + "\n")
             out.flush()
+            failed = False
             for report in runtestprotocol(item, log=False, nextitem=nextitem):
+                failed = failed or report.failed
                 data = config.hook.pytest_report_to_serializable(config=config, report=report)
                 out.write(json.dumps(["report", index, data]) + "\n")
+            if failed and nextitem is not None:
+                # a failed case may have corrupted this process (heap, device memory): the
+                # next case starts in a fresh child, so damage is never blamed on it
+                out.write(json.dumps(["restart", index, None]) + "\n")
             out.write(json.dumps(["finish", index, None]) + "\n")
             out.flush()
+            if failed:
+                break
     except BaseException:  # noqa: BLE001 - anything here must not run the parent's code
         code = 3
     os._exit(code)

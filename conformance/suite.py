@@ -198,6 +198,14 @@ class Suite:
         prefix = self._env_prefix()
         backend = "" if self.options.backend == "echo_npu" else f" --backend {self.options.backend}"
         cmd = f"pytest {shlex.quote(nodeid)}{backend} --results none"
+        preload = os.environ.get("LD_PRELOAD", "")
+        checkers = [
+            flag
+            for lib, flag in (("libasan", "--asan"), ("malloc_debug", "--malloc-check"))
+            if lib in preload
+        ]
+        if checkers:  # the run was under a preloaded checker: so is the repro
+            cmd = f"python -m conformance.launch {' '.join(checkers)} -- {cmd}"
         return f"{prefix} {cmd}".strip()
 
     def failure_message(self, case: Case, outcome: CaseOutcome, nodeid: str) -> str:

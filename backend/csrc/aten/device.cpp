@@ -6,12 +6,28 @@
 #include <c10/core/Storage.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
+#include <torch/version.h>
 
 #include <cstring>
 #include <mutex>
 #include <vector>
 
 #include "../runtime/runtime.h"
+
+// Hooks that newer torch added to the interfaces we implement: `override` only where they exist.
+#define ENPU_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) ||       \
+   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+#if ENPU_TORCH_AT_LEAST(2, 6)
+#define ENPU_OVERRIDE_SINCE_2_6 override  // synchronizeDevice, getNewGenerator
+#else
+#define ENPU_OVERRIDE_SINCE_2_6
+#endif
+#if ENPU_TORCH_AT_LEAST(2, 7)
+#define ENPU_OVERRIDE_SINCE_2_7 override  // isBuilt, isAvailable
+#else
+#define ENPU_OVERRIDE_SINCE_2_7
+#endif
 
 namespace enpu {
 namespace {
@@ -66,7 +82,7 @@ struct EnpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   bool queryStream(const c10::Stream&) const override { return true; }
   void synchronizeStream(const c10::Stream&) const override {}
-  void synchronizeDevice(const c10::DeviceIndex) const override {}
+  void synchronizeDevice(const c10::DeviceIndex) const ENPU_OVERRIDE_SINCE_2_6 {}
 };
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, EnpuGuardImpl);
@@ -97,8 +113,8 @@ const at::Generator& default_generator(c10::DeviceIndex idx) {
 namespace {
 
 struct EnpuHooks final : public at::PrivateUse1HooksInterface {
-  bool isBuilt() const override { return true; }
-  bool isAvailable() const override { return true; }
+  bool isBuilt() const ENPU_OVERRIDE_SINCE_2_7 { return true; }
+  bool isAvailable() const ENPU_OVERRIDE_SINCE_2_7 { return true; }
   bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
   c10::DeviceIndex deviceCount() const override {
     return static_cast<c10::DeviceIndex>(enpuDeviceCount());
@@ -116,7 +132,7 @@ struct EnpuHooks final : public at::PrivateUse1HooksInterface {
   const at::Generator& getDefaultGenerator(c10::DeviceIndex idx) const override {
     return default_generator(idx);
   }
-  at::Generator getNewGenerator(c10::DeviceIndex idx) const override {
+  at::Generator getNewGenerator(c10::DeviceIndex idx) const ENPU_OVERRIDE_SINCE_2_6 {
     return at::make_generator<EnpuGenerator>(idx < 0 ? getCurrentDevice() : idx);
   }
   at::Device getDeviceFromPtr(void*) const override {
