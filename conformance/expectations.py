@@ -36,7 +36,6 @@ class Entry:
     source: str  # "file:line"
     link: str = ""
     allocator: str = ""
-    matched: int = 0
 
     def describe(self) -> str:
         link = f" ({self.link})" if self.link else ""
@@ -55,9 +54,6 @@ class Manifest:
             if fnmatch.fnmatchcase(case_id, entry.pattern):
                 return entry
         return None
-
-    def unmatched(self) -> list[Entry]:
-        return [e for e in self.entries if e.matched == 0]
 
 
 def _line_of(text: str, pattern: str) -> int:

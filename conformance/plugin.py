@@ -137,7 +137,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         entry = suite.expectation(case)
         marks = []
         if entry is not None:
-            entry.matched += 1
             if entry.status in ("skip", "crash"):
                 marks.append(pytest.mark.skip(reason=f"{entry.status}: {entry.describe()}"))
         marks_for.append(pytest.param(case, id=case.id, marks=marks))
@@ -257,12 +256,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     suite = config.stash.get(SUITE_KEY, None)
     if suite is None or not _is_controller(config):
         return
-    stale = suite.manifest.unmatched()
+    stale = suite.stale_expectations()
     if stale:
         terminalreporter.section("conformance: stale expectations", yellow=True)
         for entry in stale:
             terminalreporter.write_line(
-                f"entry {entry.pattern!r} at {entry.source} matches no collected case; "
+                f"entry {entry.pattern!r} at {entry.source} matches no case of the matrix; "
                 "remove it or fix the pattern"
             )
     info = config.stash.get(RECORD_KEY, None)

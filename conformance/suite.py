@@ -15,6 +15,7 @@ from conformance import discovery, samples
 from conformance.backend import Backend, load_backend
 from conformance.errors import ConformanceUsageError
 from conformance.expectations import Entry, Manifest, default_manifest_paths, load_manifest
+from conformance.layout_names import LAYOUT_HELP
 from conformance.ops import spec_for
 from conformance.options import Options
 from conformance.results import ResultsWriter
@@ -137,6 +138,28 @@ class Suite:
         if key not in self._calls:
             self._calls[key] = samples.calls_for(overload, dtype, self.cache_dir)
         return self._calls[key]
+
+    def stale_expectations(self) -> list[Entry]:
+        """Manifest entries that match no case of the full matrix (only judged when the run
+        was not narrowed by --ops/--dtypes/--layouts/--paths)."""
+        from conformance.options import DEFAULT_DTYPES, PATHS, parse_dtypes
+
+        o = self.options
+        narrowed = (
+            o.ops
+            or o.dtypes != parse_dtypes(DEFAULT_DTYPES)
+            or len(o.layouts) < len(LAYOUT_HELP)
+            or len(o.paths) < len(PATHS)
+        )
+        if narrowed:
+            return []
+        ids = [case.id for case in self.cases()]
+        return [
+            e
+            for e in self.manifest.entries
+            if (not e.allocator or e.allocator == self.allocator)
+            and not any(fnmatch.fnmatchcase(i, e.pattern) for i in ids)
+        ]
 
     def expectation(self, case: Case) -> Entry | None:
         return self.manifest.match(case.id, self.allocator)
