@@ -16,7 +16,8 @@ from conformance.errors import ConformanceUsageError
 from conformance.options import add_options, read_options
 
 SUITE_KEY = pytest.StashKey[object]()
-RECORD_KEY = pytest.StashKey[dict]()
+RECORD_KEY = pytest.StashKey[dict]()  # per item: what the case measured, for the results line
+RUN_INFO_KEY = pytest.StashKey[dict]()  # per run: run.json
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -43,13 +44,14 @@ def get_suite(config: pytest.Config):
     """The run's Suite, created on first use (imports the backend)."""
     suite = config.stash.get(SUITE_KEY, None)
     if suite is None:
-        from conformance.results import run_info, write_run_info
+        from conformance.results import clear_case_files, run_info, write_run_info
         from conformance.suite import Suite
 
         try:
             options = read_options(config)
-            cache = _cache_dir(config)
-            suite = Suite(options, cache, _worker(config))
+            if options.results and _is_controller(config):
+                clear_case_files(options.results)  # a new run: no lines from an earlier one
+            suite = Suite(options, _cache_dir(config), _worker(config))
         except ConformanceUsageError as exc:
             raise pytest.UsageError(str(exc)) from None
         config.stash[SUITE_KEY] = suite
@@ -59,7 +61,7 @@ def get_suite(config: pytest.Config):
             info = run_info(
                 torch.__version__, options.backend, suite.backend.device_type, suite.allocator
             )
-            config.stash[RECORD_KEY] = info
+            config.stash[RUN_INFO_KEY] = info
             write_run_info(options.results, info)
     return suite
 
@@ -80,23 +82,8 @@ def _targets_conformance(config: pytest.Config) -> bool:
 def pytest_sessionstart(session: pytest.Session) -> None:
     # Validate options and import the backend before collection (and before xdist starts its
     # workers), so that bad input is one "ERROR: ..." line rather than a collection traceback.
-    config = session.config
-    if _targets_conformance(config):
-        if _is_controller(config):
-            from conformance.results import clear_case_files
-
-            results = read_options(config).results if _safe(config) else None
-            if results:
-                clear_case_files(results)
-        get_suite(config)
-
-
-def _safe(config: pytest.Config) -> bool:
-    try:
-        read_options(config)
-        return True
-    except ConformanceUsageError:
-        return False
+    if _targets_conformance(session.config):
+        get_suite(session.config)
 
 
 def _xdist_active(config: pytest.Config) -> bool:
@@ -264,7 +251,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
                 f"entry {entry.pattern!r} at {entry.source} matches no case of the matrix; "
                 "remove it or fix the pattern"
             )
-    info = config.stash.get(RECORD_KEY, None)
+    info = config.stash.get(RUN_INFO_KEY, None)
     if info is not None and suite.options.results:
         from conformance.results import write_run_info
 

@@ -9,6 +9,9 @@
 #include <ATen/ops/resize_native.h>
 #include <ATen/ops/scalar_tensor.h>
 #include <c10/core/DeviceGuard.h>
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
 
 #include <cstring>
 
@@ -78,13 +81,32 @@ at::Tensor to_meta(const at::Tensor& t) {
 
 namespace {
 
+// [lo, hi) byte range touched by a device tensor.
+std::pair<uintptr_t, uintptr_t> span(const at::Tensor& t);
+
+// libtorch's CPU kernels are not instrumented: under ASan, check the device bytes a CPU alias
+// exposes before a libtorch kernel touches them, and report a poisoned byte as ASan would.
+void check_not_poisoned(const at::Tensor& t, bool write) {
+#if defined(__SANITIZE_ADDRESS__)
+  if (t.numel() == 0) return;
+  auto [lo, hi] = span(t);
+  if (void* bad = __asan_region_is_poisoned(reinterpret_cast<void*>(lo), hi - lo))
+    __asan_report_error(__builtin_return_address(0), __builtin_frame_address(0),
+                        __builtin_frame_address(0), bad, write ? 1 : 0, 1);
+#else
+  (void)t;
+  (void)write;
+#endif
+}
+
 // A CPU tensor aliasing t's memory (t itself for CPU tensors).
-at::Tensor cpu_alias(const at::Tensor& t, bool ignore_offset) {
+at::Tensor cpu_alias(const at::Tensor& t, bool ignore_offset, bool write) {
   if (!t.device().is_privateuseone()) return t;
   void* p = ignore_offset ? t.storage().mutable_data() : t.data_ptr();
   auto a = at::from_blob(p, t.sizes(), t.strides(), t.options().device(c10::kCPU));
   a._set_conj(t.is_conj());
   a._set_neg(t.is_neg());
+  check_not_poisoned(a, write);
   return a;
 }
 
@@ -102,8 +124,8 @@ void copy_any(const at::Tensor& dst, const at::Tensor& src, bool allow_offset_fa
   if (dst.numel() == 0) return;
   const bool cross = dst.device().is_privateuseone() != src.device().is_privateuseone();
   const bool ignore = allow_offset_fault && cross && fault(Fault::CopyIgnoresOffset);
-  at::Tensor d = cpu_alias(dst, ignore);
-  at::Tensor s = cpu_alias(src, ignore);
+  at::Tensor d = cpu_alias(dst, ignore, /*write=*/true);
+  at::Tensor s = cpu_alias(src, ignore, /*write=*/false);
   if (dst.device().is_privateuseone() && src.device().is_privateuseone() && src.numel() > 0) {
     auto a = span(dst), b = span(src);
     if (a.first < b.second && b.first < a.second) s = s.clone();  // overlapping views: stage src
