@@ -130,6 +130,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("conformance_case", marks_for)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """--ops/--fallback-ops name the overloads to test: the scenarios then stay out."""
+    suite = config.stash.get(SUITE_KEY, None)
+    if suite is None or not (suite.options.ops or suite.options.fallback_ops):
+        return
+    scenarios = os.path.join(PACKAGE_DIR, "scenarios") + os.sep
+    dropped = [item for item in items if str(item.path).startswith(scenarios)]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if item not in dropped]
+
+
 @pytest.fixture
 def conformance_suite(request: pytest.FixtureRequest):
     return get_suite(request.config)

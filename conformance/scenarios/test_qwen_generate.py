@@ -1,0 +1,109 @@
+"""Scenario 2: a tiny randomly initialised Qwen2 causal LM, greedy `generate`, device vs CPU.
+
+Built from a config (no download), the same weights copied to the device. With and without
+`attention_mask` (a left-padded batch, the path of the original masked_fill_ crash).
+Needs the optional `transformers` dependency (`pip install -e .[scenarios]`).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from conformance.plugin import get_suite
+from conformance.scenarios._helpers import assert_same, step
+
+transformers = pytest.importorskip(
+    "transformers", reason="transformers is not installed (pip install -e .[scenarios])"
+)
+
+PAD = 0
+
+if int(transformers.__version__.split(".")[0]) < 5:
+    pytest.skip(
+        f"transformers {transformers.__version__} is older than the pinned range (>=5.23): its "
+        "Qwen2 rotary embedding enters torch.autocast(device_type=<device>), which needs the "
+        "backend to register a device module with get_amp_supported_dtype() (echo_npu does not)",
+        allow_module_level=True,
+    )
+
+
+def _model():
+    config = transformers.Qwen2Config(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        pad_token_id=PAD,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    torch.manual_seed(0)
+    model = transformers.Qwen2ForCausalLM(config).eval()
+    with torch.no_grad():  # larger weights than the default init: distinct, confident logits
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.2)
+    return model
+
+
+@pytest.fixture(scope="module")
+def models(request):
+    cpu_model = _model()
+    dev_model = copy.deepcopy(cpu_model).to(get_suite(request.config).backend.device)
+    yield cpu_model, dev_model
+    del dev_model
+
+
+def _generate(model, device, input_ids, attention_mask):
+    kwargs = dict(
+        max_new_tokens=5,
+        do_sample=False,
+        pad_token_id=PAD,
+        eos_token_id=None,
+        return_dict_in_generate=True,
+        output_scores=True,
+    )
+    if attention_mask is not None:
+        kwargs["attention_mask"] = attention_mask.to(device)
+    with torch.no_grad():
+        return model.generate(input_ids.to(device), **kwargs)
+
+
+def _check(models, device, input_ids, attention_mask, what):
+    cpu_model, dev_model = models
+    step(f"forward ({what})")
+    with torch.no_grad():
+        mask = None if attention_mask is None else attention_mask.to(device)
+        logits = dev_model(input_ids.to(device), attention_mask=mask).logits
+        expected_logits = cpu_model(input_ids, attention_mask=attention_mask).logits
+    if attention_mask is not None:  # padded positions' logits are not meaningful
+        keep = attention_mask.bool()
+        logits, expected_logits = logits.cpu()[keep], expected_logits[keep]
+    assert_same(logits, expected_logits, f"Qwen2 forward logits ({what})", atol=1e-4, rtol=1e-4)
+    step(f"generate ({what})")
+    expected = _generate(cpu_model, torch.device("cpu"), input_ids, attention_mask)
+    got = _generate(dev_model, device, input_ids, attention_mask)
+    assert got.sequences.device.type == device.type
+    assert got.sequences.cpu().tolist() == expected.sequences.tolist(), (
+        f"Qwen2 greedy generate ({what}): device tokens {got.sequences.cpu().tolist()} != "
+        f"CPU tokens {expected.sequences.tolist()}"
+    )
+    for i, (g, e) in enumerate(zip(got.scores, expected.scores, strict=True)):
+        assert_same(g, e, f"Qwen2 generate scores of new token {i} ({what})", atol=1e-4, rtol=1e-4)
+
+
+def test_qwen2_generate_without_attention_mask(models, device):
+    input_ids = torch.tensor([[5, 17, 33, 8, 41, 12]])
+    _check(models, device, input_ids, None, "one prompt, no attention_mask")
+
+
+def test_qwen2_generate_left_padded_batch(models, device):
+    input_ids = torch.tensor([[PAD, PAD, 7, 21, 9, 30], [11, 3, 60, 25, 14, 50]])
+    attention_mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
+    _check(models, device, input_ids, attention_mask, "left-padded batch with attention_mask")

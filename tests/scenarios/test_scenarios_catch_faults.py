@@ -1,0 +1,78 @@
+"""Each injected echo_npu fault makes the relevant scenario fail with a message naming the op.
+
+The scenarios run in a subprocess with the guard allocator (red zones) and one fault switched on;
+the assertions are on pytest's output (the results writer only records op cases).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+GUARD = {"ECHO_NPU_ALLOCATOR": "guard"}
+
+
+def _failed(output: str) -> list[str]:
+    return re.findall(r"^FAILED (\S+)", output, flags=re.M)
+
+
+def test_scenarios_pass_without_faults(run_scenarios):
+    run = run_scenarios(env=GUARD)
+    assert run.returncode == 0, run.output[-3000:]
+    assert re.search(r"\d+ passed", run.output), run.output[-2000:]
+    assert not re.search(r"\d+ (failed|xpassed|error)", run.output), run.output[-2000:]
+
+
+# fault -> (-k selection, scenario that must fail, texts its failure must contain)
+FAULTS = {
+    "masked_fill_overflow": (
+        "attention_mask_pipeline",
+        "test_attention_mask_pipeline[left_padded]",
+        ["masked_fill_.Scalar on a transposed view", "red zone", "first seen after masked_fill_"],
+    ),
+    "copy_ignores_offset": (
+        "save_load",
+        "test_save_load_tensors_views_and_slices",
+        ["storage_offset 10", "_copy_from"],
+    ),
+    "inplace_returns_new": (
+        "mutate_after_use and add",
+        "test_mutate_after_use[add-functional]",
+        ["add_.Tensor on the input after add.Tensor"],
+    ),
+    "leak": (
+        "mutate_after_use and mul",
+        "test_mutate_after_use[mul-functional]",
+        ["[leak]", "allocated by mul.Tensor"],
+    ),
+    "segfault_empty": (
+        "attention_mask_pipeline",
+        "test_attention_mask_pipeline[empty_batch]",
+        ["[crash]", "SIGSEGV", "[scenario step] sum.dim_IntList"],
+    ),
+}
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_fault_fails_the_relevant_scenario(run_scenarios, fault):
+    select, scenario, texts = FAULTS[fault]
+    run = run_scenarios("-k", select, env={**GUARD, "ECHO_NPU_FAULTS": fault})
+    assert run.returncode == 1, run.output[-3000:]
+    failed = _failed(run.output)
+    assert any(f.endswith("::" + scenario) for f in failed), (
+        f"{fault}: {scenario} did not fail; failed: {failed}\n{run.output[-3000:]}"
+    )
+    for text in texts:
+        assert text in run.output, f"{fault}: {text!r} not in the output\n{run.output[-3000:]}"
+
+
+def test_segfault_costs_only_the_crashing_scenario(run_scenarios):
+    run = run_scenarios(
+        "-k", "attention_mask_pipeline", env={**GUARD, "ECHO_NPU_FAULTS": "segfault_empty"}
+    )
+    failed = _failed(run.output)
+    assert [f.split("::")[-1] for f in failed] == ["test_attention_mask_pipeline[empty_batch]"], (
+        run.output[-3000:]
+    )
+    assert "4 passed" in run.output, run.output[-2000:]
