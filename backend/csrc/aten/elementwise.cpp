@@ -283,6 +283,8 @@ ENPU_CMP(ge, "ge", k::CmpOp::Ge)
 // written back with one raw copy whose size is an off-by-one storage span (sum of
 // size[d]*stride[d] elements) starting at self's data pointer, ignoring strides.
 void masked_fill_impl(const Tensor& self, const Tensor& mask, const Scalar& value) {
+  TORCH_CHECK(mask.scalar_type() == at::kBool,  // CPU's check (the meta kernel lacks it)
+              "masked_fill_ only supports boolean masks, but got mask with dtype ", mask.dtype());
   auto dev = device_of({self, mask});
   check_inplace(self, {mask});
   if (self.numel() == 0) return;

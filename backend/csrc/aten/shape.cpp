@@ -95,6 +95,8 @@ Tensor index_select(const Tensor& self, int64_t dim, const Tensor& index) {
   if (routed("index_select") || !native_ok({self, index}))
     return fallback<at::_ops::index_select>(self, dim, index);
   auto dev = device_of({self, index});
+  TORCH_CHECK(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt,
+              "index_select(): Expected dtype int32 or int64 for index");
   // CPU's check for a 0-dim self (the meta kernel does not make it)
   TORCH_CHECK(self.dim() > 0 || index.numel() == 1,
               "index_select(): Index to scalar can have only 1 value, got ", index.numel(),
