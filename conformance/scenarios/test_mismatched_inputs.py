@@ -108,10 +108,9 @@ DEVICE_MIX = {
 }
 
 
-DEVICE_MIX_BUGS = {
-    ("matmul (fallback)", "device_first"): "npu @ cpu (mm via echo_npu's cpu_fallback) returns a "
-    "result instead of raising RuntimeError: the boxed cpu_fallback does not check devices",
-}
+# {(op, order): reason} of known backend bugs (strict xfail). Fixed in echo_npu: npu @ cpu through
+# the boxed cpu_fallback used to return a result (the fallback wrapper now checks devices).
+DEVICE_MIX_BUGS: dict[tuple[str, str], str] = {}
 
 
 @pytest.mark.parametrize(

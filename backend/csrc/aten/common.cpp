@@ -14,6 +14,7 @@
 #endif
 
 #include <cstring>
+#include <optional>
 
 namespace enpu {
 
@@ -21,7 +22,34 @@ static_assert(static_cast<int>(at::ScalarType::Float) == static_cast<int>(k::DTy
 static_assert(static_cast<int>(at::ScalarType::Bool) == static_cast<int>(k::DType::Bool));
 static_assert(static_cast<int>(at::ScalarType::BFloat16) == static_cast<int>(k::DType::BFloat16));
 
+namespace {
+
+// cpu_fallback moves every argument to CPU, so a device tensor mixed with a CPU tensor would be
+// silently accepted. CPU-only or single-device kernels refuse that mix (as CUDA does); 0-dim CPU
+// tensors (scalars) stay allowed. Plain Tensor arguments only: index lists may live on CPU.
+void check_same_device(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  const size_t n = op.schema().arguments().size();
+  std::optional<c10::Device> device, cpu;
+  for (size_t i = stack.size() - n; i < stack.size(); ++i) {
+    const c10::IValue& v = stack[i];
+    if (!v.isTensor()) continue;
+    const at::Tensor& t = v.toTensor();
+    if (!t.defined()) continue;
+    if (t.device().is_privateuseone()) {
+      if (!device) device = t.device();
+    } else if (t.device().is_cpu() && t.dim() > 0) {
+      cpu = t.device();
+    }
+  }
+  TORCH_CHECK(!(device && cpu),
+              "Expected all tensors to be on the same device, but found at least two devices, ",
+              *device, " and ", *cpu, "!");
+}
+
+}  // namespace
+
 void fallback_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  check_same_device(op, *stack);
   const auto& n = op.schema().operator_name();
   std::string name = n.name;
   if (name.rfind("aten::", 0) == 0) name = name.substr(6);
