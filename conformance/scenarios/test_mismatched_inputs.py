@@ -148,12 +148,6 @@ def test_cpu_scalar_tensor_is_allowed(device):
     assert_same(got, torch.full((2, 2), 3.5), "add.Tensor with a 0-dim CPU tensor")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="masked_fill_.Tensor on the npu with a 0-dim CPU value raises RuntimeError "
-    "'Expected `value` to be on same device as `a`' (from torch/_refs masked_fill); CPU and CUDA "
-    "accept a 0-dim CPU value",
-)
 def test_masked_fill_with_cpu_scalar_value(device):
     step("masked_fill_.Tensor with a 0-dim CPU value")
     x = torch.zeros(2, 2, device=device)

@@ -5,6 +5,7 @@
 #include <ATen/ops/abs.h>
 #include <ATen/ops/add.h>
 #include <ATen/ops/div.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/eq.h>
 #include <ATen/ops/exp.h>
 #include <ATen/ops/ge.h>
@@ -330,7 +331,10 @@ Tensor& masked_fill__Tensor(Tensor& self, const Tensor& mask, const Tensor& valu
               "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
               value.dim(), " dimension(s).");
   Tensor ms = to_meta(self);
-  at::_ops::masked_fill__Tensor::call(ms, to_meta(mask), to_meta(value));
+  // A 0-dim CPU value is allowed (as on CPU and CUDA); torch's Python meta for masked_fill_
+  // refuses a CPU value next to meta tensors, so its metadata goes as a 0-dim meta tensor.
+  Tensor mv = at::empty({}, value.options().device(c10::kMeta));
+  at::_ops::masked_fill__Tensor::call(ms, to_meta(mask), mv);
   masked_fill_impl(self, mask, value.item());
   return self;
 }
