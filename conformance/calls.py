@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,8 +33,7 @@ class Call:
 
         args = tree_map(describe, self.args)
         kwargs = tree_map(describe, self.kwargs)
-        parts = [str(a) for a in args] + [f"{k}={v}" for k, v in kwargs.items()]
-        return f"{self.overload}({', '.join(parts)})"
+        return format_call(self.overload, args, kwargs)
 
 
 def clone_tree(tree: Any) -> Any:
@@ -45,5 +43,7 @@ def clone_tree(tree: Any) -> Any:
     )
 
 
-def map_tensors(fn: Callable[[torch.Tensor], Any], tree: Any) -> Any:
-    return tree_map(lambda x: fn(x) if isinstance(x, torch.Tensor) else x, tree)
+def format_call(overload: str, args: Any, kwargs: dict) -> str:
+    """'op(a, b, k=v)' from already-described arguments."""
+    parts = [str(a) for a in args] + [f"{k}={v}" for k, v in kwargs.items()]
+    return f"{overload}({', '.join(parts)})"

@@ -2,19 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 DISPATCH_KEY = "PrivateUse1"
-
-
-@dataclass(frozen=True)
-class Registration:
-    """One aten overload and how the backend handles it."""
-
-    overload: str  # "masked_fill_.Scalar"; "abs" for the default overload
-    kind: str  # "kernel" (direct registration) or "fallback" (reached via the boxed fallback)
 
 
 def overload_name(qualified: str) -> str:
@@ -73,8 +63,3 @@ def fallback_overloads(known_bases: set[str], dispatch_key: str = DISPATCH_KEY) 
         ):
             out.add(overload)
     return sorted(out)
-
-
-def inventory(dispatch_key: str = DISPATCH_KEY) -> list[Registration]:
-    """Direct registrations of the backend, for the golden inventory and the case matrix."""
-    return [Registration(o, "kernel") for o in registered_overloads(dispatch_key)]

@@ -9,7 +9,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from conformance import layouts
-from conformance.calls import Call
+from conformance.calls import Call, format_call
 
 
 @dataclass
@@ -46,8 +46,7 @@ class PlacedCall:
             return text
 
         args, kwargs = tree_unflatten([describe(x) for x in self.leaves], self.spec)
-        parts = [str(a) for a in args] + [f"{k}={v}" for k, v in kwargs.items()]
-        return f"{self.call.overload}({', '.join(parts)})".replace("'", "")
+        return format_call(self.call.overload, args, kwargs).replace("'", "")
 
     def tensor_leaves(self) -> list[Leaf]:
         return [x for x in self.leaves if isinstance(x, Leaf)]
