@@ -19,10 +19,10 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from conformance.launch import LaunchError  # noqa: E402
-from conformance.launch import environment as asan_environment  # noqa: E402
-from conformance.matrix import Cell, Matrix, MatrixError, load_matrix  # noqa: E402
-from conformance.sources import copy_sources  # noqa: E402
+from conformance.tools.launch import LaunchError  # noqa: E402
+from conformance.tools.launch import environment as asan_environment  # noqa: E402
+from conformance.tools.matrix import Cell, Matrix, MatrixError, load_matrix  # noqa: E402
+from conformance.tools.sources import copy_sources  # noqa: E402
 
 try:
     import tomllib
@@ -95,7 +95,7 @@ def _run_cell(session: nox.Session, cell: Cell, pytest_args: list[str]) -> None:
     out.mkdir(parents=True)
     env = {"CONFORMANCE_BACKEND": os.environ.get("CONFORMANCE_BACKEND", "echo_npu")}
     env.update(cell.run_env())
-    if cell.asan:  # preloads as `python -m conformance.launch --asan` does
+    if cell.asan:  # preloads as `python -m conformance.tools.launch --asan` does
         try:
             env.update(asan_environment(asan=True, malloc_check=False, base={}))
         except LaunchError as exc:
@@ -208,7 +208,7 @@ def bisect(session: nox.Session) -> None:
 
 def _check_requested_sessions() -> None:
     """`nox -s conformance-2.99` gets a one-line error naming the valid versions."""
-    from conformance.matrix import requested_sessions, unknown_session_error
+    from conformance.tools.matrix import requested_sessions, unknown_session_error
 
     argv = sys.argv[1:]
     message = unknown_session_error(MATRIX, argv)

@@ -59,12 +59,12 @@ def overhead(backend: str) -> tuple[float, float, int]:
     import torch
 
     importlib.import_module(backend)
-    from conformance.backend import Backend
-    from conformance.discovery import resolve
-    from conformance.layouts import LAYOUTS
+    from conformance.engine.backend import Backend
+    from conformance.engine.discovery import resolve
+    from conformance.engine.layouts import LAYOUTS
+    from conformance.engine.runner import _placed, run_case
+    from conformance.engine.samples import calls_for
     from conformance.ops import spec_for
-    from conformance.runner import _placed, run_case
-    from conformance.samples import calls_for
 
     dev = torch._C._get_privateuse1_backend_name()
     b = Backend(backend, types.ModuleType(backend), dev)

@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 
 from conformance.errors import ConformanceUsageError
-from conformance.options import add_options, read_options
+from conformance.harness.options import add_options, read_options
 
 SUITE_KEY = pytest.StashKey[object]()
 RECORD_KEY = pytest.StashKey[dict]()  # per item: what the case measured, for the results line
@@ -44,8 +44,8 @@ def get_suite(config: pytest.Config):
     """The run's Suite, created on first use (imports the backend)."""
     suite = config.stash.get(SUITE_KEY, None)
     if suite is None:
-        from conformance.results import clear_case_files, run_info, write_run_info
-        from conformance.suite import Suite
+        from conformance.harness.results import clear_case_files, run_info, write_run_info
+        from conformance.harness.suite import Suite
 
         try:
             options = read_options(config)
@@ -101,7 +101,7 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
         return None  # let pytest report the collection errors
     if config.option.collectonly:
         return True
-    from conformance.isolation import run_isolated
+    from conformance.harness.isolation import run_isolated
 
     run_isolated(session)
     if session.shouldfail:
@@ -265,7 +265,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
             )
     info = config.stash.get(RUN_INFO_KEY, None)
     if info is not None and suite.options.results:
-        from conformance.results import write_run_info
+        from conformance.harness.results import write_run_info
 
         stats = terminalreporter.stats
         counts = Counter({k: len(v) for k, v in stats.items() if k})

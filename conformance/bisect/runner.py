@@ -22,7 +22,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from conformance.bisect.search import Probe
-from conformance.sources import ROOT, copy_sources  # noqa: F401 (copy_sources re-exported)
+from conformance.tools.sources import ROOT, copy_sources  # noqa: F401 (copy_sources re-exported)
 
 #: Installed next to torch in every probe venv.
 PROBE_DEPS = (

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from conformance.calls import Call
+from conformance.engine.calls import Call
 
 
 @dataclass

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from conformance.calls import Call
+from conformance.engine.calls import Call
 from conformance.ops import OpSpec, register
 
 SHAPES = [(5, 6), (3, 4, 5), (2, 3, 4, 5), (7,), ()]

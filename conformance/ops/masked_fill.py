@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from conformance.calls import Call
+from conformance.engine.calls import Call
 from conformance.ops import OpSpec, register
 
 

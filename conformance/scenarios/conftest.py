@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.compare import Mismatch
-from conformance.memory import MemoryWatch
+from conformance.engine.compare import Mismatch
+from conformance.engine.memory import MemoryWatch
 from conformance.plugin import get_suite
 from conformance.scenarios._helpers import last_step, reset_steps
 

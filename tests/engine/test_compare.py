@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from conformance.compare import ErrorStats, Mismatch, compare_tensor, significant_strides
+from conformance.engine.compare import ErrorStats, Mismatch, compare_tensor, significant_strides
 
 
 def _cmp(actual, expected, **kw):

@@ -3,7 +3,7 @@
 import pytest
 
 from conformance.errors import ConformanceUsageError
-from conformance.expectations import load_manifest
+from conformance.harness.expectations import load_manifest
 
 GOOD = """
 [[entry]]

@@ -7,7 +7,7 @@ change, refresh with: EXPECTTEST_ACCEPT=1 python -m pytest tests/engine/test_inv
 import expecttest
 import torch
 
-from conformance import discovery
+from conformance.engine import discovery
 
 
 class TestInventory(expecttest.TestCase):

@@ -2,8 +2,8 @@
 
 import pytest
 
-from conformance import launch
-from conformance.isolation import describe_status, diagnose
+from conformance.harness.isolation import describe_status, diagnose
+from conformance.tools import launch
 
 ASAN = """noise
 =================================================================

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from conformance import layouts
+from conformance.engine import layouts
 from conformance.errors import ConformanceUsageError
 
 

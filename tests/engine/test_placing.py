@@ -2,8 +2,8 @@
 
 import torch
 
-from conformance.calls import Call
-from conformance.placing import place
+from conformance.engine.calls import Call
+from conformance.engine.placing import place
 
 MASKED_FILL = torch.ops.aten.masked_fill_.Scalar._schema
 ADD_OUT = torch.ops.aten.add.out._schema

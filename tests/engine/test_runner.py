@@ -9,11 +9,11 @@ import types
 import pytest
 import torch
 
-from conformance import runner
-from conformance.backend import Backend
-from conformance.calls import Call
+from conformance.engine import runner
+from conformance.engine.backend import Backend
+from conformance.engine.calls import Call
+from conformance.engine.samples import calls_for
 from conformance.ops import OpSpec
-from conformance.samples import calls_for
 
 CPU = Backend("fake", types.ModuleType("fake"), "cpu")
 

@@ -1,4 +1,4 @@
-"""matrices/matrix.toml loading, validation errors and cell parsing (conformance/matrix.py)."""
+"""matrices/matrix.toml loading, validation errors and cell parsing (tools/matrix.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import tomllib
 from packaging.version import Version
 
-from conformance.matrix import (
+from conformance.tools.matrix import (
     DEFAULT_MATRIX_PATH,
     MatrixError,
     load_matrix,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.matrix import load_matrix
+from conformance.tools.matrix import load_matrix
 
 ROOT = Path(__file__).resolve().parents[2]
 pytest.importorskip("nox", reason="the nox `tests` session installs nox")

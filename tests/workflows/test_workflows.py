@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conformance.matrix import load_matrix
+from conformance.tools.matrix import load_matrix
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / ".github" / "workflows"

@@ -12,7 +12,6 @@ from typing import Any
 import torch
 
 from conformance.errors import ConformanceUsageError
-from conformance.options import DEFAULT_BACKEND  # noqa: E402
 
 
 @dataclass
@@ -94,7 +93,7 @@ def load_backend(module_name: str, device: str | None = None) -> Backend:
         if exc.name and module_name.startswith(exc.name):
             raise ConformanceUsageError(
                 f"backend module '{module_name}' is not importable: install it or pass "
-                f"--backend MODULE (default: {DEFAULT_BACKEND})"
+                "--backend MODULE"
             ) from None
         raise ConformanceUsageError(f"importing backend '{module_name}' failed: {exc}") from None
     except Exception as exc:  # the backend's own one-line errors (e.g. bad env values)

@@ -8,8 +8,8 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from conformance import layouts
-from conformance.calls import Call, format_call
+from conformance.engine import layouts
+from conformance.engine.calls import Call, format_call
 
 
 @dataclass

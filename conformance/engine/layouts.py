@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from conformance.layout_names import LAYOUT_HELP, parse_layouts  # noqa: F401 (re-exported)
+from conformance.engine.layout_names import LAYOUT_HELP, parse_layouts  # noqa: F401 (re-exported)
 
 GAP_VALUE = 7  # fills the padding around views, so writes into the gaps are visible
 

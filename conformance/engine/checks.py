@@ -7,10 +7,10 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten
 
-from conformance.backend import Backend
-from conformance.compare import ErrorStats, Mismatch, compare_tensor, errors
+from conformance.engine.backend import Backend
+from conformance.engine.compare import ErrorStats, Mismatch, compare_tensor, errors
+from conformance.engine.placing import Materialized, PlacedCall
 from conformance.ops import OpSpec
-from conformance.placing import Materialized, PlacedCall
 
 
 def check_path(backend: Backend, overload: str, via_fallback: bool, before: int | None) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BUILD_SOURCES = ("setup.py", "pyproject.toml", "README.md", "MANIFEST.in", "backend", "conformance")
 BUILD_IGNORE = shutil.ignore_patterns(
     "build", "dist", "*.egg-info", "__pycache__", "*.so", "*.o", "*.pyc", ".pytest_cache"

@@ -12,7 +12,7 @@ import re
 
 import torch
 
-from conformance.placing import Leaf, PlacedCall
+from conformance.engine.placing import Leaf, PlacedCall
 
 SCRIPT = '''"""Repro of conformance case {case_id}: {headline}
 

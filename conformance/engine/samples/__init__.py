@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from conformance.calls import Call
+from conformance.engine.calls import Call
+from conformance.engine.samples import opinfo
 from conformance.ops import spec_for
-from conformance.samples import opinfo
 
 MAX_OPINFO_SAMPLES = 8
 

@@ -1,7 +1,7 @@
 """Run a command under a memory checker that must be in place before the process starts.
 
-    python -m conformance.launch --asan -- pytest conformance -k masked_fill
-    python -m conformance.launch --malloc-check -- pytest conformance
+    python -m conformance.tools.launch --asan -- pytest conformance -k masked_fill
+    python -m conformance.tools.launch --malloc-check -- pytest conformance
 
 --asan preloads gcc's ASan runtime (required for an ASan-built backend in a stock Python;
 `verify_asan_link_order=0` instead would run but miss real bugs) with detect_leaks=0.
@@ -75,7 +75,7 @@ def environment(asan: bool, malloc_check: bool, base: dict[str, str]) -> dict[st
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m conformance.launch",
+        prog="python -m conformance.tools.launch",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

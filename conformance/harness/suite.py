@@ -11,17 +11,17 @@ from typing import Any
 import pytest
 import torch
 
-from conformance import discovery, samples
-from conformance.backend import Backend, load_backend
+from conformance.engine import discovery, samples
+from conformance.engine.backend import Backend, load_backend
+from conformance.engine.layout_names import LAYOUT_HELP
+from conformance.engine.runner import CaseOutcome, run_case
 from conformance.errors import ConformanceUsageError
-from conformance.expectations import Entry, Manifest, default_manifest_paths, load_manifest
-from conformance.layout_names import LAYOUT_HELP
+from conformance.harness.expectations import Entry, Manifest, default_manifest_paths, load_manifest
+from conformance.harness.options import Options
+from conformance.harness.results import ResultsWriter
 from conformance.ops import spec_for
-from conformance.options import Options
-from conformance.results import ResultsWriter
-from conformance.runner import CaseOutcome, run_case
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ class Suite:
                 f"--fallback-ops: {self.options.backend} registered no boxed fallback "
                 "for PrivateUse1, so no op reaches cpu_fallback"
             )
-        from conformance.samples.opinfo import opinfo_index
+        from conformance.engine.samples.opinfo import opinfo_index
 
         reachable = discovery.fallback_overloads(set(opinfo_index(self.cache_dir)))
         if wanted == ["all"]:
@@ -142,7 +142,7 @@ class Suite:
     def stale_expectations(self) -> list[Entry]:
         """Manifest entries that match no case of the full matrix (only judged when the run
         was not narrowed by --ops/--dtypes/--layouts/--paths)."""
-        from conformance.options import DEFAULT_DTYPES, PATHS, parse_dtypes
+        from conformance.harness.options import DEFAULT_DTYPES, PATHS, parse_dtypes
 
         o = self.options
         narrowed = (
@@ -195,7 +195,7 @@ class Suite:
             )
 
     def _write_repro(self, case: Case, outcome: CaseOutcome, routed: bool) -> str:
-        from conformance.repro import write_repro
+        from conformance.engine.repro import write_repro
 
         failure = outcome.failure
         return write_repro(
@@ -228,7 +228,7 @@ class Suite:
             if lib in preload
         ]
         if checkers:  # the run was under a preloaded checker: so is the repro
-            cmd = f"python -m conformance.launch {' '.join(checkers)} -- {cmd}"
+            cmd = f"python -m conformance.tools.launch {' '.join(checkers)} -- {cmd}"
         return f"{prefix} {cmd}".strip()
 
     def failure_message(self, case: Case, outcome: CaseOutcome, nodeid: str) -> str:

@@ -41,7 +41,7 @@ __all__ = [
     "unknown_session_error",
 ]
 
-DEFAULT_MATRIX_PATH = Path(__file__).resolve().parent.parent / "matrices" / "matrix.toml"
+DEFAULT_MATRIX_PATH = Path(__file__).resolve().parents[2] / "matrices" / "matrix.toml"
 SESSION_PREFIX = "conformance-"
 SCHEMA = 1
 _MINOR_RE = re.compile(r"^\d+\.\d+$")

@@ -6,13 +6,13 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from conformance import checks, memory
-from conformance.backend import Backend
-from conformance.calls import Call
-from conformance.compare import ErrorStats, Mismatch
-from conformance.discovery import resolve
+from conformance.engine import checks, memory
+from conformance.engine.backend import Backend
+from conformance.engine.calls import Call
+from conformance.engine.compare import ErrorStats, Mismatch
+from conformance.engine.discovery import resolve
+from conformance.engine.placing import Materialized, PlacedCall, place
 from conformance.ops import OpSpec
-from conformance.placing import Materialized, PlacedCall, place
 
 
 @dataclass

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import gc
 
-from conformance.backend import Backend
-from conformance.compare import Mismatch
+from conformance.engine.backend import Backend
+from conformance.engine.compare import Mismatch
 
 
 def describe_corruption(record: dict) -> str:

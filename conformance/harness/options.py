@@ -11,8 +11,8 @@ import pytest
 if TYPE_CHECKING:
     import torch
 
+from conformance.engine.layout_names import LAYOUT_HELP, parse_layouts
 from conformance.errors import ConformanceUsageError
-from conformance.layout_names import LAYOUT_HELP, parse_layouts
 
 DEFAULT_BACKEND = "echo_npu"
 DEFAULT_DTYPES = "float32,float64,float16,bfloat16,int32,int64,bool"

@@ -18,8 +18,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
-from conformance.calls import Call, clone_tree
-from conformance.discovery import overload_name
+from conformance.engine.calls import Call, clone_tree
+from conformance.engine.discovery import overload_name
 
 CACHE_SALT = "v1"
 SAMPLES_PER_OPINFO = 16

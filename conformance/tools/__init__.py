@@ -1,0 +1,1 @@
+"""CI tools outside pytest: the matrix file, per-build source copies, the checker launcher."""
