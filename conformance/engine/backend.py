@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from conformance.engine.protocol import HOOK_NAMES, HOOKS
 from conformance.errors import ConformanceUsageError
 
 
@@ -28,7 +29,9 @@ class Backend:
         return torch.device(self.device_type, 0)
 
     def hook(self, name: str) -> Any:
-        """An optional protocol function of the backend module, or None."""
+        """An optional protocol function of the backend module (engine/protocol.py), or None."""
+        if name not in HOOK_NAMES:
+            raise KeyError(f"{name!r} is not a hook of the backend protocol (engine/protocol.py)")
         return getattr(self.module, name, None)
 
     @property
@@ -75,14 +78,8 @@ class Backend:
         return int(fn().get(overload, 0))
 
     def capabilities(self) -> list[str]:
-        names = [
-            "set_fallback_routes",
-            "fallback_counts",
-            "check_memory",
-            "live_blocks",
-            "memory_stats",
-        ]
-        return [n for n in names if self.hook(n) is not None]
+        """The protocol hooks this backend offers."""
+        return [h.name for h in HOOKS if self.hook(h.name) is not None]
 
 
 def load_backend(module_name: str, device: str | None = None) -> Backend:

@@ -1,7 +1,14 @@
-"""The checks applied to one sample: each raises `Mismatch` naming what differs from CPU."""
+"""The checks applied to one sample: each raises `Mismatch` naming what differs from CPU.
+
+Every check is one function registered with `@sample_check`, in the order they run; `runner.py`
+runs each that applies to a `Sample` (when one side raised, only the checks marked `on_error`).
+Adding a check is adding one decorated function here.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -13,7 +20,79 @@ from conformance.engine.placing import Materialized, PlacedCall
 from conformance.ops import OpSpec
 
 
-def check_path(backend: Backend, overload: str, via_fallback: bool, before: int | None) -> None:
+@dataclass
+class Outcome:
+    """What one side (CPU or device) returned or raised."""
+
+    result: Any = None
+    exc: BaseException | None = None
+
+
+@dataclass
+class Sample:
+    """Everything the checks of one sample may look at."""
+
+    backend: Backend
+    op: Any  # torch._ops.OpOverload
+    overload: str
+    spec: OpSpec
+    placed: PlacedCall
+    cpu: Materialized
+    dev: Materialized
+    expected: Outcome
+    actual: Outcome
+    stats: ErrorStats
+    via_fallback: bool
+    fallback_count_before: int | None
+    written_before: list[tuple[int, int]] = field(default_factory=list)  # (version, data_ptr)
+    cpu_written_before: list[tuple[int, int]] = field(default_factory=list)
+
+    @property
+    def schema(self) -> Any:
+        return self.op._schema
+
+    @property
+    def raised(self) -> bool:
+        return self.expected.exc is not None or self.actual.exc is not None
+
+
+@dataclass(frozen=True)
+class SampleCheck:
+    name: str
+    doc: str
+    run: Callable[[Sample], None]
+    on_error: bool  # runs when either side raised (the others need both results)
+    always: bool
+
+
+CHECKS: list[SampleCheck] = []
+
+
+def sample_check(name: str, doc: str, *, on_error: bool = False, always: bool = False):
+    """Register a check, run for every sample in registration order."""
+
+    def register(fn: Callable[[Sample], None]) -> Callable[[Sample], None]:
+        CHECKS.append(SampleCheck(name, doc, fn, on_error, always))
+        return fn
+
+    return register
+
+
+def run_checks(sample: Sample) -> None:
+    """Apply every registered check that fits the sample; the first failure raises."""
+    for check in CHECKS:
+        if check.always or check.on_error == sample.raised:
+            check.run(sample)
+
+
+@sample_check(
+    "path",
+    "the fallback path went through cpu_fallback and the native path did not",
+    always=True,
+)
+def check_path(s: Sample) -> None:
+    backend, overload, via_fallback = s.backend, s.overload, s.via_fallback
+    before = s.fallback_count_before
     if before is None:
         return
     after = backend.fallback_count(overload)
@@ -25,8 +104,10 @@ def check_path(backend: Backend, overload: str, via_fallback: bool, before: int 
         raise Mismatch("path", f"the native path of {overload} went through cpu_fallback")
 
 
-def check_errors(expected: Any, actual: Any) -> None:
+@sample_check("error", "where CPU raises, the device raises alike (and vice versa)", on_error=True)
+def check_errors(s: Sample) -> None:
     """Where CPU raised, the device must raise the same exception type (and vice versa)."""
+    expected, actual = s.expected, s.actual
     if expected.exc is not None and actual.exc is None:
         raise Mismatch(
             "error",
@@ -53,9 +134,45 @@ def first_line(exc: BaseException) -> str:
     return text[0][:200] if text else ""
 
 
-def check_outputs(
-    backend: Backend, schema, spec: OpSpec, actual: Any, expected: Any, stats: ErrorStats
-) -> None:
+@sample_check(
+    "aliasing",
+    "in-place/out= return what they wrote, views share storage, functional outputs do not",
+)
+def check_aliasing(s: Sample) -> None:
+    if not s.spec.check_aliasing:
+        return
+    schema, dev, actual = s.schema, s.dev, s.actual.result
+    outs = [t for t in tree_flatten(actual)[0] if isinstance(t, torch.Tensor)]
+    infos = _returns(schema)
+    written = [view for leaf, _, view in dev.bases if leaf.written]
+    inputs = [view for leaf, _, view in dev.bases if not leaf.written]
+    for i, t in enumerate(outs):
+        info = infos[i] if i < len(infos) else None
+        if info is not None and info.is_write:
+            if not any(t is w for w in written):
+                what = (
+                    "out= tensor" if any(leaf.arg == "out" for leaf, _, _ in dev.bases) else "self"
+                )
+                kind = "out" if what.startswith("out") else "inplace"
+                raise Mismatch(kind, f"returned a new tensor instead of the {what} it wrote")
+        elif info is not None:
+            if t.numel() and not any(_same_storage(t, x) for x in inputs + written):
+                raise Mismatch(
+                    "view", "view op returned a tensor that does not share storage with its input"
+                )
+        elif t.numel():
+            for x in inputs + written:
+                if x.numel() and _same_storage(t, x):
+                    raise Mismatch(
+                        "aliasing",
+                        "output shares storage with input (a functional op must return new memory)",
+                    )
+
+
+@sample_check("outputs", "returned values, dtype, shape, strides and device match CPU")
+def check_outputs(s: Sample) -> None:
+    backend, spec, stats = s.backend, s.spec, s.stats
+    actual, expected = s.actual.result, s.expected.result
     a_leaves, a_spec = tree_flatten(actual)
     e_leaves, e_spec = tree_flatten(expected)
     if a_spec != e_spec:
@@ -89,50 +206,20 @@ def _returns(schema) -> list[Any]:
     return [r.alias_info for r in schema.returns]
 
 
-def check_aliasing(schema, placed: PlacedCall, dev: Materialized, actual: Any) -> None:
-    outs = [t for t in tree_flatten(actual)[0] if isinstance(t, torch.Tensor)]
-    infos = _returns(schema)
-    written = [view for leaf, _, view in dev.bases if leaf.written]
-    inputs = [view for leaf, _, view in dev.bases if not leaf.written]
-    for i, t in enumerate(outs):
-        info = infos[i] if i < len(infos) else None
-        if info is not None and info.is_write:
-            if not any(t is w for w in written):
-                what = (
-                    "out= tensor" if any(leaf.arg == "out" for leaf, _, _ in dev.bases) else "self"
-                )
-                kind = "out" if what.startswith("out") else "inplace"
-                raise Mismatch(kind, f"returned a new tensor instead of the {what} it wrote")
-        elif info is not None:
-            if t.numel() and not any(_same_storage(t, x) for x in inputs + written):
-                raise Mismatch(
-                    "view", "view op returned a tensor that does not share storage with its input"
-                )
-        elif t.numel():
-            for x in inputs + written:
-                if x.numel() and _same_storage(t, x):
-                    raise Mismatch(
-                        "aliasing",
-                        "output shares storage with input (a functional op must return new memory)",
-                    )
-
-
 def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.device != b.device:
         return False
     return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
 
-def check_written(
-    schema,
-    dev: Materialized,
-    cpu: Materialized,
-    before,
-    cpu_before,
-    spec: OpSpec,
-    stats: ErrorStats,
-) -> None:
+@sample_check(
+    "written",
+    "written arguments stay in place, bump their version and equal CPU's, whole buffer included",
+)
+def check_written(s: Sample) -> None:
     """Written args: memory kept (as on CPU), version bumped, whole buffer equal to CPU's."""
+    schema, dev, cpu, spec, stats = s.schema, s.dev, s.cpu, s.spec, s.stats
+    before, cpu_before = s.written_before, s.cpu_written_before
     declared = {a.name for a in schema.arguments if a.alias_info and a.alias_info.is_write}
     dev_written = [(leaf, base, view) for leaf, base, view in dev.bases if leaf.written]
     cpu_written = [(leaf, base, view) for leaf, base, view in cpu.bases if leaf.written]
@@ -190,7 +277,9 @@ def _compare_buffer(arg: str, base: torch.Tensor, cbase: torch.Tensor, spec: OpS
         ) from None
 
 
-def check_inputs_untouched(dev: Materialized) -> None:
+@sample_check("inputs", "arguments the op only reads are left bit-for-bit unchanged")
+def check_inputs_untouched(s: Sample) -> None:
+    dev = s.dev
     for leaf, base, _ in dev.bases:
         if leaf.written:
             continue
@@ -211,10 +300,11 @@ def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool((a == b).all())
 
 
-def check_view_writes(
-    schema, dev: Materialized, cpu: Materialized, actual: Any, expected: Any
-) -> None:
+@sample_check("view", "a write through a returned view lands in the viewed input, as on CPU")
+def check_view_writes(s: Sample) -> None:
     """For view ops: a write through the returned view must land in the input, as on CPU."""
+    schema, dev, cpu = s.schema, s.dev, s.cpu
+    actual, expected = s.actual.result, s.expected.result
     infos = _returns(schema)
     if not infos or infos[0] is None or infos[0].is_write:
         return

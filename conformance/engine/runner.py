@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
 
 from conformance.engine import checks, memory
 from conformance.engine.backend import Backend
 from conformance.engine.calls import Call
+from conformance.engine.checks import Outcome
 from conformance.engine.compare import ErrorStats, Mismatch
 from conformance.engine.discovery import resolve
 from conformance.engine.placing import Materialized, PlacedCall, place
@@ -27,19 +27,13 @@ class CaseOutcome:
     skip_reason: str | None = None
 
 
-@dataclass
-class _Run:
-    result: Any = None
-    exc: BaseException | None = None
-
-
-def _invoke(fn, m: Materialized) -> _Run:
+def _invoke(fn, m: Materialized) -> Outcome:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return _Run(fn(*m.args, **m.kwargs))
+            return Outcome(fn(*m.args, **m.kwargs))
     except Exception as exc:  # errors are compared, not raised
-        return _Run(exc=exc.with_traceback(None))
+        return Outcome(exc=exc.with_traceback(None))
 
 
 def run_case(
@@ -139,14 +133,21 @@ def _run_sample(
     count_before = backend.fallback_count(overload)
     with backend.routed_through_fallback(route):
         actual = _invoke(op, dev)
-    checks.check_path(backend, overload, via_fallback, count_before)
-
-    if expected.exc is not None or actual.exc is not None:
-        checks.check_errors(expected, actual)
-        return
-    if spec.check_aliasing:
-        checks.check_aliasing(op._schema, placed, dev, actual.result)
-    checks.check_outputs(backend, op._schema, spec, actual.result, expected.result, stats)
-    checks.check_written(op._schema, dev, cpu, written_before, cpu_before, spec, stats)
-    checks.check_inputs_untouched(dev)
-    checks.check_view_writes(op._schema, dev, cpu, actual.result, expected.result)
+    checks.run_checks(
+        checks.Sample(
+            backend=backend,
+            op=op,
+            overload=overload,
+            spec=spec,
+            placed=placed,
+            cpu=cpu,
+            dev=dev,
+            expected=expected,
+            actual=actual,
+            stats=stats,
+            via_fallback=via_fallback,
+            fallback_count_before=count_before,
+            written_before=written_before,
+            cpu_written_before=cpu_before,
+        )
+    )

@@ -24,7 +24,7 @@ from conformance.errors import ConformanceUsageError
 
 STATUSES = ("xfail", "skip", "crash")
 CATEGORIES = ("backend-bug", "torch-bug", "unsupported", "flaky", "harness")
-KEYS = {"pattern", "status", "category", "reason", "link", "allocator"}
+KEYS = frozenset({"pattern", "status", "category", "reason", "link", "allocator"})
 
 
 @dataclass

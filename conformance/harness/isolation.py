@@ -16,27 +16,36 @@ import json
 import os
 import signal
 import tempfile
+from typing import TYPE_CHECKING
 
 import pytest
 from _pytest.runner import runtestprotocol
 
+from conformance.record import Status
+
+if TYPE_CHECKING:
+    from conformance.harness.session import ConformanceRun
+
 CRASH_TAIL_LINES = 40
 
 
-def run_isolated(session: pytest.Session) -> None:
+def run_isolated(session: pytest.Session, run: ConformanceRun) -> None:
     """Run every collected item in forked children; returns when all ran or the run stops."""
     items = session.items
     start = 0
     while start < len(items) and not (session.shouldstop or session.shouldfail):
-        start = _run_child(session, items, start)
+        start = _run_child(session, run, items, start)
 
 
-def _run_child(session: pytest.Session, items: list[pytest.Item], start: int) -> int:
+def _run_child(
+    session: pytest.Session, run: ConformanceRun, items: list[pytest.Item], start: int
+) -> int:
     config = session.config
     log = tempfile.NamedTemporaryFile(prefix="conformance-child-", suffix=".log", delete=False)
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: never returns
+        run.forked_child = True
         os.close(read_fd)
         _child(session, items, start, write_fd, log.fileno())
     os.close(write_fd)
@@ -70,7 +79,7 @@ def _run_child(session: pytest.Session, items: list[pytest.Item], start: int) ->
     if not stopping and not clean_restart and finished < len(items):
         # the child died in a case (or between two: blame the next one)
         crashed = running if running is not None else finished
-        _report_crash(items[crashed], status, log.name, started=running is not None)
+        _report_crash(run, items[crashed], status, log.name, started=running is not None)
         finished = crashed + 1
     os.unlink(log.name)
     return finished
@@ -171,7 +180,9 @@ def _read(path: str) -> str:
         return ""
 
 
-def _report_crash(item: pytest.Item, status: int, log_path: str, started: bool) -> None:
+def _report_crash(
+    run: ConformanceRun, item: pytest.Item, status: int, log_path: str, started: bool
+) -> None:
     if not started:
         item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     how = describe_status(status)
@@ -180,7 +191,8 @@ def _report_crash(item: pytest.Item, status: int, log_path: str, started: bool) 
     if headline:
         message += f": {headline}"
     longrepr = message + ("\n--- output ---\n" + detail if detail else "")
-    record = {"status": "crashed", "check": "crash", "message": longrepr}
+    record = run.record_for(item, Status.CRASHED, check="crash", message=longrepr)
+    properties = [] if record is None else [("conformance", record.to_json())]
     report = pytest.TestReport(
         nodeid=item.nodeid,
         location=item.location,
@@ -188,7 +200,7 @@ def _report_crash(item: pytest.Item, status: int, log_path: str, started: bool) 
         outcome="failed",
         longrepr=longrepr,
         when="call",
-        user_properties=[("conformance", record)],
+        user_properties=properties,
     )
     item.ihook.pytest_runtest_logreport(report=report)
     item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)

@@ -1,10 +1,16 @@
-"""Command-line options of the suite; each also reads an environment variable."""
+"""Command-line options of the suite, each declared once as a field of `Options`.
+
+A field's metadata gives its help text, default and parser; the flag (`--fallback-ops`) and the
+environment variable (`CONFORMANCE_FALLBACK_OPS`) are derived from the field name. `add_options`
+and `read_options` iterate the fields, so adding an option is adding one field.
+"""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -14,89 +20,11 @@ if TYPE_CHECKING:
 from conformance.engine.layout_names import LAYOUT_HELP, parse_layouts
 from conformance.errors import ConformanceUsageError
 
-DEFAULT_BACKEND = "echo_npu"
 DEFAULT_DTYPES = "float32,float64,float16,bfloat16,int32,int64,bool"
 PATHS = ("native", "fallback")
+ISOLATE = ("auto", "fork", "none")
 
-# (option, env var, default, help)
-OPTIONS = [
-    (
-        "--backend",
-        "CONFORMANCE_BACKEND",
-        DEFAULT_BACKEND,
-        "Python module whose import registers the PrivateUse1 device under test",
-    ),
-    (
-        "--device",
-        "CONFORMANCE_DEVICE",
-        None,
-        "device type of the backend (default: the PrivateUse1 name after import)",
-    ),
-    (
-        "--ops",
-        "CONFORMANCE_OPS",
-        None,
-        "comma-separated overloads or globs to test, e.g. 'masked_fill_.*,add.Tensor' "
-        "(default: every overload the backend registered)",
-    ),
-    (
-        "--fallback-ops",
-        "CONFORMANCE_FALLBACK_OPS",
-        None,
-        "also test overloads the backend did not register, reached only through its boxed "
-        "cpu_fallback (path 'fallback'): comma-separated globs, or 'all' for every such overload "
-        "with OpInfo samples (slow: for nightly runs)",
-    ),
-    (
-        "--dtypes",
-        "CONFORMANCE_DTYPES",
-        DEFAULT_DTYPES,
-        "comma-separated torch dtypes ('all' for every dtype OpInfo knows)",
-    ),
-    (
-        "--layouts",
-        "CONFORMANCE_LAYOUTS",
-        "all",
-        "comma-separated layouts: " + ", ".join(f"{k} ({v})" for k, v in LAYOUT_HELP.items()),
-    ),
-    (
-        "--paths",
-        "CONFORMANCE_PATHS",
-        ",".join(PATHS),
-        "native (the backend's kernel) and/or fallback (the same op routed through cpu_fallback, "
-        "when the backend offers set_fallback_routes)",
-    ),
-    (
-        "--expectations",
-        "CONFORMANCE_EXPECTATIONS",
-        None,
-        "expected-failure manifest(s), comma-separated (default: "
-        "matrices/expectations/<backend>/{common,torch-<minor>}.toml); 'none' for no manifest",
-    ),
-    (
-        "--isolate",
-        "CONFORMANCE_ISOLATE",
-        "auto",
-        "crash isolation: 'fork' runs cases in a forked child so a segfault/abort marks that case "
-        "crashed and the run goes on; 'none' runs in-process; 'auto' = fork unless pytest-xdist "
-        "runs the cases (xdist restarts crashed workers itself)",
-    ),
-    (
-        "--repro-dir",
-        "CONFORMANCE_REPRO_DIR",
-        None,
-        "write a standalone script plus the exact inputs (<case>.py, <case>.pt) for every "
-        "failing case into this directory",
-    ),
-    (
-        "--results",
-        "CONFORMANCE_RESULTS",
-        "results",
-        "directory for per-case JSON lines and run.json ('none' to disable)",
-    ),
-]
-
-ALL_DTYPES = [
+ALL_DTYPES = (
     "float64",
     "float32",
     "float16",
@@ -109,36 +37,7 @@ ALL_DTYPES = [
     "int8",
     "uint8",
     "bool",
-]
-
-
-def add_options(parser: pytest.Parser) -> None:
-    group = parser.getgroup("conformance", "torch-conformance (op conformance vs CPU)")
-    for flag, env, default, text in OPTIONS:
-        shown = f" [env {env}; default: {default}]" if default else f" [env {env}]"
-        group.addoption(flag, dest="conformance_" + flag[2:], default=None, help=text + shown)
-
-
-@dataclass
-class Options:
-    backend: str
-    device: str | None
-    ops: list[str] | None
-    fallback_ops: list[str] | None
-    dtypes: list[torch.dtype]
-    layouts: list[str]
-    paths: list[str]
-    expectations: list[str] | None  # None: defaults; []: none
-    results: str | None
-    isolate: str
-    repro_dir: str | None
-
-
-def _value(config: pytest.Config, flag: str, env: str, default: str | None) -> str | None:
-    given = config.getoption("conformance_" + flag[2:])
-    if given is not None:
-        return given
-    return os.environ.get(env) or default
+)
 
 
 def parse_dtypes(text: str) -> list[torch.dtype]:
@@ -174,21 +73,116 @@ def _list(text: str | None) -> list[str] | None:
     return [o.strip() for o in text.split(",") if o.strip()] if text else None
 
 
-def read_options(config: pytest.Config) -> Options:
-    v = {flag: _value(config, flag, env, default) for flag, env, default, _ in OPTIONS}
-    ops = _list(v["--ops"])
-    exp = v["--expectations"]
-    results = v["--results"]
-    return Options(
-        backend=v["--backend"],
-        device=v["--device"],
-        ops=ops,
-        fallback_ops=_list(v["--fallback-ops"]),
-        dtypes=parse_dtypes(v["--dtypes"]),
-        layouts=parse_layouts(v["--layouts"]),
-        paths=parse_paths(v["--paths"]),
-        expectations=None if exp is None else ([] if exp == "none" else exp.split(",")),
-        results=None if results in (None, "", "none") else results,
-        repro_dir=v["--repro-dir"],
-        isolate=_choice("--isolate", v["--isolate"], ("auto", "fork", "none")),
+def _expectations(text: str | None) -> list[str] | None:
+    return None if text is None else ([] if text == "none" else text.split(","))
+
+
+def _results(text: str | None) -> str | None:
+    return None if text in (None, "", "none") else text
+
+
+def _isolate(text: str) -> str:
+    return _choice("--isolate", text, ISOLATE)
+
+
+def option(help: str, default: str | None = None, parse: Callable[[Any], Any] = str) -> Any:
+    """Declare one option: its help text, default (as typed on the command line) and parser."""
+    return field(metadata={"help": help, "default": default, "parse": parse})
+
+
+def flag_of(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def env_of(name: str) -> str:
+    return "CONFORMANCE_" + name.upper()
+
+
+@dataclass(frozen=True)
+class Options:
+    """Every option of the suite; `--<field-name>` on the command line or `CONFORMANCE_<NAME>`."""
+
+    backend: str = option(
+        "Python module whose import registers the PrivateUse1 device under test",
+        default="echo_npu",
     )
+    device: str | None = option(
+        "device type of the backend (default: the PrivateUse1 name after import)",
+        parse=lambda v: v,
+    )
+    ops: list[str] | None = option(
+        "comma-separated overloads or globs to test, e.g. 'masked_fill_.*,add.Tensor' "
+        "(default: every overload the backend registered)",
+        parse=_list,
+    )
+    fallback_ops: list[str] | None = option(
+        "also test overloads the backend did not register, reached only through its boxed "
+        "cpu_fallback (path 'fallback'): comma-separated globs, or 'all' for every such overload "
+        "with OpInfo samples (slow: for nightly runs)",
+        parse=_list,
+    )
+    dtypes: list[torch.dtype] = option(
+        "comma-separated torch dtypes ('all' for every dtype OpInfo knows)",
+        default=DEFAULT_DTYPES,
+        parse=lambda v: parse_dtypes(v),
+    )
+    layouts: list[str] = option(
+        "comma-separated layouts: " + ", ".join(f"{k} ({v})" for k, v in LAYOUT_HELP.items()),
+        default="all",
+        parse=parse_layouts,
+    )
+    paths: list[str] = option(
+        "native (the backend's kernel) and/or fallback (the same op routed through cpu_fallback, "
+        "when the backend offers set_fallback_routes)",
+        default=",".join(PATHS),
+        parse=lambda v: parse_paths(v),
+    )
+    expectations: list[str] | None = option(
+        "expected-failure manifest(s), comma-separated (default: "
+        "matrices/expectations/<backend>/{common,torch-<minor>}.toml); 'none' for no manifest",
+        parse=_expectations,
+    )
+    isolate: str = option(
+        "crash isolation: 'fork' runs cases in a forked child so a segfault/abort marks that case "
+        "crashed and the run goes on; 'none' runs in-process; 'auto' = fork unless pytest-xdist "
+        "runs the cases (xdist restarts crashed workers itself)",
+        default="auto",
+        parse=_isolate,
+    )
+    repro_dir: str | None = option(
+        "write a standalone script plus the exact inputs (<case>.py, <case>.pt) for every "
+        "failing case into this directory",
+        parse=lambda v: v,
+    )
+    results: str | None = option(
+        "directory for per-case JSON lines and run.json ('none' to disable)",
+        default="results",
+        parse=_results,
+    )
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("conformance", "torch-conformance (op conformance vs CPU)")
+    for f in fields(Options):
+        default, env = f.metadata["default"], env_of(f.name)
+        shown = f" [env {env}; default: {default}]" if default else f" [env {env}]"
+        group.addoption(
+            flag_of(f.name),
+            dest="conformance_" + f.name,
+            default=None,
+            help=f.metadata["help"] + shown,
+        )
+
+
+def read_options(config: pytest.Config) -> Options:
+    """Options from the command line, else the environment, else the declared default."""
+    values = {}
+    for f in fields(Options):
+        given = config.getoption("conformance_" + f.name)
+        raw = (
+            given
+            if given is not None
+            else (os.environ.get(env_of(f.name)) or f.metadata["default"])
+        )
+        values[f.name] = f.metadata["parse"](raw)
+    return Options(**values)

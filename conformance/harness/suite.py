@@ -5,7 +5,6 @@ from __future__ import annotations
 import fnmatch
 import os
 import shlex
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -18,34 +17,17 @@ from conformance.engine.runner import CaseOutcome, run_case
 from conformance.errors import ConformanceUsageError
 from conformance.harness.expectations import Entry, Manifest, default_manifest_paths, load_manifest
 from conformance.harness.options import Options
-from conformance.harness.results import ResultsWriter
 from conformance.ops import spec_for
+from conformance.record import CaseId, CaseRecord, Status
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-@dataclass(frozen=True)
-class Case:
-    overload: str
-    dtype: torch.dtype
-    layout: str
-    path: str
+RECORD_KEY = pytest.StashKey[CaseRecord]()  # per item: what its case measured
 
-    @property
-    def dtype_name(self) -> str:
-        return str(self.dtype).removeprefix("torch.")
 
-    @property
-    def id(self) -> str:
-        return f"{self.overload}-{self.dtype_name}-{self.layout}-{self.path}"
-
-    @property
-    def op(self) -> str:
-        return self.overload.split(".")[0]
-
-    @property
-    def overload_tag(self) -> str:
-        return self.overload.split(".", 1)[1] if "." in self.overload else "default"
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 class Suite:
@@ -58,7 +40,6 @@ class Suite:
         self.backend: Backend = load_backend(options.backend, options.device)
         self.allocator = self.backend.allocator_mode()
         self.manifest = self._manifest()
-        self.writer = ResultsWriter(options.results, worker) if options.results else None
         self.registered = discovery.registered_overloads()
         self._calls: dict[tuple[str, torch.dtype], list] = {}
         self.overloads = self.selected_overloads()  # validates --ops early
@@ -109,7 +90,7 @@ class Suite:
             )
         return chosen
 
-    def cases(self) -> list[Case]:
+    def cases(self) -> list[CaseId]:
         paths = [p for p in self.options.paths if p == "native" or self.backend.can_route_fallback]
         out = []
         for overload in self.overloads:
@@ -122,14 +103,14 @@ class Suite:
                     for path in paths:
                         if path == "fallback" and not self.backend.fallback_routable(overload):
                             continue
-                        out.append(Case(overload, dtype, layout, path))
+                        out.append(CaseId(overload, dtype_name(dtype), layout, path))
         if "fallback" in self.options.paths:
             for overload in self.fallback_only:
                 spec = spec_for(overload)
                 for dtype in self.options.dtypes:
                     for layout in self.options.layouts:
                         if spec.layouts is None or layout in spec.layouts:
-                            out.append(Case(overload, dtype, layout, "fallback"))
+                            out.append(CaseId(overload, dtype_name(dtype), layout, "fallback"))
         return out
 
     def calls(self, overload: str, dtype: torch.dtype) -> list:
@@ -153,7 +134,7 @@ class Suite:
         )
         if narrowed:
             return []
-        ids = [case.id for case in self.cases()]
+        ids = [str(case) for case in self.cases()]
         return [
             e
             for e in self.manifest.entries
@@ -161,20 +142,22 @@ class Suite:
             and not any(fnmatch.fnmatchcase(i, e.pattern) for i in ids)
         ]
 
-    def expectation(self, case: Case) -> Entry | None:
-        return self.manifest.match(case.id, self.allocator)
+    def expectation(self, case: CaseId) -> Entry | None:
+        return self.manifest.match(str(case), self.allocator)
 
     # ---- running ----------------------------------------------------------------------------
-    def run(self, case: Case, nodeid: str, record: dict[str, Any]) -> None:
-        """Run the case; fill `record` for the results file; raise pytest outcomes."""
+    def run(self, case: CaseId, item: pytest.Item) -> None:
+        """Run the case; leave its result record on `item`; raise pytest outcomes."""
+        nodeid = item.nodeid
         spec = spec_for(case.overload)
-        calls = self.calls(case.overload, case.dtype)
+        calls = self.calls(case.overload, getattr(torch, case.dtype))
         route = case.path == "fallback" and case.overload in self.registered
         outcome = run_case(
             self.backend, case.overload, spec, calls, case.layout, case.path, route=route
         )
         expected = self.expectation(case)
-        record.update(self._record(case, outcome, nodeid))
+        record = self._record(case, outcome, nodeid)
+        item.stash[RECORD_KEY] = record
         if outcome.skip_reason:
             pytest.skip(outcome.skip_reason)
         if outcome.failure is not None:
@@ -182,25 +165,25 @@ class Suite:
             if self.options.repro_dir and outcome.failed_call is not None:
                 script = self._write_repro(case, outcome, route)
                 message += f"\n  repro script: python {script}"
-                record["message"] = message
+                record.message = message
             if expected is not None and expected.status == "xfail":
                 pytest.xfail(f"{expected.describe()} -- {message.splitlines()[0]}")
             pytest.fail(message, pytrace=False)
         if expected is not None and expected.status == "xfail":
-            record["status"] = "xpassed"
+            record.status = Status.XPASSED
             pytest.fail(
-                f"unexpected pass: the case {case.id} passes now; remove this entry "
+                f"unexpected pass: the case {case} passes now; remove this entry "
                 f"({expected.pattern!r}) from {expected.source}",
                 pytrace=False,
             )
 
-    def _write_repro(self, case: Case, outcome: CaseOutcome, routed: bool) -> str:
+    def _write_repro(self, case: CaseId, outcome: CaseOutcome, routed: bool) -> str:
         from conformance.engine.repro import write_repro
 
         failure = outcome.failure
         return write_repro(
             self.options.repro_dir,
-            case.id,
+            str(case),
             outcome.failed_call,
             backend=self.options.backend,
             headline=f"[{failure.check}] {failure.message}",
@@ -231,7 +214,7 @@ class Suite:
             cmd = f"python -m conformance.tools.launch {' '.join(checkers)} -- {cmd}"
         return f"{prefix} {cmd}".strip()
 
-    def failure_message(self, case: Case, outcome: CaseOutcome, nodeid: str) -> str:
+    def failure_message(self, case: CaseId, outcome: CaseOutcome, nodeid: str) -> str:
         failure = outcome.failure
         assert failure is not None
         lines = [f"[{failure.check}] {failure.message}"]
@@ -243,26 +226,28 @@ class Suite:
         lines.append(f"  repro: {self.repro(nodeid)}")
         return "\n".join(lines)
 
-    def _record(self, case: Case, outcome: CaseOutcome, nodeid: str) -> dict[str, Any]:
+    def _record(self, case: CaseId, outcome: CaseOutcome, nodeid: str) -> CaseRecord:
+        """The case's result record; its status is set from pytest's outcome when logged."""
         failure = outcome.failure
-        return {
-            "op": case.op,
-            "overload": case.overload_tag,
-            "dtype": case.dtype_name,
-            "layout": case.layout,
-            "path": case.path,
-            "check": failure.check if failure else None,
-            "max_abs_err": outcome.stats.max_abs if outcome.samples else None,
-            "max_rel_err": outcome.stats.max_rel if outcome.samples else None,
-            "samples": outcome.samples,
-            "message": self.failure_message(case, outcome, nodeid)
-            if failure
-            else outcome.skip_reason,
-        }
+        return self.new_record(
+            case,
+            Status.PASSED,
+            nodeid,
+            check=failure.check if failure else None,
+            max_abs_err=outcome.stats.max_abs if outcome.samples else None,
+            max_rel_err=outcome.stats.max_rel if outcome.samples else None,
+            samples=outcome.samples,
+            message=self.failure_message(case, outcome, nodeid) if failure else outcome.skip_reason,
+        )
 
-    def base_record(self) -> dict[str, Any]:
-        return {
-            "torch": torch.__version__,
-            "backend": self.options.backend,
-            "allocator": self.allocator,
-        }
+    def new_record(self, case: CaseId, status: Status, nodeid: str, **values: Any) -> CaseRecord:
+        """A record of this run (torch, backend, allocator, repro filled in) for `case`."""
+        return CaseRecord.for_case(
+            case,
+            status,
+            torch=str(torch.__version__),
+            backend=self.options.backend,
+            allocator=self.allocator,
+            repro=self.repro(nodeid),
+            **values,
+        )

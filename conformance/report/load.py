@@ -18,6 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from conformance.errors import ConformanceUsageError
+from conformance.record import (
+    FAILING,
+    STATUS_ORDER,
+    CaseRecord,
+    status_rank,
+    worst_status,
+)
 
 __all__ = [
     "STATUSES",
@@ -31,87 +38,18 @@ __all__ = [
     "worst_status",
 ]
 
-#: Every case status, worst first; the grid colours a cell by the worst status over its paths.
-STATUSES: tuple[str, ...] = (
-    "crashed",
-    "error",
-    "failed",
-    "xpassed",
-    "xfailed",
-    "passed",
-    "skipped",
-)
-#: Statuses that need attention: listed first in both reports.
-FAILING: frozenset[str] = frozenset({"crashed", "error", "failed", "xpassed"})
-_RANK = {s: i for i, s in enumerate(STATUSES)}
+#: Every case status, worst first (values of conformance.record.Status).
+STATUSES: tuple[str, ...] = tuple(s.value for s in STATUS_ORDER)
+#: The result record of one case: the suite's own type, read back.
+Case = CaseRecord
 
 
 class ReportError(ConformanceUsageError):
     """A results folder that cannot be read at all (one-line message)."""
 
 
-def status_rank(status: str) -> int:
-    """Position of ``status`` in :data:`STATUSES` (0 = worst); unknown statuses rank as error."""
-    return _RANK.get(status, _RANK["error"])
-
-
-def worst_status(statuses: Iterable[str]) -> str:
-    """The worst of ``statuses`` in :data:`STATUSES` order (unknown statuses count as ``error``)."""
-    worst = "skipped"
-    for s in statuses:
-        s = s if s in _RANK else "error"
-        if _RANK[s] < _RANK[worst]:
-            worst = s
-    return worst
-
-
 def _text(value: Any) -> str:
     return "" if value is None else str(value)
-
-
-@dataclass(frozen=True)
-class Case:
-    """One case line of ``cases-*.jsonl``; unknown fields stay available in ``raw``."""
-
-    id: str
-    op: str
-    overload: str
-    dtype: str
-    layout: str
-    path: str
-    status: str
-    check: str
-    message: str
-    repro: str
-    duration: float | None
-    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-
-    @property
-    def op_name(self) -> str:
-        """``op.overload`` (``masked_fill_.Scalar``), or just ``op`` for the default overload."""
-        if self.overload and self.overload != "default":
-            return f"{self.op}.{self.overload}"
-        return self.op
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Case:
-        """Build a case from one decoded JSON line (missing fields become empty strings)."""
-        duration = data.get("duration")
-        status = _text(data.get("status")) or "error"
-        return cls(
-            id=_text(data.get("id")),
-            op=_text(data.get("op")) or "?",
-            overload=_text(data.get("overload")),
-            dtype=_text(data.get("dtype")) or "-",
-            layout=_text(data.get("layout")) or "-",
-            path=_text(data.get("path")) or "-",
-            status=status,
-            check=_text(data.get("check")),
-            message=_text(data.get("message")),
-            repro=_text(data.get("repro")),
-            duration=float(duration) if isinstance(duration, int | float) else None,
-            raw=data,
-        )
 
 
 @dataclass
@@ -155,13 +93,13 @@ class Run:
 
     def _from_cases(self, key: str) -> str:
         for case in self.cases:
-            if case.raw.get(key):
-                return str(case.raw[key])
+            if getattr(case, key):
+                return str(getattr(case, key))
         return "?"
 
     def counts(self) -> Counter[str]:
         """Number of cases per status."""
-        return Counter(c.status for c in self.cases)
+        return Counter(c.status.value for c in self.cases)
 
     def failures(self) -> list[Case]:
         """Cases needing attention (crashed, error, failed, xpassed), worst first, then by id."""
@@ -207,7 +145,7 @@ def load_run(path: str | os.PathLike[str]) -> Run:
     else:
         warnings.append("run.json: missing")
     cases = [
-        Case.from_json(data)
+        CaseRecord.from_json(data)
         for jsonl in sorted(root.glob("cases-*.jsonl"))
         for data in _read_jsonl(jsonl, warnings)
     ]

@@ -16,9 +16,21 @@ from conformance.report.summary import counts_by
 __all__ = ["render_markdown"]
 
 #: Columns of every count table, in this order.
-COLUMNS: tuple[str, ...] = ("passed", "failed", "xfailed", "xpassed", "crashed", "error", "skipped")
+COLUMNS: tuple[str, ...] = (
+    "passed",
+    "failed",
+    "unsupported",
+    "xfailed",
+    "xpassed",
+    "crashed",
+    "hung",
+    "error",
+    "skipped",
+)
 _ICONS = {
     "crashed": "💥",
+    "hung": "⏳",
+    "unsupported": "🚫",
     "error": "⛔",
     "failed": "❌",
     "xpassed": "❗",
@@ -28,9 +40,9 @@ _ICONS = {
 }
 
 
-def _cell(text: str, limit: int = 300) -> str:
+def _cell(text: str | None, limit: int = 300) -> str:
     """Make ``text`` safe inside a Markdown table cell (one line, escaped pipes)."""
-    text = " ".join(text.split())
+    text = " ".join((text or "").split())
     if len(text) > limit:
         text = text[: limit - 1] + "…"
     return text.replace("\\", "\\\\").replace("|", "\\|")

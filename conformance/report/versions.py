@@ -228,10 +228,12 @@ def render_versions_markdown(
 
 _COLOURS = {
     "crashed": "#7f0000",
+    "hung": "#8a3b12",
     "error": "#b30000",
     "failed": "#e34a33",
     "xpassed": "#fc8d59",
     "xfailed": "#fdd49e",
+    "unsupported": "#7d8fa8",
     "passed": "#41ab5d",
     "skipped": "#bdbdbd",
     MISSING: "#ffffff",

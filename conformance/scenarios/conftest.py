@@ -6,7 +6,7 @@ import pytest
 
 from conformance.engine.compare import Mismatch
 from conformance.engine.memory import MemoryWatch
-from conformance.plugin import get_suite
+from conformance.harness.session import run_of
 from conformance.scenarios._helpers import last_step, reset_steps
 
 
@@ -21,7 +21,7 @@ def pytest_runtest_call(item: pytest.Item):
     """After each scenario: red zones intact and no device block leaked, else the scenario fails
     with the backend's record (allocating op, the op after which corruption was first seen) and
     the scenario's last step."""
-    backend = get_suite(item.config).backend
+    backend = run_of(item.config).suite.backend
     watch = MemoryWatch(backend)
     reset_steps()
     try:

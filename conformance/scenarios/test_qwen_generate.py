@@ -12,7 +12,7 @@ import copy
 import pytest
 import torch
 
-from conformance.plugin import get_suite
+from conformance.harness.session import run_of
 from conformance.scenarios._helpers import assert_same, step
 
 transformers = pytest.importorskip(
@@ -55,7 +55,7 @@ def _model():
 @pytest.fixture(scope="module")
 def models(request):
     cpu_model = _model()
-    dev_model = copy.deepcopy(cpu_model).to(get_suite(request.config).backend.device)
+    dev_model = copy.deepcopy(cpu_model).to(run_of(request.config).suite.backend.device)
     yield cpu_model, dev_model
     del dev_model
 

@@ -1,9 +1,6 @@
-"""Crash diagnosis from a child's output, and the launcher's environments."""
-
-import pytest
+"""Crash diagnosis from a forked child's output (harness/isolation.py)."""
 
 from conformance.harness.isolation import describe_status, diagnose
-from conformance.tools import launch
 
 ASAN = """noise
 =================================================================
@@ -37,26 +34,3 @@ def test_plain_crash_has_no_headline_but_a_tail():
 def test_describe_status():
     assert describe_status(11) == "killed by SIGSEGV"
     assert describe_status(1 << 8) == "exited with code 1"
-
-
-def test_launch_environments(monkeypatch):
-    monkeypatch.setattr(launch, "asan_runtime", lambda: ["/x/libasan.so", "/x/libstdc++.so.6"])
-    monkeypatch.setattr(launch, "malloc_debug_library", lambda: "/y/libc_malloc_debug.so.0")
-    env = launch.environment(True, True, {"LD_PRELOAD": "/z/other.so", "ASAN_OPTIONS": "a=1"})
-    assert env["LD_PRELOAD"] == (
-        "/x/libasan.so:/x/libstdc++.so.6:/z/other.so:/y/libc_malloc_debug.so.0"
-    )
-    assert env["ASAN_OPTIONS"] == "a=1:detect_leaks=0"
-    assert env["MALLOC_CHECK_"] == "3"
-
-
-def test_launch_finds_the_real_libraries_here():
-    asan, stdcpp = launch.asan_runtime()
-    assert "libasan" in asan and "libstdc++" in stdcpp
-    assert launch.malloc_debug_library().endswith("libc_malloc_debug.so.0")
-
-
-def test_launch_without_command_is_a_usage_error():
-    with pytest.raises(SystemExit) as info:
-        launch.main([])
-    assert info.value.code == 2

@@ -1,0 +1,194 @@
+"""The result vocabulary: case ids, statuses, check names and the per-case result record.
+
+One typed definition that everything producing or reading results imports: the harness (which
+writes `results/cases-*.jsonl`), the report loader, bisect and the self-tests. Pure Python (no
+torch, no pytest), so reports and CI tools load it anywhere. The JSON format is docs/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, fields
+from enum import Enum
+from types import MappingProxyType
+from typing import Any
+
+TEST_NAME = "test_matches_cpu"  # the generated test; a case's pytest name is TEST_NAME[<case id>]
+
+
+class Status(str, Enum):
+    """The outcome of one case (or scenario). A `str`, so it is written to JSON as its value."""
+
+    CRASHED = "crashed"  # the process died in the case (signal, sanitizer, glibc abort)
+    HUNG = "hung"  # the case ran past its time limit
+    ERROR = "error"  # the harness itself failed (setup error): never the backend's verdict
+    FAILED = "failed"  # a check failed
+    XPASSED = "xpassed"  # an expected failure passed: the manifest entry must go (strict)
+    UNSUPPORTED = "unsupported"  # the device raised "not implemented" where CPU computes
+    XFAILED = "xfailed"  # failed as a manifest entry expects
+    PASSED = "passed"  # compared, and every check held
+    SKIPPED = "skipped"  # nothing to compare (no sample fits this layout, dtype not supported)
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    def __hash__(self) -> int:  # equal to its value, so it must hash like it (dict keys)
+        return hash(self.value)
+
+
+#: Every status, worst first: a grid cell or group shows the worst status of its cases.
+STATUS_ORDER: tuple[Status, ...] = tuple(Status)
+#: Statuses that need attention (listed first in reports, fail a bisect probe).
+FAILING: frozenset[Status] = frozenset(
+    {Status.CRASHED, Status.HUNG, Status.ERROR, Status.FAILED, Status.XPASSED}
+)
+_RANK = MappingProxyType({s: i for i, s in enumerate(STATUS_ORDER)})
+
+
+def parse_status(value: Any) -> Status:
+    """A status from its JSON value; unknown or missing values read as ``error``."""
+    try:
+        return Status(str(value))
+    except ValueError:
+        return Status.ERROR
+
+
+def status_rank(status: str | Status) -> int:
+    """Position in :data:`STATUS_ORDER` (0 = worst); unknown statuses rank as ``error``."""
+    return _RANK[parse_status(status)]
+
+
+def worst_status(statuses: Iterable[str | Status]) -> Status:
+    """The worst of ``statuses`` (``skipped`` for none)."""
+    return min((parse_status(s) for s in statuses), key=_RANK.__getitem__, default=Status.SKIPPED)
+
+
+#: Check names a result can carry besides those of the engine's per-sample checks
+#: (conformance.engine.checks.CHECKS): failures of the process or the harness, not of an op.
+HARNESS_CHECKS = MappingProxyType(
+    {
+        "crash": "the process died while running the case",
+        "hang": "the case ran past its time limit",
+        "harness": "the suite itself failed while building inputs or checking (not the backend)",
+    }
+)
+
+
+@dataclass(frozen=True, order=True)
+class CaseId:
+    """What a case tests: ``<overload>-<dtype>-<layout>-<path>[-<values>]``, e.g.
+    ``masked_fill_.Scalar-float32-transposed-native``. No part contains ``-`` (aten overload
+    names are identifiers with a dot). ``values`` names a value set other than the ordinary
+    samples (e.g. ``special``: NaN, infinities, extremes); empty for the ordinary ones."""
+
+    overload: str
+    dtype: str
+    layout: str
+    path: str
+    values: str = ""
+
+    def __str__(self) -> str:
+        text = f"{self.overload}-{self.dtype}-{self.layout}-{self.path}"
+        return f"{text}-{self.values}" if self.values else text
+
+    @property
+    def op(self) -> str:
+        """``masked_fill_`` of ``masked_fill_.Scalar``."""
+        return self.overload.split(".")[0]
+
+    @property
+    def overload_tag(self) -> str:
+        """``Scalar`` of ``masked_fill_.Scalar``; ``default`` for ``abs``."""
+        return self.overload.partition(".")[2] or "default"
+
+    @property
+    def test_name(self) -> str:
+        """The pytest name of the case: ``test_matches_cpu[<id>]``."""
+        return f"{TEST_NAME}[{self}]"
+
+    @classmethod
+    def parse(cls, text: str) -> CaseId:
+        """Parse a case id, a pytest name or a node id that ends in ``[<case id>]``."""
+        if text.endswith("]") and "[" in text:
+            text = text[text.index("[") + 1 : -1]
+        parts = text.split("-")
+        if len(parts) not in (4, 5) or not all(parts):
+            raise ValueError(
+                f"not a case id: {text!r} (expected overload-dtype-layout-path[-values])"
+            )
+        return cls(*parts)
+
+
+@dataclass
+class CaseRecord:
+    """One line of ``cases-<worker>.jsonl``: what one case measured (docs/RESULTS.md)."""
+
+    id: str  # the pytest name, e.g. test_matches_cpu[abs-float32-contiguous-native]
+    status: Status
+    op: str = "?"
+    overload: str = ""
+    dtype: str = "-"
+    layout: str = "-"
+    path: str = "-"
+    check: str | None = None
+    message: str | None = None
+    samples: int = 0
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    duration: float | None = None
+    repro: str = ""
+    torch: str = ""
+    backend: str = ""
+    allocator: str = ""
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def for_case(cls, case: CaseId, status: Status, **values: Any) -> CaseRecord:
+        """A record for ``case`` with its id fields filled in."""
+        return cls(
+            id=case.test_name,
+            status=status,
+            op=case.op,
+            overload=case.overload_tag,
+            dtype=case.dtype,
+            layout=case.layout,
+            path=case.path,
+            **({"extra": {"values": case.values}} if case.values else {}),
+            **values,
+        )
+
+    @property
+    def op_name(self) -> str:
+        """``op.overload`` (``masked_fill_.Scalar``), or just ``op`` for the default overload."""
+        if self.overload and self.overload != "default":
+            return f"{self.op}.{self.overload}"
+        return self.op
+
+    @property
+    def failing(self) -> bool:
+        return self.status in FAILING
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        extra = data.pop("extra")
+        data["status"] = self.status.value
+        return {**data, **extra}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CaseRecord:
+        """Read one decoded JSON line; tolerant of missing fields and of unknown ones (kept in
+        ``extra``), so results of older and newer versions of the suite load."""
+        known = {f.name for f in fields(cls)} - {"extra"}
+        values: dict[str, Any] = {k: data[k] for k in known if data.get(k) not in (None, "")}
+        values["id"] = str(data.get("id", ""))
+        values["status"] = parse_status(data.get("status"))
+        for key in ("op", "overload", "dtype", "layout", "path", "repro", "torch", "backend"):
+            if key in values:
+                values[key] = str(values[key])
+        if not isinstance(values.get("duration"), int | float):
+            values.pop("duration", None)
+        values["extra"] = {k: v for k, v in data.items() if k not in known}
+        return cls(**values)

@@ -1,0 +1,120 @@
+"""The package's rules, checked: the engine never imports pytest, the harness keeps no
+module-level mutable state, the docs list what the code declares."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PKG = ROOT / "conformance"
+PYTEST_FREE = [PKG / "engine", PKG / "ops", PKG / "record.py", PKG / "errors.py"]
+
+
+def _files(*roots: Path) -> list[Path]:
+    out: list[Path] = []
+    for root in roots:
+        out += [root] if root.is_file() else sorted(root.rglob("*.py"))
+    return out
+
+
+def _imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize("path", _files(*PYTEST_FREE), ids=lambda p: str(p.relative_to(ROOT)))
+def test_engine_module_does_not_import_pytest(path: Path) -> None:
+    assert not {"pytest", "_pytest", "xdist"} & _imports(path)
+
+
+def test_engine_imports_without_pytest_at_run_time() -> None:
+    """Importing every engine module (and the op specs) loads no pytest, not even indirectly."""
+    modules = [
+        "conformance." + ".".join(p.relative_to(PKG).with_suffix("").parts)
+        for p in _files(*PYTEST_FREE)
+        if p.name != "__init__.py"
+    ]
+    code = "import sys\n" + "".join(f"import {m}\n" for m in modules)
+    code += "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('pytest', '_pytest'))\n"
+    code += "assert not bad, bad\n"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+MUTABLE_CALLS = {"list", "dict", "set", "defaultdict", "Counter", "OrderedDict", "deque"}
+
+
+def _module_level_mutables(path: Path) -> list[str]:
+    found = []
+    tree = ast.parse(path.read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+            value = node.value
+            mutable = isinstance(value, ast.List | ast.Dict | ast.Set | ast.ListComp | ast.DictComp)
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+                mutable = mutable or value.func.id in MUTABLE_CALLS
+            if mutable:
+                found.append(f"{path.name}:{node.lineno}")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Global):
+            found.append(f"{path.name}:{node.lineno} global {', '.join(node.names)}")
+    return found
+
+
+@pytest.mark.parametrize(
+    "path",
+    _files(PKG / "harness", PKG / "plugin.py", PKG / "record.py"),
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_harness_keeps_no_module_level_mutable_state(path: Path) -> None:
+    assert _module_level_mutables(path) == []
+
+
+def test_the_mutable_state_check_can_fire(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("_CONFIG = []\nX: dict = {}\ndef f():\n    global _CONFIG\n")
+    assert len(_module_level_mutables(bad)) == 3
+
+
+def test_protocol_doc_table_is_generated_from_the_code() -> None:
+    from conformance.engine.protocol import DOC_BEGIN, DOC_END, markdown_table
+
+    doc = (ROOT / "docs" / "BACKEND_PROTOCOL.md").read_text()
+    table = doc[doc.index(DOC_BEGIN) : doc.index(DOC_END) + len(DOC_END)]
+    assert table == markdown_table(), "run: python -m conformance.engine.protocol"
+
+
+def test_results_doc_names_every_check_and_status() -> None:
+    from conformance.engine.checks import CHECKS
+    from conformance.record import HARNESS_CHECKS, Status
+
+    doc = (ROOT / "docs" / "RESULTS.md").read_text()
+    names = [c.name for c in CHECKS] + list(HARNESS_CHECKS) + ["memory", "leak"]
+    missing = [n for n in names if not re.search(rf"`{re.escape(n)}`", doc)]
+    missing += [s.value for s in Status if f"`{s.value}`" not in doc]
+    assert missing == [], f"docs/RESULTS.md does not describe {missing}"
+
+
+def test_every_package_is_listed_in_pyproject() -> None:
+    import tomllib
+
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    packages = {
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for p in PKG.rglob("__init__.py")
+        if "__pycache__" not in p.parts
+    }
+    assert packages - listed == set()
