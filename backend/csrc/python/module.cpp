@@ -5,7 +5,7 @@
 #include <stdexcept>
 
 #include "../aten/registry.h"
-#include "../aten/rng.h"
+#include "../device/rng.h"
 #include "../runtime/runtime.h"
 
 namespace py = pybind11;
