@@ -8,10 +8,12 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from packaging.version import Version
+
 from conformance.bisect.index import DEFAULT_INDEX, IndexError_, list_versions, resolve_version
 from conformance.bisect.output import to_json, to_markdown
 from conformance.bisect.runner import EnvFor, VenvProbeRunner, gated_env, no_env
-from conformance.bisect.search import BisectError, ProbeRunner, bisect_versions
+from conformance.bisect.search import BisectError, Probe, ProbeRunner, bisect_versions
 from conformance.tools.matrix import CONFORMANCE_MATRIX_ENV, Matrix, MatrixError, load_matrix
 
 EPILOG = """\
@@ -27,6 +29,27 @@ examples:
 A release that cannot be installed or built against is skipped (like `git bisect skip`); the
 result names it, and is a range when skipped releases sit right before the first bad one.
 Exit status: 0 found (exactly or as a range), 2 bad input or an end that could not run."""
+
+
+class _Progress:
+    """Print each probe's start and outcome to stderr (a probe can take minutes)."""
+
+    def __init__(self, runner: ProbeRunner) -> None:
+        self.runner = runner
+        self.count = 0
+
+    def probe(self, version: Version) -> Probe:
+        self.count += 1
+        print(f"bisect: probe {self.count}: torch {version} ...", file=sys.stderr, flush=True)
+        probe = self.runner.probe(version)
+        detail = f": {probe.detail}" if probe.detail else ""
+        print(
+            f"bisect: probe {self.count}: torch {version}: {probe.outcome} "
+            f"({probe.seconds:.0f} s){detail}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return probe
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _env_for(args: argparse.Namespace, matrix: Matrix, versions: Sequence) -> EnvFor:
+def _env_for(args: argparse.Namespace, matrix: Matrix, versions: Sequence[Version]) -> EnvFor:
     """The version-gated environment of --fault / --gate-env / --fault-from."""
     gated: dict[str, str] = {}
     for item in args.gate_env:
@@ -150,7 +173,7 @@ def main(argv: Sequence[str] | None = None, runner: ProbeRunner | None = None) -
             file=sys.stderr,
         )
         start = time.monotonic()
-        result = bisect_versions(args.expression, versions, good, bad, runner)
+        result = bisect_versions(args.expression, versions, good, bad, _Progress(runner))
         result.seconds = round(time.monotonic() - start, 1)
     except (BisectError, IndexError_, MatrixError) as exc:
         print(f"error: {exc}", file=sys.stderr)

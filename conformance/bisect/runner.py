@@ -32,6 +32,7 @@ from conformance.bisect.search import Probe
 from conformance.tools.build import (
     build_environment,
     build_key,
+    find_links,
     probe_release,
     stage_suite,
     suite_argv,
@@ -180,7 +181,7 @@ class VenvProbeRunner:
         backend = self.matrix.backend
         self._step("venv", ["uv", "venv", "--python", self.python, str(venv)], log)
         py = str(venv / "bin" / "python")
-        index = ["--index-url", self.index_url] if self.index_url else []
+        index = ["--index-url", self.index_url] if self.index_url else find_links()
         pre = ["--prerelease", "allow"] if self.pre else []
         requirements = [*suite_requirements(scenarios=False), *backend.requires]
         self._step(

@@ -31,6 +31,7 @@ __all__ = [
     "build_environment",
     "build_key",
     "clear_stamp",
+    "find_links",
     "probe_release",
     "read_stamp",
     "stage_suite",
@@ -108,6 +109,20 @@ def clear_stamp(venv: Path) -> None:
     (venv / STAMP).unlink(missing_ok=True)
 
 
+def find_links() -> list[str]:
+    """--find-links for local wheel folders (CONFORMANCE_FIND_LINKS, PIP_FIND_LINKS).
+
+    uv ignores pip's configuration; with this, a machine that keeps the CPU build of a torch
+    release on disk (as pip finds it) installs that instead of downloading the CUDA build.
+    """
+    raw = f"{os.environ.get('CONFORMANCE_FIND_LINKS', '')} {os.environ.get('PIP_FIND_LINKS', '')}"
+    args: list[str] = []
+    for entry in raw.split():
+        if entry.startswith(("http://", "https://")) or Path(entry).is_dir():
+            args += ["--find-links", entry]
+    return args
+
+
 def _uv_directory() -> str | None:
     """The folder of the uv executable nox and bisect use, if uv is not on PATH already."""
     if shutil.which("uv"):
@@ -158,12 +173,15 @@ def stage_suite(dest: Path, cache_dir: Path) -> Path:
 
 
 def suite_argv(cell: Cell, results: Path, *, junit: bool = True) -> list[str]:
-    """Arguments after ``python``: ``-m pytest conformance --results ... --expectations ...``."""
-    args = ["-m", "pytest", "conformance", "--results", str(results)]
+    """Arguments after ``python``, run from the staged suite's folder: ``-m pytest -c pytest.ini
+    conformance --results=... --expectations=...`` (``=`` forms: a separate option value naming
+    an existing folder would count as a path when pytest picks its rootdir)."""
+    args = ["-m", "pytest", "-c", "pytest.ini", "--rootdir=.", "conformance"]
+    args.append(f"--results={results}")
     if junit:
-        args += ["--junitxml", str(results / "junit.xml")]
+        args.append(f"--junitxml={results / 'junit.xml'}")
     files = cell.backend.expectation_files(cell.release.minor) if cell.backend else []
-    args += ["--expectations", ",".join(str(f) for f in files) if files else "none"]
+    args.append("--expectations=" + (",".join(str(f) for f in files) if files else "none"))
     return args
 
 

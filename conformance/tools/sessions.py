@@ -36,6 +36,7 @@ from conformance.tools.build import (
     build_environment,
     build_key,
     clear_stamp,
+    find_links,
     read_stamp,
     stage_suite,
     suite_argv,
@@ -58,20 +59,6 @@ from conformance.tools.sources import copy_sources
 __all__ = ["find_links", "register"]
 
 REPORT_DEPS = ("jinja2>=3.1", "packaging>=23", "matplotlib>=3.7")
-
-
-def find_links() -> list[str]:
-    """--find-links for local wheel folders (CONFORMANCE_FIND_LINKS, PIP_FIND_LINKS).
-
-    uv ignores pip's configuration; with this, a machine that keeps the CPU build of a torch
-    release on disk (as pip finds it) installs that instead of downloading the CUDA build.
-    """
-    raw = f"{os.environ.get('CONFORMANCE_FIND_LINKS', '')} {os.environ.get('PIP_FIND_LINKS', '')}"
-    args: list[str] = []
-    for entry in raw.split():
-        if entry.startswith(("http://", "https://")) or Path(entry).is_dir():
-            args += ["--find-links", entry]
-    return args
 
 
 def _suite_pythonpath() -> dict[str, str]:

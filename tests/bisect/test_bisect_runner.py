@@ -34,8 +34,9 @@ def make_runner(
             raise subprocess.CalledProcessError(1, args)
         if args[:2] == ["uv", "venv"]:
             Path(args[-1]).mkdir(parents=True)
-        if "--results" in args:  # write results like the suite: leak fault -> failed
-            results = Path(args[args.index("--results") + 1])
+        given = [a for a in args if a.startswith("--results=")]
+        if given:  # write results like the suite: leak fault -> failed
+            results = Path(given[0].split("=", 1)[1])
             results.mkdir(parents=True)
             status = "failed" if (env or {}).get("MYNPU_FAULTS") == "leak" else "passed"
             case = {"id": "test_matches_cpu[mul.Tensor]", "op": "mul", "status": status}
@@ -125,7 +126,7 @@ def test_echo_npu_probe_uses_its_description(tmp_path: Path, monkeypatch) -> Non
     assert calls[3][1]["CONFORMANCE_BACKEND"] == "echo_npu"
     assert calls[3][1]["ECHO_NPU_ALLOCATOR"] == "malloc"
     run = calls[3][0]
-    assert run[run.index("--expectations") + 1].endswith("echo_npu/common.toml")
+    assert run[-3].startswith("--expectations=") and run[-3].endswith("echo_npu/common.toml")
 
 
 def test_copy_sources_leaves_build_products_out(tmp_path: Path) -> None:

@@ -73,17 +73,17 @@ def test_suite_command_and_environment_follow_the_description(repo: Path, tmp_pa
     m = load_matrix(repo / "conformance-matrix.toml")
     cell = m.cell("2.13-guard")
     argv = suite_argv(cell, tmp_path / "out")
-    assert argv[:3] == ["-m", "pytest", "conformance"]
-    assert argv[argv.index("--expectations") + 1] == "none"
-    assert argv[argv.index("--junitxml") + 1] == str(tmp_path / "out" / "junit.xml")
+    assert argv[:6] == ["-m", "pytest", "-c", "pytest.ini", "--rootdir=.", "conformance"]
+    assert "--expectations=none" in argv
+    assert f"--junitxml={tmp_path / 'out' / 'junit.xml'}" in argv
+    assert f"--results={tmp_path / 'out'}" in argv
     assert suite_environment(cell) == {
         "CONFORMANCE_BACKEND": "mynpu",
         "MYNPU_LOG": "1",
         "MYNPU_ALLOCATOR": "guard",
     }
     echo = load_matrix().cell("2.13")
-    files = suite_argv(echo, tmp_path)[suite_argv(echo, tmp_path).index("--expectations") + 1]
-    assert files.endswith("matrices/expectations/echo_npu/common.toml")
+    assert suite_argv(echo, tmp_path)[-1].endswith("matrices/expectations/echo_npu/common.toml")
 
 
 def test_asan_cell_preloads_the_runtime() -> None:

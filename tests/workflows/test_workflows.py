@@ -165,3 +165,21 @@ def test_nightly_is_rendered_from_the_shared_template() -> None:
     ours, theirs = steps(in_tree_nightly()), steps(user_nightly("mynpu", "m.toml"))
     ours["report"] = [s.replace("nightly.yml", "conformance-nightly.yml") for s in ours["report"]]
     assert ours == theirs
+
+
+def test_step_summary_is_capped_at_line_boundaries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from conformance.tools.ci import append_summary
+
+    big = tmp_path / "versions.md"
+    big.write_text("".join(f"| row {i} | é |\n" for i in range(5000)), encoding="utf-8")
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    append_summary([str(big), str(tmp_path / "missing.md")], limit=20_000)
+    text = summary.read_text(encoding="utf-8")
+    assert len(text.encode()) < 20_000 + 200
+    assert "... cut at 10000 bytes; the full file is in the artifacts" in text
+    assert "(no missing.md: the step that writes it did not run)" in text
+    body = text.split("\n\n... cut")[0]
+    assert all(line.endswith("|") for line in body.splitlines())  # no half rows
