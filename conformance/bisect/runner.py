@@ -194,14 +194,16 @@ class VenvProbeRunner:
         src = copy_sources(
             self.work_dir / "src" / f"torch-{version}", build.source, build.include, build.exclude
         )
-        self._step(
-            f"build of {backend.module} against torch {version}",
-            build.argv(),
-            log,
-            env=build_environment(cell, venv),
-            cwd=src,
-        )
-        shutil.rmtree(src, ignore_errors=True)
+        try:
+            self._step(
+                f"build of {backend.module} against torch {version}",
+                build.argv(),
+                log,
+                env=build_environment(cell, venv),
+                cwd=src,
+            )
+        finally:
+            shutil.rmtree(src, ignore_errors=True)
         (venv / OK_MARKER).write_text(f"{version}\n", encoding="utf-8")
 
     def probe(self, version: Version) -> Probe:
