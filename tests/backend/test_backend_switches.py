@@ -93,6 +93,7 @@ def test_no_hooks(run_py):
 
 
 def _write_autoload(tmp_path) -> str:
+    """The dist-info folder in tmp_path; returns the PYTHONPATH that puts it first."""
     out = subprocess.run(
         [sys.executable, "-m", "echo_npu.autoload", str(tmp_path)],
         capture_output=True,
@@ -100,7 +101,7 @@ def _write_autoload(tmp_path) -> str:
         check=True,
     )
     assert (tmp_path / "echo_npu_autoload-0.dist-info" / "entry_points.txt").exists(), out
-    return str(tmp_path)
+    return os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
 
 
 AUTOLOAD = r"""
