@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import Field, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -22,7 +22,8 @@ from conformance.errors import ConformanceUsageError
 
 DEFAULT_DTYPES = "float32,float64,float16,bfloat16,int32,int64,bool"
 PATHS = ("native", "fallback")
-ISOLATE = ("auto", "fork", "none")
+ISOLATE = ("auto", "fork", "spawn", "none")
+DEFAULT_CASE_TIMEOUT = "300"
 
 ALL_DTYPES = (
     "float64",
@@ -85,6 +86,18 @@ def _isolate(text: str) -> str:
     return _choice("--isolate", text, ISOLATE)
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise ConformanceUsageError(
+            f"--case-timeout {text!r}: give a number of seconds (0 turns the limit off)"
+        )
+    return value
+
+
 def option(help: str, default: str | None = None, parse: Callable[[Any], Any] = str) -> Any:
     """Declare one option: its help text, default (as typed on the command line) and parser."""
     return field(metadata={"help": help, "default": default, "parse": parse})
@@ -102,9 +115,10 @@ def env_of(name: str) -> str:
 class Options:
     """Every option of the suite; `--<field-name>` on the command line or `CONFORMANCE_<NAME>`."""
 
-    backend: str = option(
-        "Python module whose import registers the PrivateUse1 device under test",
-        default="echo_npu",
+    backend: str | None = option(
+        "Python module whose import registers the PrivateUse1 device under test (default: the "
+        "backend import torch registered through a torch.backends entry point, else echo_npu)",
+        parse=lambda v: v or None,
     )
     device: str | None = option(
         "device type of the backend (default: the PrivateUse1 name after import)",
@@ -144,10 +158,18 @@ class Options:
     )
     isolate: str = option(
         "crash isolation: 'fork' runs cases in a forked child so a segfault/abort marks that case "
-        "crashed and the run goes on; 'none' runs in-process; 'auto' = fork unless pytest-xdist "
-        "runs the cases (xdist restarts crashed workers itself)",
+        "crashed and the run goes on; 'spawn' in a fresh interpreter (for devices that refuse a "
+        "forked child); 'none' runs in-process; 'auto' = fork, or spawn when the device was "
+        "initialised before forking or refuses a forked child, and in-process under pytest-xdist "
+        "(xdist restarts crashed workers itself)",
         default="auto",
         parse=_isolate,
+    )
+    case_timeout: float = option(
+        "seconds a case (or scenario) may run: past it the case is marked hung and the run goes "
+        "on in a fresh process; 0 for no limit",
+        default=DEFAULT_CASE_TIMEOUT,
+        parse=_seconds,
     )
     repro_dir: str | None = option(
         "write a standalone script plus the exact inputs (<case>.py, <case>.pt) for every "
@@ -159,11 +181,24 @@ class Options:
         default="results",
         parse=_results,
     )
+    # not an option: the raw text of every option the user set (flag or environment), by name
+    given: dict[str, str] = field(default_factory=dict, compare=False)
+
+    def flags(self, **override: str | None) -> list[str]:
+        """The options the user set, as command-line flags (`override` replaces or, with None,
+        drops a value): what a repro command needs to recreate the same case."""
+        raw = {**self.given, **override}
+        return [f"{flag_of(name)}={value}" for name, value in raw.items() if value is not None]
+
+
+def option_fields() -> list[Field]:
+    """The fields of `Options` that are options (`given` is not)."""
+    return [f for f in fields(Options) if f.metadata]
 
 
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("conformance", "torch-conformance (op conformance vs CPU)")
-    for f in fields(Options):
+    for f in option_fields():
         default, env = f.metadata["default"], env_of(f.name)
         shown = f" [env {env}; default: {default}]" if default else f" [env {env}]"
         group.addoption(
@@ -176,13 +211,12 @@ def add_options(parser: pytest.Parser) -> None:
 
 def read_options(config: pytest.Config) -> Options:
     """Options from the command line, else the environment, else the declared default."""
-    values = {}
-    for f in fields(Options):
-        given = config.getoption("conformance_" + f.name)
-        raw = (
-            given
-            if given is not None
-            else (os.environ.get(env_of(f.name)) or f.metadata["default"])
-        )
+    values, given = {}, {}
+    for f in option_fields():
+        flag = config.getoption("conformance_" + f.name)
+        env = os.environ.get(env_of(f.name))
+        raw = flag if flag is not None else (env or f.metadata["default"])
+        if flag is not None or env:
+            given[f.name] = raw
         values[f.name] = f.metadata["parse"](raw)
-    return Options(**values)
+    return Options(**values, given=given)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from conformance.engine import discovery, samples
+from conformance.engine import coverage, discovery, samples
 from conformance.engine.backend import Backend, load_backend
 from conformance.engine.layout_names import LAYOUT_HELP
 from conformance.engine.runner import CaseOutcome, run_case
@@ -33,23 +33,69 @@ def dtype_name(dtype: torch.dtype) -> str:
 class Suite:
     """Created lazily when conformance cases are collected (other pytest runs never pay)."""
 
-    def __init__(self, options: Options, cache_dir: str | None, worker: str) -> None:
+    def __init__(
+        self,
+        options: Options,
+        cache_dir: str | None,
+        worker: str,
+        *,
+        rootdir: str = ".",
+        invocation_dir: str = ".",
+        with_coverage: bool = True,
+    ) -> None:
         self.options = options
         self.cache_dir = cache_dir
         self.worker = worker
+        self.rootdir = rootdir
+        self.invocation_dir = invocation_dir
+        # never touches the device: usability is probed where forking cannot suffer from it
         self.backend: Backend = load_backend(options.backend, options.device)
+        self.backend_name = self.backend.module_name
         self.allocator = self.backend.allocator_mode()
         self.manifest = self._manifest()
         self.registered = discovery.registered_overloads()
+        self.schemaless = discovery.schemaless_registrations()
+        self.has_fallback = discovery.has_backend_fallback()
         self._calls: dict[tuple[str, torch.dtype], list] = {}
         self.overloads = self.selected_overloads()  # validates --ops early
         self.fallback_only = self.selected_fallback_overloads()
+        # a spawned case runner collects every case (the parent chose which ones run)
+        self.coverage = self._coverage() if with_coverage else None
 
     def _manifest(self) -> Manifest:
         paths = self.options.expectations
         if paths is None:
-            paths = default_manifest_paths(REPO_ROOT, self.options.backend, torch.__version__)
+            paths = default_manifest_paths(REPO_ROOT, self.backend_name, torch.__version__)
         return load_manifest(paths)
+
+    def _coverage(self) -> coverage.Coverage:
+        reachable: list[str] = []
+        if self.has_fallback:
+            from conformance.engine.samples.opinfo import opinfo_index
+
+            reachable = discovery.fallback_overloads(set(opinfo_index(self.cache_dir)))
+        return coverage.compute(
+            self.registered,
+            self.overloads,
+            self.options.dtypes,
+            lambda overload: spec_for(overload).dtypes,
+            self.calls,
+            self._no_sample_reason,
+            schemaless=self.schemaless,
+            has_fallback=self.has_fallback,
+            fallback_only=reachable,
+            fallback_selected=self.fallback_only,
+        )
+
+    def _no_sample_reason(self, overload: str) -> str:
+        from conformance.engine.samples.opinfo import base_name, opinfo_index
+
+        spec = spec_for(overload)
+        if spec.samples is None and not (
+            spec.opinfo_names or base_name(overload) in opinfo_index(self.cache_dir)
+        ):
+            return "no samples (no OpInfo entry and no op spec in conformance/ops)"
+        return "no samples (no OpInfo sample reaches this overload; add an op spec)"
 
     # ---- collection -------------------------------------------------------------------------
     def selected_overloads(self) -> list[str]:
@@ -62,7 +108,7 @@ class Suite:
             hint = ", ".join(self.registered[:12]) + (", ..." if len(self.registered) > 12 else "")
             raise ConformanceUsageError(
                 f"--ops: {', '.join(unknown)} matches no overload registered by "
-                f"{self.options.backend} (registered: {hint})"
+                f"{self.backend_name} (registered: {hint})"
             )
         return chosen
 
@@ -71,9 +117,9 @@ class Suite:
         wanted = self.options.fallback_ops
         if not wanted:
             return []
-        if not discovery.has_backend_fallback():
+        if not self.has_fallback:
             raise ConformanceUsageError(
-                f"--fallback-ops: {self.options.backend} registered no boxed fallback "
+                f"--fallback-ops: {self.backend_name} registered no boxed fallback "
                 "for PrivateUse1, so no op reaches cpu_fallback"
             )
         from conformance.engine.samples.opinfo import opinfo_index
@@ -90,13 +136,20 @@ class Suite:
             )
         return chosen
 
+    def _has_samples(self, overload: str, dtype: torch.dtype) -> bool:
+        return self.coverage is None or not self.coverage.missing(overload, dtype_name(dtype))
+
     def cases(self) -> list[CaseId]:
+        """The cases to collect; (overload, dtype) pairs without samples are left out (the run
+        header names them once, see engine/coverage.py)."""
         paths = [p for p in self.options.paths if p == "native" or self.backend.can_route_fallback]
         out = []
         for overload in self.overloads:
             spec = spec_for(overload)
             dtypes = [d for d in self.options.dtypes if spec.dtypes is None or d in spec.dtypes]
             for dtype in dtypes:
+                if not self._has_samples(overload, dtype):
+                    continue
                 for layout in self.options.layouts:
                     if spec.layouts is not None and layout not in spec.layouts:
                         continue
@@ -108,6 +161,8 @@ class Suite:
             for overload in self.fallback_only:
                 spec = spec_for(overload)
                 for dtype in self.options.dtypes:
+                    if not self._has_samples(overload, dtype):
+                        continue
                     for layout in self.options.layouts:
                         if spec.layouts is None or layout in spec.layouts:
                             out.append(CaseId(overload, dtype_name(dtype), layout, "fallback"))
@@ -150,7 +205,18 @@ class Suite:
         """Run the case; leave its result record on `item`; raise pytest outcomes."""
         nodeid = item.nodeid
         spec = spec_for(case.overload)
-        calls = self.calls(case.overload, getattr(torch, case.dtype))
+        try:
+            calls = self.calls(case.overload, getattr(torch, case.dtype))
+        except Exception as exc:  # the suite's own sample sources broke: not the backend's verdict
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            message = (
+                f"[harness] building the samples of {case.overload} ({case.dtype}) failed: "
+                f"{type(exc).__name__}: {text}\n  repro: {self.repro(nodeid)}"
+            )
+            item.stash[RECORD_KEY] = self.new_record(
+                case, Status.ERROR, nodeid, check="harness", message=message
+            )
+            pytest.fail(message, pytrace=False)
         route = case.path == "fallback" and case.overload in self.registered
         outcome = run_case(
             self.backend, case.overload, spec, calls, case.layout, case.path, route=route
@@ -185,25 +251,51 @@ class Suite:
             self.options.repro_dir,
             str(case),
             outcome.failed_call,
-            backend=self.options.backend,
+            backend=self.backend_name,
             headline=f"[{failure.check}] {failure.message}",
             routed=routed,
-            env_prefix=self._env_prefix(backend_only=True),
+            env_prefix=self._env_prefix(),
+            spec=spec_for(case.overload),
+            has_check_memory=self.backend.hook("check_memory") is not None,
         )
 
-    def _env_prefix(self, backend_only: bool = False) -> str:
-        """The environment a repro needs: the backend's variables (and the suite's)."""
-        prefixes = (self.options.backend.upper() + "_",)
-        if not backend_only:
-            prefixes += ("CONFORMANCE_",)
-        skip = ("CONFORMANCE_RESULTS", "CONFORMANCE_REPRO_DIR")
-        env = {k: v for k, v in os.environ.items() if k.startswith(prefixes) and k not in skip}
+    def _env_prefix(self) -> str:
+        """The environment a repro needs: the backend's variables (`ECHO_NPU_*` for echo_npu)
+        and whether torch autoloads backends."""
+        prefixes = (self.backend_name.split(".")[0].upper() + "_", "TORCH_DEVICE_BACKEND_AUTOLOAD")
+        env = {k: v for k, v in os.environ.items() if k.startswith(prefixes)}
         return " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
 
+    def _target(self, nodeid: str) -> str:
+        """The node id as a path from the directory pytest was started in."""
+        file, sep, rest = nodeid.partition("::")
+        path = os.path.relpath(os.path.join(self.rootdir, file), self.invocation_dir)
+        if path.startswith(".."):
+            path = os.path.abspath(os.path.join(self.rootdir, file))
+        return path + sep + rest
+
     def repro(self, nodeid: str) -> str:
-        prefix = self._env_prefix()
-        backend = "" if self.options.backend == "echo_npu" else f" --backend {self.options.backend}"
-        cmd = f"pytest {shlex.quote(nodeid)}{backend} --results none"
+        """One command that runs exactly this case again with every option that created it:
+        the options the user set (flags or CONFORMANCE_* variables, as flags), --ops or
+        --fallback-ops narrowed to the case's overload, the backend's environment."""
+        override: dict[str, str | None] = {"results": None, "repro_dir": None}
+        try:
+            case = CaseId.parse(nodeid)
+        except ValueError:
+            case = None  # a scenario: its options as given
+        if case is not None:
+            registered = case.overload in self.registered
+            override["ops"] = case.overload if registered else None
+            override["fallback_ops"] = None if registered else case.overload
+            for name, value in (
+                ("dtypes", case.dtype),
+                ("layouts", case.layout),
+                ("paths", case.path),
+            ):
+                if name in self.options.given:
+                    override[name] = value
+        flags = [shlex.quote(f) for f in self.options.flags(**override)]
+        cmd = " ".join(["pytest", shlex.quote(self._target(nodeid)), *flags, "--results", "none"])
         preload = os.environ.get("LD_PRELOAD", "")
         checkers = [
             flag
@@ -212,7 +304,7 @@ class Suite:
         ]
         if checkers:  # the run was under a preloaded checker: so is the repro
             cmd = f"python -m conformance.tools.launch {' '.join(checkers)} -- {cmd}"
-        return f"{prefix} {cmd}".strip()
+        return f"{self._env_prefix()} {cmd}".strip()
 
     def failure_message(self, case: CaseId, outcome: CaseOutcome, nodeid: str) -> str:
         failure = outcome.failure
@@ -246,7 +338,7 @@ class Suite:
             case,
             status,
             torch=str(torch.__version__),
-            backend=self.options.backend,
+            backend=self.backend_name,
             allocator=self.allocator,
             repro=self.repro(nodeid),
             **values,
