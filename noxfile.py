@@ -82,8 +82,15 @@ def _install_torch_and_build(session: nox.Session, cell: Cell) -> None:
     src = copy_sources(Path(session.create_tmp()) / "src")
     env = {"MAX_JOBS": os.environ.get("MAX_JOBS", str(os.cpu_count() or 2)), **cell.build_env()}
     # --no-cache: never reuse a wheel uv built earlier (perhaps against another torch).
+    # echo_npu is its own package (backend/); the suite (the root) is pure Python.
     session.install(
-        "--no-build-isolation", "--no-deps", "--reinstall", "--no-cache", str(src), env=env
+        "--no-build-isolation",
+        "--no-deps",
+        "--reinstall",
+        "--no-cache",
+        str(src / "backend"),
+        str(src),
+        env=env,
     )
 
 

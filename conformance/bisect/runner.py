@@ -143,7 +143,7 @@ class VenvProbeRunner:
         # --no-cache: never reuse a wheel uv built earlier against another torch.
         self._cmd(
             ["uv", "pip", "install", "--python", py, "--no-build-isolation", "--no-deps"]
-            + ["--reinstall", "--no-cache", str(src)],
+            + ["--reinstall", "--no-cache", str(src / "backend"), str(src)],
             log,
             env={"MAX_JOBS": jobs},
         )
