@@ -21,13 +21,19 @@ transformers = pytest.importorskip(
 
 PAD = 0
 
-if int(transformers.__version__.split(".")[0]) < 5:
-    pytest.skip(
-        f"transformers {transformers.__version__} is older than the pinned range (>=5.23): its "
-        "Qwen2 rotary embedding enters torch.autocast(device_type=<device>), which needs the "
-        "backend to register a device module with get_amp_supported_dtype() (echo_npu does not)",
-        allow_module_level=True,
-    )
+
+def _needs_amp_module(device: torch.device) -> None:
+    """transformers 4.x: Qwen2's rotary embedding enters torch.autocast(device_type=<device>),
+    which asks the device module for get_amp_supported_dtype()."""
+    module = getattr(torch, device.type, None)
+    if int(transformers.__version__.split(".")[0]) < 5 and not hasattr(
+        module, "get_amp_supported_dtype"
+    ):
+        pytest.skip(
+            f"unsupported: transformers {transformers.__version__} enters "
+            f"torch.autocast(device_type='{device.type}'), which needs "
+            f"torch.{device.type}.get_amp_supported_dtype() (the device module lacks it)"
+        )
 
 
 def _model():
@@ -54,6 +60,7 @@ def _model():
 
 @pytest.fixture(scope="module")
 def models(request):
+    _needs_amp_module(run_of(request.config).suite.backend.device)
     cpu_model = _model()
     dev_model = copy.deepcopy(cpu_model).to(run_of(request.config).suite.backend.device)
     yield cpu_model, dev_model
