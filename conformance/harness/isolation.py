@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from conformance.harness.session import ConformanceRun
 
 CRASH_TAIL_LINES = 40
+STACK_LINES = 25  # of a faulthandler dump: the innermost frames
 RUNNER_ENV = "_CONFORMANCE_RUNNER"  # set in a spawned runner: {"fd": .., "ids": .., "start": ..}
 KILL_GRACE = 5.0  # seconds between SIGABRT (stack dump) and SIGKILL of a hung runner
 
@@ -382,10 +383,25 @@ def diagnose(text: str) -> tuple[str | None, str]:
             )
             headline = _clean(line.split("ERROR: ", 1)[-1])
             return headline, "\n".join(lines[i : end + 1])
+    detail = _python_stack(lines) or "\n".join(lines[-CRASH_TAIL_LINES:])
     for line in lines:
         if any(line.startswith(m) or m in line[:40] for m in GLIBC_MARKERS):
-            return _clean(line), "\n".join(lines[-CRASH_TAIL_LINES:])
-    return None, "\n".join(lines[-CRASH_TAIL_LINES:])
+            return _clean(line), detail
+    return None, detail
+
+
+def _python_stack(lines: list[str]) -> str:
+    """faulthandler's dump (innermost frame first), cut to the frames near the fault: the tail
+    of a dump is only pytest and runpy."""
+    starts = [
+        i for i, ln in enumerate(lines) if ln.startswith(("Fatal Python error", "Current thread"))
+    ]
+    if not starts:
+        return ""
+    first = starts[0]
+    before = lines[max(0, first - 10) : first]  # what the process printed last
+    stack = [ln for ln in lines[first:] if not ln.startswith("Extension modules:")]
+    return "\n".join([*before, *stack[:STACK_LINES]])
 
 
 def _clean(line: str) -> str:
