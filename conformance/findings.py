@@ -29,6 +29,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from conformance.record import FAILING
+
 __all__ = [
     "FAILING",
     "Finding",
@@ -40,7 +42,6 @@ __all__ = [
 ]
 
 #: Statuses that make a finding (passing, skipped and expected failures do not).
-FAILING: frozenset[str] = frozenset({"crashed", "error", "failed", "xpassed"})
 _STATUS_ORDER = ("crashed", "error", "failed", "xpassed")
 TITLE_LENGTH = 160
 

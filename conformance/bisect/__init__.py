@@ -9,7 +9,7 @@ against it and runs the case (:mod:`.runner`); the result is written as Markdown
 """
 
 from conformance.bisect.index import IndexError_, list_versions, resolve_version
-from conformance.bisect.runner import VenvProbeRunner, gated_env, gated_fault_env
+from conformance.bisect.probe import VenvProbeRunner, gated_env, gated_fault_env
 from conformance.bisect.search import (
     BisectError,
     BisectResult,

@@ -12,7 +12,7 @@ from packaging.version import Version
 
 from conformance.bisect.index import DEFAULT_INDEX, IndexError_, list_versions, resolve_version
 from conformance.bisect.output import to_json, to_markdown
-from conformance.bisect.runner import EnvFor, VenvProbeRunner, gated_env, no_env
+from conformance.bisect.probe import EnvFor, VenvProbeRunner, gated_env, no_env
 from conformance.bisect.search import BisectError, Probe, ProbeRunner, bisect_versions
 from conformance.tools.matrix import CONFORMANCE_MATRIX_ENV, Matrix, MatrixError, load_matrix
 

@@ -3,7 +3,7 @@
 A :class:`ProbeRunner` turns a version into a :class:`Probe`: outcome ``pass``, ``fail``, ``skip``
 (the release could not be installed or the backend not built against it: normal for an out-of-tree
 backend across torch releases) or ``error`` (it ran but gave no verdict, e.g. no case selected).
-The real runner installs and runs (:mod:`conformance.bisect.runner`); tests pass fakes.
+The real runner installs and runs (:mod:`conformance.bisect.probe`); tests pass fakes.
 
 Like ``git bisect skip``, a middle release that gives no verdict is set aside and the search goes
 on with the nearest untested release; if skipped releases sit right before the first bad one, the

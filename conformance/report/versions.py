@@ -33,7 +33,7 @@ __all__ = [
     "Change",
     "VersionFinding",
     "VersionGrid",
-    "build_grid",
+    "build_version_grid",
     "compare_previous",
     "render_versions_html",
     "render_versions_markdown",
@@ -129,7 +129,7 @@ class VersionGrid:
         return out
 
 
-def build_grid(runs: Iterable[Run], variant: str = "") -> VersionGrid:
+def build_version_grid(runs: Iterable[Run], variant: str = "") -> VersionGrid:
     """The grid over ``runs`` of ``variant``; runs sharing a version merge (worst status wins)."""
     grid = VersionGrid(versions=[])
     op_of: dict[str, str] = {}
@@ -144,7 +144,7 @@ def build_grid(runs: Iterable[Run], variant: str = "") -> VersionGrid:
             old = row.get(version)
             row[version] = case.status if old is None else worst_status([old, case.status])
             if row[version] == case.status:
-                grid.records[(case.id, version)] = {**case.raw, "status": case.status}
+                grid.records[(case.id, version)] = case.to_json()
     grid.versions = sorted(grid.runs)
     for case, row in grid.cases.items():
         op_row = grid.ops.setdefault(op_of[case], {})

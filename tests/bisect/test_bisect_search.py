@@ -10,7 +10,7 @@ from packaging.version import Version
 
 from conformance.bisect import __main__ as cli
 from conformance.bisect import index
-from conformance.bisect.runner import gated_fault_env, outcome_of
+from conformance.bisect.probe import gated_fault_env, outcome_of
 from conformance.bisect.search import BisectError, Probe, bisect_versions, max_probes
 
 RELEASES = [

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from conformance.report.__main__ import main as report_main
 from conformance.report.load import load_results
-from conformance.report.versions import build_grid, compare_previous
+from conformance.report.versions import build_version_grid, compare_previous
 
 CASES = {
     # case id -> status on 2.8.0, 2.9.1, 2.10.0
@@ -55,7 +55,7 @@ def nightly(root: Path, flip: dict[str, tuple[str, str, str]] | None = None) -> 
 
 
 def test_grid_and_first_changed_version(tmp_path: Path) -> None:
-    grid = build_grid(load_results([nightly(tmp_path / "now")]))
+    grid = build_version_grid(load_results([nightly(tmp_path / "now")]))
     assert [str(v) for v in grid.versions] == ["2.8.0", "2.9.1", "2.10.0"]  # ordered as versions
     firsts = {c.case.split("[")[1][:-1]: (c.version, c.kind) for c in grid.first_changes()}
     assert firsts == {
@@ -71,7 +71,7 @@ def test_grid_and_first_changed_version(tmp_path: Path) -> None:
             strict=True,
         )
     }
-    asan = build_grid(load_results([tmp_path / "now"]), "-asan")
+    asan = build_version_grid(load_results([tmp_path / "now"]), "-asan")
     assert [str(v) for v in asan.versions] == ["2.10.0"]
 
 
@@ -88,7 +88,9 @@ def test_compare_with_previous_nightly(tmp_path: Path) -> None:
             "test_matches_cpu[abs-float32-contiguous-native]": ("passed", "passed", "failed"),
         },
     )
-    comp = compare_previous(build_grid(load_results([now])), build_grid(load_results([prev])))
+    comp = compare_previous(
+        build_version_grid(load_results([now])), build_version_grid(load_results([prev]))
+    )
     abs_id = "test_matches_cpu[abs-float32-contiguous-native]"
     assert comp.new_failures == [(abs_id, "2.10.0", "passed", "failed")]
     assert comp.new_passes == [(abs_id, "2.9.1", "failed", "passed")]
@@ -152,7 +154,7 @@ def test_one_regression_over_hundreds_of_cases_is_one_finding(tmp_path: Path) ->
                 )
             )
         (d / "cases-main.jsonl").write_text("\n".join(lines) + "\n")
-    grid = build_grid(load_results([tmp_path]))
+    grid = build_version_grid(load_results([tmp_path]))
     (vf,) = version_findings(grid)
     assert vf.kind == "regression" and str(vf.first) == "2.10.0" and vf.count == 312
     assert vf.headline() == "first fails in 2.10.0 (312 cases)"

@@ -61,9 +61,8 @@ def test_unknown_version_is_a_one_line_error(args: tuple[str, ...]) -> None:
 
 
 def _user_repo(tmp_path: Path) -> Path:
-    from userrepo import make_user_repo
-
     from conformance.tools.init import main as init_main
+    from tests.userrepo import make_user_repo
 
     repo = make_user_repo(tmp_path)
     (repo / "conformance-matrix.toml").rename(tmp_path / "described.toml")

@@ -29,6 +29,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from conformance.bisect.search import Probe
+from conformance.record import FAILING
 from conformance.tools.build import (
     build_environment,
     build_key,
@@ -43,7 +44,6 @@ from conformance.tools.launch import LaunchError
 from conformance.tools.matrix import Cell, Matrix
 from conformance.tools.sources import copy_sources, hash_settings
 
-FAILING = frozenset({"failed", "crashed", "error", "xpassed"})
 OK_MARKER = ".bisect-ok"
 
 EnvFor = Callable[[Version], Mapping[str, str]]

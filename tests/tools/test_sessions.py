@@ -13,11 +13,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from userrepo import builds, make_user_repo
 
 from conformance.tools import sessions
 from conformance.tools.build import STAMP
 from conformance.tools.matrix import load_matrix
+from tests.userrepo import builds, make_user_repo
 
 
 class FakeSession:

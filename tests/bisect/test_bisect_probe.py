@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from packaging.version import Version
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "matrix"))
-from userrepo import make_user_repo  # noqa: E402
-
-from conformance.bisect.runner import OK_MARKER, VenvProbeRunner, gated_env  # noqa: E402
+from conformance.bisect.probe import OK_MARKER, VenvProbeRunner, gated_env  # noqa: E402
 from conformance.tools.matrix import load_matrix  # noqa: E402
 from conformance.tools.sources import copy_sources  # noqa: E402
+from tests.userrepo import make_user_repo
 
 
 def make_runner(

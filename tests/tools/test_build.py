@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from userrepo import make_user_repo
 
 from conformance.tools.build import (
     build_key,
@@ -19,6 +18,7 @@ from conformance.tools.build import (
 from conformance.tools.launch import LaunchError
 from conformance.tools.matrix import load_matrix
 from conformance.tools.sources import copy_sources, iter_files
+from tests.userrepo import make_user_repo
 
 
 @pytest.fixture
