@@ -202,7 +202,7 @@ def _run_runner(
     running: int | None = None
     started_at = 0.0
     finished = start
-    restart = hung = False
+    restart = hung = started_any = False
     pending = b""
     with os.fdopen(read_fd, "rb", buffering=0) as pipe:
         stop = False
@@ -225,6 +225,7 @@ def _run_runner(
                 item = items[index]
                 if kind == "start":
                     running, started_at = index, time.monotonic()
+                    started_any = True
                     item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
                 elif kind == "report":
                     report = config.hook.pytest_report_from_serializable(config=config, data=data)
@@ -254,6 +255,19 @@ def _run_runner(
         _, detail = diagnose(_read(log.name))
         _report_problem(run, items[running], Status.HUNG, "hang", message, detail, started=True)
         finished = running + 1
+    elif not stopping and not started_any and not clean_restart and finished < len(items):
+        # the runner never got to a case: a harness failure, not a verdict on any case
+        headline, detail = diagnose(_read(log.name))
+        first = next((ln for ln in _read(log.name).splitlines() if ln.strip()), "")
+        message = (
+            f"[harness] the {run.plan.mode} case runner {describe_status(status)} before running "
+            f"a case: {headline or first}"
+        )
+        _report_problem(
+            run, items[finished], Status.ERROR, "harness", message, detail, started=False
+        )
+        session.shouldstop = message
+        finished += 1
     elif not stopping and not clean_restart and finished < len(items):
         # the runner died in a case (or between two: blame the next one)
         crashed = running if running is not None else finished
@@ -272,7 +286,8 @@ def _spawn(
         json.dump([item.nodeid for item in items[start:]], ids)
     job = {"fd": write_fd, "ids": ids.name, "start": start}
     return subprocess.Popen(
-        [sys.executable, "-m", "pytest", *config.invocation_params.args],
+        # -q: the log keeps what the cases print and a crash's stack, not the header
+        [sys.executable, "-m", "pytest", *config.invocation_params.args, "-q"],
         cwd=str(config.invocation_params.dir),
         env={**os.environ, RUNNER_ENV: json.dumps(job)},
         stdin=subprocess.DEVNULL,

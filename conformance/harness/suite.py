@@ -260,9 +260,14 @@ class Suite:
         )
 
     def _env_prefix(self) -> str:
-        """The environment a repro needs: the backend's variables (`ECHO_NPU_*` for echo_npu)
-        and whether torch autoloads backends."""
-        prefixes = (self.backend_name.split(".")[0].upper() + "_", "TORCH_DEVICE_BACKEND_AUTOLOAD")
+        """The environment a repro needs: the variables of the backend module and of the module
+        that registered the device module (`ECHO_NPU_*` for echo_npu and wrappers of it), and
+        whether torch autoloads backends."""
+        from conformance.engine.backend import owner_of
+
+        modules = {self.backend_name, owner_of(self.backend.device_type) or self.backend_name}
+        prefixes = tuple(m.split(".")[0].upper() + "_" for m in sorted(modules))
+        prefixes += ("TORCH_DEVICE_BACKEND_AUTOLOAD",)
         env = {k: v for k, v in os.environ.items() if k.startswith(prefixes)}
         return " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
 
