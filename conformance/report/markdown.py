@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 from conformance.report.load import FAILING, STATUSES, Case, Run
 from conformance.report.summary import counts_by
 
-__all__ = ["render_markdown"]
+__all__ = ["coverage_lines", "render_markdown"]
 
 #: Columns of every count table, in this order.
 COLUMNS: tuple[str, ...] = (
@@ -83,6 +84,36 @@ def _failure_rows(cases: Sequence[Case], limit: int) -> list[str]:
     return lines
 
 
+def coverage_lines(cov: dict[str, Any] | None) -> list[str]:
+    """The run's coverage (run.json `coverage`, engine/coverage.py): registered overloads, tested,
+    untested with the reason, dtypes without samples, schema-less kernels, fallback-only ops."""
+    if not cov:
+        return []
+    untested = cov.get("untested") or {}
+    out = [
+        "### Coverage",
+        "",
+        f"- {len(cov.get('registered', []))} registered aten overloads, "
+        f"{len(cov.get('tested', []))} tested, {len(untested)} untested",
+    ]
+    out += [f"- untested `{_cell(o)}`: {_cell(r)}" for o, r in sorted(untested.items())]
+    partial = {o: d for o, d in (cov.get("no_samples") or {}).items() if o not in untested}
+    if partial:
+        listed = "; ".join(f"`{o}` ({', '.join(d)})" for o, d in sorted(partial.items()))
+        out.append(f"- no samples for some dtypes (not collected): {_cell(listed, 2000)}")
+    if cov.get("schemaless"):
+        names = ", ".join(f"`{o}`" for o in cov["schemaless"])
+        out.append(f"- kernels for names without an aten schema (never called): {names}")
+    if not cov.get("has_fallback"):
+        out.append("- no boxed fallback: overloads without a kernel are unsupported")
+    else:
+        out.append(
+            f"- {len(cov.get('fallback_only', []))} overloads reach the backend only through its "
+            f"boxed fallback; {len(cov.get('fallback_tested', []))} tested"
+        )
+    return [*out, ""]
+
+
 def render_markdown(
     runs: Sequence[Run], *, title: str = "Conformance report", max_failures: int = 100
 ) -> str:
@@ -127,6 +158,7 @@ def render_markdown(
             out.append(f"- ⚠ {_cell(warning)}")
         if run.warnings:
             out.append("")
+        out += coverage_lines(run.meta.get("coverage"))
         out += ["### Per layout", ""]
         out += _count_table("layout", counts_by(run.cases, "layout"))
         per_op = counts_by(run.cases, "op_name")
