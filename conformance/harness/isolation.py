@@ -200,16 +200,16 @@ def _run_runner(
     log.close()
     limit = run.suite.options.case_timeout
     running: int | None = None
-    started_at = 0.0
+    started_at = time.monotonic()  # of the running case, else of the last message
     finished = start
     restart = hung = started_any = False
     pending = b""
     with os.fdopen(read_fd, "rb", buffering=0) as pipe:
         stop = False
         while not stop:
-            wait = None
-            if running is not None and limit:
-                wait = max(0.0, started_at + limit - time.monotonic())
+            # a case may run `limit` seconds; so may the runner between cases (its start-up,
+            # collection in a spawned runner, teardown)
+            wait = max(0.0, started_at + limit - time.monotonic()) if limit else None
             ready, _, _ = select.select([pipe], [], [], wait)
             if not ready:
                 hung = True
@@ -240,6 +240,7 @@ def _run_runner(
                 elif kind == "finish":
                     item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
                     running, finished = None, index + 1
+                    started_at = time.monotonic()
                 if session.shouldstop or session.shouldfail:
                     process.kill(signal.SIGKILL)
                     stop = True
@@ -247,21 +248,25 @@ def _run_runner(
     status = process.wait()
     stopping = session.shouldstop or session.shouldfail
     clean_restart = restart and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
-    if hung and running is not None:
+    if hung and started_any:  # in a case, or between two: the next one is blamed
+        blamed = running if running is not None else finished
         message = (
             f"[hang] the case ran past its time limit of {limit:g} s (--case-timeout); its "
             "process was stopped"
         )
         _, detail = diagnose(_read(log.name))
-        _report_problem(run, items[running], Status.HUNG, "hang", message, detail, started=True)
-        finished = running + 1
+        _report_problem(
+            run, items[blamed], Status.HUNG, "hang", message, detail, started=running is not None
+        )
+        finished = blamed + 1
     elif not stopping and not started_any and not clean_restart and finished < len(items):
         # the runner never got to a case: a harness failure, not a verdict on any case
         headline, detail = diagnose(_read(log.name))
         first = next((ln for ln in _read(log.name).splitlines() if ln.strip()), "")
+        how = f"started no case within {limit:g} s" if hung else describe_status(status)
         message = (
-            f"[harness] the {run.plan.mode} case runner {describe_status(status)} before running "
-            f"a case: {headline or first}"
+            f"[harness] the {run.plan.mode} case runner {how} before running a case: "
+            f"{headline or first}"
         )
         _report_problem(
             run, items[finished], Status.ERROR, "harness", message, detail, started=False

@@ -143,3 +143,17 @@ def test_repro_script_uses_the_cpu_reference_and_the_suites_read_back(run_suite,
     assert broken.returncode == 1 and "differs" in broken.stdout, broken.stdout + broken.stderr
     fixed = replay({})
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+
+
+def test_set_seed_warning_is_said_once_in_the_header_not_per_test():
+    """A device module without manual_seed_all makes torch warn at every torch.manual_seed."""
+    from tests.helpers import run_pytest
+
+    proc = run_pytest(
+        "conformance/scenarios/test_save_load.py", "--backend", "noseed_backend",
+        "--results", "none", "-v", env={"PYTHONPATH": BACKENDS},
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "Set seed for" not in out
+    assert "seeding: torch.manual_seed does not seed the device (torch.npu lacks" in out
