@@ -109,6 +109,7 @@ def test_results_doc_names_every_check_and_status() -> None:
 def test_every_package_is_shipped_by_pyproject() -> None:
     """Packages are found by setuptools' discovery: every one must match its include globs."""
     import fnmatch
+
     import tomllib
 
     find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
