@@ -157,3 +157,16 @@ def test_set_seed_warning_is_said_once_in_the_header_not_per_test():
     assert proc.returncode == 0, out
     assert "Set seed for" not in out
     assert "seeding: torch.manual_seed does not seed the device (torch.npu lacks" in out
+
+
+def test_header_says_what_the_fallback_path_cannot_prove(run_suite):
+    run = run_suite(
+        "--backend", "routes_only_backend", "--ops", "abs", "--dtypes", "float32",
+        "--layouts", "contiguous", env={"PYTHONPATH": BACKENDS},
+    )  # fmt: skip
+    assert run.returncode == 0, run.output
+    checks = next(line for line in run.info["header"] if line.startswith("checks: "))
+    assert "routing not proven (backend has no fallback_counts)" in checks
+    assert "cleared by the first routed case (backend has no get_fallback_routes)" in checks
+    assert "leaks: torch.accelerator.memory_allocated();" in checks  # no live_blocks here
+    assert {r["path"] for r in run.results} == {"native", "fallback"}
