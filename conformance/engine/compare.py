@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from conformance.engine.transfer import read_back
+
 # (rtol, atol) per dtype, as torch.testing.assert_close; integer and bool types compare exactly.
 TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.float16: (1e-3, 1e-5),
@@ -143,4 +145,4 @@ def compare_tensor(
             f"{expected.stride()} (shape {list(expected.shape)})",
         )
     if check_values:
-        compare_values(name, actual.cpu(), expected, tol_scale, stats)
+        compare_values(name, read_back(actual), expected, tol_scale, stats)

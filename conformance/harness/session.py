@@ -29,7 +29,16 @@ PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CASE_PARAM = "conformance_case"  # the fixture the generated test is parametrised over
 RECORD_PROPERTY = "conformance"  # name of the record in a report's user_properties
 # statuses a case's record decides itself; any other comes from pytest's outcome
-_DECIDED = frozenset({Status.XPASSED, Status.CRASHED, Status.HUNG, Status.UNSUPPORTED})
+_DECIDED = frozenset(
+    {
+        Status.XPASSED,
+        Status.CRASHED,
+        Status.HUNG,
+        Status.UNSUPPORTED,
+        Status.BLOCKED,
+        Status.TORCH_BUG,
+    }
+)
 
 
 class Role(Enum):
