@@ -16,7 +16,7 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join("backend", "csrc")
 sources = sorted(
     os.path.relpath(p, ROOT)
-    for sub in ("runtime", "kernels", "aten", "python")
+    for sub in ("runtime", "kernels", "device", "aten", "python")
     for p in glob.glob(os.path.join(ROOT, CSRC, sub, "*.cpp"))
 )
 

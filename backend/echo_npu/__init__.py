@@ -86,6 +86,11 @@ def fault_names() -> list[str]:
     return list(_C.fault_names())
 
 
+def fault_descriptions() -> dict[str, str]:
+    """Fault name -> one-line description (the list in backend/csrc/aten/faults.def)."""
+    return dict(_C.fault_descriptions())
+
+
 def set_faults(names: list[str]) -> None:
     """Switch on exactly these faults (``[]`` turns all off)."""
     _C.set_faults(list(names))
@@ -106,6 +111,7 @@ __all__ = [
     "check_memory",
     "clear_memory_errors",
     "fallback_counts",
+    "fault_descriptions",
     "fault_names",
     "get_fallback_routes",
     "get_faults",

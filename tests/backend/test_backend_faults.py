@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -91,3 +94,24 @@ def test_faults_from_env(run_py):
         "import echo_npu; print(echo_npu.get_faults())", ECHO_NPU_FAULTS="leak, segfault_empty"
     )
     assert r.stdout.strip() == "['leak', 'segfault_empty']", r.stderr
+
+
+PROTOCOL_DOC = Path(__file__).resolve().parents[2] / "docs" / "BACKEND_PROTOCOL.md"
+
+
+def test_fault_list_and_protocol_doc_agree(npu):
+    """docs/BACKEND_PROTOCOL.md lists exactly the faults of faults.def, in the same order."""
+    text = PROTOCOL_DOC.read_text()
+    section = text.split("<!-- faults:begin -->")[1].split("<!-- faults:end -->")[0]
+    documented = re.findall(r"^\s*- `([a-z0-9_]+)`:", section, re.MULTILINE)
+    names = npu.fault_names()
+    assert documented == names, (
+        f"missing from the doc: {sorted(set(names) - set(documented))}, "
+        f"stale in the doc: {sorted(set(documented) - set(names))} (or the order differs)"
+    )
+
+
+def test_fault_descriptions(npu):
+    descriptions = npu.fault_descriptions()
+    assert list(descriptions) == npu.fault_names()
+    assert all(d and "\n" not in d for d in descriptions.values()), descriptions

@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers import run_pytest
 
 
 @dataclass
@@ -35,27 +31,7 @@ def run_suite(tmp_path):
 
     def run(*args: str, env: dict[str, str] | None = None, timeout: int = 300) -> SuiteRun:
         results = tmp_path / f"results-{len(list(tmp_path.iterdir()))}"
-        full_env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("CONFORMANCE_", "ECHO_NPU_", "PYTEST_XDIST"))
-        }
-        full_env.update(env or {})
-        cmd = [
-            sys.executable,
-            "-m",
-            "pytest",
-            "conformance",
-            "-q",
-            "-p",
-            "no:randomly",
-            "--results",
-            str(results),
-            *args,
-        ]
-        proc = subprocess.run(
-            cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout
-        )
+        proc = run_pytest("conformance", "--results", str(results), *args, env=env, timeout=timeout)
         rows = []
         for f in sorted(results.glob("cases-*.jsonl")) if results.exists() else []:
             rows += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]

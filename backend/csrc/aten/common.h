@@ -49,6 +49,11 @@ void launch(const char* name, F&& f) {
 inline k::DType kdt(at::ScalarType st) { return static_cast<k::DType>(static_cast<int>(st)); }
 // True if every defined tensor has a dtype the cmodel kernels support.
 bool native_ok(std::initializer_list<at::Tensor> ts);
+// True when an overload must go through cpu_fallback: routed there (set_fallback_routes), or a
+// dtype/layout the cmodel kernels lack.
+inline bool use_fallback(const char* name, std::initializer_list<at::Tensor> ts) {
+  return routed(name) || !native_ok(ts);
+}
 // The PrivateUse1 device among the tensors; raises like CUDA for a non-scalar CPU tensor.
 c10::Device device_of(std::initializer_list<at::Tensor> ts);
 
@@ -70,14 +75,3 @@ void scalar_bytes(const at::Scalar& v, at::ScalarType dt, void* out);
 at::Tensor wrap_scalar(const at::Scalar& s);
 
 }  // namespace enpu
-
-#define ENPU_IMPL(m, name, fn)                \
-  do {                                        \
-    ::enpu::register_native(name, true);      \
-    m.impl(name, TORCH_FN(fn));               \
-  } while (0)
-#define ENPU_IMPL_PRIMITIVE(m, name, fn)      \
-  do {                                        \
-    ::enpu::register_native(name, false);     \
-    m.impl(name, TORCH_FN(fn));               \
-  } while (0)

@@ -1,6 +1,9 @@
-// echo_npu glue: elementwise binary/unary ops, comparisons, masked_fill_, where.
+// echo_npu kernels: elementwise binary/unary ops, comparisons, masked_fill_, where.
 // Shapes, dtypes and errors come from the meta kernels (same checks as CPU); inputs are staged
 // into contiguous device buffers, the cmodel kernel runs, results are written back.
+// The shared bodies are templates over the aten op (at::_ops::*) used for the meta call and the
+// fallback; each registered overload is a small function below that names itself and holds its
+// own fault branches.
 #include <ATen/MemoryOverlap.h>
 #include <ATen/ops/abs.h>
 #include <ATen/ops/add.h>
@@ -22,12 +25,10 @@
 #include <ATen/ops/where.h>
 
 #include "common.h"
+#include "ops.h"
 
-namespace enpu {
+namespace enpu::ops {
 namespace {
-
-using at::Scalar;
-using at::Tensor;
 
 at::ScalarType default_float() { return c10::typeMetaToScalarType(c10::get_default_dtype()); }
 
@@ -78,98 +79,45 @@ void check_inplace(const Tensor& out, std::initializer_list<Tensor> inputs) {
     if (t.defined() && t.device() == out.device()) at::assert_no_partial_overlap(out, t);
 }
 
-// ---- binary -------------------------------------------------------------------------------
-#define ENPU_BINARY(NAME, OPNAME, KOP)                                                         \
-  Tensor NAME##_Tensor(const Tensor& self, const Tensor& other, const Scalar& alpha) {         \
-    OpScope s(OPNAME ".Tensor");                                                               \
-    if (routed(OPNAME ".Tensor") || !native_ok({self, other}))                                 \
-      return fallback<at::_ops::NAME##_Tensor>(self, other, alpha);                            \
-    auto dev = device_of({self, other});                                                       \
-    Tensor meta = at::_ops::NAME##_Tensor::call(to_meta(self), to_meta(other), alpha);         \
-    return finish(binary_compute(KOP, self, other, alpha, meta.sizes(), dev), meta, dev);      \
-  }                                                                                            \
-  Tensor& NAME##__Tensor(Tensor& self, const Tensor& other, const Scalar& alpha) {             \
-    OpScope s(OPNAME "_.Tensor");                                                              \
-    if (routed(OPNAME "_.Tensor") || !native_ok({self, other}))                                \
-      return fallback<at::_ops::NAME##__Tensor>(self, other, alpha);                           \
-    auto dev = device_of({self, other});                                                       \
-    Tensor ms = to_meta(self);                                                                 \
-    at::_ops::NAME##__Tensor::call(ms, to_meta(other), alpha);                                 \
-    check_can_cast(at::_ops::NAME##_Tensor::call(ms, to_meta(other), alpha).scalar_type(), self); \
-    check_inplace(self, {other});                                                              \
-    Tensor r = binary_compute(KOP, self, other, alpha, self.sizes(), dev);                     \
-    if (KOP == k::BinOp::Add && fault(Fault::InplaceReturnsNew)) {                             \
-      static thread_local Tensor holder;                                                       \
-      holder = finish(r, ms, dev);                                                             \
-      return holder;                                                                           \
-    }                                                                                          \
-    copy_any(self, r);                                                                         \
-    return self;                                                                               \
-  }                                                                                            \
-  Tensor& NAME##_out(const Tensor& self, const Tensor& other, const Scalar& alpha, Tensor& out) { \
-    OpScope s(OPNAME ".out");                                                                  \
-    if (routed(OPNAME ".out") || !native_ok({self, other, out}))                               \
-      return fallback<at::_ops::NAME##_out>(self, other, alpha, out);                          \
-    auto dev = device_of({self, other, out});                                                  \
-    Tensor mo = to_meta(out);                                                                  \
-    at::_ops::NAME##_out::call(to_meta(self), to_meta(other), alpha, mo);                      \
-    check_can_cast(                                                                            \
-        at::_ops::NAME##_Tensor::call(to_meta(self), to_meta(other), alpha).scalar_type(), out); \
-    resize_out_like(out, mo);                                                                  \
-    check_inplace(out, {self, other});                                                         \
-    copy_any(out, binary_compute(KOP, self, other, alpha, mo.sizes(), dev));                   \
-    return out;                                                                                \
-  }
+// ---- binary: Alpha... is `const Scalar& alpha` for add/sub and empty for mul/div ----------
+Scalar alpha_or_one() { return 1; }
+Scalar alpha_or_one(const Scalar& alpha) { return alpha; }
 
-ENPU_BINARY(add, "add", k::BinOp::Add)
-ENPU_BINARY(sub, "sub", k::BinOp::Sub)
-#undef ENPU_BINARY
+// Functional `op.Tensor`.
+template <class Functional, class... Alpha>
+Tensor binary_functional(k::BinOp kop, const Tensor& self, const Tensor& other,
+                         const Alpha&... alpha) {
+  auto dev = device_of({self, other});
+  Tensor meta = Functional::call(to_meta(self), to_meta(other), alpha...);
+  return finish(binary_compute(kop, self, other, alpha_or_one(alpha...), meta.sizes(), dev), meta,
+                dev);
+}
 
-// mul/div have no alpha.
-#define ENPU_BINARY2(NAME, OPNAME, KOP, EXTRA)                                                 \
-  Tensor NAME##_Tensor(const Tensor& self, const Tensor& other) {                              \
-    OpScope s(OPNAME ".Tensor");                                                               \
-    if (routed(OPNAME ".Tensor") || !native_ok({self, other}))                                 \
-      return fallback<at::_ops::NAME##_Tensor>(self, other);                                   \
-    auto dev = device_of({self, other});                                                       \
-    Tensor meta = at::_ops::NAME##_Tensor::call(to_meta(self), to_meta(other));               \
-    Tensor r = finish(binary_compute(KOP, self, other, 1, meta.sizes(), dev), meta, dev);      \
-    EXTRA;                                                                                     \
-    return r;                                                                                  \
-  }                                                                                            \
-  Tensor& NAME##__Tensor(Tensor& self, const Tensor& other) {                                  \
-    OpScope s(OPNAME "_.Tensor");                                                              \
-    if (routed(OPNAME "_.Tensor") || !native_ok({self, other}))                                \
-      return fallback<at::_ops::NAME##__Tensor>(self, other);                                  \
-    auto dev = device_of({self, other});                                                       \
-    Tensor ms = to_meta(self);                                                                 \
-    at::_ops::NAME##__Tensor::call(ms, to_meta(other));                                        \
-    check_can_cast(at::_ops::NAME##_Tensor::call(ms, to_meta(other)).scalar_type(), self);     \
-    check_inplace(self, {other});                                                              \
-    copy_any(self, binary_compute(KOP, self, other, 1, self.sizes(), dev));                    \
-    return self;                                                                               \
-  }                                                                                            \
-  Tensor& NAME##_out(const Tensor& self, const Tensor& other, Tensor& out) {                   \
-    OpScope s(OPNAME ".out");                                                                  \
-    if (routed(OPNAME ".out") || !native_ok({self, other, out}))                               \
-      return fallback<at::_ops::NAME##_out>(self, other, out);                                 \
-    auto dev = device_of({self, other, out});                                                  \
-    Tensor mo = to_meta(out);                                                                  \
-    at::_ops::NAME##_out::call(to_meta(self), to_meta(other), mo);                             \
-    check_can_cast(at::_ops::NAME##_Tensor::call(to_meta(self), to_meta(other)).scalar_type(), out); \
-    resize_out_like(out, mo);                                                                  \
-    check_inplace(out, {self, other});                                                         \
-    copy_any(out, binary_compute(KOP, self, other, 1, mo.sizes(), dev));                       \
-    return out;                                                                                \
-  }
+// In-place `op_.Tensor`: checks like CPU and returns the contiguous result to write into self.
+template <class Inplace, class Functional, class... Alpha>
+Tensor binary_inplace_result(k::BinOp kop, Tensor& self, const Tensor& other,
+                             const Alpha&... alpha) {
+  auto dev = device_of({self, other});
+  Tensor ms = to_meta(self);
+  Inplace::call(ms, to_meta(other), alpha...);
+  check_can_cast(Functional::call(ms, to_meta(other), alpha...).scalar_type(), self);
+  check_inplace(self, {other});
+  return binary_compute(kop, self, other, alpha_or_one(alpha...), self.sizes(), dev);
+}
 
-// Fault "leak": functional mul allocates one more device block and never frees it.
-ENPU_BINARY2(mul, "mul", k::BinOp::Mul, if (fault(Fault::Leak)) {
-  void* p = nullptr;
-  enpuMalloc(&p, static_cast<size_t>(r.nbytes()) + 64);
-})
-ENPU_BINARY2(div, "div", k::BinOp::Div, (void)0)
-#undef ENPU_BINARY2
+// `op.out`.
+template <class Out, class Functional, class... Alpha>
+Tensor& binary_out(k::BinOp kop, const Tensor& self, const Tensor& other, Tensor& out,
+                   const Alpha&... alpha) {
+  auto dev = device_of({self, other, out});
+  Tensor mo = to_meta(out);
+  Out::call(to_meta(self), to_meta(other), alpha..., mo);
+  check_can_cast(Functional::call(to_meta(self), to_meta(other), alpha...).scalar_type(), out);
+  resize_out_like(out, mo);
+  check_inplace(out, {self, other});
+  copy_any(out, binary_compute(kop, self, other, alpha_or_one(alpha...), mo.sizes(), dev));
+  return out;
+}
 
 // ---- unary --------------------------------------------------------------------------------
 Tensor unary_compute(k::UnOp op, const Tensor& self, at::ScalarType ct, c10::Device dev) {
@@ -186,58 +134,31 @@ at::ScalarType unary_ct(k::UnOp op, const Tensor& self) {
   return self.scalar_type();
 }
 
-#define ENPU_UNARY(NAME, OPNAME, KOP)                                                   \
-  Tensor NAME(const Tensor& self) {                                                     \
-    OpScope s(OPNAME);                                                                  \
-    if (routed(OPNAME) || !native_ok({self})) return fallback<at::_ops::NAME>(self);    \
-    auto dev = device_of({self});                                                       \
-    Tensor meta = at::_ops::NAME::call(to_meta(self));                                  \
-    return finish(unary_compute(KOP, self, unary_ct(KOP, self), dev), meta, dev);       \
-  }                                                                                     \
-  Tensor& NAME##_out(const Tensor& self, Tensor& out) {                                 \
-    OpScope s(OPNAME ".out");                                                           \
-    if (routed(OPNAME ".out") || !native_ok({self, out}))                               \
-      return fallback<at::_ops::NAME##_out>(self, out);                                 \
-    auto dev = device_of({self, out});                                                  \
-    Tensor mo = to_meta(out);                                                           \
-    at::_ops::NAME##_out::call(to_meta(self), mo);                                      \
-    resize_out_like(out, mo);                                                           \
-    check_inplace(out, {self});                                                         \
-    copy_any(out, unary_compute(KOP, self, unary_ct(KOP, self), dev));                  \
-    return out;                                                                         \
-  }                                                                                     \
-  Tensor& NAME##_(Tensor& self) {                                                       \
-    OpScope s(OPNAME "_");                                                              \
-    if (routed(OPNAME "_") || !native_ok({self})) return fallback<at::_ops::NAME##_>(self); \
-    auto dev = device_of({self});                                                       \
-    Tensor ms = to_meta(self);                                                          \
-    at::_ops::NAME##_::call(ms);                                             \
-    check_inplace(self, {});                                                            \
-    copy_any(self, unary_compute(KOP, self, unary_ct(KOP, self), dev));                 \
-    return self;                                                                        \
-  }
-
-ENPU_UNARY(neg, "neg", k::UnOp::Neg)
-ENPU_UNARY(abs, "abs", k::UnOp::Abs)
-ENPU_UNARY(exp, "exp", k::UnOp::Exp)
-#undef ENPU_UNARY
-
-Tensor relu(const Tensor& self) {
-  OpScope s("relu");
-  if (routed("relu") || !native_ok({self})) return fallback<at::_ops::relu>(self);
+template <class Functional>
+Tensor unary_functional(k::UnOp kop, const Tensor& self) {
   auto dev = device_of({self});
-  TORCH_CHECK(self.scalar_type() != at::kBool, "Boolean inputs not supported for relu");
-  Tensor meta = at::_ops::relu::call(to_meta(self));
-  return finish(unary_compute(k::UnOp::Relu, self, self.scalar_type(), dev), meta, dev);
+  Tensor meta = Functional::call(to_meta(self));
+  return finish(unary_compute(kop, self, unary_ct(kop, self), dev), meta, dev);
 }
 
-Tensor& relu_(Tensor& self) {
-  OpScope s("relu_");
-  if (routed("relu_") || !native_ok({self})) return fallback<at::_ops::relu_>(self);
+template <class Out>
+Tensor& unary_out(k::UnOp kop, const Tensor& self, Tensor& out) {
+  auto dev = device_of({self, out});
+  Tensor mo = to_meta(out);
+  Out::call(to_meta(self), mo);
+  resize_out_like(out, mo);
+  check_inplace(out, {self});
+  copy_any(out, unary_compute(kop, self, unary_ct(kop, self), dev));
+  return out;
+}
+
+template <class Inplace>
+Tensor& unary_inplace(k::UnOp kop, Tensor& self) {
   auto dev = device_of({self});
-  TORCH_CHECK(self.scalar_type() != at::kBool, "Boolean inputs not supported for relu");
+  Tensor ms = to_meta(self);
+  Inplace::call(ms);
   check_inplace(self, {});
-  copy_any(self, unary_compute(k::UnOp::Relu, self, self.scalar_type(), dev));
+  copy_any(self, unary_compute(kop, self, unary_ct(kop, self), dev));
   return self;
 }
 
@@ -253,33 +174,21 @@ Tensor compare_compute(k::CmpOp op, const Tensor& a, const Tensor& b, const Tens
   return finish(r, meta, dev);
 }
 
-#define ENPU_CMP(NAME, OPNAME, KOP)                                                          \
-  Tensor NAME##_Tensor(const Tensor& self, const Tensor& other) {                            \
-    OpScope s(OPNAME ".Tensor");                                                             \
-    if (routed(OPNAME ".Tensor") || !native_ok({self, other}))                               \
-      return fallback<at::_ops::NAME##_Tensor>(self, other);                                 \
-    auto dev = device_of({self, other});                                                     \
-    Tensor meta = at::_ops::NAME##_Tensor::call(to_meta(self), to_meta(other));              \
-    return compare_compute(KOP, self, other, meta, dev);                                     \
-  }                                                                                          \
-  Tensor NAME##_Scalar(const Tensor& self, const Scalar& other) {                            \
-    OpScope s(OPNAME ".Scalar");                                                             \
-    if (routed(OPNAME ".Scalar") || !native_ok({self}))                                      \
-      return fallback<at::_ops::NAME##_Scalar>(self, other);                                 \
-    auto dev = device_of({self});                                                            \
-    Tensor meta = at::_ops::NAME##_Scalar::call(to_meta(self), other);                       \
-    return compare_compute(KOP, self, wrap_scalar(other), meta, dev);                        \
-  }
+template <class Op>
+Tensor compare_tensor(k::CmpOp kop, const Tensor& self, const Tensor& other) {
+  auto dev = device_of({self, other});
+  Tensor meta = Op::call(to_meta(self), to_meta(other));
+  return compare_compute(kop, self, other, meta, dev);
+}
 
-ENPU_CMP(eq, "eq", k::CmpOp::Eq)
-ENPU_CMP(ne, "ne", k::CmpOp::Ne)
-ENPU_CMP(lt, "lt", k::CmpOp::Lt)
-ENPU_CMP(le, "le", k::CmpOp::Le)
-ENPU_CMP(gt, "gt", k::CmpOp::Gt)
-ENPU_CMP(ge, "ge", k::CmpOp::Ge)
-#undef ENPU_CMP
+template <class Op>
+Tensor compare_scalar(k::CmpOp kop, const Tensor& self, const Scalar& other) {
+  auto dev = device_of({self});
+  Tensor meta = Op::call(to_meta(self), other);
+  return compare_compute(kop, self, wrap_scalar(other), meta, dev);
+}
 
-// ---- masked_fill_ / where -----------------------------------------------------------------
+// ---- masked_fill_ -------------------------------------------------------------------------
 // Fault "masked_fill_overflow" (the seed bug): for a non-contiguous self the staged result is
 // written back with one raw copy whose size is an off-by-one storage span (sum of
 // size[d]*stride[d] elements) starting at self's data pointer, ignoring strides.
@@ -313,9 +222,265 @@ void masked_fill_impl(const Tensor& self, const Tensor& mask, const Scalar& valu
   copy_any(self, tmp);
 }
 
+}  // namespace
+
+// ---- add / sub / mul / div ----------------------------------------------------------------
+Tensor add_Tensor(const Tensor& self, const Tensor& other, const Scalar& alpha) {
+  OpScope s("add.Tensor");
+  if (use_fallback("add.Tensor", {self, other}))
+    return fallback<at::_ops::add_Tensor>(self, other, alpha);
+  return binary_functional<at::_ops::add_Tensor>(k::BinOp::Add, self, other, alpha);
+}
+
+Tensor& add__Tensor(Tensor& self, const Tensor& other, const Scalar& alpha) {
+  OpScope s("add_.Tensor");
+  if (use_fallback("add_.Tensor", {self, other}))
+    return fallback<at::_ops::add__Tensor>(self, other, alpha);
+  Tensor r = binary_inplace_result<at::_ops::add__Tensor, at::_ops::add_Tensor>(k::BinOp::Add,
+                                                                                self, other, alpha);
+  if (fault(Fault::InplaceReturnsNew)) {  // a new tensor comes back; self stays unchanged
+    static thread_local Tensor holder;
+    holder = finish(r, to_meta(self), self.device());
+    return holder;
+  }
+  copy_any(self, r);
+  return self;
+}
+
+Tensor& add_out(const Tensor& self, const Tensor& other, const Scalar& alpha, Tensor& out) {
+  OpScope s("add.out");
+  if (use_fallback("add.out", {self, other, out}))
+    return fallback<at::_ops::add_out>(self, other, alpha, out);
+  return binary_out<at::_ops::add_out, at::_ops::add_Tensor>(k::BinOp::Add, self, other, out,
+                                                             alpha);
+}
+
+Tensor sub_Tensor(const Tensor& self, const Tensor& other, const Scalar& alpha) {
+  OpScope s("sub.Tensor");
+  if (use_fallback("sub.Tensor", {self, other}))
+    return fallback<at::_ops::sub_Tensor>(self, other, alpha);
+  return binary_functional<at::_ops::sub_Tensor>(k::BinOp::Sub, self, other, alpha);
+}
+
+Tensor& sub__Tensor(Tensor& self, const Tensor& other, const Scalar& alpha) {
+  OpScope s("sub_.Tensor");
+  if (use_fallback("sub_.Tensor", {self, other}))
+    return fallback<at::_ops::sub__Tensor>(self, other, alpha);
+  copy_any(self, binary_inplace_result<at::_ops::sub__Tensor, at::_ops::sub_Tensor>(
+                     k::BinOp::Sub, self, other, alpha));
+  return self;
+}
+
+Tensor& sub_out(const Tensor& self, const Tensor& other, const Scalar& alpha, Tensor& out) {
+  OpScope s("sub.out");
+  if (use_fallback("sub.out", {self, other, out}))
+    return fallback<at::_ops::sub_out>(self, other, alpha, out);
+  return binary_out<at::_ops::sub_out, at::_ops::sub_Tensor>(k::BinOp::Sub, self, other, out,
+                                                             alpha);
+}
+
+Tensor mul_Tensor(const Tensor& self, const Tensor& other) {
+  OpScope s("mul.Tensor");
+  if (use_fallback("mul.Tensor", {self, other}))
+    return fallback<at::_ops::mul_Tensor>(self, other);
+  Tensor r = binary_functional<at::_ops::mul_Tensor>(k::BinOp::Mul, self, other);
+  if (fault(Fault::Leak)) {  // one more device block, never freed
+    void* p = nullptr;
+    enpuMalloc(&p, static_cast<size_t>(r.nbytes()) + 64);
+  }
+  return r;
+}
+
+Tensor& mul__Tensor(Tensor& self, const Tensor& other) {
+  OpScope s("mul_.Tensor");
+  if (use_fallback("mul_.Tensor", {self, other}))
+    return fallback<at::_ops::mul__Tensor>(self, other);
+  copy_any(self, binary_inplace_result<at::_ops::mul__Tensor, at::_ops::mul_Tensor>(
+                     k::BinOp::Mul, self, other));
+  return self;
+}
+
+Tensor& mul_out(const Tensor& self, const Tensor& other, Tensor& out) {
+  OpScope s("mul.out");
+  if (use_fallback("mul.out", {self, other, out}))
+    return fallback<at::_ops::mul_out>(self, other, out);
+  return binary_out<at::_ops::mul_out, at::_ops::mul_Tensor>(k::BinOp::Mul, self, other, out);
+}
+
+Tensor div_Tensor(const Tensor& self, const Tensor& other) {
+  OpScope s("div.Tensor");
+  if (use_fallback("div.Tensor", {self, other}))
+    return fallback<at::_ops::div_Tensor>(self, other);
+  return binary_functional<at::_ops::div_Tensor>(k::BinOp::Div, self, other);
+}
+
+Tensor& div__Tensor(Tensor& self, const Tensor& other) {
+  OpScope s("div_.Tensor");
+  if (use_fallback("div_.Tensor", {self, other}))
+    return fallback<at::_ops::div__Tensor>(self, other);
+  copy_any(self, binary_inplace_result<at::_ops::div__Tensor, at::_ops::div_Tensor>(
+                     k::BinOp::Div, self, other));
+  return self;
+}
+
+Tensor& div_out(const Tensor& self, const Tensor& other, Tensor& out) {
+  OpScope s("div.out");
+  if (use_fallback("div.out", {self, other, out}))
+    return fallback<at::_ops::div_out>(self, other, out);
+  return binary_out<at::_ops::div_out, at::_ops::div_Tensor>(k::BinOp::Div, self, other, out);
+}
+
+// ---- neg / abs / exp / relu ---------------------------------------------------------------
+Tensor neg(const Tensor& self) {
+  OpScope s("neg");
+  if (use_fallback("neg", {self})) return fallback<at::_ops::neg>(self);
+  return unary_functional<at::_ops::neg>(k::UnOp::Neg, self);
+}
+
+Tensor& neg_(Tensor& self) {
+  OpScope s("neg_");
+  if (use_fallback("neg_", {self})) return fallback<at::_ops::neg_>(self);
+  return unary_inplace<at::_ops::neg_>(k::UnOp::Neg, self);
+}
+
+Tensor& neg_out(const Tensor& self, Tensor& out) {
+  OpScope s("neg.out");
+  if (use_fallback("neg.out", {self, out})) return fallback<at::_ops::neg_out>(self, out);
+  return unary_out<at::_ops::neg_out>(k::UnOp::Neg, self, out);
+}
+
+Tensor abs(const Tensor& self) {
+  OpScope s("abs");
+  if (use_fallback("abs", {self})) return fallback<at::_ops::abs>(self);
+  return unary_functional<at::_ops::abs>(k::UnOp::Abs, self);
+}
+
+Tensor& abs_(Tensor& self) {
+  OpScope s("abs_");
+  if (use_fallback("abs_", {self})) return fallback<at::_ops::abs_>(self);
+  return unary_inplace<at::_ops::abs_>(k::UnOp::Abs, self);
+}
+
+Tensor& abs_out(const Tensor& self, Tensor& out) {
+  OpScope s("abs.out");
+  if (use_fallback("abs.out", {self, out})) return fallback<at::_ops::abs_out>(self, out);
+  return unary_out<at::_ops::abs_out>(k::UnOp::Abs, self, out);
+}
+
+Tensor exp(const Tensor& self) {
+  OpScope s("exp");
+  if (use_fallback("exp", {self})) return fallback<at::_ops::exp>(self);
+  return unary_functional<at::_ops::exp>(k::UnOp::Exp, self);
+}
+
+Tensor& exp_(Tensor& self) {
+  OpScope s("exp_");
+  if (use_fallback("exp_", {self})) return fallback<at::_ops::exp_>(self);
+  return unary_inplace<at::_ops::exp_>(k::UnOp::Exp, self);
+}
+
+Tensor& exp_out(const Tensor& self, Tensor& out) {
+  OpScope s("exp.out");
+  if (use_fallback("exp.out", {self, out})) return fallback<at::_ops::exp_out>(self, out);
+  return unary_out<at::_ops::exp_out>(k::UnOp::Exp, self, out);
+}
+
+Tensor relu(const Tensor& self) {
+  OpScope s("relu");
+  if (use_fallback("relu", {self})) return fallback<at::_ops::relu>(self);
+  auto dev = device_of({self});
+  TORCH_CHECK(self.scalar_type() != at::kBool, "Boolean inputs not supported for relu");
+  Tensor meta = at::_ops::relu::call(to_meta(self));
+  return finish(unary_compute(k::UnOp::Relu, self, self.scalar_type(), dev), meta, dev);
+}
+
+Tensor& relu_(Tensor& self) {
+  OpScope s("relu_");
+  if (use_fallback("relu_", {self})) return fallback<at::_ops::relu_>(self);
+  auto dev = device_of({self});
+  TORCH_CHECK(self.scalar_type() != at::kBool, "Boolean inputs not supported for relu");
+  check_inplace(self, {});
+  copy_any(self, unary_compute(k::UnOp::Relu, self, self.scalar_type(), dev));
+  return self;
+}
+
+// ---- comparisons --------------------------------------------------------------------------
+Tensor eq_Tensor(const Tensor& self, const Tensor& other) {
+  OpScope s("eq.Tensor");
+  if (use_fallback("eq.Tensor", {self, other})) return fallback<at::_ops::eq_Tensor>(self, other);
+  return compare_tensor<at::_ops::eq_Tensor>(k::CmpOp::Eq, self, other);
+}
+
+Tensor eq_Scalar(const Tensor& self, const Scalar& other) {
+  OpScope s("eq.Scalar");
+  if (use_fallback("eq.Scalar", {self})) return fallback<at::_ops::eq_Scalar>(self, other);
+  return compare_scalar<at::_ops::eq_Scalar>(k::CmpOp::Eq, self, other);
+}
+
+Tensor ne_Tensor(const Tensor& self, const Tensor& other) {
+  OpScope s("ne.Tensor");
+  if (use_fallback("ne.Tensor", {self, other})) return fallback<at::_ops::ne_Tensor>(self, other);
+  return compare_tensor<at::_ops::ne_Tensor>(k::CmpOp::Ne, self, other);
+}
+
+Tensor ne_Scalar(const Tensor& self, const Scalar& other) {
+  OpScope s("ne.Scalar");
+  if (use_fallback("ne.Scalar", {self})) return fallback<at::_ops::ne_Scalar>(self, other);
+  return compare_scalar<at::_ops::ne_Scalar>(k::CmpOp::Ne, self, other);
+}
+
+Tensor lt_Tensor(const Tensor& self, const Tensor& other) {
+  OpScope s("lt.Tensor");
+  if (use_fallback("lt.Tensor", {self, other})) return fallback<at::_ops::lt_Tensor>(self, other);
+  return compare_tensor<at::_ops::lt_Tensor>(k::CmpOp::Lt, self, other);
+}
+
+Tensor lt_Scalar(const Tensor& self, const Scalar& other) {
+  OpScope s("lt.Scalar");
+  if (use_fallback("lt.Scalar", {self})) return fallback<at::_ops::lt_Scalar>(self, other);
+  return compare_scalar<at::_ops::lt_Scalar>(k::CmpOp::Lt, self, other);
+}
+
+Tensor le_Tensor(const Tensor& self, const Tensor& other) {
+  OpScope s("le.Tensor");
+  if (use_fallback("le.Tensor", {self, other})) return fallback<at::_ops::le_Tensor>(self, other);
+  return compare_tensor<at::_ops::le_Tensor>(k::CmpOp::Le, self, other);
+}
+
+Tensor le_Scalar(const Tensor& self, const Scalar& other) {
+  OpScope s("le.Scalar");
+  if (use_fallback("le.Scalar", {self})) return fallback<at::_ops::le_Scalar>(self, other);
+  return compare_scalar<at::_ops::le_Scalar>(k::CmpOp::Le, self, other);
+}
+
+Tensor gt_Tensor(const Tensor& self, const Tensor& other) {
+  OpScope s("gt.Tensor");
+  if (use_fallback("gt.Tensor", {self, other})) return fallback<at::_ops::gt_Tensor>(self, other);
+  return compare_tensor<at::_ops::gt_Tensor>(k::CmpOp::Gt, self, other);
+}
+
+Tensor gt_Scalar(const Tensor& self, const Scalar& other) {
+  OpScope s("gt.Scalar");
+  if (use_fallback("gt.Scalar", {self})) return fallback<at::_ops::gt_Scalar>(self, other);
+  return compare_scalar<at::_ops::gt_Scalar>(k::CmpOp::Gt, self, other);
+}
+
+Tensor ge_Tensor(const Tensor& self, const Tensor& other) {
+  OpScope s("ge.Tensor");
+  if (use_fallback("ge.Tensor", {self, other})) return fallback<at::_ops::ge_Tensor>(self, other);
+  return compare_tensor<at::_ops::ge_Tensor>(k::CmpOp::Ge, self, other);
+}
+
+Tensor ge_Scalar(const Tensor& self, const Scalar& other) {
+  OpScope s("ge.Scalar");
+  if (use_fallback("ge.Scalar", {self})) return fallback<at::_ops::ge_Scalar>(self, other);
+  return compare_scalar<at::_ops::ge_Scalar>(k::CmpOp::Ge, self, other);
+}
+
+// ---- masked_fill_ / where -----------------------------------------------------------------
 Tensor& masked_fill__Scalar(Tensor& self, const Tensor& mask, const Scalar& value) {
   OpScope s("masked_fill_.Scalar");
-  if (routed("masked_fill_.Scalar") || !native_ok({self, mask}))
+  if (use_fallback("masked_fill_.Scalar", {self, mask}))
     return fallback<at::_ops::masked_fill__Scalar>(self, mask, value);
   Tensor ms = to_meta(self);
   at::_ops::masked_fill__Scalar::call(ms, to_meta(mask), value);
@@ -325,7 +490,7 @@ Tensor& masked_fill__Scalar(Tensor& self, const Tensor& mask, const Scalar& valu
 
 Tensor& masked_fill__Tensor(Tensor& self, const Tensor& mask, const Tensor& value) {
   OpScope s("masked_fill_.Tensor");
-  if (routed("masked_fill_.Tensor") || !native_ok({self, mask, value}))
+  if (use_fallback("masked_fill_.Tensor", {self, mask, value}))
     return fallback<at::_ops::masked_fill__Tensor>(self, mask, value);
   TORCH_CHECK(value.dim() == 0,
               "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
@@ -341,7 +506,7 @@ Tensor& masked_fill__Tensor(Tensor& self, const Tensor& mask, const Tensor& valu
 
 Tensor where_self(const Tensor& cond, const Tensor& self, const Tensor& other) {
   OpScope s("where.self");
-  if (routed("where.self") || !native_ok({cond, self, other}))
+  if (use_fallback("where.self", {cond, self, other}))
     return fallback<at::_ops::where_self>(cond, self, other);
   auto dev = device_of({cond, self, other});
   Tensor meta = at::_ops::where_self::call(to_meta(cond), to_meta(self), to_meta(other));
@@ -355,47 +520,4 @@ Tensor where_self(const Tensor& cond, const Tensor& self, const Tensor& other) {
   return finish(r, meta, dev);
 }
 
-}  // namespace
-
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  ENPU_IMPL(m, "add.Tensor", add_Tensor);
-  ENPU_IMPL(m, "add_.Tensor", add__Tensor);
-  ENPU_IMPL(m, "add.out", add_out);
-  ENPU_IMPL(m, "sub.Tensor", sub_Tensor);
-  ENPU_IMPL(m, "sub_.Tensor", sub__Tensor);
-  ENPU_IMPL(m, "sub.out", sub_out);
-  ENPU_IMPL(m, "mul.Tensor", mul_Tensor);
-  ENPU_IMPL(m, "mul_.Tensor", mul__Tensor);
-  ENPU_IMPL(m, "mul.out", mul_out);
-  ENPU_IMPL(m, "div.Tensor", div_Tensor);
-  ENPU_IMPL(m, "div_.Tensor", div__Tensor);
-  ENPU_IMPL(m, "div.out", div_out);
-  ENPU_IMPL(m, "neg", neg);
-  ENPU_IMPL(m, "neg_", neg_);
-  ENPU_IMPL(m, "neg.out", neg_out);
-  ENPU_IMPL(m, "abs", abs);
-  ENPU_IMPL(m, "abs_", abs_);
-  ENPU_IMPL(m, "abs.out", abs_out);
-  ENPU_IMPL(m, "exp", exp);
-  ENPU_IMPL(m, "exp_", exp_);
-  ENPU_IMPL(m, "exp.out", exp_out);
-  ENPU_IMPL(m, "relu", relu);
-  ENPU_IMPL(m, "relu_", relu_);
-  ENPU_IMPL(m, "eq.Tensor", eq_Tensor);
-  ENPU_IMPL(m, "eq.Scalar", eq_Scalar);
-  ENPU_IMPL(m, "ne.Tensor", ne_Tensor);
-  ENPU_IMPL(m, "ne.Scalar", ne_Scalar);
-  ENPU_IMPL(m, "lt.Tensor", lt_Tensor);
-  ENPU_IMPL(m, "lt.Scalar", lt_Scalar);
-  ENPU_IMPL(m, "le.Tensor", le_Tensor);
-  ENPU_IMPL(m, "le.Scalar", le_Scalar);
-  ENPU_IMPL(m, "gt.Tensor", gt_Tensor);
-  ENPU_IMPL(m, "gt.Scalar", gt_Scalar);
-  ENPU_IMPL(m, "ge.Tensor", ge_Tensor);
-  ENPU_IMPL(m, "ge.Scalar", ge_Scalar);
-  ENPU_IMPL(m, "masked_fill_.Scalar", masked_fill__Scalar);
-  ENPU_IMPL(m, "masked_fill_.Tensor", masked_fill__Tensor);
-  ENPU_IMPL(m, "where.self", where_self);
-}
-
-}  // namespace enpu
+}  // namespace enpu::ops

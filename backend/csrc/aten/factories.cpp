@@ -1,5 +1,5 @@
-// echo_npu glue: factories, views, copies, fill/zero and scalar reads (the primitives that
-// cpu_fallback itself relies on are registered as non-routable).
+// echo_npu kernels: factories, views, copies, fill/zero and scalar reads (the primitives that
+// cpu_fallback itself relies on are registered as non-routable in register.cpp).
 #include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/ops/_local_scalar_dense_native.h>
@@ -10,17 +10,14 @@
 #include <ATen/ops/view_native.h>
 #include <ATen/ops/zero.h>
 #include <c10/core/DeviceGuard.h>
-#if __has_include(<ATen/ops/_reshape_alias_native.h>)
-#include <ATen/ops/_reshape_alias_native.h>
-#define ENPU_HAS_RESHAPE_ALIAS 1
-#endif
 
 #include "common.h"
+#include "ops.h"
+#ifdef ENPU_HAS_RESHAPE_ALIAS
+#include <ATen/ops/_reshape_alias_native.h>
+#endif
 
-namespace enpu {
-namespace {
-
-using at::Tensor;
+namespace enpu::ops {
 
 Tensor empty_memory_format(at::IntArrayRef size, std::optional<at::ScalarType> dtype,
                            std::optional<at::Layout> layout, std::optional<at::Device> device,
@@ -63,7 +60,7 @@ Tensor view(const Tensor& self, at::IntArrayRef size) {
 }
 
 #ifdef ENPU_HAS_RESHAPE_ALIAS
-Tensor reshape_alias(const Tensor& self, at::IntArrayRef size, at::IntArrayRef stride) {
+Tensor _reshape_alias(const Tensor& self, at::IntArrayRef size, at::IntArrayRef stride) {
   OpScope s("_reshape_alias");
   return at::native::_reshape_alias(self, size, stride);
 }
@@ -75,23 +72,23 @@ const Tensor& resize_(const Tensor& self, at::IntArrayRef size,
   return at::native::resize_(self, size, mf);
 }
 
-Tensor& set_storage(Tensor& self, at::Storage src) {
+Tensor& set__source_Storage(Tensor& self, at::Storage src) {
   OpScope s("set_.source_Storage");
   return at::native::set_(self, src);
 }
 
-Tensor& set_storage_offset(Tensor& self, at::Storage src, int64_t offset, at::IntArrayRef size,
-                           at::IntArrayRef stride) {
+Tensor& set__source_Storage_storage_offset(Tensor& self, at::Storage src, int64_t offset,
+                                           at::IntArrayRef size, at::IntArrayRef stride) {
   OpScope s("set_.source_Storage_storage_offset");
   return at::native::set_storage_cpu_(self, src, offset, size, stride);
 }
 
-Tensor& set_tensor(Tensor& self, const Tensor& src) {
+Tensor& set__source_Tensor(Tensor& self, const Tensor& src) {
   OpScope s("set_.source_Tensor");
   return at::native::set_tensor_(self, src);
 }
 
-Tensor copy_from(const Tensor& self, const Tensor& dst, bool non_blocking) {
+Tensor _copy_from(const Tensor& self, const Tensor& dst, bool non_blocking) {
   OpScope s("_copy_from");
   (void)non_blocking;
   TORCH_CHECK(self.defined() && dst.defined(), "_copy_from: undefined tensor");
@@ -104,17 +101,19 @@ Tensor copy_from(const Tensor& self, const Tensor& dst, bool non_blocking) {
   return dst;
 }
 
-Tensor copy_from_and_resize(const Tensor& self, const Tensor& dst) {
+Tensor _copy_from_and_resize(const Tensor& self, const Tensor& dst) {
   OpScope s("_copy_from_and_resize");
   if (dst.sizes() != self.sizes()) at::native::resize_(dst, self.sizes(), std::nullopt);
   copy_any(dst, self, /*allow_offset_fault=*/true);
   return dst;
 }
 
-at::Scalar local_scalar_dense(const Tensor& self) {
+at::Scalar _local_scalar_dense(const Tensor& self) {
   OpScope s("_local_scalar_dense");
   return at::native::_local_scalar_dense_cpu(self);
 }
+
+namespace {
 
 void fill_impl(const Tensor& self, const at::Scalar& value) {
   if (self.numel() == 0) return;
@@ -135,7 +134,9 @@ void fill_impl(const Tensor& self, const at::Scalar& value) {
   copy_any(v, tmp);
 }
 
-Tensor& fill_scalar(Tensor& self, const at::Scalar& value) {
+}  // namespace
+
+Tensor& fill__Scalar(Tensor& self, const at::Scalar& value) {
   OpScope s("fill_.Scalar");
   if (routed("fill_.Scalar") || !native_ok({self}))
     return fallback<at::_ops::fill__Scalar>(self, value);
@@ -143,7 +144,7 @@ Tensor& fill_scalar(Tensor& self, const at::Scalar& value) {
   return self;
 }
 
-Tensor& fill_tensor(Tensor& self, const Tensor& value) {
+Tensor& fill__Tensor(Tensor& self, const Tensor& value) {
   OpScope s("fill_.Tensor");
   if (routed("fill_.Tensor") || !native_ok({self, value}))
     return fallback<at::_ops::fill__Tensor>(self, value);
@@ -161,41 +162,4 @@ Tensor& zero_(Tensor& self) {
   return self;
 }
 
-}  // namespace
-
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  ENPU_IMPL_PRIMITIVE(m, "empty.memory_format", empty_memory_format);
-  ENPU_IMPL_PRIMITIVE(m, "empty_strided", empty_strided);
-  ENPU_IMPL_PRIMITIVE(m, "as_strided", as_strided);
-  ENPU_IMPL_PRIMITIVE(m, "view", view);
-#ifdef ENPU_HAS_RESHAPE_ALIAS
-  ENPU_IMPL_PRIMITIVE(m, "_reshape_alias", reshape_alias);
-#endif
-  ENPU_IMPL_PRIMITIVE(m, "resize_", resize_);
-  ENPU_IMPL_PRIMITIVE(m, "set_.source_Storage", set_storage);
-  ENPU_IMPL_PRIMITIVE(m, "set_.source_Storage_storage_offset", set_storage_offset);
-  ENPU_IMPL_PRIMITIVE(m, "set_.source_Tensor", set_tensor);
-  ENPU_IMPL_PRIMITIVE(m, "_copy_from", copy_from);
-  ENPU_IMPL_PRIMITIVE(m, "_copy_from_and_resize", copy_from_and_resize);
-  ENPU_IMPL_PRIMITIVE(m, "_local_scalar_dense", local_scalar_dense);
-  ENPU_IMPL(m, "fill_.Scalar", fill_scalar);
-  ENPU_IMPL(m, "fill_.Tensor", fill_tensor);
-  ENPU_IMPL(m, "zero_", zero_);
-}
-
-// _copy_from handles conj/neg bits itself: let it through the Conjugate/Negative fallbacks
-// (otherwise conj materialization -> clone -> copy_ -> _copy_from recurses forever).
-TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
-  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
-  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
-}
-TORCH_LIBRARY_IMPL(aten, Negative, m) {
-  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
-  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
-}
-
-TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback_boxed>());
-}
-
-}  // namespace enpu
+}  // namespace enpu::ops

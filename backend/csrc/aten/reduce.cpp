@@ -1,4 +1,4 @@
-// echo_npu glue: reductions (sum, mean, amax, all, any) and softmax. Reduced dims are permuted
+// echo_npu kernels: reductions (sum, mean, amax, all, any) and softmax. Reduced dims are permuted
 // to the end and staged contiguous so the cmodel kernel reduces rows of a [outer, r] buffer.
 #include <ATen/ops/_softmax.h>
 #include <ATen/ops/all.h>
@@ -9,11 +9,10 @@
 #include <c10/core/WrapDimMinimal.h>
 
 #include "common.h"
+#include "ops.h"
 
-namespace enpu {
+namespace enpu::ops {
 namespace {
-
-using at::Tensor;
 
 Tensor reduce_impl(k::RedOp op, const Tensor& self, at::OptionalIntArrayRef dims,
                    at::ScalarType ct, const Tensor& meta, c10::Device dev) {
@@ -44,7 +43,9 @@ Tensor reduce_impl(k::RedOp op, const Tensor& self, at::OptionalIntArrayRef dims
   return finish(out, meta, dev);
 }
 
-Tensor sum_dim(const Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+}  // namespace
+
+Tensor sum_dim_IntList(const Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
                std::optional<at::ScalarType> dtype) {
   OpScope s("sum.dim_IntList");
   if (routed("sum.dim_IntList") || !native_ok({self}) ||
@@ -118,7 +119,7 @@ Tensor any_dim(const Tensor& self, int64_t dim, bool keepdim) {
   return reduce_impl(k::RedOp::Any, self, at::IntArrayRef(d, 1), self.scalar_type(), meta, dev);
 }
 
-Tensor softmax(const Tensor& self, int64_t dim, bool half_to_float) {
+Tensor _softmax(const Tensor& self, int64_t dim, bool half_to_float) {
   OpScope s("_softmax");
   if (routed("_softmax") || !native_ok({self}))
     return fallback<at::_ops::_softmax>(self, dim, half_to_float);
@@ -146,17 +147,4 @@ Tensor softmax(const Tensor& self, int64_t dim, bool half_to_float) {
   return finish(nd > 0 ? r.permute(inv) : r, meta, dev);
 }
 
-}  // namespace
-
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  ENPU_IMPL(m, "sum.dim_IntList", sum_dim);
-  ENPU_IMPL(m, "mean.dim", mean_dim);
-  ENPU_IMPL(m, "amax", amax);
-  ENPU_IMPL(m, "all", all);
-  ENPU_IMPL(m, "any", any);
-  ENPU_IMPL(m, "all.dim", all_dim);
-  ENPU_IMPL(m, "any.dim", any_dim);
-  ENPU_IMPL(m, "_softmax", softmax);
-}
-
-}  // namespace enpu
+}  // namespace enpu::ops

@@ -19,8 +19,22 @@ std::atomic<bool> g_any_route{false};
 std::map<std::string, int64_t> g_counts;
 std::atomic<unsigned> g_faults{0};
 
-const std::vector<std::string> kFaultNames = {"masked_fill_overflow", "copy_ignores_offset",
-                                              "inplace_returns_new", "leak", "segfault_empty"};
+const std::vector<std::string> kFaultNames = {
+#define ENPU_FAULT(id, name, description) name,
+#include "faults.def"
+#undef ENPU_FAULT
+};
+const std::vector<std::string> kFaultDescriptions = {
+#define ENPU_FAULT(id, name, description) description,
+#include "faults.def"
+#undef ENPU_FAULT
+};
+static_assert(
+#define ENPU_FAULT(id, name, description) +1
+#include "faults.def"
+#undef ENPU_FAULT
+        <= 32,
+    "fault bits live in one unsigned");
 
 std::string join(const std::vector<std::string>& v) {
   std::string s;
@@ -93,6 +107,12 @@ std::vector<std::string> get_faults() {
 }
 
 std::vector<std::string> fault_names() { return kFaultNames; }
+
+std::vector<std::pair<std::string, std::string>> fault_descriptions() {
+  std::vector<std::pair<std::string, std::string>> v;
+  for (size_t i = 0; i < kFaultNames.size(); ++i) v.emplace_back(kFaultNames[i], kFaultDescriptions[i]);
+  return v;
+}
 
 void count_fallback(const std::string& name) {
   std::lock_guard<std::mutex> lk(g_mu);

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace enpu {
@@ -17,12 +18,19 @@ bool routed(const char* name);
 void set_routes(const std::vector<std::string>& names);
 std::vector<std::string> get_routes();
 
-enum class Fault { MaskedFillOverflow, CopyIgnoresOffset, InplaceReturnsNew, Leak, SegfaultEmpty };
+// Fault switches, one per entry of faults.def (in that order).
+enum class Fault {
+#define ENPU_FAULT(id, name, description) id,
+#include "faults.def"
+#undef ENPU_FAULT
+};
 bool fault(Fault f);
 // Throws std::invalid_argument listing the valid names on an unknown name.
 void set_faults(const std::vector<std::string>& names);
 std::vector<std::string> get_faults();
 std::vector<std::string> fault_names();
+// name -> one-line description, in list order.
+std::vector<std::pair<std::string, std::string>> fault_descriptions();
 
 // Boxed-fallback call counters keyed by overload name.
 void count_fallback(const std::string& name);

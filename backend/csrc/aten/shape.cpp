@@ -1,4 +1,4 @@
-// echo_npu glue: tril/triu, cat and index_select over contiguous staged buffers.
+// echo_npu kernels: tril/triu, cat and index_select over contiguous staged buffers.
 #include <ATen/ops/cat.h>
 #include <ATen/ops/convolution.h>
 #include <ATen/ops/convolution_backward.h>
@@ -10,11 +10,10 @@
 #include <c10/core/WrapDimMinimal.h>
 
 #include "common.h"
+#include "ops.h"
 
-namespace enpu {
+namespace enpu::ops {
 namespace {
-
-using at::Tensor;
 
 Tensor tri_impl(const Tensor& self, int64_t diag, bool upper, const Tensor& meta) {
   auto dev = device_of({self});
@@ -29,6 +28,8 @@ Tensor tri_impl(const Tensor& self, int64_t diag, bool upper, const Tensor& meta
   }
   return finish(r, meta, dev);
 }
+
+}  // namespace
 
 Tensor tril(const Tensor& self, int64_t diag) {
   OpScope s("tril");
@@ -130,11 +131,14 @@ Tensor index_select(const Tensor& self, int64_t dim, const Tensor& index) {
 
 // Convolution has no cmodel kernel: the boxed fallback cannot serve it (CPU has no
 // convolution_overrideable), so run at::convolution on host copies and copy the result back.
+namespace {
 at::Tensor to_host(const Tensor& t) { return t.defined() ? t.cpu() : t; }
+}  // namespace
 
-Tensor conv(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
-            at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation,
-            bool transposed, at::IntArrayRef output_padding, int64_t groups) {
+Tensor convolution_overrideable(const Tensor& input, const Tensor& weight,
+                                const std::optional<Tensor>& bias, at::IntArrayRef stride,
+                                at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
+                                at::IntArrayRef output_padding, int64_t groups) {
   OpScope s("convolution_overrideable");
   auto dev = device_of({input, weight});
   std::optional<Tensor> b;
@@ -146,7 +150,7 @@ Tensor conv(const Tensor& input, const Tensor& weight, const std::optional<Tenso
   return out;
 }
 
-std::tuple<Tensor, Tensor, Tensor> conv_backward(
+std::tuple<Tensor, Tensor, Tensor> convolution_backward_overrideable(
     const Tensor& grad, const Tensor& input, const Tensor& weight, at::IntArrayRef stride,
     at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
     at::IntArrayRef output_padding, int64_t groups, std::array<bool, 3> mask) {
@@ -165,15 +169,4 @@ std::tuple<Tensor, Tensor, Tensor> conv_backward(
   return {back(std::get<0>(r)), back(std::get<1>(r)), back(std::get<2>(r))};
 }
 
-}  // namespace
-
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  ENPU_IMPL_PRIMITIVE(m, "convolution_overrideable", conv);
-  ENPU_IMPL_PRIMITIVE(m, "convolution_backward_overrideable", conv_backward);
-  ENPU_IMPL(m, "tril", tril);
-  ENPU_IMPL(m, "triu", triu);
-  ENPU_IMPL(m, "cat", cat);
-  ENPU_IMPL(m, "index_select", index_select);
-}
-
-}  // namespace enpu
+}  // namespace enpu::ops

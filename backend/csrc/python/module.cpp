@@ -5,7 +5,7 @@
 #include <stdexcept>
 
 #include "../aten/registry.h"
-#include "../aten/rng.h"
+#include "../device/rng.h"
 #include "../runtime/runtime.h"
 
 namespace py = pybind11;
@@ -83,6 +83,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("set_faults", &enpu::set_faults);
   m.def("get_faults", &enpu::get_faults);
   m.def("fault_names", &enpu::fault_names);
+  m.def("fault_descriptions", &enpu::fault_descriptions);
   m.def("fallback_counts", &enpu::fallback_counts);
   m.def("reset_fallback_counts", &enpu::reset_fallback_counts);
   m.def("device_count", [] { return enpuDeviceCount(); });

@@ -1,0 +1,113 @@
+// echo_npu ATen kernels: one C++ function per registered aten overload (bodies in
+// elementwise.cpp, factories.cpp, reduce.cpp, shape.cpp; the table is in register.cpp).
+// Names follow the overload: add.Tensor -> add_Tensor, add_.Tensor -> add__Tensor.
+#pragma once
+#include <ATen/core/ATen_fwd.h>
+#include <ATen/core/Tensor.h>
+
+#include <array>
+#include <optional>
+#include <tuple>
+
+// aten::_reshape_alias exists in torch 2.5 .. 2.x (removed later): kernel only where it exists.
+#if __has_include(<ATen/ops/_reshape_alias_native.h>)
+#define ENPU_HAS_RESHAPE_ALIAS 1
+#endif
+
+namespace enpu::ops {
+
+using at::Scalar;
+using at::Tensor;
+
+// ---- factories, views, copies, fill (factories.cpp) --------------------------------------
+Tensor empty_memory_format(at::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                           std::optional<at::Layout> layout, std::optional<at::Device> device,
+                           std::optional<bool> pin, std::optional<at::MemoryFormat> mf);
+Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride,
+                     std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                     std::optional<at::Device> device, std::optional<bool> pin);
+Tensor as_strided(const Tensor& self, at::IntArrayRef size, at::IntArrayRef stride,
+                  std::optional<int64_t> offset);
+Tensor view(const Tensor& self, at::IntArrayRef size);
+#ifdef ENPU_HAS_RESHAPE_ALIAS
+Tensor _reshape_alias(const Tensor& self, at::IntArrayRef size, at::IntArrayRef stride);
+#endif
+const Tensor& resize_(const Tensor& self, at::IntArrayRef size, std::optional<at::MemoryFormat> mf);
+Tensor& set__source_Storage(Tensor& self, at::Storage src);
+Tensor& set__source_Storage_storage_offset(Tensor& self, at::Storage src, int64_t offset,
+                                           at::IntArrayRef size, at::IntArrayRef stride);
+Tensor& set__source_Tensor(Tensor& self, const Tensor& src);
+Tensor _copy_from(const Tensor& self, const Tensor& dst, bool non_blocking);
+Tensor _copy_from_and_resize(const Tensor& self, const Tensor& dst);
+Scalar _local_scalar_dense(const Tensor& self);
+Tensor& fill__Scalar(Tensor& self, const Scalar& value);
+Tensor& fill__Tensor(Tensor& self, const Tensor& value);
+Tensor& zero_(Tensor& self);
+
+// ---- elementwise (elementwise.cpp) --------------------------------------------------------
+Tensor add_Tensor(const Tensor& self, const Tensor& other, const Scalar& alpha);
+Tensor& add__Tensor(Tensor& self, const Tensor& other, const Scalar& alpha);
+Tensor& add_out(const Tensor& self, const Tensor& other, const Scalar& alpha, Tensor& out);
+Tensor sub_Tensor(const Tensor& self, const Tensor& other, const Scalar& alpha);
+Tensor& sub__Tensor(Tensor& self, const Tensor& other, const Scalar& alpha);
+Tensor& sub_out(const Tensor& self, const Tensor& other, const Scalar& alpha, Tensor& out);
+Tensor mul_Tensor(const Tensor& self, const Tensor& other);
+Tensor& mul__Tensor(Tensor& self, const Tensor& other);
+Tensor& mul_out(const Tensor& self, const Tensor& other, Tensor& out);
+Tensor div_Tensor(const Tensor& self, const Tensor& other);
+Tensor& div__Tensor(Tensor& self, const Tensor& other);
+Tensor& div_out(const Tensor& self, const Tensor& other, Tensor& out);
+Tensor neg(const Tensor& self);
+Tensor& neg_(Tensor& self);
+Tensor& neg_out(const Tensor& self, Tensor& out);
+Tensor abs(const Tensor& self);
+Tensor& abs_(Tensor& self);
+Tensor& abs_out(const Tensor& self, Tensor& out);
+Tensor exp(const Tensor& self);
+Tensor& exp_(Tensor& self);
+Tensor& exp_out(const Tensor& self, Tensor& out);
+Tensor relu(const Tensor& self);
+Tensor& relu_(Tensor& self);
+Tensor eq_Tensor(const Tensor& self, const Tensor& other);
+Tensor eq_Scalar(const Tensor& self, const Scalar& other);
+Tensor ne_Tensor(const Tensor& self, const Tensor& other);
+Tensor ne_Scalar(const Tensor& self, const Scalar& other);
+Tensor lt_Tensor(const Tensor& self, const Tensor& other);
+Tensor lt_Scalar(const Tensor& self, const Scalar& other);
+Tensor le_Tensor(const Tensor& self, const Tensor& other);
+Tensor le_Scalar(const Tensor& self, const Scalar& other);
+Tensor gt_Tensor(const Tensor& self, const Tensor& other);
+Tensor gt_Scalar(const Tensor& self, const Scalar& other);
+Tensor ge_Tensor(const Tensor& self, const Tensor& other);
+Tensor ge_Scalar(const Tensor& self, const Scalar& other);
+Tensor& masked_fill__Scalar(Tensor& self, const Tensor& mask, const Scalar& value);
+Tensor& masked_fill__Tensor(Tensor& self, const Tensor& mask, const Tensor& value);
+Tensor where_self(const Tensor& cond, const Tensor& self, const Tensor& other);
+
+// ---- reductions, softmax (reduce.cpp) -----------------------------------------------------
+Tensor sum_dim_IntList(const Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+                       std::optional<at::ScalarType> dtype);
+Tensor mean_dim(const Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+                std::optional<at::ScalarType> dtype);
+Tensor amax(const Tensor& self, at::IntArrayRef dim, bool keepdim);
+Tensor all(const Tensor& self);
+Tensor any(const Tensor& self);
+Tensor all_dim(const Tensor& self, int64_t dim, bool keepdim);
+Tensor any_dim(const Tensor& self, int64_t dim, bool keepdim);
+Tensor _softmax(const Tensor& self, int64_t dim, bool half_to_float);
+
+// ---- shape ops, convolution (shape.cpp) ---------------------------------------------------
+Tensor tril(const Tensor& self, int64_t diag);
+Tensor triu(const Tensor& self, int64_t diag);
+Tensor cat(const at::ITensorListRef& tensors, int64_t dim);
+Tensor index_select(const Tensor& self, int64_t dim, const Tensor& index);
+Tensor convolution_overrideable(const Tensor& input, const Tensor& weight,
+                                const std::optional<Tensor>& bias, at::IntArrayRef stride,
+                                at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
+                                at::IntArrayRef output_padding, int64_t groups);
+std::tuple<Tensor, Tensor, Tensor> convolution_backward_overrideable(
+    const Tensor& grad, const Tensor& input, const Tensor& weight, at::IntArrayRef stride,
+    at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
+    at::IntArrayRef output_padding, int64_t groups, std::array<bool, 3> mask);
+
+}  // namespace enpu::ops

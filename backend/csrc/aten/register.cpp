@@ -1,0 +1,122 @@
+// echo_npu registration table: every aten overload echo_npu implements for PrivateUse1 and the
+// C++ function that serves it (bodies in ops.h's files). One line per overload, so
+// `grep '"add.Tensor"'` finds the registration and `grep add_Tensor` its kernel.
+//
+// ENPU_KERNEL: a native kernel that set_fallback_routes may route through cpu_fallback.
+// ENPU_PRIMITIVE: one cpu_fallback itself needs (empty*, views, _copy_from*, ...): not routable.
+#include <torch/library.h>
+
+#include "common.h"
+#include "ops.h"
+#include "registry.h"
+
+#define ENPU_KERNEL(m, name, fn)          \
+  do {                                    \
+    ::enpu::register_native(name, true);  \
+    m.impl(name, TORCH_FN(fn));           \
+  } while (0)
+#define ENPU_PRIMITIVE(m, name, fn)       \
+  do {                                    \
+    ::enpu::register_native(name, false); \
+    m.impl(name, TORCH_FN(fn));           \
+  } while (0)
+
+namespace enpu {
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  // factories, views, copies, scalar reads (factories.cpp)
+  ENPU_PRIMITIVE(m, "empty.memory_format", ops::empty_memory_format);
+  ENPU_PRIMITIVE(m, "empty_strided", ops::empty_strided);
+  ENPU_PRIMITIVE(m, "as_strided", ops::as_strided);
+  ENPU_PRIMITIVE(m, "view", ops::view);
+#ifdef ENPU_HAS_RESHAPE_ALIAS
+  ENPU_PRIMITIVE(m, "_reshape_alias", ops::_reshape_alias);
+#endif
+  ENPU_PRIMITIVE(m, "resize_", ops::resize_);
+  ENPU_PRIMITIVE(m, "set_.source_Storage", ops::set__source_Storage);
+  ENPU_PRIMITIVE(m, "set_.source_Storage_storage_offset", ops::set__source_Storage_storage_offset);
+  ENPU_PRIMITIVE(m, "set_.source_Tensor", ops::set__source_Tensor);
+  ENPU_PRIMITIVE(m, "_copy_from", ops::_copy_from);
+  ENPU_PRIMITIVE(m, "_copy_from_and_resize", ops::_copy_from_and_resize);
+  ENPU_PRIMITIVE(m, "_local_scalar_dense", ops::_local_scalar_dense);
+  // fill (factories.cpp)
+  ENPU_KERNEL(m, "fill_.Scalar", ops::fill__Scalar);
+  ENPU_KERNEL(m, "fill_.Tensor", ops::fill__Tensor);
+  ENPU_KERNEL(m, "zero_", ops::zero_);
+  // binary arithmetic (elementwise.cpp)
+  ENPU_KERNEL(m, "add.Tensor", ops::add_Tensor);
+  ENPU_KERNEL(m, "add_.Tensor", ops::add__Tensor);
+  ENPU_KERNEL(m, "add.out", ops::add_out);
+  ENPU_KERNEL(m, "sub.Tensor", ops::sub_Tensor);
+  ENPU_KERNEL(m, "sub_.Tensor", ops::sub__Tensor);
+  ENPU_KERNEL(m, "sub.out", ops::sub_out);
+  ENPU_KERNEL(m, "mul.Tensor", ops::mul_Tensor);
+  ENPU_KERNEL(m, "mul_.Tensor", ops::mul__Tensor);
+  ENPU_KERNEL(m, "mul.out", ops::mul_out);
+  ENPU_KERNEL(m, "div.Tensor", ops::div_Tensor);
+  ENPU_KERNEL(m, "div_.Tensor", ops::div__Tensor);
+  ENPU_KERNEL(m, "div.out", ops::div_out);
+  // unary (elementwise.cpp)
+  ENPU_KERNEL(m, "neg", ops::neg);
+  ENPU_KERNEL(m, "neg_", ops::neg_);
+  ENPU_KERNEL(m, "neg.out", ops::neg_out);
+  ENPU_KERNEL(m, "abs", ops::abs);
+  ENPU_KERNEL(m, "abs_", ops::abs_);
+  ENPU_KERNEL(m, "abs.out", ops::abs_out);
+  ENPU_KERNEL(m, "exp", ops::exp);
+  ENPU_KERNEL(m, "exp_", ops::exp_);
+  ENPU_KERNEL(m, "exp.out", ops::exp_out);
+  ENPU_KERNEL(m, "relu", ops::relu);
+  ENPU_KERNEL(m, "relu_", ops::relu_);
+  // comparisons (elementwise.cpp)
+  ENPU_KERNEL(m, "eq.Tensor", ops::eq_Tensor);
+  ENPU_KERNEL(m, "eq.Scalar", ops::eq_Scalar);
+  ENPU_KERNEL(m, "ne.Tensor", ops::ne_Tensor);
+  ENPU_KERNEL(m, "ne.Scalar", ops::ne_Scalar);
+  ENPU_KERNEL(m, "lt.Tensor", ops::lt_Tensor);
+  ENPU_KERNEL(m, "lt.Scalar", ops::lt_Scalar);
+  ENPU_KERNEL(m, "le.Tensor", ops::le_Tensor);
+  ENPU_KERNEL(m, "le.Scalar", ops::le_Scalar);
+  ENPU_KERNEL(m, "gt.Tensor", ops::gt_Tensor);
+  ENPU_KERNEL(m, "gt.Scalar", ops::gt_Scalar);
+  ENPU_KERNEL(m, "ge.Tensor", ops::ge_Tensor);
+  ENPU_KERNEL(m, "ge.Scalar", ops::ge_Scalar);
+  // masked_fill_ / where (elementwise.cpp)
+  ENPU_KERNEL(m, "masked_fill_.Scalar", ops::masked_fill__Scalar);
+  ENPU_KERNEL(m, "masked_fill_.Tensor", ops::masked_fill__Tensor);
+  ENPU_KERNEL(m, "where.self", ops::where_self);
+  // reductions, softmax (reduce.cpp)
+  ENPU_KERNEL(m, "sum.dim_IntList", ops::sum_dim_IntList);
+  ENPU_KERNEL(m, "mean.dim", ops::mean_dim);
+  ENPU_KERNEL(m, "amax", ops::amax);
+  ENPU_KERNEL(m, "all", ops::all);
+  ENPU_KERNEL(m, "any", ops::any);
+  ENPU_KERNEL(m, "all.dim", ops::all_dim);
+  ENPU_KERNEL(m, "any.dim", ops::any_dim);
+  ENPU_KERNEL(m, "_softmax", ops::_softmax);
+  // shape ops, convolution (shape.cpp)
+  ENPU_KERNEL(m, "tril", ops::tril);
+  ENPU_KERNEL(m, "triu", ops::triu);
+  ENPU_KERNEL(m, "cat", ops::cat);
+  ENPU_KERNEL(m, "index_select", ops::index_select);
+  ENPU_PRIMITIVE(m, "convolution_overrideable", ops::convolution_overrideable);
+  ENPU_PRIMITIVE(m, "convolution_backward_overrideable", ops::convolution_backward_overrideable);
+}
+
+// _copy_from handles conj/neg bits itself: let it through the Conjugate/Negative fallbacks
+// (otherwise conj materialization -> clone -> copy_ -> _copy_from recurses forever).
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+// Everything else: the boxed cpu_fallback (common.cpp).
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback_boxed>());
+}
+
+}  // namespace enpu

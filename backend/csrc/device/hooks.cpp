@@ -1,0 +1,58 @@
+// echo_npu PrivateUse1 hooks: device count/current device, generators, storage resize.
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <c10/core/Storage.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+
+#include "../runtime/runtime.h"
+#include "device.h"
+
+namespace enpu {
+namespace {
+
+struct EnpuHooks final : public at::PrivateUse1HooksInterface {
+  bool isBuilt() const ENPU_OVERRIDE_SINCE_2_7 { return true; }
+  bool isAvailable() const ENPU_OVERRIDE_SINCE_2_7 { return true; }
+  bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
+  c10::DeviceIndex deviceCount() const override {
+    return static_cast<c10::DeviceIndex>(enpuDeviceCount());
+  }
+  void setCurrentDevice(c10::DeviceIndex d) const override { enpuSetDevice(d); }
+  c10::DeviceIndex getCurrentDevice() const override {
+    return static_cast<c10::DeviceIndex>(enpuGetDevice());
+  }
+  c10::DeviceIndex exchangeDevice(c10::DeviceIndex d) const override {
+    auto old = getCurrentDevice();
+    if (d >= 0) enpuSetDevice(d);
+    return old;
+  }
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex d) const override { return exchangeDevice(d); }
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex idx) const override {
+    return default_generator(idx);
+  }
+  at::Generator getNewGenerator(c10::DeviceIndex idx) const ENPU_OVERRIDE_SINCE_2_6 {
+    return new_generator(idx);
+  }
+  at::Device getDeviceFromPtr(void*) const override {
+    return at::Device(c10::DeviceType::PrivateUse1, enpuGetDevice());
+  }
+  bool isPinnedPtr(const void*) const override { return false; }
+  at::Allocator* getPinnedMemoryAllocator() const override { return c10::GetAllocator(c10::DeviceType::CPU); }
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
+    auto* impl = storage.unsafeGetStorageImpl();
+    TORCH_CHECK(impl->resizable(), "Trying to resize storage that is not resizable");
+    c10::DataPtr fresh = device_allocator()->allocate(newsize);
+    size_t keep = std::min(newsize, impl->nbytes());
+    if (keep) enpuMemcpy(fresh.get(), impl->data(), keep, enpuMemcpyDeviceToDevice);
+    impl->set_data_ptr_noswap(std::move(fresh));
+    impl->set_nbytes(newsize);
+  }
+};
+
+struct Registrar {
+  Registrar() { at::RegisterPrivateUse1HooksInterface(new EnpuHooks()); }
+} g_registrar;
+
+}  // namespace
+}  // namespace enpu

@@ -1,0 +1,29 @@
+"""Helpers shared by the self-tests: run pytest in a subprocess as a user would."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+# variables a user's shell may carry that would change what a self-test's run does
+CLEARED_PREFIXES = ("CONFORMANCE_", "ECHO_NPU_", "PYTEST_XDIST")
+
+
+def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """os.environ without the suite's, echo_npu's and xdist's variables, plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(CLEARED_PREFIXES)}
+    env.update(extra or {})
+    return env
+
+
+def run_pytest(
+    *args: str, env: dict[str, str] | None = None, timeout: int = 300
+) -> subprocess.CompletedProcess:
+    """`python -m pytest -q -p no:randomly <args>` from the repository root."""
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", *args]
+    return subprocess.run(
+        cmd, cwd=REPO, env=clean_env(env), capture_output=True, text=True, timeout=timeout
+    )
