@@ -13,12 +13,13 @@ device op.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_map
 
 from conformance.engine import errorclass, oracles
 from conformance.engine.backend import Backend
@@ -162,11 +163,33 @@ def check_errors(s: Sample) -> None:
     if want is None and got is not None:
         raise Mismatch("error", f"device raised {got.describe()}; cpu returned normally")
     assert want is not None and got is not None
-    if not errorclass.same_class(want, got):
-        raise Mismatch(
-            "error",
-            f"device raised {got.describe()}, cpu raised {want.describe()} (a different class)",
-        )
+    if errorclass.same_class(want, got):
+        return
+    meta = _meta_error(s)  # an input wrong in two ways: torch's meta kernel may check the other
+    if meta is not None and errorclass.same_class(meta, got):
+        return
+    raise Mismatch(
+        "error",
+        f"device raised {got.describe()}, cpu raised {want.describe()} (a different class)",
+    )
+
+
+def _meta_error(s: Sample) -> errorclass.ErrorClass | None:
+    """The error class torch's meta kernel raises on the sample (None if it raises nothing)."""
+
+    def to_meta(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+        return x
+
+    cpu = s.placed.materialize("cpu")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            s.op(*tree_map(to_meta, cpu.args), **tree_map(to_meta, cpu.kwargs))
+    except Exception as exc:  # noqa: BLE001 - the error is what we want
+        return errorclass.classify(exc)
+    return None
 
 
 def returned(schema: Any, result: Any) -> Iterator[tuple[int, torch.Tensor, Any]]:
@@ -204,7 +227,8 @@ def check_identity(s: Sample) -> None:
         return  # torch without the guard: the run header says so
     dev = s.placed.materialize(s.backend.device)
     try:
-        with s.backend.routed_through_fallback(s.route), below():
+        with s.backend.routed_through_fallback(s.route), below(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
             result = s.op(*dev.args, **dev.kwargs)
     except Exception:  # noqa: BLE001 - raising is judged by the error check on the first call
         return

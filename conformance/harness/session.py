@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from conformance.errors import ConformanceUsageError
+from conformance.findings import Finding, group_findings, unsupported_by_op
 from conformance.harness.options import read_options
 from conformance.harness.recorder import Recorder, now, run_info
 from conformance.record import TEST_NAME, CaseId, CaseRecord, Status
@@ -73,6 +74,7 @@ class ConformanceRun:
         self._suite: Suite | None = None
         self.recorder: Recorder | None = None
         self.info: dict[str, Any] | None = None
+        self.records: list[CaseRecord] = []  # every case and scenario logged by this process
 
     @property
     def role(self) -> Role:
@@ -195,6 +197,7 @@ class ConformanceRun:
             f"conformance: {len(suite.registered)} registered aten overloads; "
             f"backend hooks: {caps}",
             f"conformance: expectations: {files}; results: {suite.options.results or 'off'}",
+            *(f"conformance: {name} relies on {how}" for name, how in suite.relies_on().items()),
         ]
 
     @pytest.hookimpl(hookwrapper=True)
@@ -203,9 +206,12 @@ class ConformanceRun:
         controller or from a forked child to its parent)."""
         outcome = yield
         report = outcome.get_result()
-        if case_of(item) is None or not (
-            report.when == "call" or (report.when == "setup" and not report.passed)
-        ):
+        if not (report.when == "call" or (report.when == "setup" and not report.passed)):
+            return
+        if case_of(item) is None:
+            if self.started and is_scenario(item):
+                record = self.scenario_record(item, report)
+                report.user_properties.append((RECORD_PROPERTY, record.to_json()))
             return
         from conformance.harness.suite import RECORD_KEY
 
@@ -215,9 +221,40 @@ class ConformanceRun:
             record = self.record_for(item, Status.SKIPPED, message=reason)
         report.user_properties.append((RECORD_PROPERTY, record.to_json()))
 
+    def scenario_record(self, item: pytest.Item, report: pytest.TestReport) -> CaseRecord:
+        """The result record of an end-to-end scenario (conformance/scenarios)."""
+        import torch
+
+        suite = self.suite
+        message = None
+        if not report.passed:
+            crash = getattr(report.longrepr, "reprcrash", None)
+            message = str(crash.message) if crash is not None else str(report.longrepr)
+            if isinstance(report.longrepr, tuple):  # skipped: (file, line, reason)
+                message = str(report.longrepr[2])
+        return CaseRecord(
+            id=item.nodeid.split("::", 1)[-1],
+            status=Status.PASSED,
+            op="scenario",
+            overload=item.name,
+            dtype="-",
+            layout="-",
+            path="scenario",
+            check="scenario" if report.failed else None,
+            message=message,
+            repro=f"pytest {item.nodeid}"
+            + (
+                "" if suite.options.backend == "echo_npu" else f" --backend {suite.options.backend}"
+            ),
+            torch=str(torch.__version__),
+            backend=suite.options.backend,
+            allocator=suite.allocator,
+        )
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Write the case's line, once per case, in the process that ran it."""
-        if self.role is Role.XDIST_CONTROLLER or self.recorder is None:
+        """Write the case's line, once per case, in the process that ran it; every process but
+        a forked child keeps the records for the findings of the terminal summary."""
+        if self.role is Role.FORKED_CHILD:
             return
         if not (report.when == "call" or (report.when == "setup" and not report.passed)):
             return
@@ -229,7 +266,9 @@ class ConformanceRun:
         if record.status is Status.ERROR:
             record.check = record.check or "harness"
         record.duration = round(report.duration, 6)
-        self.write(record)
+        self.records.append(record)
+        if self.role is not Role.XDIST_CONTROLLER and self.recorder is not None:
+            self.write(record)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched) -> None:
@@ -241,6 +280,7 @@ class ConformanceRun:
             CaseId.parse(crashitem), Status.CRASHED, crashitem, check="crash", message=message
         )
         record.duration = round(report.duration, 6)
+        self.records.append(record)
         self.write(record)
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config) -> None:
@@ -254,10 +294,15 @@ class ConformanceRun:
                     f"entry {entry.pattern!r} at {entry.source} matches no case of the matrix; "
                     "remove it or fix the pattern"
                 )
+        findings = group_findings(self.records)
+        write_findings(terminalreporter, self.records, findings)
         if self.info is not None and self.recorder is not None:
             stats = terminalreporter.stats
             self.info["finished"] = now()
             self.info["counts"] = dict(Counter({k: len(v) for k, v in stats.items() if k}))
+            self.info["statuses"] = dict(Counter(r.status.value for r in self.records))
+            self.info["findings"] = [f.to_json() for f in findings]
+            self.info["relies_on"] = self.suite.relies_on()
             self.info["exitstatus"] = int(exitstatus)
             self.recorder.write_run_info(self.info)
             terminalreporter.write_line(
@@ -267,6 +312,44 @@ class ConformanceRun:
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self.recorder is not None:
             self.recorder.close()
+
+
+def is_scenario(item: pytest.Item) -> bool:
+    return str(item.path).startswith(os.path.join(PACKAGE_DIR, "scenarios") + os.sep)
+
+
+def write_findings(tr, records: list[CaseRecord], findings: list[Finding]) -> None:
+    """The terminal section: failing cases grouped into root causes, then what is not a pass."""
+    if not records:
+        return
+    failing = sum(f.count for f in findings)
+    unsupported = unsupported_by_op(records)
+    bugs = [r for r in records if r.status is Status.TORCH_BUG]
+    tr.section("conformance: findings", red=bool(findings), green=not findings)
+    tr.write_line(
+        f"{failing} failing cases = {len(findings)} finding(s) "
+        f"(one per root cause; {len(records)} cases and scenarios in all)"
+    )
+    for i, f in enumerate(findings, 1):
+        blocked = f" ({f.blocked} blocked by it)" if f.blocked else ""
+        tr.write_line(f"{i:3d}. {f.title} -- {f.count} case(s){blocked}")
+        if f.representative is not None:
+            tr.write_line(f"     e.g. {f.representative.id}")
+            if f.representative.repro:
+                tr.write_line(f"     repro: {f.representative.repro}")
+    if unsupported:
+        ops = ", ".join(f"{op} ({n})" for op, n in list(unsupported.items())[:12])
+        more = ", ..." if len(unsupported) > 12 else ""
+        tr.write_line(
+            f"unsupported (device raised 'not implemented'): {sum(unsupported.values())} cases "
+            f"in {len(unsupported)} op(s): {ops}{more}"
+        )
+    if bugs:
+        tr.write_line(
+            f"torch-bug (CPU disagrees with itself across layouts, the device agrees): "
+            f"{len(bugs)} case(s): {', '.join(r.id for r in bugs[:6])}"
+            + (", ..." if len(bugs) > 6 else "")
+        )
 
 
 def case_of(item: pytest.Item) -> CaseId | None:

@@ -16,6 +16,7 @@ from conformance.engine.foundations import ORDER as FOUNDATION_ORDER
 from conformance.engine.foundations import Foundations
 from conformance.engine.layout_names import LAYOUT_HELP
 from conformance.engine.runner import CaseOutcome, run_case
+from conformance.engine.transfer import RELIES_ON
 from conformance.errors import ConformanceUsageError
 from conformance.harness.expectations import Entry, Manifest, default_manifest_paths, load_manifest
 from conformance.harness.options import Options
@@ -147,6 +148,29 @@ class Suite:
             if (not e.allocator or e.allocator == self.allocator)
             and not any(fnmatch.fnmatchcase(i, e.pattern) for i in ids)
         ]
+
+    def relies_on(self) -> dict[str, str]:
+        """What the verdicts rely on besides the op under test (run header, run.json)."""
+        below = hasattr(torch._C, "_AutoDispatchBelowADInplaceOrView")
+        b = self.backend
+        memory = [h for h in ("check_memory", "live_blocks") if b.hook(h) is not None]
+        return {
+            "reading and placing": RELIES_ON,
+            "identity": "torch._C._AutoDispatchBelowADInplaceOrView (the kernel's own return)"
+            if below
+            else "nothing: this torch lacks _AutoDispatchBelowADInplaceOrView, check skipped",
+            "error": "error classes from the message (engine/errorclass.py); layout "
+            + (
+                "preconditions compared (--strict-errors)"
+                if self.options.strict_errors
+                else "preconditions of CPU's kernel: sample not applicable"
+            ),
+            "random ops": "torch.manual_seed before each side: equal draws, else properties "
+            "(Kolmogorov-Smirnov)",
+            "blame": "foundation probes (engine/foundations.py) and torch.profiler for the ops a "
+            "failed sample reaches",
+            "memory": ", ".join(f"backend.{h}" for h in memory) or "nothing (no backend hooks)",
+        }
 
     def expectation(self, case: CaseId) -> Entry | None:
         return self.manifest.match(str(case), self.allocator)
