@@ -252,7 +252,7 @@ def test_scalar_tolerance_follows_the_dtype(monkeypatch):
     assert run(monkeypatch, "_local_scalar_dense", lambda a: 1.0 + 5e-4, half).failure is None
 
 
-# ---- samples ---------------------------------------------------------------------------------------
+# ---- samples ----------------------------------------------------------------------------------
 def test_dedupe_keeps_every_copy_direction():
     src, dst = torch.ones(2, 3), torch.zeros(2, 3)
     calls = [
