@@ -20,7 +20,16 @@ from conformance.engine.compare import ErrorStats, Mismatch, compare_values
 SEED = 1234
 #: random ops without a Generator argument in their schema
 NONDETERMINISTIC = frozenset(
-    {"native_dropout", "dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout"}
+    {
+        "native_dropout",
+        "dropout",
+        "feature_dropout",
+        "alpha_dropout",
+        "feature_alpha_dropout",
+        "rand_like",
+        "randn_like",
+        "randint_like",
+    }
 )
 #: c(alpha) of the two-sample KS test for alpha ~ 1e-6: sqrt(-ln(alpha / 2) / 2)
 KS_C = math.sqrt(-math.log(0.5e-6) / 2)

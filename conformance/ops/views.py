@@ -30,6 +30,7 @@ register(
     OpSpec(
         "resize_",
         check_values=False,
-        notes="new elements are uninitialised: shape, strides and identity only",
+        keeps_old_contents=True,
+        notes="new elements are uninitialised; the old ones must keep their values",
     )
 )
