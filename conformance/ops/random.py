@@ -35,13 +35,13 @@ LARGE = {
     "log_normal_": _floats_only(lambda d: [Call("log_normal_", (_draws(d), 0.5, 0.5))]),
     "cauchy_": _floats_only(lambda d: [Call("cauchy_", (_draws(d), 1.0, 2.0))]),
     "geometric_": _floats_only(lambda d: [Call("geometric_", (_draws(d), 0.3))]),
-    "bernoulli_.float": lambda d: [Call("bernoulli_.float", (_draws(d), 0.3))]
-    if d != torch.bool
-    else [],
+    "bernoulli_.float": lambda d: (
+        [Call("bernoulli_.float", (_draws(d), 0.3))] if d != torch.bool else []
+    ),
     "bernoulli.p": _floats_only(lambda d: [Call("bernoulli.p", (_draws(d), 0.3))]),
-    "random_.from": lambda d: [Call("random_.from", (_draws(d), -3, 9))]
-    if d not in (torch.bool, torch.uint8)
-    else [],
+    "random_.from": lambda d: (
+        [Call("random_.from", (_draws(d), -3, 9))] if d not in (torch.bool, torch.uint8) else []
+    ),
     "multinomial": _floats_only(
         lambda d: [
             Call("multinomial", (torch.tensor([[1.0, 2.0, 0.0, 5.0]] * 64).to(d), 64, True)),
