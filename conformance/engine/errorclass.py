@@ -48,7 +48,7 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         (LAYOUT, r"is_contiguous|\bmust be contiguous|\bto be contiguous|\bnon-?contiguous\b"),
         (LAYOUT, r"\bcontiguous (input|tensor)s? (is|are) (required|expected)"),
         (DEVICE, r"same device|\bdevices?\b.*\b(cpu|cuda|found|expected)\b|\bon (the )?cpu\b"),
-        (DTYPE, r"can't be cast|cannot be cast|result type|scalar type|\bdtypes?\b"),
+        (DTYPE, r"can't be cast|cannot be cast|result type|scalar type|\bdtypes?\b|\bpromot"),
         (
             DTYPE,
             r"not implemented for '"
