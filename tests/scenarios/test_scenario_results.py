@@ -53,7 +53,7 @@ def test_scenario_outcomes_are_recorded_with_findings(tmp_path):
     proc = run_pytest(
         "conformance/scenarios",
         "-k",
-        "mutate_after_use",
+        "mutate_after_use or cpu_scalar_tensor",
         "--results",
         str(results),
         env={"ECHO_NPU_FAULTS": "inplace_returns_new"},
