@@ -294,8 +294,9 @@ class ConformanceRun:
                     f"entry {entry.pattern!r} at {entry.source} matches no case of the matrix; "
                     "remove it or fix the pattern"
                 )
-        findings = group_findings(self.records)
-        write_findings(terminalreporter, self.records, findings)
+        records = [r.to_json() for r in self.records]
+        findings = group_findings(records)
+        write_findings(terminalreporter, records, findings)
         if self.info is not None and self.recorder is not None:
             stats = terminalreporter.stats
             self.info["finished"] = now()
@@ -318,25 +319,24 @@ def is_scenario(item: pytest.Item) -> bool:
     return str(item.path).startswith(os.path.join(PACKAGE_DIR, "scenarios") + os.sep)
 
 
-def write_findings(tr, records: list[CaseRecord], findings: list[Finding]) -> None:
+def write_findings(tr, records: list[dict[str, Any]], findings: list[Finding]) -> None:
     """The terminal section: failing cases grouped into root causes, then what is not a pass."""
     if not records:
         return
     failing = sum(f.count for f in findings)
     unsupported = unsupported_by_op(records)
-    bugs = [r for r in records if r.status is Status.TORCH_BUG]
+    bugs = [r["id"] for r in records if r["status"] == Status.TORCH_BUG.value]
     tr.section("conformance: findings", red=bool(findings), green=not findings)
     tr.write_line(
         f"{failing} failing cases = {len(findings)} finding(s) "
         f"(one per root cause; {len(records)} cases and scenarios in all)"
     )
     for i, f in enumerate(findings, 1):
-        blocked = f" ({f.blocked} blocked by it)" if f.blocked else ""
-        tr.write_line(f"{i:3d}. {f.title} -- {f.count} case(s){blocked}")
-        if f.representative is not None:
-            tr.write_line(f"     e.g. {f.representative.id}")
-            if f.representative.repro:
-                tr.write_line(f"     repro: {f.representative.repro}")
+        tr.write_line(f"{i:3d}. {f.title} -- {f.count} case(s) in {', '.join(f.ops[:6])}")
+        rep = f.representative
+        tr.write_line(f"     e.g. {rep.get('id')}")
+        if rep.get("repro"):
+            tr.write_line(f"     repro: {rep.get('repro')}")
     if unsupported:
         ops = ", ".join(f"{op} ({n})" for op, n in list(unsupported.items())[:12])
         more = ", ..." if len(unsupported) > 12 else ""
@@ -347,8 +347,7 @@ def write_findings(tr, records: list[CaseRecord], findings: list[Finding]) -> No
     if bugs:
         tr.write_line(
             f"torch-bug (CPU disagrees with itself across layouts, the device agrees): "
-            f"{len(bugs)} case(s): {', '.join(r.id for r in bugs[:6])}"
-            + (", ..." if len(bugs) > 6 else "")
+            f"{len(bugs)} case(s): {', '.join(bugs[:6])}" + (", ..." if len(bugs) > 6 else "")
         )
 
 

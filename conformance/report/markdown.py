@@ -103,8 +103,9 @@ def _findings_section(runs: Sequence[Run]) -> list[str]:
         for i, f in enumerate(findings, 1):
             rep = f.representative
             out.append(
-                f"| {i} | {_cell(f.title)} | {_cell(f.check)} | {f.count} | {f.blocked or ''} | "
-                f"{_code(rep.id if rep else '')} | {_code(rep.repro if rep else '')} |"
+                f"| {i} | {_cell(f.title)} | {_cell(f.key.check)} | {f.count} | "
+                f"{f.blocked or ''} | {_code(str(rep.get('id', '')))} | "
+                f"{_code(str(rep.get('repro', '')))} |"
             )
         out.append("")
         unsupported = run.unsupported_by_op()
