@@ -110,3 +110,18 @@ def test_reports_show_findings_unsupported_and_scenarios(tmp_path):
     # scenarios are listed, not put into the op grid
     assert 'data-op="scenario.test_save_load_tensors"' not in html.split("<h2>Grid")[1]
     assert Status.BLOCKED.value in md
+
+
+def test_unsupported_and_skipped_do_not_look_like_passed(tmp_path):
+    import re
+
+    html = render_html(load_results([_results(tmp_path)]))
+
+    def background(status: str) -> str:
+        found = re.search(rf"\.s-{status} \{{ background: ([^;]+);", html)
+        assert found, status
+        return found.group(1)
+
+    looks = {s: background(s) for s in ("passed", "skipped", "unsupported", "blocked", "failed")}
+    assert len(set(looks.values())) == len(looks), looks
+    assert "gradient" in looks["skipped"] and "gradient" in looks["unsupported"]  # patterned
