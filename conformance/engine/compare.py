@@ -81,6 +81,16 @@ def errors(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, float, 
     return max_abs, float(rel.max()), nbad, first
 
 
+def unravel(flat: int, shape: tuple[int, ...]) -> list[int]:
+    """The index of flat position `flat` in `shape` (torch.unravel_index imports sympy: seconds
+    on the first failure of every process)."""
+    out = []
+    for n in reversed(shape):
+        flat, i = divmod(flat, n) if n else (flat, 0)
+        out.append(i)
+    return out[::-1]
+
+
 def compare_values(
     name: str, actual: torch.Tensor, expected: torch.Tensor, tol_scale: float, stats: ErrorStats
 ) -> None:
@@ -101,11 +111,7 @@ def compare_values(
         return
     first = int((~close).reshape(-1).nonzero()[0, 0])
     nbad = int((~close).sum())
-    idx = (
-        [int(i) for i in torch.unravel_index(torch.tensor(first), expected.shape)]
-        if expected.dim()
-        else []
-    )
+    idx = unravel(first, tuple(expected.shape))
     got = actual.reshape(-1)[first].item()
     want = expected.reshape(-1)[first].item()
     raise Mismatch(

@@ -174,14 +174,17 @@ def _blame(
 
 
 def _ops_called(ctx: RunContext, placed: PlacedCall) -> set[str]:
-    """The aten ops the device call of `placed` reaches, nested calls included (profiler)."""
-    from torch.profiler import ProfilerActivity, profile
+    """The aten ops the device call of `placed` reaches, nested calls included: the autograd
+    profiler without kineto (milliseconds; kineto's first use costs seconds per process)."""
+    from torch.autograd.profiler import profile
 
     dev = placed.materialize(ctx.backend.device)
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        with ctx.backend.routed_through_fallback(ctx.route):
-            _invoke(ctx.op, dev, seeded=ctx.nondeterministic)
-    return {e.name.removeprefix("aten::") for e in prof.events()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with profile(use_kineto=False) as prof:
+            with ctx.backend.routed_through_fallback(ctx.route):
+                _invoke(ctx.op, dev, seeded=ctx.nondeterministic)
+    return {e.name.removeprefix("aten::") for e in prof.function_events}
 
 
 def _placed(calls: list[Call], layout: str, schema, written: tuple[str, ...]) -> list[PlacedCall]:
