@@ -164,6 +164,7 @@ def finding_key(record: Mapping[str, Any]) -> FindingKey:
     message = normalise_message(_text(record.get("message")), record)
     if crash:  # the crash headline varies with pids and addresses; the signature does not
         message = message.split(": ", 1)[0] if message.startswith("[crash]") else message
+        message = re.sub(r"worker '[^']*'", "worker", message)  # xdist names the worker
     return FindingKey(
         check=_text(record.get("check")) or ("crash" if crash else ""),
         message=message,

@@ -95,6 +95,8 @@ def compare_values(
     name: str, actual: torch.Tensor, expected: torch.Tensor, tol_scale: float, stats: ErrorStats
 ) -> None:
     """Raise Mismatch('values') unless actual (on CPU) matches expected within tolerance."""
+    if actual.layout != torch.strided or expected.layout != torch.strided:
+        actual, expected = actual.to_dense(), expected.to_dense()
     rtol, atol = tolerance(expected.dtype, tol_scale)
     if actual.numel() == 0:
         return
@@ -144,6 +146,13 @@ def compare_tensor(
         raise Mismatch(
             "shape", f"{name}: shape {list(actual.shape)}, cpu gives {list(expected.shape)}"
         )
+    if actual.layout != expected.layout:
+        raise Mismatch("shape", f"{name}: layout {actual.layout}, cpu gives {expected.layout}")
+    if expected.layout != torch.strided:  # sparse & co.: compared as dense values
+        if check_values:
+            dense = read_back(actual).to_dense()
+            compare_values(name, dense, expected.to_dense(), tol_scale, stats)
+        return
     if check_strides and significant_strides(actual) != significant_strides(expected):
         raise Mismatch(
             "strides",

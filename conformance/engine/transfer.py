@@ -60,6 +60,8 @@ def read_back(t: torch.Tensor) -> torch.Tensor:
     some backends) fall back to `t.cpu()`."""
     if t.device.type == "cpu":
         return t
+    if t.layout != torch.strided:  # sparse & co. have no single storage
+        return t.detach().cpu()
     try:
         host = read_storage(t)
     except (RuntimeError, NotImplementedError):

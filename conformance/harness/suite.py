@@ -142,10 +142,16 @@ class Suite:
         if narrowed:
             return []
         ids = [str(case) for case in self.cases()]
+
+        def judged(entry: Entry) -> bool:  # without --fallback-ops, fallback-only ops are not run
+            op = entry.pattern.split("-")[0]
+            return bool(o.fallback_ops) or any(fnmatch.fnmatchcase(r, op) for r in self.registered)
+
         return [
             e
             for e in self.manifest.entries
             if (not e.allocator or e.allocator == self.allocator)
+            and judged(e)
             and not any(fnmatch.fnmatchcase(i, e.pattern) for i in ids)
         ]
 
