@@ -31,6 +31,7 @@ from conformance.engine.compare import (
     errors,
     tolerance,
 )
+from conformance.engine.discovery import resolve
 from conformance.engine.placing import Materialized, PlacedCall
 from conformance.engine.transfer import read_back, read_storage
 from conformance.ops import OpSpec
@@ -188,7 +189,7 @@ def _meta_error(s: Sample) -> errorclass.ErrorClass | None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            s.op(*tree_map(to_meta, cpu.args), **tree_map(to_meta, cpu.kwargs))
+            resolve(s.overload)(*tree_map(to_meta, cpu.args), **tree_map(to_meta, cpu.kwargs))
     except Exception as exc:  # noqa: BLE001 - the error is what we want
         return errorclass.classify(exc)
     return None
