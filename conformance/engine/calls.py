@@ -31,7 +31,10 @@ class Call:
                 return f"{str(x.dtype).removeprefix('torch.')}{list(x.shape)}"
             return x
 
-        args = tree_map(describe, self.args)
+        args = [tree_map(describe, a) for a in self.args]
+        for i in self.cpu_args:  # which tensors stay on CPU is part of the call (copy direction)
+            if i < len(args):
+                args[i] = tree_map(lambda x: f"{x}@cpu", args[i])
         kwargs = tree_map(describe, self.kwargs)
         return format_call(self.overload, args, kwargs)
 

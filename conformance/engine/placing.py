@@ -48,6 +48,17 @@ class PlacedCall:
         args, kwargs = tree_unflatten([describe(x) for x in self.leaves], self.spec)
         return format_call(self.call.overload, args, kwargs).replace("'", "")
 
+    def layout_free(self) -> PlacedCall:
+        """The same call with every tensor a fresh contiguous copy of the same values (the
+        reference CPU must agree with across layouts)."""
+        leaves = [
+            Leaf(x.arg, x.written, layouts.contiguous(x.placement.values()), x.on_cpu)
+            if isinstance(x, Leaf)
+            else x
+            for x in self.leaves
+        ]
+        return PlacedCall(self.call, "contiguous", leaves, self.spec)
+
     def tensor_leaves(self) -> list[Leaf]:
         return [x for x in self.leaves if isinstance(x, Leaf)]
 

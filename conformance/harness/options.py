@@ -82,6 +82,15 @@ def _results(text: str | None) -> str | None:
     return None if text in (None, "", "none") else text
 
 
+def _bool(flag: str, text: str) -> bool:
+    value = str(text).strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise ConformanceUsageError(f"{flag} {text!r}: use 1 or 0")
+
+
 def _isolate(text: str) -> str:
     return _choice("--isolate", text, ISOLATE)
 
@@ -98,9 +107,12 @@ def _seconds(text: str) -> float:
     return value
 
 
-def option(help: str, default: str | None = None, parse: Callable[[Any], Any] = str) -> Any:
-    """Declare one option: its help text, default (as typed on the command line) and parser."""
-    return field(metadata={"help": help, "default": default, "parse": parse})
+def option(
+    help: str, default: str | None = None, parse: Callable[[Any], Any] = str, flag: bool = False
+) -> Any:
+    """Declare one option: its help text, default (as typed on the command line) and parser;
+    a `flag` may also be given without a value (meaning "1")."""
+    return field(metadata={"help": help, "default": default, "parse": parse, "flag": flag})
 
 
 def flag_of(name: str) -> str:
@@ -171,6 +183,14 @@ class Options:
         default=DEFAULT_CASE_TIMEOUT,
         parse=_seconds,
     )
+    strict_errors: bool = option(
+        "compare CPU errors that only state a memory-layout precondition of CPU's kernel "
+        '("Expected X.is_contiguous()") like any error; by default such a sample is not '
+        "applicable to that layout",
+        default="0",
+        parse=lambda v: _bool("--strict-errors", v),
+        flag=True,
+    )
     repro_dir: str | None = option(
         "write a standalone script plus the exact inputs (<case>.py, <case>.pt) for every "
         "failing case into this directory",
@@ -206,6 +226,7 @@ def add_options(parser: pytest.Parser) -> None:
             dest="conformance_" + f.name,
             default=None,
             help=f.metadata["help"] + shown,
+            **({"nargs": "?", "const": "1"} if f.metadata["flag"] else {}),
         )
 
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from conformance.errors import ConformanceUsageError
+from conformance.findings import Finding, group_findings, unsupported_by_op
 from conformance.harness.options import read_options
 from conformance.harness.recorder import Recorder, now, run_info
 from conformance.record import TEST_NAME, CaseId, CaseRecord, Status
@@ -37,7 +38,15 @@ CASE_PARAM = "conformance_case"  # the fixture the generated test is parametrise
 RECORD_PROPERTY = "conformance"  # name of the record in a report's user_properties
 # statuses a case's record decides itself; any other comes from pytest's outcome
 _DECIDED = frozenset(
-    {Status.XPASSED, Status.CRASHED, Status.HUNG, Status.UNSUPPORTED, Status.ERROR}
+    {
+        Status.XPASSED,
+        Status.CRASHED,
+        Status.HUNG,
+        Status.UNSUPPORTED,
+        Status.ERROR,
+        Status.BLOCKED,
+        Status.TORCH_BUG,
+    }
 )
 # torch warns at every torch.manual_seed when the device module lacks manual_seed_all: the run
 # header says it once instead
@@ -87,6 +96,7 @@ class ConformanceRun:
         self._own_watch_dir = False
         config.addinivalue_line("filterwarnings", f"ignore:{SEED_WARNING}:UserWarning")
         warnings.filterwarnings("ignore", SEED_WARNING, UserWarning)
+        self.records: list[CaseRecord] = []  # every case and scenario logged by this process
 
     @property
     def role(self) -> Role:
@@ -249,6 +259,7 @@ class ConformanceRun:
         lines = [
             f"backend {b.module_name} ({b.how_loaded}; device '{b.device_type}', allocator "
             f"{suite.allocator}), torch {torch.__version__}; backend hooks: {caps}",
+            *(f"{name} relies on {how}" for name, how in suite.relies_on().items()),
         ]
         if self.plan is not None:
             lines.append(self.plan.describe(suite.options.case_timeout))
@@ -294,9 +305,12 @@ class ConformanceRun:
         controller or from a forked child to its parent)."""
         outcome = yield
         report = outcome.get_result()
-        if case_of(item) is None or not (
-            report.when == "call" or (report.when == "setup" and not report.passed)
-        ):
+        if not (report.when == "call" or (report.when == "setup" and not report.passed)):
+            return
+        if case_of(item) is None:
+            if self.started and is_scenario(item):
+                record = self.scenario_record(item, report)
+                report.user_properties.append((RECORD_PROPERTY, record.to_json()))
             return
         from conformance.harness.suite import RECORD_KEY
 
@@ -310,9 +324,40 @@ class ConformanceRun:
             record = self.record_for(item, Status.SKIPPED, message=reason)
         report.user_properties.append((RECORD_PROPERTY, record.to_json()))
 
+    def scenario_record(self, item: pytest.Item, report: pytest.TestReport) -> CaseRecord:
+        """The result record of an end-to-end scenario (conformance/scenarios)."""
+        import torch
+
+        suite = self.suite
+        message = None
+        if not report.passed:
+            crash = getattr(report.longrepr, "reprcrash", None)
+            message = str(crash.message) if crash is not None else str(report.longrepr)
+            if isinstance(report.longrepr, tuple):  # skipped: (file, line, reason)
+                message = str(report.longrepr[2])
+        return CaseRecord(
+            id=item.nodeid.split("::", 1)[-1],
+            status=Status.PASSED,
+            op="scenario",
+            overload=item.name,
+            dtype="-",
+            layout="-",
+            path="scenario",
+            check="scenario" if report.failed else None,
+            message=message,
+            repro=f"pytest {item.nodeid}"
+            + (
+                "" if suite.options.backend == "echo_npu" else f" --backend {suite.options.backend}"
+            ),
+            torch=str(torch.__version__),
+            backend=suite.options.backend,
+            allocator=suite.allocator,
+        )
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Write the case's line, once per case, in the process that ran it."""
-        if self.role is Role.XDIST_CONTROLLER or self.recorder is None:
+        """Write the case's line, once per case, in the process that ran it; every process but
+        a forked child keeps the records for the findings of the terminal summary."""
+        if self.role is Role.FORKED_CHILD:
             return
         if not (report.when == "call" or (report.when == "setup" and not report.passed)):
             return
@@ -324,7 +369,9 @@ class ConformanceRun:
         if record.status is Status.ERROR:
             record.check = record.check or "harness"
         record.duration = round(report.duration, 6)
-        self.write(record)
+        self.records.append(record)
+        if self.role is not Role.XDIST_CONTROLLER and self.recorder is not None:
+            self.write(record)
 
     # ---- per-case time limit where no parent supervises (xdist workers, --isolate none) -------
     @pytest.hookimpl(hookwrapper=True)
@@ -388,6 +435,7 @@ class ConformanceRun:
             CaseId.parse(crashitem), status, crashitem, check=check, message=message
         )
         record.duration = round(report.duration, 6)
+        self.records.append(record)
         self.write(record)
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config) -> None:
@@ -401,10 +449,16 @@ class ConformanceRun:
                     f"entry {entry.pattern!r} at {entry.source} matches no case of the matrix; "
                     "remove it or fix the pattern"
                 )
+        records = [r.to_json() for r in self.records]
+        findings = group_findings(records)
+        write_findings(terminalreporter, records, findings)
         if self.info is not None and self.recorder is not None:
             stats = terminalreporter.stats
             self.info["finished"] = now()
             self.info["counts"] = dict(Counter({k: len(v) for k, v in stats.items() if k}))
+            self.info["statuses"] = dict(Counter(r.status.value for r in self.records))
+            self.info["findings"] = [f.to_json() for f in findings]
+            self.info["relies_on"] = self.suite.relies_on()
             self.info["exitstatus"] = int(exitstatus)
             self.recorder.write_run_info(self.info)
             terminalreporter.write_line(
@@ -423,6 +477,42 @@ def _first_line(longrepr: Any) -> str:
     lines = [ln for ln in text.splitlines() if ln.strip()]
     errors = [ln for ln in lines if ln.startswith("E ")]
     return (errors[0][1:].strip() if errors else lines[-1] if lines else "")[:500]
+
+
+def is_scenario(item: pytest.Item) -> bool:
+    return str(item.path).startswith(os.path.join(PACKAGE_DIR, "scenarios") + os.sep)
+
+
+def write_findings(tr, records: list[dict[str, Any]], findings: list[Finding]) -> None:
+    """The terminal section: failing cases grouped into root causes, then what is not a pass."""
+    if not records:
+        return
+    failing = sum(f.count for f in findings)
+    unsupported = unsupported_by_op(records)
+    bugs = [r["id"] for r in records if r["status"] == Status.TORCH_BUG.value]
+    tr.section("conformance: findings", red=bool(findings), green=not findings)
+    tr.write_line(
+        f"{failing} failing cases = {len(findings)} finding(s) "
+        f"(one per root cause; {len(records)} cases and scenarios in all)"
+    )
+    for i, f in enumerate(findings, 1):
+        tr.write_line(f"{i:3d}. {f.title} -- {f.count} case(s) in {', '.join(f.ops[:6])}")
+        rep = f.representative
+        tr.write_line(f"     e.g. {rep.get('id')}")
+        if rep.get("repro"):
+            tr.write_line(f"     repro: {rep.get('repro')}")
+    if unsupported:
+        ops = ", ".join(f"{op} ({n})" for op, n in list(unsupported.items())[:12])
+        more = ", ..." if len(unsupported) > 12 else ""
+        tr.write_line(
+            f"unsupported (device raised 'not implemented'): {sum(unsupported.values())} cases "
+            f"in {len(unsupported)} op(s): {ops}{more}"
+        )
+    if bugs:
+        tr.write_line(
+            f"torch-bug (CPU disagrees with itself across layouts, the device agrees): "
+            f"{len(bugs)} case(s): {', '.join(bugs[:6])}" + (", ..." if len(bugs) > 6 else "")
+        )
 
 
 def case_of(item: pytest.Item) -> CaseId | None:

@@ -12,8 +12,11 @@ import torch
 
 from conformance.engine import coverage, discovery, samples
 from conformance.engine.backend import Backend, load_backend
+from conformance.engine.foundations import ORDER as FOUNDATION_ORDER
+from conformance.engine.foundations import Foundations
 from conformance.engine.layout_names import LAYOUT_HELP
 from conformance.engine.runner import CaseOutcome, run_case
+from conformance.engine.transfer import RELIES_ON
 from conformance.errors import ConformanceUsageError
 from conformance.harness.expectations import Entry, Manifest, default_manifest_paths, load_manifest
 from conformance.harness.options import Options
@@ -61,6 +64,7 @@ class Suite:
         self.fallback_only = self.selected_fallback_overloads()
         # a spawned case runner collects every case (the parent chose which ones run)
         self.coverage = self._coverage() if with_coverage else None
+        self.foundations = Foundations(self.backend.device, set(self.registered))
 
     def _manifest(self) -> Manifest:
         paths = self.options.expectations
@@ -140,11 +144,14 @@ class Suite:
         return self.coverage is None or not self.coverage.missing(overload, dtype_name(dtype))
 
     def cases(self) -> list[CaseId]:
-        """The cases to collect; (overload, dtype) pairs without samples are left out (the run
-        header names them once, see engine/coverage.py)."""
+        """The cases to collect, the foundations (foundations.ORDER) first, most primitive first,
+        so that the first failing case of a run names the op that is actually wrong; (overload,
+        dtype) pairs without samples are left out (the run header names them once, see
+        engine/coverage.py)."""
         paths = [p for p in self.options.paths if p == "native" or self.backend.can_route_fallback]
         out = []
-        for overload in self.overloads:
+        rank = {op: i for i, op in enumerate(FOUNDATION_ORDER)}
+        for overload in sorted(self.overloads, key=lambda o: rank.get(o, len(rank))):
             spec = spec_for(overload)
             dtypes = [d for d in self.options.dtypes if spec.dtypes is None or d in spec.dtypes]
             for dtype in dtypes:
@@ -190,12 +197,41 @@ class Suite:
         if narrowed:
             return []
         ids = [str(case) for case in self.cases()]
+
+        def judged(entry: Entry) -> bool:  # without --fallback-ops, fallback-only ops are not run
+            op = entry.pattern.split("-")[0]
+            return bool(o.fallback_ops) or any(fnmatch.fnmatchcase(r, op) for r in self.registered)
+
         return [
             e
             for e in self.manifest.entries
             if (not e.allocator or e.allocator == self.allocator)
+            and judged(e)
             and not any(fnmatch.fnmatchcase(i, e.pattern) for i in ids)
         ]
+
+    def relies_on(self) -> dict[str, str]:
+        """What the verdicts rely on besides the op under test (run header, run.json)."""
+        below = hasattr(torch._C, "_AutoDispatchBelowADInplaceOrView")
+        b = self.backend
+        memory = [h for h in ("check_memory", "live_blocks") if b.hook(h) is not None]
+        return {
+            "reading and placing": RELIES_ON,
+            "identity": "torch._C._AutoDispatchBelowADInplaceOrView (the kernel's own return)"
+            if below
+            else "nothing: this torch lacks _AutoDispatchBelowADInplaceOrView, check skipped",
+            "error": "error classes from the message (engine/errorclass.py); layout "
+            + (
+                "preconditions compared (--strict-errors)"
+                if self.options.strict_errors
+                else "preconditions of CPU's kernel: sample not applicable"
+            ),
+            "random ops": "torch.manual_seed before each side: equal draws, else properties "
+            "(Kolmogorov-Smirnov)",
+            "blame": "foundation probes (engine/foundations.py) and torch.profiler for the ops a "
+            "failed sample reaches",
+            "memory": ", ".join(f"backend.{h}" for h in memory) or "nothing (no backend hooks)",
+        }
 
     def expectation(self, case: CaseId) -> Entry | None:
         return self.manifest.match(str(case), self.allocator)
@@ -219,29 +255,47 @@ class Suite:
             pytest.fail(message, pytrace=False)
         route = case.path == "fallback" and case.overload in self.registered
         outcome = run_case(
-            self.backend, case.overload, spec, calls, case.layout, case.path, route=route
+            self.backend,
+            case.overload,
+            spec,
+            calls,
+            case.layout,
+            case.path,
+            route=route,
+            strict_errors=self.options.strict_errors,
+            foundations=self.foundations,
         )
         expected = self.expectation(case)
+        xfail = expected is not None and expected.status == "xfail"
         record = self._record(case, outcome, nodeid)
         item.stash[RECORD_KEY] = record
         if outcome.skip_reason:
             pytest.skip(outcome.skip_reason)
-        if outcome.failure is not None:
+        if outcome.failure is not None or (outcome.unsupported and xfail):
             message = self.failure_message(case, outcome, nodeid)
             if self.options.repro_dir and outcome.failed_call is not None:
                 script = self._write_repro(case, outcome, route)
                 message += f"\n  repro script: python {script}"
                 record.message = message
-            if expected is not None and expected.status == "xfail":
+            if xfail:
+                assert expected is not None
                 pytest.xfail(f"{expected.describe()} -- {message.splitlines()[0]}")
+            if outcome.blocked_by is not None:
+                record.status = Status.BLOCKED
             pytest.fail(message, pytrace=False)
-        if expected is not None and expected.status == "xfail":
+        if xfail:
+            assert expected is not None
             record.status = Status.XPASSED
             pytest.fail(
                 f"unexpected pass: the case {case} passes now; remove this entry "
                 f"({expected.pattern!r}) from {expected.source}",
                 pytrace=False,
             )
+        if outcome.unsupported:
+            record.status = Status.UNSUPPORTED
+            pytest.skip(f"unsupported: {outcome.unsupported}")
+        if outcome.torch_bugs:
+            record.status = Status.TORCH_BUG
 
     def _write_repro(self, case: CaseId, outcome: CaseOutcome, routed: bool) -> str:
         from conformance.engine.repro import write_repro
@@ -313,8 +367,16 @@ class Suite:
 
     def failure_message(self, case: CaseId, outcome: CaseOutcome, nodeid: str) -> str:
         failure = outcome.failure
-        assert failure is not None
-        lines = [f"[{failure.check}] {failure.message}"]
+        if failure is not None:
+            lines = [f"[{failure.check}] {failure.message}"]
+        else:
+            lines = [f"[unsupported] {outcome.unsupported}"]
+        if outcome.blocked_by is not None:
+            probe = outcome.blocked_by
+            lines = [
+                f"[blocked] blocked by {probe.case}: {probe.what}: {probe.message}",
+                f"  own failure: {lines[0]}",
+            ]
         if outcome.failed_sample:
             lines.append(
                 f"  sample: {outcome.failed_sample} (layout {case.layout}, path "
@@ -324,18 +386,41 @@ class Suite:
         return "\n".join(lines)
 
     def _record(self, case: CaseId, outcome: CaseOutcome, nodeid: str) -> CaseRecord:
-        """The case's result record; its status is set from pytest's outcome when logged."""
+        """The case's result record; its status is set from pytest's outcome when logged
+        (or here, for the statuses pytest has no outcome for: see session._DECIDED)."""
         failure = outcome.failure
-        return self.new_record(
+        if failure is not None or outcome.unsupported:
+            message: str | None = self.failure_message(case, outcome, nodeid)
+        elif outcome.torch_bugs:
+            more = len(outcome.torch_bugs) - 1
+            message = f"[torch-bug] {outcome.torch_bugs[0]}" + (
+                f" (+{more} more samples)" if more else ""
+            )
+        elif outcome.errors_only:
+            message = (
+                f"error parity only: cpu raised on all {outcome.samples} samples and the device "
+                "raised errors of the same class"
+            )
+        else:
+            message = outcome.skip_reason
+        record = self.new_record(
             case,
             Status.PASSED,
             nodeid,
-            check=failure.check if failure else None,
+            check=failure.check if failure else ("error" if outcome.unsupported else None),
             max_abs_err=outcome.stats.max_abs if outcome.samples else None,
             max_rel_err=outcome.stats.max_rel if outcome.samples else None,
             samples=outcome.samples,
-            message=self.failure_message(case, outcome, nodeid) if failure else outcome.skip_reason,
+            message=message,
         )
+        if outcome.blocked_by is not None:
+            record.blocked_by = outcome.blocked_by.case
+            record.extra["blocked_by_message"] = (
+                f"{outcome.blocked_by.what}: {outcome.blocked_by.message}"
+            )
+        if outcome.errors_only:
+            record.extra["errors_only"] = True
+        return record
 
     def new_record(self, case: CaseId, status: Status, nodeid: str, **values: Any) -> CaseRecord:
         """A record of this run (torch, backend, allocator, repro filled in) for `case`."""

@@ -32,6 +32,10 @@ class OpSpec:
     written_args: tuple[str, ...] = ()
     check_aliasing: bool = True  # False where the schema's aliasing is not the real contract
     check_values: bool = True  # False for uninitialised memory (empty*)
+    metadata_only_outputs: tuple[int, ...] = ()  # flat output indices left uninitialised
+    keeps_old_contents: bool = False  # written args keep what existed before (resize_)
+    nondeterministic: bool | None = None  # draws random numbers (None: from the schema)
+    layout_free_reference: bool = True  # also run CPU on contiguous copies (self-consistency)
     check_strides: bool = True
     tol_scale: float = 1.0  # multiplies the per-dtype tolerances (reductions, exp, ...)
     dtypes: tuple[torch.dtype, ...] | None = None  # restrict (None: as requested)

@@ -20,7 +20,9 @@ __all__ = ["coverage_lines", "render_markdown"]
 COLUMNS: tuple[str, ...] = (
     "passed",
     "failed",
+    "blocked",
     "unsupported",
+    "torch-bug",
     "xfailed",
     "xpassed",
     "crashed",
@@ -34,6 +36,8 @@ _ICONS = {
     "unsupported": "🚫",
     "error": "⛔",
     "failed": "❌",
+    "blocked": "🚧",
+    "torch-bug": "🐛",
     "xpassed": "❗",
     "xfailed": "➖",
     "passed": "✅",
@@ -114,6 +118,58 @@ def coverage_lines(cov: dict[str, Any] | None) -> list[str]:
     return [*out, ""]
 
 
+def _findings_section(runs: Sequence[Run]) -> list[str]:
+    """One row per root cause: failing cases grouped (conformance/findings.py)."""
+    out = ["## Findings (one per root cause)", ""]
+    any_finding = False
+    for run in runs:
+        findings = run.findings()
+        if not findings:
+            continue
+        any_finding = True
+        failing = sum(f.count for f in findings)
+        out += [f"### {_cell(run.label)}: {failing} failing cases = {len(findings)} findings", ""]
+        out += ["| # | finding | check | cases | blocked | example | repro |"]
+        out += ["| ---: | --- | --- | ---: | ---: | --- | --- |"]
+        for i, f in enumerate(findings, 1):
+            rep = f.representative
+            out.append(
+                f"| {i} | {_cell(f.title)} | {_cell(f.key.check)} | {f.count} | "
+                f"{f.blocked or ''} | {_code(str(rep.get('id', '')))} | "
+                f"{_code(str(rep.get('repro', '')))} |"
+            )
+        out.append("")
+        unsupported = run.unsupported_by_op()
+        if unsupported:
+            ops = ", ".join(f"`{op}` ({n})" for op, n in unsupported.items())
+            out += [
+                f"🚫 unsupported (the device raised 'not implemented'; never a pass): "
+                f"{sum(unsupported.values())} cases: {ops}",
+                "",
+            ]
+    if not any_finding:
+        out += ["None.", ""]
+    return out
+
+
+def _scenarios_section(runs: Sequence[Run]) -> list[str]:
+    rows = [(run, c) for run in runs for c in run.scenarios()]
+    if not rows:
+        return []
+    out = [
+        "## Scenarios",
+        "",
+        "| session | scenario | status | message |",
+        "| --- | --- | --- | --- |",
+    ]
+    for run, c in rows:
+        icon = _ICONS.get(c.status, "")
+        out.append(
+            f"| {_cell(run.name)} | {_code(c.overload)} | {icon} {c.status} | {_cell(c.message)} |"
+        )
+    return [*out, ""]
+
+
 def render_markdown(
     runs: Sequence[Run], *, title: str = "Conformance report", max_failures: int = 100
 ) -> str:
@@ -135,10 +191,17 @@ def render_markdown(
     total = Counter[str]()
     for run in runs:
         total.update(run.counts())
-    bad = sum(total.get(s, 0) for s in ("failed", "crashed", "error", "xpassed"))
-    verdict = "all cases passed or failed as expected" if not bad else f"{bad} cases need attention"
+    bad = sum(total.get(s, 0) for s in ("failed", "blocked", "crashed", "error", "xpassed"))
+    findings = sum(len(run.findings()) for run in runs)
+    verdict = (
+        "all cases passed or failed as expected"
+        if not bad
+        else f"{bad} cases need attention = {findings} finding(s)"
+    )
     out += ["", f"**{verdict}** ({sum(total.values())} cases in {len(runs)} session(s))", ""]
 
+    out += _findings_section(runs)
+    out += _scenarios_section(runs)
     out += ["## Failures", ""]
     any_failure = False
     for run in runs:
@@ -160,8 +223,8 @@ def render_markdown(
             out.append("")
         out += coverage_lines(run.meta.get("coverage"))
         out += ["### Per layout", ""]
-        out += _count_table("layout", counts_by(run.cases, "layout"))
-        per_op = counts_by(run.cases, "op_name")
+        out += _count_table("layout", counts_by(run.op_cases(), "layout"))
+        per_op = counts_by(run.op_cases(), "op_name")
         problems = {k: v for k, v in per_op.items() if any(s in FAILING for s in v)}
         out += ["", "### Per op", ""]
         if problems:
