@@ -1,72 +1,62 @@
-"""Sample sources: OpInfo (torch's op database, captured at the aten level) and per-op specs."""
+"""Sample sources: OpInfo (torch's op database, captured at the aten level), per-op specs, calls
+derived from a sibling overload (twins.py) and the values axis (values.py)."""
 
 from __future__ import annotations
 
 import torch
 
 from conformance.engine.calls import Call
-from conformance.engine.samples import opinfo
+from conformance.engine.samples import opinfo, twins, values
 from conformance.ops import spec_for
 
 MAX_OPINFO_SAMPLES = 8
+MAX_VALUE_SAMPLES = 6
 
 
-def calls_for(overload: str, dtype: torch.dtype, cache_dir: str | None) -> list[Call]:
-    """Every sample call of `overload` for `dtype`: the spec's own, then OpInfo's."""
+def calls_for(
+    overload: str, dtype: torch.dtype, cache_dir: str | None, value_set: str = ""
+) -> list[Call]:
+    """Every sample call of `overload` for `dtype`: the spec's own, then OpInfo's (or, when
+    OpInfo reaches no call of it, a sibling's re-typed by twins.py). `value_set` "special" or
+    "promotion" gives the calls of that value set instead (values.py)."""
+    ordinary = _ordinary(overload, dtype, cache_dir)
+    if not value_set:
+        return ordinary
+    spec = spec_for(overload)
+    names = spec.opinfo_names
+    from_opinfo = (
+        opinfo.captured_calls(overload, dtype, names, cache_dir, kind=value_set)
+        if spec.use_opinfo
+        else []
+    )
+    make = values.special_calls if value_set == "special" else values.promotion_calls
+    generated = make(ordinary, dtype)
+    return dedupe(from_opinfo)[: MAX_VALUE_SAMPLES // 2] + dedupe(generated)[:MAX_VALUE_SAMPLES]
+
+
+def _ordinary(overload: str, dtype: torch.dtype, cache_dir: str | None) -> list[Call]:
     spec = spec_for(overload)
     own = spec.samples(dtype) if spec.samples is not None else []
     captured: list[Call] = []
     if spec.use_opinfo:
         captured = opinfo.captured_calls(overload, dtype, spec.opinfo_names, cache_dir)
-        for twin_of, derive in TWINS:
-            if captured:
-                break
-            source = twin_of(overload)
-            if source is not None:
-                twins = opinfo.captured_calls(source, dtype, spec.opinfo_names, cache_dir)
-                captured = [c for c in (derive(t, overload) for t in twins) if c is not None]
+        if not captured:
+            captured = derived_calls(overload, dtype, cache_dir)
     return dedupe(own) + widest_first(dedupe(captured))[:MAX_OPINFO_SAMPLES]
 
 
-def scalar_twin(call: Call, overload: str) -> Call | None:
-    """X.Tensor(self, other, ...) -> X.Scalar(self, <first element of other>, ...)."""
-    if len(call.args) < 2 or not isinstance(call.args[1], torch.Tensor):
-        return None
-    other = call.args[1]
-    if other.numel() == 0:
-        return None
-    scalar = other.reshape(-1)[0].item()
-    return Call(overload, (call.args[0], scalar, *call.args[2:]), dict(call.kwargs))
-
-
-def tensor_twin(call: Call, overload: str) -> Call | None:
-    """X.Scalar(self, value, ...) -> X.Tensor(self, <value as a 0-dim tensor>, ...)."""
-    if len(call.args) < 2 or isinstance(call.args[1], torch.Tensor):
-        return None
-    value = torch.tensor(call.args[1])
-    return Call(overload, (call.args[0], value, *call.args[2:]), dict(call.kwargs))
-
-
-def inplace_twin(call: Call, overload: str) -> Call | None:
-    """X(self, ...) -> X_(self, ...): the in-place form of a unary op with the same arguments."""
-    return Call(overload, call.args, dict(call.kwargs))
-
-
-def _swap_suffix(overload: str, old: str, new: str) -> str | None:
-    return overload.removesuffix(old) + new if overload.endswith(old) else None
-
-
-def _functional_of(overload: str) -> str | None:
-    name, dot, tag = overload.partition(".")
-    return name[:-1] + dot + tag if name.endswith("_") and not name.startswith("_") else None
-
-
-# When OpInfo reaches no call of an overload, derive its samples from a twin overload.
-TWINS = [
-    (lambda o: _swap_suffix(o, ".Scalar", ".Tensor"), scalar_twin),
-    (lambda o: _swap_suffix(o, ".Tensor", ".Scalar"), tensor_twin),
-    (_functional_of, inplace_twin),
-]
+def derived_calls(overload: str, dtype: torch.dtype, cache_dir: str | None) -> list[Call]:
+    """Calls of the first sibling overload that has samples, re-typed for `overload`."""
+    functional = twins.functional_of(overload)
+    for source in twins.ranked_sources(overload):
+        spec = spec_for(source)
+        calls = spec.samples(dtype) if spec.samples is not None else []
+        if spec.use_opinfo:
+            calls = calls + opinfo.captured_calls(source, dtype, spec.opinfo_names, cache_dir)
+        derived = [c for c in (twins.derive(call, overload, functional) for call in calls) if c]
+        if derived:
+            return derived
+    return []
 
 
 def widest_first(calls: list[Call]) -> list[Call]:
