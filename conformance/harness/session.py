@@ -186,6 +186,7 @@ class ConformanceRun:
             f"conformance: {len(suite.registered)} registered aten overloads; "
             f"backend hooks: {caps}",
             f"conformance: expectations: {files}; results: {suite.options.results or 'off'}",
+            *suite.coverage_lines(),
         ]
 
     @pytest.hookimpl(hookwrapper=True)

@@ -10,13 +10,14 @@ from typing import Any
 import pytest
 import torch
 
-from conformance.engine import discovery, samples
+from conformance.engine import discovery, samples, workloads
 from conformance.engine.backend import Backend, load_backend
 from conformance.engine.layout_names import LAYOUT_HELP
 from conformance.engine.runner import CaseOutcome, run_case
+from conformance.engine.samples import values
 from conformance.errors import ConformanceUsageError
 from conformance.harness.expectations import Entry, Manifest, default_manifest_paths, load_manifest
-from conformance.harness.options import Options
+from conformance.harness.options import ORDINARY, Options
 from conformance.ops import spec_for
 from conformance.record import CaseId, CaseRecord, Status
 
@@ -41,7 +42,8 @@ class Suite:
         self.allocator = self.backend.allocator_mode()
         self.manifest = self._manifest()
         self.registered = discovery.registered_overloads()
-        self._calls: dict[tuple[str, torch.dtype], list] = {}
+        self._calls: dict[tuple[str, torch.dtype, str], list] = {}
+        self.excluded = workloads.excluded()  # model-derived overloads left out, and why
         self.overloads = self.selected_overloads()  # validates --ops early
         self.fallback_only = self.selected_fallback_overloads()
 
@@ -67,15 +69,23 @@ class Suite:
         return chosen
 
     def selected_fallback_overloads(self) -> list[str]:
-        """--fallback-ops: overloads reached only through the boxed fallback."""
+        """--fallback-ops: overloads reached only through the boxed fallback. By default (no
+        --ops) the model-derived set: what the workloads of engine/workloads.py reach through
+        this backend's fallback, less matrices/workloads/excluded.toml."""
         wanted = self.options.fallback_ops
-        if not wanted:
+        if wanted is None:
+            wanted = [] if self.options.ops else ["models"]
+        if not wanted or wanted == ["none"]:
             return []
         if not discovery.has_backend_fallback():
+            if self.options.fallback_ops is None:
+                return []  # the default: nothing reaches a fallback that does not exist
             raise ConformanceUsageError(
                 f"--fallback-ops: {self.options.backend} registered no boxed fallback "
                 "for PrivateUse1, so no op reaches cpu_fallback"
             )
+        if wanted == ["models"]:
+            return [o for o in workloads.model_fallback_overloads() if o not in self.excluded]
         from conformance.engine.samples.opinfo import opinfo_index
 
         reachable = discovery.fallback_overloads(set(opinfo_index(self.cache_dir)))
@@ -86,39 +96,93 @@ class Suite:
         if unknown:
             raise ConformanceUsageError(
                 f"--fallback-ops: {', '.join(unknown)} matches no overload that reaches the "
-                f"backend fallback and has OpInfo samples (e.g. {', '.join(reachable[:6])})"
+                f"backend fallback and has OpInfo samples (e.g. {', '.join(reachable[:6])}); "
+                "or pass 'models', 'all' or 'none'"
             )
         return chosen
 
     def cases(self) -> list[CaseId]:
+        """Every case id, built from names alone (no samples: collection stays cheap)."""
         paths = [p for p in self.options.paths if p == "native" or self.backend.can_route_fallback]
         out = []
         for overload in self.overloads:
-            spec = spec_for(overload)
-            dtypes = [d for d in self.options.dtypes if spec.dtypes is None or d in spec.dtypes]
-            for dtype in dtypes:
-                for layout in self.options.layouts:
-                    if spec.layouts is not None and layout not in spec.layouts:
-                        continue
-                    for path in paths:
-                        if path == "fallback" and not self.backend.fallback_routable(overload):
-                            continue
-                        out.append(CaseId(overload, dtype_name(dtype), layout, path))
+            routes = [p for p in paths if p == "native" or self.backend.fallback_routable(overload)]
+            out += self._cases_of(overload, self._dtypes(overload, False), routes)
         if "fallback" in self.options.paths:
             for overload in self.fallback_only:
-                spec = spec_for(overload)
-                for dtype in self.options.dtypes:
-                    for layout in self.options.layouts:
-                        if spec.layouts is None or layout in spec.layouts:
-                            out.append(CaseId(overload, dtype_name(dtype), layout, "fallback"))
+                out += self._cases_of(overload, self._dtypes(overload, True), ["fallback"])
         return out
 
-    def calls(self, overload: str, dtype: torch.dtype) -> list:
-        """Samples of (overload, dtype), loaded once per process (cases share them)."""
-        key = (overload, dtype)
+    def _dtypes(self, overload: str, fallback_only: bool) -> list[torch.dtype]:
+        """The requested dtypes the op's spec allows; for fallback-only overloads also only
+        those its OpInfos support on CPU (others would only be skipped)."""
+        spec = spec_for(overload)
+        dtypes = [d for d in self.options.dtypes if spec.dtypes is None or d in spec.dtypes]
+        if fallback_only and spec.samples is None:
+            from conformance.engine.samples.opinfo import supported_dtypes
+
+            supported = supported_dtypes(overload, self.cache_dir)
+            if supported is not None:
+                dtypes = [d for d in dtypes if dtype_name(d) in supported]
+        return dtypes
+
+    def _cases_of(self, overload: str, dtypes: list[torch.dtype], paths: list[str]) -> list:
+        spec = spec_for(overload)
+        layouts = [lo for lo in self.options.layouts if spec.layouts is None or lo in spec.layouts]
+        value_sets = [v for v in self.options.values if v != ORDINARY]
+        if not spec.check_values or "contiguous" not in layouts:
+            value_sets = []
+        out = []
+        for dtype in dtypes:
+            name = dtype_name(dtype)
+            if ORDINARY in self.options.values:
+                out += [CaseId(overload, name, lo, p) for lo in layouts for p in paths]
+            for v in value_sets:
+                if values.applies(overload, dtype, v):
+                    out += [CaseId(overload, name, "contiguous", p, v) for p in paths]
+        return out
+
+    def calls(self, overload: str, dtype: torch.dtype, value_set: str = "") -> list:
+        """Samples of (overload, dtype, value set), loaded once per process (cases share them)."""
+        key = (overload, dtype, value_set)
         if key not in self._calls:
-            self._calls[key] = samples.calls_for(overload, dtype, self.cache_dir)
+            self._calls[key] = samples.calls_for(overload, dtype, self.cache_dir, value_set)
         return self._calls[key]
+
+    def untested_overloads(self) -> dict[str, str]:
+        """{registered overload: why it has no case that compares} (empty: all are tested).
+        Builds samples (from the disk cache once warm)."""
+        out = {}
+        for overload in self.registered:
+            spec = spec_for(overload)
+            dtypes = [d for d in self.options.dtypes if spec.dtypes is None or d in spec.dtypes]
+            if not dtypes:
+                out[overload] = "its op spec allows none of the requested dtypes"
+            elif not any(self.calls(overload, d) for d in dtypes):
+                out[overload] = (
+                    "no samples: no OpInfo reaches it, no op spec in conformance/ops/ and no "
+                    "sibling overload to derive them from"
+                )
+        return out
+
+    def coverage_lines(self) -> list[str]:
+        """Header lines: registered overloads with samples, the fallback-only set."""
+        untested = self.untested_overloads()
+        n = len(self.registered)
+        tested = f"{n - len(untested)} of {n} registered overloads tested"
+        if untested:
+            tested += "; untested: " + "; ".join(f"{o} ({why})" for o, why in untested.items())
+        lines = [f"conformance: {tested}"]
+        if self.fallback_only:
+            how = self.options.fallback_ops or ["models"]
+            line = (
+                f"conformance: {len(self.fallback_only)} fallback-only overloads "
+                f"({','.join(how)}) on the fallback path"
+            )
+            if how == ["models"] and self.excluded:
+                line += f"; left out (matrices/workloads/excluded.toml): {', '.join(self.excluded)}"
+            lines.append(line)
+        return lines
 
     def stale_expectations(self) -> list[Entry]:
         """Manifest entries that match no case of the full matrix (only judged when the run
@@ -150,7 +214,7 @@ class Suite:
         """Run the case; leave its result record on `item`; raise pytest outcomes."""
         nodeid = item.nodeid
         spec = spec_for(case.overload)
-        calls = self.calls(case.overload, getattr(torch, case.dtype))
+        calls = self.calls(case.overload, getattr(torch, case.dtype), case.values)
         route = case.path == "fallback" and case.overload in self.registered
         outcome = run_case(
             self.backend, case.overload, spec, calls, case.layout, case.path, route=route
