@@ -115,3 +115,13 @@ def test_fault_descriptions(npu):
     descriptions = npu.fault_descriptions()
     assert list(descriptions) == npu.fault_names()
     assert all(d and "\n" not in d for d in descriptions.values()), descriptions
+
+
+def test_fallback_addmm_drops_bias(npu, faults):
+    bias, a, b = torch.ones(2, 3), torch.eye(2), torch.full((2, 3), 2.0)
+    expected = torch.addmm(bias, a, b)
+    assert torch.equal(torch.addmm(bias.to("npu"), a.to("npu"), b.to("npu")).cpu(), expected)
+    faults(["fallback_addmm_drops_bias"])
+    got = torch.addmm(bias.to("npu"), a.to("npu"), b.to("npu")).cpu()
+    assert torch.equal(got, a @ b)  # the bias is gone
+    assert npu.fallback_counts().get("addmm.out", 0) >= 1  # and it came through cpu_fallback
