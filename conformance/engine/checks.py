@@ -295,6 +295,8 @@ def check_inputs_untouched(s: Sample) -> None:
 
 
 def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if torch.equal(a, b):  # the common case, one op (NaN never equals: see below)
+        return True
     if a.is_floating_point() or a.is_complex():
         return bool(((a == b) | (a.isnan() & b.isnan())).all())
     return bool((a == b).all())

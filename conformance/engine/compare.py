@@ -86,6 +86,8 @@ def compare_values(
     rtol, atol = tolerance(expected.dtype, tol_scale)
     if actual.numel() == 0:
         return
+    if torch.equal(actual, expected):  # the common case, one op: no error to measure
+        return
     if rtol == 0 and atol == 0:
         close = actual == expected
         if expected.is_floating_point() or expected.is_complex():

@@ -129,7 +129,11 @@ class Suite:
     def _cases_of(self, overload: str, dtypes: list[torch.dtype], paths: list[str]) -> list:
         spec = spec_for(overload)
         layouts = [lo for lo in self.options.layouts if spec.layouts is None or lo in spec.layouts]
-        value_sets = [v for v in self.options.values if v != ORDINARY]
+        value_sets = [
+            v
+            for v in self.options.values
+            if v != ORDINARY and (spec.value_sets is None or v in spec.value_sets)
+        ]
         if not spec.check_values or "contiguous" not in layouts:
             value_sets = []
         out = []

@@ -36,6 +36,9 @@ class OpSpec:
     tol_scale: float = 1.0  # multiplies the per-dtype tolerances (reductions, exp, ...)
     dtypes: tuple[torch.dtype, ...] | None = None  # restrict (None: as requested)
     layouts: tuple[str, ...] | None = None  # restrict (None: as requested)
+    # value sets beyond the ordinary samples (None: every one the schema allows, see
+    # engine/samples/values.py); () for ops whose operands are not values (copies' dst)
+    value_sets: tuple[str, ...] | None = None
     notes: str = ""
     extra: dict = field(default_factory=dict)
 

@@ -17,7 +17,7 @@ import json
 import os
 import warnings
 from collections import defaultdict
-from functools import cache
+from functools import cache, lru_cache
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -84,6 +84,7 @@ def _full_name(op) -> str:
     return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
 
 
+@cache
 def _index(cache_dir: str | None) -> dict[str, dict[str, list[str]]]:
     """{"bases": {base name: [OpInfo full names]}, "dtypes": {full name: [CPU dtype names]}},
     cached as JSON."""
@@ -268,6 +269,7 @@ def captured_calls(
     return calls
 
 
+@lru_cache(maxsize=64)  # one OpInfo's capture serves its functional, in-place and out= forms
 def _cached_capture(
     full: str, dtype: torch.dtype, cache_dir: str | None, kind: str
 ) -> dict[str, list[Call]]:

@@ -50,6 +50,9 @@ NOT_DATA = frozenset(
     }
 )
 MAX_BASES = 3  # ordinary samples each value set is built from
+# operand names of ops that broadcast them (TensorIterator ops): a 0-dim tensor is legal there,
+# e.g. a backward op's `output` must have the gradient's shape instead
+BROADCAST_OPERANDS = frozenset({"other", "exponent", "value", "end"})
 
 
 def kind(arg: Any) -> str:
@@ -201,10 +204,11 @@ def promotion_calls(calls: list[Call], dtype: torch.dtype) -> list[Call]:
         if len(slots) < 2:
             continue
         pos, element, arg_kind = slots[1]
+        arg_name = schema.arguments[pos].name if arg_kind == "tensor" else ""
         for other, zero_dim in _others(dtype):
             value = call.args[pos] if element is None else call.args[pos][element]
-            if zero_dim and (arg_kind != "tensor" or element is not None):
-                continue
+            if zero_dim and (arg_name not in BROADCAST_OPERANDS or element is not None):
+                continue  # only operands that broadcast take a 0-dim (CPU) tensor
             if isinstance(value, bool | int | float) and other == torch.bool:
                 continue  # a bool scalar says nothing new
             args = list(call.args)
