@@ -2,7 +2,13 @@
 
 Importing registers the device (renamed ``npu`` unless ``ECHO_NPU_DEVICE_NAME=privateuseone``),
 the ``torch.<name>`` device module and the backend protocol functions of
-docs/BACKEND_PROTOCOL.md. Environment variables are read once, here.
+docs/BACKEND_PROTOCOL.md. Environment variables are read once, here. Importing does not
+initialise the device: the first device allocation (or ``torch.npu.init()``) does.
+
+Registration is an explicit call, not a static initialiser of the extension: when another
+library already registered PrivateUse1 hooks, the import fails with a one-line ImportError
+instead of aborting the interpreter, and a second import is a no-op. ``echo_npu:_autoload`` is
+the ``torch.backends`` entry point (see ``python -m echo_npu.autoload``).
 """
 
 from __future__ import annotations
@@ -15,21 +21,53 @@ _MODE = _env.allocator_mode()
 DEVICE_NAME = _env.device_name()
 _ROUTES = _env.fallback_ops()
 _FAULTS = _env.faults()
+_REFUSE_FORK = _env.refuse_fork()
+_NO_FALLBACK = _env.no_fallback()
+_NO_HOOKS = _env.no_hooks()
 
 from . import _C  # noqa: E402  (the mode must be validated before the library loads)
 
-_C.set_allocator_mode(_MODE)
-_C.set_fallback_routes(_ROUTES)
-_C.set_faults(_FAULTS)
 
-from . import device as _device_module  # noqa: E402
+def _register_device() -> None:
+    """Register hooks, guard, allocator, kernels and the device module (idempotent)."""
+    current = torch._C._get_privateuse1_backend_name()
+    if current not in ("privateuseone", DEVICE_NAME):
+        raise ImportError(
+            f"echo_npu: PrivateUse1 is already taken by another backend (device '{current}'); "
+            "only one PrivateUse1 backend can be imported per process"
+        )
+    conflict = _C.register_device()
+    if conflict:
+        owner = getattr(getattr(torch, current, None), "__name__", None)
+        who = f"device '{current}'" + (f", module {owner}" if owner else "")
+        raise ImportError(
+            f"echo_npu: {conflict} ({who}); only one PrivateUse1 backend can be imported per "
+            "process (with TORCH_DEVICE_BACKEND_AUTOLOAD=0, import torch loads none)"
+        )
+    _C.set_allocator_mode(_MODE)
+    _C.set_refuse_fork(_REFUSE_FORK)
+    _C.set_faults(_FAULTS)
+    _C.register_kernels(not _NO_FALLBACK)
+    _C.set_fallback_routes(_ROUTES)  # names are checked against the registered kernels
 
-if DEVICE_NAME != "privateuseone":
-    torch.utils.rename_privateuse1_backend(DEVICE_NAME)
-torch._register_device_module(DEVICE_NAME, _device_module)
-torch.utils.generate_methods_for_privateuse1_backend(
-    for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
-)
+    from . import device as device_module
+
+    if current != DEVICE_NAME:
+        torch.utils.rename_privateuse1_backend(DEVICE_NAME)
+    if getattr(torch, DEVICE_NAME, None) is not device_module:
+        torch._register_device_module(DEVICE_NAME, device_module)
+    if not hasattr(torch.Tensor, DEVICE_NAME):
+        torch.utils.generate_methods_for_privateuse1_backend(
+            for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
+        )
+
+
+_register_device()
+
+
+def _autoload() -> None:
+    """``torch.backends`` entry point: ``import torch`` imports this package, which registers
+    the device; nothing more to do (as in PyTorch's OpenReg)."""
 
 
 def allocator_mode() -> str:
@@ -105,8 +143,22 @@ def kernel_launches() -> int:
     return _C.kernel_launches()
 
 
+# The optional hooks of docs/BACKEND_PROTOCOL.md. ECHO_NPU_NO_HOOKS=1 removes them, so the
+# package looks like a third-party backend that offers none.
+PROTOCOL_HOOKS = (
+    "set_fallback_routes",
+    "get_fallback_routes",
+    "fallback_counts",
+    "check_memory",
+    "clear_memory_errors",
+    "live_blocks",
+    "memory_stats",
+    "allocator_mode",
+)
+
 __all__ = [
     "DEVICE_NAME",
+    "PROTOCOL_HOOKS",
     "allocator_mode",
     "check_memory",
     "clear_memory_errors",
@@ -123,3 +175,8 @@ __all__ = [
     "set_fallback_routes",
     "set_faults",
 ]
+
+if _NO_HOOKS:
+    for _name in PROTOCOL_HOOKS:
+        del globals()[_name]
+    __all__ = [n for n in __all__ if n not in PROTOCOL_HOOKS]

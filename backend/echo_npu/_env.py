@@ -43,3 +43,25 @@ def fallback_ops() -> list[str]:
 def faults() -> list[str]:
     """``ECHO_NPU_FAULTS``: comma-separated fault names (validated by the backend)."""
     return _split(os.environ.get("ECHO_NPU_FAULTS", ""))
+
+
+def _flag(var: str) -> bool:
+    value = os.environ.get(var, "0").strip() or "0"
+    if value not in ("0", "1"):
+        raise ValueError(f"invalid {var} value {value!r}; valid values: 0, 1")
+    return value == "1"
+
+
+def refuse_fork() -> bool:
+    """``ECHO_NPU_REFUSE_FORK=1``: like CUDA, refuse use in a forked child once initialised."""
+    return _flag("ECHO_NPU_REFUSE_FORK")
+
+
+def no_fallback() -> bool:
+    """``ECHO_NPU_NO_FALLBACK=1``: register no boxed cpu_fallback."""
+    return _flag("ECHO_NPU_NO_FALLBACK")
+
+
+def no_hooks() -> bool:
+    """``ECHO_NPU_NO_HOOKS=1``: expose none of the suite's optional protocol hooks."""
+    return _flag("ECHO_NPU_NO_HOOKS")

@@ -1,28 +1,58 @@
-"""The ``torch.npu`` device module (device management, seeding, memory statistics)."""
+"""The ``torch.npu`` device module: device management, lazy initialisation and forks, seeding,
+AMP, streams and memory statistics, as real device modules (torch.cuda) offer them."""
 
 from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from typing import Any
 
 import torch
 
 from . import _C
 
-_initialized = True
+# c10::DeviceType::PrivateUse1
+_DEVICE_TYPE = 20
+_in_bad_fork = False
+
+
+def _after_fork_in_child() -> None:
+    # As torch.cuda: a child forked after the device was initialised cannot use it
+    # (only with ECHO_NPU_REFUSE_FORK=1; the runtime refuses as well, by process id).
+    global _in_bad_fork
+    if _C.refuse_fork() and _C.is_initialized():
+        _in_bad_fork = True
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def is_available() -> bool:
     return True
 
 
+def _is_in_bad_fork() -> bool:
+    return _in_bad_fork or _C.in_bad_fork()
+
+
 def is_initialized() -> bool:
-    return _initialized
+    """Whether the device was initialised in this process (first allocation or ``init()``)."""
+    return _C.is_initialized() and not _is_in_bad_fork()
+
+
+def _lazy_init() -> None:
+    """Called by torch before the first device use (torch >= 2.9 for PrivateUse1)."""
+    if _is_in_bad_fork():
+        raise RuntimeError(
+            "echo_npu: cannot re-initialize npu in forked subprocess. To use npu with "
+            "multiprocessing, you must use the 'spawn' start method"
+        )
+    _C.init()
 
 
 def init() -> None:
-    """Nothing to initialise: the simulated device is ready at import."""
-
-
-def _is_in_bad_fork() -> bool:
-    return False
+    """Initialise the device now (otherwise the first allocation does)."""
+    _lazy_init()
 
 
 def device_count() -> int:
@@ -69,6 +99,29 @@ def synchronize(device: object = None) -> None:
     """Kernels run synchronously; nothing to wait for."""
 
 
+# ---- streams: one default stream per device -------------------------------------------------
+Stream = torch.Stream
+
+
+def current_stream(device: object = None) -> torch.Stream:
+    return torch.Stream(stream_id=0, device_index=_index(device), device_type=_DEVICE_TYPE)
+
+
+def default_stream(device: object = None) -> torch.Stream:
+    return current_stream(device)
+
+
+# ---- AMP ------------------------------------------------------------------------------------
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    """Dtypes ``torch.autocast(device_type="npu")`` may cast to."""
+    return [torch.float16, torch.bfloat16]
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    return True
+
+
+# ---- random -----------------------------------------------------------------------------------
 def manual_seed(seed: int) -> None:
     _C.manual_seed(current_device(), int(seed) & 0xFFFF_FFFF_FFFF_FFFF)
 
@@ -108,17 +161,41 @@ def set_rng_state_all(states: list[torch.Tensor]) -> None:
         set_rng_state(state, i)
 
 
-def memory_stats(device: object = None) -> dict[str, int]:
-    """Allocator statistics (all devices share one simulated memory)."""
-    return dict(_C.memory_stats())
+# ---- memory: the c10 allocator's statistics (what torch.accelerator reports too) -------------
+def memory_stats(device: object = None) -> OrderedDict[str, Any]:
+    """Allocator statistics of one device, keyed like ``torch.cuda.memory_stats()``
+    (``"allocated_bytes.all.current"``, ...; pool ``all`` only). Not the protocol hook
+    ``echo_npu.memory_stats()``, which counts the runtime's blocks."""
+    raw = _C.allocator_stats(_index(device))
+    out: OrderedDict[str, Any] = OrderedDict()
+    for key in sorted(raw):
+        name, _, metric = key.rpartition(".")
+        out[f"{name}.all.{metric}" if name else key] = raw[key]
+    return out
 
 
 def memory_allocated(device: object = None) -> int:
-    return _C.memory_stats()["live_bytes"]
+    return memory_stats(device).get("allocated_bytes.all.current", 0)
 
 
 def max_memory_allocated(device: object = None) -> int:
-    return _C.memory_stats()["peak_bytes"]
+    return memory_stats(device).get("allocated_bytes.all.peak", 0)
+
+
+def memory_reserved(device: object = None) -> int:
+    return memory_stats(device).get("reserved_bytes.all.current", 0)
+
+
+def max_memory_reserved(device: object = None) -> int:
+    return memory_stats(device).get("reserved_bytes.all.peak", 0)
+
+
+def reset_peak_memory_stats(device: object = None) -> None:
+    _C.reset_peak_stats(_index(device))
+
+
+def reset_accumulated_memory_stats(device: object = None) -> None:
+    _C.reset_accumulated_stats(_index(device))
 
 
 def empty_cache() -> None:

@@ -14,10 +14,22 @@ def to_json(result: BisectResult) -> str:
 
 def to_markdown(result: BisectResult) -> str:
     """The result as Markdown: the answer, then one table row per probe."""
-    lines = [
-        f"## Bisect: `{result.expression}`",
-        "",
-        f"- **First bad: torch {result.first_bad}** (last good: {result.last_good})",
+    if result.exact:
+        answer = f"- **First bad: torch {result.first_bad}** (last good: {result.last_good})"
+    else:
+        answer = (
+            f"- **First bad: one of torch {', '.join(result.candidates)}** (last good: "
+            f"{result.last_good}): a range, because {', '.join(result.candidates[:-1])} could "
+            "not be tested"
+        )
+    lines = [f"## Bisect: `{result.expression}`", "", answer]
+    skipped = [p for p in result.probes if p.version in result.skipped]
+    if skipped:
+        lines.append(
+            "- Skipped (no verdict; the search went on around them): "
+            + "; ".join(f"{p.version} ({p.outcome}: {p.detail or 'see log'})" for p in skipped)
+        )
+    lines += [
         f"- Range: {result.good} .. {result.bad}, {len(result.versions)} releases: "
         + ", ".join(result.versions),
         f"- Probes: {len(result.probes)} ({result.installs} installs), "

@@ -1,7 +1,13 @@
-"""The search itself: probe both ends, then binary-search between them.
+"""The search itself: probe both ends, then binary-search between them, skipping what cannot run.
 
-A :class:`ProbeRunner` turns a version into a :class:`Probe` (outcome ``pass``, ``fail`` or
-``error``); the real one installs and runs (:mod:`conformance.bisect.runner`), tests pass fakes.
+A :class:`ProbeRunner` turns a version into a :class:`Probe`: outcome ``pass``, ``fail``, ``skip``
+(the release could not be installed or the backend not built against it: normal for an out-of-tree
+backend across torch releases) or ``error`` (it ran but gave no verdict, e.g. no case selected).
+The real runner installs and runs (:mod:`conformance.bisect.probe`); tests pass fakes.
+
+Like ``git bisect skip``, a middle release that gives no verdict is set aside and the search goes
+on with the nearest untested release; if skipped releases sit right before the first bad one, the
+answer is a range (:attr:`BisectResult.candidates`). The ends must give a verdict.
 """
 
 from __future__ import annotations
@@ -16,7 +22,8 @@ from packaging.version import Version
 
 from conformance.errors import ConformanceUsageError
 
-OUTCOMES = ("pass", "fail", "error")
+OUTCOMES = ("pass", "fail", "skip", "error")
+VERDICTS = ("pass", "fail")
 
 
 class BisectError(ConformanceUsageError):
@@ -59,6 +66,28 @@ class BisectResult:
     last_good: str
     probes: list[Probe] = field(default_factory=list)
     seconds: float = 0.0
+    candidates: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+    @property
+    def exact(self) -> bool:
+        """Whether the first bad release is known exactly (else: one of :attr:`candidates`)."""
+        return len(self.candidates) <= 1
+
+    @property
+    def answer(self) -> str:
+        """One line: the first bad release (or the range), last good, skipped releases."""
+        if self.exact:
+            text = f"First bad: torch {self.first_bad} (last good: {self.last_good})"
+        else:
+            text = (
+                f"First bad: one of torch {', '.join(self.candidates)} (last good: "
+                f"{self.last_good}); a range, because {', '.join(self.candidates[:-1])} "
+                "could not be tested"
+            )
+        if self.skipped:
+            text += f"; skipped (no verdict): {', '.join(self.skipped)}"
+        return text
 
     @property
     def installs(self) -> int:
@@ -69,7 +98,9 @@ class BisectResult:
         """A JSON-ready dict (what ``--json`` writes)."""
         data = asdict(self)
         data["installs"] = self.installs
-        data["max_probes"] = max_probes(len(self.versions))
+        data["exact"] = self.exact
+        data["answer"] = self.answer
+        data["max_probes"] = max_probes(len(self.versions)) + len(self.skipped)
         return data
 
 
@@ -81,10 +112,13 @@ def max_probes(n: int) -> int:
 def _check(probe: Probe, role: str) -> Probe:
     if probe.outcome not in OUTCOMES:
         raise BisectError(f"probe of {probe.version} returned unknown outcome {probe.outcome!r}")
-    if probe.outcome == "error":
+    if role != "middle" and probe.outcome not in VERDICTS:
         where = f" (log: {probe.log})" if probe.log else ""
         detail = f": {probe.detail}" if probe.detail else ""
-        raise BisectError(f"the {role} probe of torch {probe.version} did not run{detail}{where}")
+        raise BisectError(
+            f"the {role} probe of torch {probe.version} did not run{detail}{where}; "
+            f"the ends need a verdict: pick another {role}"
+        )
     return probe
 
 
@@ -98,7 +132,8 @@ def bisect_versions(
     """Find the first version in ``[good, bad]`` whose outcome differs from ``good``'s.
 
     ``good`` may fail and ``bad`` pass (bisecting a fix): the search looks for the change either
-    way, reported as "first bad" = first version with ``bad``'s outcome.
+    way, reported as "first bad" = first version with ``bad``'s outcome. A middle probe without a
+    verdict (``skip``/``error``) is set aside and the nearest untested release probed instead.
     """
     if good >= bad:
         raise BisectError(f"--good {good} must be older than --bad {bad}")
@@ -122,12 +157,20 @@ def bisect_versions(
             "pick a --good that passes and a --bad that fails"
         )
     lo, hi = 0, len(span) - 1  # span[lo] behaves like good, span[hi] like bad
-    while hi - lo > 1:
+    skipped: set[int] = set()
+    while True:
+        untested = [i for i in range(lo + 1, hi) if i not in skipped]
+        if not untested:
+            break
         mid = (lo + hi) // 2
-        if run(span[mid], "middle") == good_outcome:
-            lo = mid
+        index = min(untested, key=lambda i: (abs(i - mid), i))
+        outcome = run(span[index], "middle")
+        if outcome not in VERDICTS:
+            skipped.add(index)
+        elif outcome == good_outcome:
+            lo = index
         else:
-            hi = mid
+            hi = index
     return BisectResult(
         expression=expression,
         good=str(good),
@@ -137,4 +180,6 @@ def bisect_versions(
         last_good=str(span[lo]),
         probes=probes,
         seconds=round(time.monotonic() - start, 1),
+        candidates=[str(v) for v in span[lo + 1 : hi + 1]],
+        skipped=[str(span[i]) for i in sorted(skipped)],
     )

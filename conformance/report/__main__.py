@@ -105,18 +105,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         _write(args.html, render_html(runs, title=args.title, generated=stamp))
     if args.versions_md or args.versions_html:
         from conformance.report.versions import (
-            build_grid,
+            build_version_grid,
             compare_previous,
             render_versions_html,
             render_versions_markdown,
         )
 
-        grid = build_grid(runs, args.variant)
+        grid = build_version_grid(runs, args.variant)
         comparison = None
         if args.previous:
             try:
                 comparison = compare_previous(
-                    grid, build_grid(load_results([args.previous]), args.variant)
+                    grid, build_version_grid(load_results([args.previous]), args.variant)
                 )
             except ReportError as exc:
                 print(f"error: --previous: {exc}", file=sys.stderr)

@@ -1,8 +1,12 @@
-"""The CI matrix: torch releases x allocator modes x sanitizers, loaded from matrices/matrix.toml.
+"""The CI matrix: torch releases x the backend's allocator modes x sanitizer builds.
 
-``noxfile.py`` generates one session per :class:`Cell` (``conformance-2.8``,
-``conformance-2.8-guard``, ``conformance-2.13-asan``, ...), and the nightly workflow takes its job
-matrix from that session list, so this file is the one place a torch version is added.
+A matrix file (``matrices/matrix.toml`` for echo_npu, ``conformance-matrix.toml`` in a backend's own
+repository) holds the torch releases, a :class:`Backend` description (module, how to build it into a
+session's venv against that session's torch, allocator modes and how they are selected, sanitizer
+builds, extra requirements) and excluded cells. :mod:`conformance.tools.sessions` generates one
+nox session per :class:`Cell` (``conformance-2.8``, ``conformance-2.8-guard``,
+``conformance-2.13-asan``, ...), the nightly workflow takes its job matrix from that session list
+and the bisect builds the same backend, so this file is the one place a torch version is added.
 
 Every problem with the file or with a requested cell raises :class:`MatrixError`, whose message is a
 single line naming the valid choices or the fix, so that command-line front ends can print it
@@ -14,7 +18,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,24 +32,37 @@ from packaging.version import InvalidVersion, Version
 from conformance.errors import ConformanceUsageError
 
 __all__ = [
+    "CONFORMANCE_MATRIX_ENV",
     "DEFAULT_MATRIX_PATH",
     "SESSION_PREFIX",
+    "AllocatorSpec",
+    "Backend",
+    "BuildSpec",
     "Cell",
     "Exclusion",
     "Matrix",
     "MatrixError",
     "Release",
+    "Sanitizer",
     "load_matrix",
+    "matrix_path",
     "parse_matrix",
     "requested_sessions",
     "unknown_session_error",
 ]
 
 DEFAULT_MATRIX_PATH = Path(__file__).resolve().parents[2] / "matrices" / "matrix.toml"
+#: Environment variable naming the matrix file (nox sessions, bisect, rehearsal).
+CONFORMANCE_MATRIX_ENV = "CONFORMANCE_MATRIX"
 SESSION_PREFIX = "conformance-"
-SCHEMA = 1
+SCHEMA = 2
+NO_SANITIZER = "none"
+#: Preloads a sanitizer build may ask for at run time (see conformance/tools/launch.py).
+PRELOADS = ("asan", "malloc-check")
 _MINOR_RE = re.compile(r"^\d+\.\d+$")
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+_MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class MatrixError(ConformanceUsageError, ValueError):
@@ -70,14 +87,86 @@ class Release:
 
 
 @dataclass(frozen=True)
+class BuildSpec:
+    """How the backend is built into a venv: ``command`` runs in a fresh copy of ``source``.
+
+    The copy holds ``include`` (relative paths; empty = the whole folder) minus ``exclude`` globs,
+    so two torch versions never share compiled objects. ``watch`` (default: what is copied) is
+    what the build fingerprint hashes: editing a watched file makes the next run rebuild.
+    """
+
+    source: Path
+    command: str | tuple[str, ...]
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    watch: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def argv(self) -> list[str]:
+        """The command as an argv: a string runs under ``sh -c``, a list as is."""
+        if isinstance(self.command, str):
+            return ["sh", "-c", self.command]
+        return list(self.command)
+
+
+@dataclass(frozen=True)
+class AllocatorSpec:
+    """The backend's allocator modes; ``env`` selects one at run time (None: a single mode)."""
+
+    modes: tuple[str, ...] = ("default",)
+    default: str = "default"
+    env: str | None = None
+
+
+@dataclass(frozen=True)
+class Sanitizer:
+    """A sanitizer build: extra build/run environment and runtime libraries to preload."""
+
+    name: str
+    build_env: Mapping[str, str] = field(default_factory=dict)
+    run_env: Mapping[str, str] = field(default_factory=dict)
+    preload: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Backend:
+    """The backend under test and how to build it against a session's torch."""
+
+    module: str
+    build: BuildSpec
+    allocator: AllocatorSpec = field(default_factory=AllocatorSpec)
+    sanitizers: tuple[Sanitizer, ...] = ()
+    device: str | None = None
+    requires: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    expectations: Path | None = None
+    fault_env: str | None = None
+
+    def sanitizer(self, name: str) -> Sanitizer:
+        """The sanitizer build ``name`` (``none``: the plain build)."""
+        for san in self.sanitizers:
+            if san.name == name:
+                return san
+        return Sanitizer(NO_SANITIZER)
+
+    def expectation_files(self, minor: str) -> list[Path]:
+        """``<expectations>/common.toml`` and ``torch-<minor>.toml``, those that exist."""
+        if self.expectations is None:
+            return []
+        names = ("common.toml", f"torch-{minor}.toml")
+        return [self.expectations / n for n in names if (self.expectations / n).is_file()]
+
+
+@dataclass(frozen=True)
 class Cell:
     """One point of the matrix: a torch release run with one allocator and one sanitizer."""
 
     release: Release
     allocator: str
     sanitizer: str
-    default_allocator: str = "malloc"
-    default_sanitizer: str = "none"
+    default_allocator: str = "default"
+    default_sanitizer: str = NO_SANITIZER
+    backend: Backend | None = field(default=None, compare=False, repr=False)
 
     @property
     def key(self) -> str:
@@ -96,25 +185,38 @@ class Cell:
 
     @property
     def asan(self) -> bool:
-        """Whether the backend is built and run under AddressSanitizer."""
-        return self.sanitizer == "asan"
+        """Whether this cell's sanitizer build preloads the ASan runtime."""
+        return "asan" in self.preload
+
+    @property
+    def preload(self) -> tuple[str, ...]:
+        """Runtime libraries preloaded when the suite runs (``asan``, ``malloc-check``)."""
+        return self.backend.sanitizer(self.sanitizer).preload if self.backend else ()
 
     def describe(self) -> str:
         """A one-line description (used as the nox session docstring)."""
-        text = f"Conformance suite on torch {self.release.version}, {self.allocator} allocator"
-        if self.sanitizer != "none":
+        module = self.backend.module if self.backend else "the backend"
+        text = f"Conformance suite on torch {self.release.version}, {module}"
+        if self.allocator != "default":
+            text += f", {self.allocator} allocator"
+        if self.sanitizer != NO_SANITIZER:
             text += f", built with {self.sanitizer.upper()}"
         return text + "."
 
     def build_env(self) -> dict[str, str]:
         """Environment variables for building the backend in this cell."""
-        return {"ECHO_NPU_ASAN": "1"} if self.asan else {}
+        if self.backend is None:
+            return {}
+        return {**self.backend.build.env, **self.backend.sanitizer(self.sanitizer).build_env}
 
     def run_env(self) -> dict[str, str]:
-        """Environment variables for running the suite in this cell (ASan preload not included)."""
-        env = {"ECHO_NPU_ALLOCATOR": self.allocator}
-        if self.asan:
-            env["ASAN_OPTIONS"] = "detect_leaks=0"
+        """Environment variables for running the suite in this cell (preloads not included)."""
+        if self.backend is None:
+            return {}
+        env = dict(self.backend.env)
+        if self.backend.allocator.env:
+            env[self.backend.allocator.env] = self.allocator
+        env.update(self.backend.sanitizer(self.sanitizer).run_env)
         return env
 
 
@@ -146,12 +248,30 @@ class Matrix:
     releases: tuple[Release, ...]
     default_minor: str
     python: str | None
-    allocators: tuple[str, ...]
-    default_allocator: str
-    sanitizers: tuple[str, ...]
-    default_sanitizer: str
+    backend: Backend
     exclusions: tuple[Exclusion, ...] = ()
     source: str = field(default="matrices/matrix.toml", compare=False)
+    path: Path | None = field(default=None, compare=False)
+
+    @property
+    def allocators(self) -> tuple[str, ...]:
+        """The backend's allocator modes."""
+        return self.backend.allocator.modes
+
+    @property
+    def default_allocator(self) -> str:
+        """The allocator of the plain cells (no suffix in session names)."""
+        return self.backend.allocator.default
+
+    @property
+    def sanitizers(self) -> tuple[str, ...]:
+        """``none`` and the backend's sanitizer builds."""
+        return (NO_SANITIZER, *(s.name for s in self.backend.sanitizers))
+
+    @property
+    def default_sanitizer(self) -> str:
+        """The sanitizer of the plain cells: ``none``."""
+        return NO_SANITIZER
 
     @property
     def minors(self) -> list[str]:
@@ -185,10 +305,17 @@ class Matrix:
         return None
 
     def _cell(self, release: Release, allocator: str, sanitizer: str) -> Cell:
-        return Cell(release, allocator, sanitizer, self.default_allocator, self.default_sanitizer)
+        return Cell(
+            release,
+            allocator,
+            sanitizer,
+            self.default_allocator,
+            self.default_sanitizer,
+            backend=self.backend,
+        )
 
     def cells(self) -> list[Cell]:
-        """Every generated cell: releases oldest first, then allocators, then sanitizers."""
+        """Every generated cell: releases oldest first, then sanitizers, then allocators."""
         out = []
         for rel in self.releases:
             for sanitizer in self.sanitizers:
@@ -220,11 +347,13 @@ class Matrix:
             elif part in self.sanitizers and sanitizer == self.default_sanitizer:
                 sanitizer = part
             else:
+                examples = [self.default_minor]
+                examples += [f"{self.default_minor}-{a}" for a in self.allocators[1:2]]
+                examples += [f"{self.default_minor}-{s}" for s in self.sanitizers[1:2]]
                 raise MatrixError(
                     f"unknown cell '{name}': '{part}' is neither an allocator "
                     f"({', '.join(self.allocators)}) nor a sanitizer "
-                    f"({', '.join(self.sanitizers)}); cells look like "
-                    f"{self.default_minor}, {self.default_minor}-guard, {self.default_minor}-asan"
+                    f"({', '.join(self.sanitizers)}); cells look like {', '.join(examples)}"
                 )
         exc = self.exclusion(release.minor, allocator, sanitizer)
         if exc is not None:
@@ -264,23 +393,6 @@ def _str_list(value: Any, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not value:
         raise MatrixError(f"{where}: expected a string or a non-empty list of strings")
     return tuple(_str(v, where) for v in value)
-
-
-def _modes(data: Mapping[str, Any], key: str, src: str) -> tuple[tuple[str, ...], str]:
-    table = _table(data, key, src)
-    _check_keys(table, ["default", "modes"], f"{src} [{key}]")
-    modes = _str_list(table.get("modes"), f"{src} [{key}].modes")
-    for mode in modes:
-        if not _NAME_RE.match(mode):
-            raise MatrixError(f"{src} [{key}].modes: '{mode}' must be lowercase [a-z0-9_]")
-    if len(set(modes)) != len(modes):
-        raise MatrixError(f"{src} [{key}].modes: duplicate entries in {list(modes)}")
-    default = _str(table.get("default"), f"{src} [{key}].default")
-    if default not in modes:
-        raise MatrixError(
-            f"{src} [{key}].default: '{default}' is not one of the modes ({', '.join(modes)})"
-        )
-    return modes, default
 
 
 def _release(entry: Any, index: int, src: str) -> Release:
@@ -346,12 +458,195 @@ def _exclusion(
     )
 
 
-def parse_matrix(data: Mapping[str, Any], source: str = "matrix.toml") -> Matrix:
-    """Validate the parsed TOML ``data`` and build a :class:`Matrix`."""
+def _env_table(value: Any, where: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise MatrixError(f'{where}: expected a table of strings, e.g. {{ NAME = "value" }}')
+    out = {}
+    for key, val in value.items():
+        if not _ENV_RE.match(str(key)):
+            raise MatrixError(f"{where}: '{key}' is not an environment variable name")
+        if not isinstance(val, str):
+            raise MatrixError(f'{where}.{key}: expected a string, e.g. {key} = "{val}"')
+        out[str(key)] = val
+    return out
+
+
+def _opt_list(value: Any, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(x, str) and x for x in value):
+        raise MatrixError(f'{where}: expected a list of strings, e.g. ["a", "b"]')
+    return tuple(value)
+
+
+def _env_name(value: Any, where: str) -> str | None:
+    if value is None:
+        return None
+    name = _str(value, where)
+    if not _ENV_RE.match(name):
+        raise MatrixError(f"{where}: '{name}' is not an environment variable name")
+    return name
+
+
+def _build(data: Any, src: str, base: Path) -> BuildSpec:
+    where = f"{src} [backend.build]"
+    if not isinstance(data, Mapping):
+        raise MatrixError(
+            f'{where}: missing; add [backend.build] with command = "..." that builds and '
+            "installs the backend into the active venv (see docs/MATRIX.md)"
+        )
+    _check_keys(data, ["source", "command", "include", "exclude", "watch", "env"], where)
+    raw = data.get("command")
+    command: str | tuple[str, ...]
+    if isinstance(raw, str) and raw.strip():
+        command = raw.strip()
+    elif isinstance(raw, list) and raw and all(isinstance(x, str) and x for x in raw):
+        command = tuple(raw)
+    else:
+        raise MatrixError(
+            f"{where}.command: expected a shell command string or an argv list, e.g. "
+            'command = "pip install --no-build-isolation ." (it runs in a fresh copy of source)'
+        )
+    source = (base / _str(data.get("source", "."), f"{where}.source")).resolve()
+    if not source.is_dir():
+        raise MatrixError(
+            f"{where}.source: folder {source} does not exist (relative paths start at the "
+            "matrix file's folder)"
+        )
+    include = _opt_list(data.get("include"), f"{where}.include")
+    for name in include:
+        if not (source / name).exists():
+            raise MatrixError(f"{where}.include: '{name}' not found in {source}; remove it")
+    watch = _opt_list(data.get("watch"), f"{where}.watch")
+    for name in watch:
+        if not (source / name).exists():
+            raise MatrixError(f"{where}.watch: '{name}' not found in {source}; remove it")
+    return BuildSpec(
+        source=source,
+        command=command,
+        include=include,
+        exclude=_opt_list(data.get("exclude"), f"{where}.exclude"),
+        watch=watch,
+        env=_env_table(data.get("env"), f"{where}.env"),
+    )
+
+
+def _allocator(data: Any, src: str) -> AllocatorSpec:
+    where = f"{src} [backend.allocator]"
+    if data is None:
+        return AllocatorSpec()
+    if not isinstance(data, Mapping):
+        raise MatrixError(f"{where}: expected a table with env, default, modes")
+    _check_keys(data, ["env", "default", "modes"], where)
+    modes = _str_list(data.get("modes"), f"{where}.modes")
+    for mode in modes:
+        if not _NAME_RE.match(mode):
+            raise MatrixError(f"{where}.modes: '{mode}' must be lowercase [a-z0-9_]")
+    if len(set(modes)) != len(modes):
+        raise MatrixError(f"{where}.modes: duplicate entries in {list(modes)}")
+    default = _str(data.get("default", modes[0]), f"{where}.default")
+    if default not in modes:
+        raise MatrixError(
+            f"{where}.default: '{default}' is not one of the modes ({', '.join(modes)})"
+        )
+    env = _env_name(data.get("env"), f"{where}.env")
+    if env is None and len(modes) > 1:
+        raise MatrixError(
+            f"{where}.env: {len(modes)} modes need the environment variable that selects "
+            'one, e.g. env = "MY_NPU_ALLOCATOR"'
+        )
+    return AllocatorSpec(modes=modes, default=default, env=env)
+
+
+def _sanitizers(data: Any, src: str) -> tuple[Sanitizer, ...]:
+    where = f"{src} [backend.sanitizers]"
+    if data is None:
+        return ()
+    if not isinstance(data, Mapping):
+        raise MatrixError(f"{where}: expected one table per build, e.g. [backend.sanitizers.asan]")
+    out = []
+    for name, spec in data.items():
+        at = f"{src} [backend.sanitizers.{name}]"
+        if not _NAME_RE.match(name) or name == NO_SANITIZER:
+            raise MatrixError(f"{at}: the name must be lowercase [a-z0-9_] and not '{name}'")
+        if not isinstance(spec, Mapping):
+            raise MatrixError(f"{at}: expected a table with build_env, run_env, preload")
+        _check_keys(spec, ["build_env", "run_env", "preload"], at)
+        preload = _opt_list(spec.get("preload"), f"{at}.preload")
+        for lib in preload:
+            if lib not in PRELOADS:
+                raise MatrixError(f"{at}.preload: '{lib}' is not one of {', '.join(PRELOADS)}")
+        out.append(
+            Sanitizer(
+                name=name,
+                build_env=_env_table(spec.get("build_env"), f"{at}.build_env"),
+                run_env=_env_table(spec.get("run_env"), f"{at}.run_env"),
+                preload=preload,
+            )
+        )
+    return tuple(out)
+
+
+def _backend(data: Mapping[str, Any], src: str, base: Path) -> Backend:
+    where = f"{src} [backend]"
+    table = data.get("backend")
+    if not isinstance(table, Mapping):
+        raise MatrixError(
+            f'{src}: missing table [backend]; describe the backend under test (module = "...", '
+            "[backend.build] command = ...), see docs/MATRIX.md"
+        )
+    allowed = ["module", "device", "requires", "env", "expectations", "fault_env"]
+    _check_keys(table, [*allowed, "build", "allocator", "sanitizers"], where)
+    module = _str(table.get("module"), f"{where}.module (the module whose import registers it)")
+    if not _MODULE_RE.match(module):
+        raise MatrixError(f"{where}.module: '{module}' is not an importable module name")
+    device = table.get("device")
+    if device is not None:
+        device = _str(device, f"{where}.device")
+    expectations = None
+    if table.get("expectations") is not None:
+        raw = _str(table["expectations"], f"{where}.expectations")
+        expectations = (base / raw).resolve()
+        if not expectations.is_dir():
+            raise MatrixError(
+                f"{where}.expectations: folder {expectations} does not exist (it holds "
+                "common.toml and torch-<minor>.toml; remove the key if you have none)"
+            )
+    return Backend(
+        module=module,
+        build=_build(table.get("build"), src, base),
+        allocator=_allocator(table.get("allocator"), src),
+        sanitizers=_sanitizers(table.get("sanitizers"), src),
+        device=device,
+        requires=_opt_list(table.get("requires"), f"{where}.requires"),
+        env=_env_table(table.get("env"), f"{where}.env"),
+        expectations=expectations,
+        fault_env=_env_name(table.get("fault_env"), f"{where}.fault_env"),
+    )
+
+
+def parse_matrix(
+    data: Mapping[str, Any],
+    source: str = "matrix.toml",
+    base_dir: str | os.PathLike[str] | None = None,
+) -> Matrix:
+    """Validate the parsed TOML ``data`` and build a :class:`Matrix`.
+
+    Relative paths of the backend description start at ``base_dir`` (the matrix file's folder;
+    default: ``matrices/`` of this checkout).
+    """
     src = source
-    _check_keys(data, ["schema", "torch", "allocator", "sanitizer", "exclude"], src)
+    base = Path(base_dir) if base_dir is not None else DEFAULT_MATRIX_PATH.parent
+    _check_keys(data, ["schema", "torch", "backend", "exclude"], src)
     if data.get("schema") != SCHEMA:
-        raise MatrixError(f"{src}: expected schema = {SCHEMA}, got {data.get('schema')!r}")
+        hint = ""
+        if data.get("schema") == 1:
+            hint = (
+                " (schema 2 moved [allocator] and [sanitizer] into [backend]; see docs/MATRIX.md)"
+            )
+        raise MatrixError(f"{src}: expected schema = {SCHEMA}, got {data.get('schema')!r}{hint}")
     torch = _table(data, "torch", src)
     _check_keys(torch, ["default", "python", "release"], f"{src} [torch]")
     entries = torch.get("release")
@@ -365,7 +660,7 @@ def parse_matrix(data: Mapping[str, Any], source: str = "matrix.toml") -> Matrix
         seen.add(rel.minor)
     releases.sort(key=lambda r: Version(r.minor))
     minors = [r.minor for r in releases]
-    default = _str(torch.get("default"), f"{src} [torch].default")
+    default = _str(torch.get("default", minors[-1]), f"{src} [torch].default")
     if default not in minors:
         raise MatrixError(
             f"{src} [torch].default: {default} is not a release (valid: {', '.join(minors)})"
@@ -373,8 +668,9 @@ def parse_matrix(data: Mapping[str, Any], source: str = "matrix.toml") -> Matrix
     python = torch.get("python")
     if python is not None:
         python = _str(python, f"{src} [torch].python")
-    allocators, default_allocator = _modes(data, "allocator", src)
-    sanitizers, default_sanitizer = _modes(data, "sanitizer", src)
+    backend = _backend(data, src, base)
+    allocators = backend.allocator.modes
+    sanitizers = (NO_SANITIZER, *(s.name for s in backend.sanitizers))
     raw_exclusions = data.get("exclude", [])
     if not isinstance(raw_exclusions, list):
         raise MatrixError(f"{src}: 'exclude' must be an array of tables ([[exclude]])")
@@ -385,30 +681,38 @@ def parse_matrix(data: Mapping[str, Any], source: str = "matrix.toml") -> Matrix
         releases=tuple(releases),
         default_minor=default,
         python=python,
-        allocators=allocators,
-        default_allocator=default_allocator,
-        sanitizers=sanitizers,
-        default_sanitizer=default_sanitizer,
+        backend=backend,
         exclusions=exclusions,
         source=src,
     )
-    if matrix.exclusion(default, default_allocator, default_sanitizer) is not None:
+    if matrix.exclusion(default, matrix.default_allocator, NO_SANITIZER) is not None:
         raise MatrixError(f"{src}: an [[exclude]] entry removes the default cell {default}")
     return matrix
 
 
+def matrix_path(path: str | os.PathLike[str] | None = None) -> Path:
+    """The matrix file to use: ``path``, else ``$CONFORMANCE_MATRIX``, else this checkout's."""
+    chosen = path or os.environ.get(CONFORMANCE_MATRIX_ENV) or DEFAULT_MATRIX_PATH
+    return Path(chosen).expanduser().resolve()
+
+
 def load_matrix(path: str | os.PathLike[str] | None = None) -> Matrix:
-    """Read and validate the matrix file (default: ``matrices/matrix.toml`` of this checkout)."""
-    p = Path(path) if path is not None else DEFAULT_MATRIX_PATH
+    """Read and validate a matrix file (default: :func:`matrix_path`)."""
+    p = matrix_path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise MatrixError(f"matrix file {p} not found") from None
+        raise MatrixError(
+            f"matrix file {p} not found (set {CONFORMANCE_MATRIX_ENV} or pass the path)"
+        ) from None
+    except IsADirectoryError:
+        raise MatrixError(f"matrix file {p} is a folder; name the .toml file") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise MatrixError(f"{p}: invalid TOML: {exc}") from None
-    return parse_matrix(data, _display(p))
+    matrix = parse_matrix(data, _display(p), p.parent)
+    return replace(matrix, path=p)
 
 
 def _display(path: Path) -> str:

@@ -24,7 +24,9 @@ def test_device_module(npu):
     x = torch.ones(256, device="npu")
     assert torch.npu.memory_allocated() >= x.nbytes
     assert torch.npu.max_memory_allocated() >= torch.npu.memory_allocated()
-    assert set(torch.npu.memory_stats()) >= {"live_blocks", "live_bytes", "peak_bytes"}
+    stats = torch.npu.memory_stats()
+    assert stats["allocated_bytes.all.current"] == torch.npu.memory_allocated()
+    assert stats["allocated_bytes.all.peak"] == torch.npu.max_memory_allocated()
 
 
 def test_save_load_round_trip(npu):
@@ -61,3 +63,50 @@ def test_statistics_return_to_start(npu):
     assert end["live_blocks"] == start["live_blocks"]
     assert end["live_bytes"] == start["live_bytes"]
     assert end["peak_bytes"] >= mid["live_bytes"]
+
+
+def test_device_module_like_real_backends(npu):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "Set seed for 'npu' does not take effect"
+        torch.manual_seed(7)
+    assert torch.npu.initial_seed() == 7
+    torch.npu.seed_all()
+    assert torch.npu.is_initialized() and not torch.npu._is_in_bad_fork()
+    torch.npu._lazy_init()
+    assert torch.npu.get_amp_supported_dtype() == [torch.float16, torch.bfloat16]
+    assert torch.npu.is_bf16_supported()
+    states = torch.npu.get_rng_state_all()
+    torch.npu.set_rng_state_all(states)
+    s = torch.npu.current_stream(1)
+    assert isinstance(s, torch.npu.Stream) and s.device == torch.device("npu", 1)
+    a, b = torch.ones(2, 3, device="npu"), torch.ones(3, 2, device="npu")
+    with torch.autocast(device_type="npu", dtype=torch.bfloat16):
+        assert (a @ b).dtype == torch.bfloat16  # matrix products run in the autocast dtype
+        assert (a + 1).dtype == torch.float32  # everything else falls through
+    torch.npu.empty_cache()
+
+
+def test_memory_statistics_standard_apis(npu):
+    gc.collect()
+    torch.npu.reset_peak_memory_stats()
+    base = torch.npu.memory_allocated()
+    assert torch.npu.max_memory_allocated() == base
+    x = torch.empty(1000, device="npu")
+    assert torch.npu.memory_allocated() == base + 4000 == torch.npu.memory_reserved()
+    del x
+    gc.collect()
+    assert torch.npu.memory_allocated() == base
+    assert torch.npu.max_memory_allocated() == base + 4000
+    with torch.npu.device(1):
+        y = torch.empty(10, device="npu")
+        assert torch.npu.memory_allocated(1) >= 40 and torch.npu.memory_allocated(0) == base
+    del y
+    if hasattr(getattr(torch, "accelerator", None), "memory_allocated"):  # torch >= 2.9
+        assert torch.accelerator.memory_allocated() == torch.npu.memory_allocated()
+        stats = torch.accelerator.memory_stats()
+        assert stats["allocated_bytes.all.peak"] == torch.npu.max_memory_allocated()
+        torch.accelerator.reset_peak_memory_stats()
+        assert torch.accelerator.max_memory_allocated() == torch.accelerator.memory_allocated()
+        torch.accelerator.empty_cache()

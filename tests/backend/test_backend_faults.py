@@ -117,6 +117,123 @@ def test_fault_descriptions(npu):
     assert all(d and "\n" not in d for d in descriptions.values()), descriptions
 
 
+RESIZE = r"""
+import torch, echo_npu
+x = torch.arange(1.0, 7.0, device="npu")
+x.resize_(4, 3)                                    # grows the 24-byte storage to 48 bytes
+print(x.flatten()[:6].cpu().tolist())
+"""
+
+
+def test_resize_loses_data(run_py):
+    ok = run_py(RESIZE, ECHO_NPU_ALLOCATOR="guard")
+    assert ok.stdout.strip() == "[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]", ok.stderr[-2000:]
+    bad = run_py(RESIZE, ECHO_NPU_ALLOCATOR="guard", ECHO_NPU_FAULTS="resize_loses_data")
+    assert bad.returncode == 0, bad.stderr[-2000:]
+    assert bad.stdout.strip() != ok.stdout.strip(), bad.stdout  # fresh (0xA5) bytes instead
+
+
+def test_d2h_ignores_offset(npu, faults):
+    x = torch.arange(10.0)
+    d = x.to("npu")
+    faults(["d2h_ignores_offset"])
+    assert torch.equal(d[3:].cpu(), x[:7])  # device -> host reads from the storage start
+    assert torch.equal(d[3:].clone().cpu(), x[3:])  # device -> device is right
+    h = torch.zeros(10, device="npu")
+    h[3:].copy_(x[3:])  # host -> device is right
+    assert torch.equal(h.cpu(), torch.cat([torch.zeros(3), x[3:]]))
+    faults([])
+    assert torch.equal(d[3:].cpu(), x[3:])
+
+
+def test_int_not_implemented(npu, faults):
+    a = torch.arange(4, device="npu")
+    calls = {
+        "exp": lambda t: t.exp(),
+        "exp_": lambda t: t.exp_(),
+        "exp.out": lambda t: torch.exp(t, out=torch.empty(4, device="npu")),
+        "div_.Tensor": lambda t: t.div_(torch.tensor(2, device="npu")),
+    }
+    assert calls["exp"](a.clone()).dtype == torch.float32  # as on CPU
+    for name in ("exp_", "div_.Tensor"):  # CPU: "result type Float can't be cast to ... Long"
+        with pytest.raises(RuntimeError, match="can't be cast") as err:
+            calls[name](a.clone())
+        assert type(err.value) is RuntimeError, name
+    faults(["int_not_implemented"])
+    for call in calls.values():
+        with pytest.raises(NotImplementedError, match="not implemented for 'Long'"):
+            call(a.clone())
+    assert torch.equal(torch.zeros(2, device="npu").exp_().cpu(), torch.ones(2))  # floats work
+
+
+def test_fill_no_half(npu, faults):
+    h = torch.empty(3, dtype=torch.float16, device="npu")
+    assert torch.equal(h.fill_(2).cpu(), torch.full((3,), 2, dtype=torch.float16))
+    faults(["fill_no_half"])
+    with pytest.raises(NotImplementedError, match="'Half'"):
+        h.fill_(1)
+    with pytest.raises(NotImplementedError, match="'Half'"):
+        h.fill_(torch.tensor(1.0))
+    assert torch.equal(torch.empty(2, device="npu").fill_(3).cpu(), torch.full((2,), 3.0))
+
+
+def test_int_float_promotion(npu, faults):
+    i = torch.arange(3, device="npu")
+    others = [torch.full((3,), 0.5, device="npu"), torch.tensor(1.5, device="npu"), 1.5]
+    assert [(i + o).dtype for o in others] == [torch.float32] * 3
+    faults(["int_float_promotion"])
+    assert [(i + o).dtype for o in others] == [torch.int64] * 3
+    assert (i + 1.5).cpu().tolist() == [1, 2, 3]  # 1.5 truncated to the integer dtype
+    assert (i + torch.ones(3, dtype=torch.int64, device="npu")).cpu().tolist() == [1, 2, 3]
+
+
+def test_nan_to_zero(npu, faults):
+    x = torch.tensor([float("nan"), -1.0, 2.0], device="npu")
+    cond = torch.tensor([True, True, False], device="npu")
+
+    def results():
+        return [
+            torch.relu(x).cpu(),
+            x.clone().relu_().cpu(),
+            torch.where(cond, x, torch.zeros(3, device="npu")).cpu(),
+        ]
+
+    assert all(r[0].isnan() for r in results())
+    faults(["nan_to_zero"])
+    assert all(r[0] == 0 for r in results())
+    assert results()[0].tolist() == [0.0, 0.0, 2.0]
+
+
+def test_accelerator_leak(npu, faults):
+    import gc
+
+    x = torch.ones(4, device="npu")
+
+    def measure():
+        gc.collect()
+        before = (len(npu.live_blocks()), npu.memory_stats()["live_blocks"])
+        dev0 = torch.npu.memory_allocated()
+        y = x * x
+        del y
+        gc.collect()
+        after = (len(npu.live_blocks()), npu.memory_stats()["live_blocks"])
+        return before, after, torch.npu.memory_allocated() - dev0
+
+    before, after, grown = measure()
+    assert before == after and grown == 0
+    acc0 = torch.accelerator.memory_allocated() if _accelerator_memory() else None
+    faults(["accelerator_leak"])
+    before, after, grown = measure()
+    assert before == after  # invisible to the protocol hooks
+    assert grown >= x.nbytes + 64  # but counted by the allocator statistics
+    if acc0 is not None:
+        assert torch.accelerator.memory_allocated() - acc0 >= x.nbytes + 64
+
+
+def _accelerator_memory() -> bool:
+    return hasattr(torch, "accelerator") and hasattr(torch.accelerator, "memory_allocated")
+
+
 def test_fallback_addmm_drops_bias(npu, faults):
     bias, a, b = torch.ones(2, 3), torch.eye(2), torch.full((2, 3), 2.0)
     expected = torch.addmm(bias, a, b)

@@ -75,6 +75,9 @@ def test_routes_from_env(run_py):
         ("ECHO_NPU_DEVICE_NAME", "gpu", "valid values: npu, privateuseone"),
         ("ECHO_NPU_FAULTS", "leak,bogus", "valid: masked_fill_overflow"),
         ("ECHO_NPU_FALLBACK_OPS", "view", "cannot be routed"),
+        ("ECHO_NPU_REFUSE_FORK", "yes", "valid values: 0, 1"),
+        ("ECHO_NPU_NO_FALLBACK", "true", "valid values: 0, 1"),
+        ("ECHO_NPU_NO_HOOKS", "2", "valid values: 0, 1"),
     ],
 )
 def test_bad_env_value_one_line_error(run_py, var, value, needle):

@@ -10,7 +10,7 @@ from packaging.version import Version
 
 from conformance.bisect import __main__ as cli
 from conformance.bisect import index
-from conformance.bisect.runner import gated_fault_env, outcome_of
+from conformance.bisect.probe import gated_fault_env, outcome_of
 from conformance.bisect.search import BisectError, Probe, bisect_versions, max_probes
 
 RELEASES = [
@@ -20,18 +20,25 @@ RELEASES = [
 
 
 class FakeRunner:
-    """Fake install+run: versions >= ``since`` fail (or pass, with ``fix``); counts installs."""
+    """Fake install+run: versions >= ``since`` fail (or pass, with ``fix``); counts installs;
+    versions in ``unbuildable`` cannot be built (skip)."""
 
-    def __init__(self, since: str, fix: bool = False, error_on: str = "") -> None:
+    def __init__(
+        self, since: str, fix: bool = False, error_on: str = "", unbuildable: str = ""
+    ) -> None:
         self.since = Version(since)
         self.fix = fix
         self.error_on = error_on
+        self.unbuildable = set(unbuildable.split())
         self.probed: list[str] = []
 
     def probe(self, version: Version) -> Probe:
         self.probed.append(str(version))
         if str(version) == self.error_on:
             return Probe(str(version), "error", log="/x/log.txt", installed=True, detail="boom")
+        if str(version) in self.unbuildable:
+            detail = f"build of mynpu against torch {version} failed: exit status 1"
+            return Probe(str(version), "skip", 9.0, "/x/log.txt", installed=True, detail=detail)
         broken = (version >= self.since) != self.fix
         return Probe(str(version), "fail" if broken else "pass", 1.0, "log", installed=True)
 
@@ -75,15 +82,81 @@ def test_good_not_older_than_bad_is_an_error() -> None:
         bisect_versions("k", RELEASES, RELEASES[-1], RELEASES[0], FakeRunner("2.9"))
 
 
-def test_probe_that_cannot_run_is_an_error_naming_its_log() -> None:
+def test_end_that_cannot_run_is_an_error_naming_its_log() -> None:
     with pytest.raises(BisectError, match=r"2\.5\.0 did not run: boom \(log: /x/log.txt\)"):
         bisect_versions(
             "k", RELEASES, RELEASES[0], RELEASES[-1], FakeRunner("2.9", error_on="2.5.0")
         )
+    with pytest.raises(BisectError, match=r"the --bad probe of torch 2\.12\.1 did not run"):
+        bisect_versions(
+            "k", RELEASES, RELEASES[0], RELEASES[-1], FakeRunner("2.9", unbuildable="2.12.1")
+        )
+
+
+def test_release_that_fails_to_build_in_the_middle_is_skipped() -> None:
+    # 2.8.0 is the first midpoint: it cannot be built, the search goes on around it
+    runner = FakeRunner("2.10.0", unbuildable="2.8.0")
+    result = bisect_versions("k", RELEASES, RELEASES[0], RELEASES[-1], runner)
+    assert "2.8.0" in runner.probed
+    assert result.first_bad == "2.10.0" and result.last_good == "2.9.1" and result.exact
+    assert result.skipped == ["2.8.0"]
+    assert "skipped (no verdict): 2.8.0" in result.answer
+    assert len(runner.probed) == len(set(runner.probed))
+    assert len(runner.probed) <= max_probes(len(RELEASES)) + 1
+
+
+def test_skipped_release_next_to_the_change_makes_the_answer_a_range() -> None:
+    runner = FakeRunner("2.10.0", unbuildable="2.10.0 2.9.1")
+    result = bisect_versions("k", RELEASES, RELEASES[0], RELEASES[-1], runner)
+    assert not result.exact and result.candidates == ["2.9.1", "2.10.0", "2.11.0"]
+    assert result.first_bad == "2.11.0" and result.last_good == "2.9.0"
+    assert result.skipped == ["2.9.1", "2.10.0"]
+    assert result.answer.startswith("First bad: one of torch 2.9.1, 2.10.0, 2.11.0")
+    assert "a range, because 2.9.1, 2.10.0 could not be tested" in result.answer
+
+
+def test_every_middle_release_skipped_still_finishes() -> None:
+    middle = " ".join(str(v) for v in RELEASES[1:-1])
+    result = bisect_versions(
+        "k", RELEASES, RELEASES[0], RELEASES[-1], FakeRunner("2.10", unbuildable=middle)
+    )
+    assert result.candidates == [str(v) for v in RELEASES[1:]] and not result.exact
 
 
 def test_max_probes_bound() -> None:
     assert max_probes(15) == 6 and max_probes(2) == 3 and max_probes(8) == 5
+
+
+def test_fault_goes_to_the_described_fault_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_index(monkeypatch, RELEASES)
+    seen: list[dict] = []
+
+    def fake_runner(expression, **kw):
+        seen.append(kw)
+        return FakeRunner("2.10")
+
+    monkeypatch.setattr(cli, "VenvProbeRunner", fake_runner)
+    argv = ["k", "--good", "2.5", "--bad", "2.12", "--fault", "leak", "--fault-from", "2.10"]
+    assert cli.main(argv) == 0
+    env_for = seen[0]["env_for"]
+    assert env_for(Version("2.9.1")) == {}
+    assert env_for(Version("2.10.0")) == {"ECHO_NPU_FAULTS": "leak"}
+    argv = ["k", "--good", "2.5", "--bad", "2.12", "--gate-env", "A=1", "--gate-from", "2.11"]
+    assert cli.main(argv) == 0
+    assert seen[1]["env_for"](Version("2.11.0")) == {"A": "1"}
+
+
+def test_fault_needs_a_fault_variable(monkeypatch: pytest.MonkeyPatch, tmp_path, capsys) -> None:
+    _fake_index(monkeypatch, RELEASES)
+    (tmp_path / "src").mkdir()
+    matrix = tmp_path / "m.toml"
+    matrix.write_text(
+        'schema = 2\n[torch]\n[[torch.release]]\nminor = "2.12"\nversion = "2.12.1"\n'
+        '[backend]\nmodule = "my_npu"\n[backend.build]\nsource = "src"\ncommand = "true"\n'
+    )
+    argv = ["k", "--good", "2.5", "--bad", "2.12", "--matrix", str(matrix), "--fault", "leak"]
+    assert cli.main([*argv, "--fault-from", "2.10"], runner=FakeRunner("2.10")) == 2
+    assert "has no fault_env; add fault_env" in capsys.readouterr().err
 
 
 def test_gated_fault_env() -> None:
@@ -113,6 +186,24 @@ def test_cli_with_fake_runner_writes_json_and_markdown(
     assert [p["version"] for p in data["probes"]][:2] == ["2.5.1", "2.12.1"]
     assert all({"version", "outcome", "seconds", "log"} <= set(p) for p in data["probes"])
     assert "First bad: torch 2.10.0" in out_md.read_text()
+    assert data["exact"] and data["skipped"] == [] and data["candidates"] == ["2.10.0"]
+
+
+def test_cli_names_the_skipped_release(monkeypatch: pytest.MonkeyPatch, tmp_path, capsys) -> None:
+    _fake_index(monkeypatch, RELEASES)
+    out_json = tmp_path / "b.json"
+    runner = FakeRunner("2.10", unbuildable="2.9.0")  # the first midpoint of 2.5.1 .. 2.12.1
+    argv = ["mul.Tensor", "--good", "2.5", "--bad", "2.12", "--json", str(out_json)]
+    assert cli.main(argv, runner=runner) == 0
+    captured = capsys.readouterr()
+    assert "First bad: torch 2.10.0" in captured.out
+    assert "Skipped (no verdict; the search went on around them): 2.9.0 (skip: build of" in (
+        captured.out
+    )
+    assert "skipped (no verdict): 2.9.0" in captured.err
+    data = json.loads(out_json.read_text())
+    assert data["skipped"] == ["2.9.0"] and data["first_bad"] == "2.10.0" and data["exact"]
+    assert [p["outcome"] for p in data["probes"]].count("skip") == 1
 
 
 @pytest.mark.parametrize(
@@ -123,6 +214,9 @@ def test_cli_with_fake_runner_writes_json_and_markdown(
         (["--good", "2.5", "--bad", "2.6"], "both ends pass"),
         (["--good", "banana", "--bad", "2.6"], "not a version"),
         (["--good", "2.5", "--bad", "2.12", "--fault", "leak"], "go together"),
+        (["--good", "2.5", "--bad", "2.12", "--gate-env", "X"], "expected NAME=VALUE"),
+        (["--good", "2.5", "--bad", "2.12", "--allocator", "slab"], "'slab' is not one of"),
+        (["--good", "2.5", "--bad", "2.12", "--matrix", "/nope.toml"], "/nope.toml not found"),
     ],
 )
 def test_cli_bad_input_is_one_line_exit_2(

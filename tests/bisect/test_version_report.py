@@ -7,7 +7,7 @@ from pathlib import Path
 
 from conformance.report.__main__ import main as report_main
 from conformance.report.load import load_results
-from conformance.report.versions import build_grid, compare_previous
+from conformance.report.versions import build_version_grid, compare_previous
 
 CASES = {
     # case id -> status on 2.8.0, 2.9.1, 2.10.0
@@ -55,7 +55,7 @@ def nightly(root: Path, flip: dict[str, tuple[str, str, str]] | None = None) -> 
 
 
 def test_grid_and_first_changed_version(tmp_path: Path) -> None:
-    grid = build_grid(load_results([nightly(tmp_path / "now")]))
+    grid = build_version_grid(load_results([nightly(tmp_path / "now")]))
     assert [str(v) for v in grid.versions] == ["2.8.0", "2.9.1", "2.10.0"]  # ordered as versions
     firsts = {c.case.split("[")[1][:-1]: (c.version, c.kind) for c in grid.first_changes()}
     assert firsts == {
@@ -71,7 +71,7 @@ def test_grid_and_first_changed_version(tmp_path: Path) -> None:
             strict=True,
         )
     }
-    asan = build_grid(load_results([tmp_path / "now"]), "-asan")
+    asan = build_version_grid(load_results([tmp_path / "now"]), "-asan")
     assert [str(v) for v in asan.versions] == ["2.10.0"]
 
 
@@ -88,7 +88,9 @@ def test_compare_with_previous_nightly(tmp_path: Path) -> None:
             "test_matches_cpu[abs-float32-contiguous-native]": ("passed", "passed", "failed"),
         },
     )
-    comp = compare_previous(build_grid(load_results([now])), build_grid(load_results([prev])))
+    comp = compare_previous(
+        build_version_grid(load_results([now])), build_version_grid(load_results([prev]))
+    )
     abs_id = "test_matches_cpu[abs-float32-contiguous-native]"
     assert comp.new_failures == [(abs_id, "2.10.0", "passed", "failed")]
     assert comp.new_passes == [(abs_id, "2.9.1", "failed", "passed")]
@@ -112,3 +114,57 @@ def test_cli_writes_markdown_and_html_with_heatmap(tmp_path: Path) -> None:
     assert (
         report_main([str(now), "--versions-md", str(md), "--previous", str(tmp_path / "no")]) == 2
     )
+
+
+def test_one_regression_over_hundreds_of_cases_is_one_finding(tmp_path: Path) -> None:
+    """312 cases broken by one cause in 2.10 are one row: 'first fails in 2.10.0 (312 cases)'."""
+    from conformance.report.versions import (
+        render_versions_html,
+        render_versions_markdown,
+        version_findings,
+    )
+
+    ops = [f"op{i}" for i in range(104)]
+    dtypes = ["float32", "int64", "bfloat16"]
+    for minor, torch, broken in (("2.9", "2.9.1", False), ("2.10", "2.10.0", True)):
+        d = tmp_path / f"conformance-{minor}"
+        d.mkdir()
+        (d / "run.json").write_text(json.dumps({"torch": torch, "finished": "t"}))
+        lines = []
+        for n, (op, dt) in enumerate((o, t) for o in ops for t in dtypes):
+            case = f"{op}.Tensor-{dt}-transposed-native"
+
+            lines.append(
+                json.dumps(
+                    {
+                        "id": f"test_matches_cpu[{case}]",
+                        "op": op,
+                        "overload": "Tensor",
+                        "dtype": dt,
+                        "layout": "transposed",
+                        "path": "native",
+                        "status": "failed" if broken else "passed",
+                        "check": "strides" if broken else None,
+                        "message": f"output: strides ({n % 7 + 1}, 1) on the device, cpu (1, "
+                        f"{n % 5 + 2}); {op}.Tensor on torch.{dt}"
+                        if broken
+                        else None,
+                        "repro": f"pytest conformance -k '{case}'",
+                    }
+                )
+            )
+        (d / "cases-main.jsonl").write_text("\n".join(lines) + "\n")
+    grid = build_version_grid(load_results([tmp_path]))
+    (vf,) = version_findings(grid)
+    assert vf.kind == "regression" and str(vf.first) == "2.10.0" and vf.count == 312
+    assert vf.headline() == "first fails in 2.10.0 (312 cases)"
+    md = render_versions_markdown(grid, max_rows=20)
+    assert "### Findings across versions: 1" in md
+    row = next(line for line in md.splitlines() if line.startswith(f"| `{vf.finding.id}`"))
+    assert "**first fails in 2.10.0 (312 cases)** | 0 | 312 |" in row
+    assert "`pytest conformance -k 'op0.Tensor-float32-transposed-native'`" in row  # its repro
+    assert f"<details><summary><code>{vf.finding.id}</code>" in md  # cases one click away
+    assert "| ... 292 more (all in the HTML report) |" in md
+    page = render_versions_html(grid)
+    assert f"<a href='#{vf.finding.id}'>" in page and f"<details id='{vf.finding.id}'>" in page
+    assert page.count("<tr><td>test_matches_cpu[op") == 312 * 2  # finding cases + changed cases

@@ -64,6 +64,10 @@ void fallback_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   at::native::cpu_fallback(op, stack);
 }
 
+void check_runtime(enpuError_t err) {
+  TORCH_CHECK(err == enpuSuccess, "echo_npu: ", enpuGetErrorString(err));
+}
+
 bool native_ok(std::initializer_list<at::Tensor> ts) {
   for (const auto& t : ts) {
     if (!t.defined()) continue;
@@ -156,9 +160,12 @@ std::pair<uintptr_t, uintptr_t> span(const at::Tensor& t) {
 void copy_any(const at::Tensor& dst, const at::Tensor& src, bool allow_offset_fault) {
   if (dst.numel() == 0) return;
   const bool cross = dst.device().is_privateuseone() != src.device().is_privateuseone();
+  const bool d2h = src.device().is_privateuseone() && !dst.device().is_privateuseone();
+  // Faults: both sides of npu<->CPU copies, or only the npu source of device->host copies.
   const bool ignore = allow_offset_fault && cross && fault(Fault::CopyIgnoresOffset);
+  const bool ignore_src = ignore || (allow_offset_fault && d2h && fault(Fault::D2hIgnoresOffset));
   at::Tensor d = cpu_alias(dst, ignore, /*write=*/true);
-  at::Tensor s = cpu_alias(src, ignore, /*write=*/false);
+  at::Tensor s = cpu_alias(src, ignore_src, /*write=*/false);
   if (dst.device().is_privateuseone() && src.device().is_privateuseone() && src.numel() > 0) {
     auto a = span(dst), b = span(src);
     if (a.first < b.second && b.first < a.second) s = s.clone();  // overlapping views: stage src

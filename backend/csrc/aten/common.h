@@ -14,10 +14,14 @@
 
 namespace enpu {
 
+// Raises a RuntimeError naming the runtime error (e.g. use in a forked child).
+void check_runtime(enpuError_t err);
+
 // Names the op for allocations (outermost scope wins) and runs the red-zone check on exit.
 class OpScope {
  public:
   explicit OpScope(const char* name) : name_(name), prev_(enpuGetCurrentOp()) {
+    if (!prev_) check_runtime(enpuCheckProcess());  // refuse-fork: no op in a forked child
     if (!prev_) enpuSetCurrentOp(name);
   }
   ~OpScope() {
@@ -43,7 +47,8 @@ decltype(auto) fallback(Args&&... args) {
 
 template <class F>
 void launch(const char* name, F&& f) {
-  enpuLaunchKernel(name, [](void* p) { (*static_cast<std::remove_reference_t<F>*>(p))(); }, &f);
+  check_runtime(enpuLaunchKernel(
+      name, [](void* p) { (*static_cast<std::remove_reference_t<F>*>(p))(); }, &f));
 }
 
 inline k::DType kdt(at::ScalarType st) { return static_cast<k::DType>(static_cast<int>(st)); }

@@ -9,6 +9,7 @@
 #include <ATen/ops/add.h>
 #include <ATen/ops/div.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
 #include <ATen/ops/eq.h>
 #include <ATen/ops/exp.h>
 #include <ATen/ops/ge.h>
@@ -24,6 +25,7 @@
 #include <ATen/ops/sub.h>
 #include <ATen/ops/where.h>
 
+#include "../device/device.h"
 #include "common.h"
 #include "ops.h"
 
@@ -49,10 +51,9 @@ at::ScalarType binary_ct(k::BinOp op, const Tensor& a, const Tensor& b) {
   return ct;
 }
 
-Tensor binary_compute(k::BinOp op, const Tensor& a, const Tensor& b, const Scalar& alpha,
-                      at::IntArrayRef shape, c10::Device dev) {
-  if (op == k::BinOp::Sub) sub_check(a, b);
-  auto ct = binary_ct(op, a, b);
+// a op b computed in dtype ct over shape (broadcast), as a new contiguous device tensor.
+Tensor binary_compute_as(k::BinOp op, const Tensor& a, const Tensor& b, const Scalar& alpha,
+                         at::IntArrayRef shape, at::ScalarType ct, c10::Device dev) {
   Tensor sa = stage(a, shape, ct, dev), sb = stage(b, shape, ct, dev);
   Tensor r = empty_dev(shape, ct, dev);
   double af = 1.0;
@@ -64,6 +65,12 @@ Tensor binary_compute(k::BinOp op, const Tensor& a, const Tensor& b, const Scala
     k::binary(op, kdt(ct), sa.data_ptr(), sb.data_ptr(), r.data_ptr(), r.numel(), af, ai);
   });
   return r;
+}
+
+Tensor binary_compute(k::BinOp op, const Tensor& a, const Tensor& b, const Scalar& alpha,
+                      at::IntArrayRef shape, c10::Device dev) {
+  if (op == k::BinOp::Sub) sub_check(a, b);
+  return binary_compute_as(op, a, b, alpha, shape, binary_ct(op, a, b), dev);
 }
 
 // CPU's TensorIterator refuses to write a result into a tensor of a type it cannot be cast to
@@ -162,6 +169,18 @@ Tensor& unary_inplace(k::UnOp kop, Tensor& self) {
   return self;
 }
 
+// Fault "int_not_implemented": the error of a backend that has no integer kernel for the op.
+void refuse_integer(const char* kernel, const Tensor& self) {
+  TORCH_CHECK_NOT_IMPLEMENTED(!at::isIntegralType(self.scalar_type(), /*includeBool=*/false), "\"",
+                              kernel, "\" not implemented for '", toString(self.scalar_type()), "'");
+}
+
+// Fault "nan_to_zero": NaN elements of a contiguous device result become 0.
+void zero_nans(const Tensor& r) {
+  if (r.numel() == 0 || !at::isFloatingType(r.scalar_type())) return;
+  launch("nan_to_zero", [&] { k::nan_to_zero(kdt(r.scalar_type()), r.data_ptr(), r.numel()); });
+}
+
 // ---- comparisons --------------------------------------------------------------------------
 Tensor compare_compute(k::CmpOp op, const Tensor& a, const Tensor& b, const Tensor& meta,
                        c10::Device dev) {
@@ -229,6 +248,16 @@ Tensor add_Tensor(const Tensor& self, const Tensor& other, const Scalar& alpha) 
   OpScope s("add.Tensor");
   if (use_fallback("add.Tensor", {self, other}))
     return fallback<at::_ops::add_Tensor>(self, other, alpha);
+  if (fault(Fault::IntFloatPromotion) && at::isIntegralType(self.scalar_type(), false) &&
+      at::isFloatingType(other.scalar_type())) {  // wrong promotion: keeps self's integer dtype
+    auto dev = device_of({self, other});
+    Tensor meta = at::_ops::add_Tensor::call(to_meta(self), to_meta(other), alpha);
+    Tensor as_int = at::empty_strided(meta.sizes(), meta.strides(),
+                                      meta.options().dtype(self.scalar_type()));
+    return finish(binary_compute_as(k::BinOp::Add, self, other, alpha, meta.sizes(),
+                                    self.scalar_type(), dev),
+                  as_int, dev);
+  }
   return binary_functional<at::_ops::add_Tensor>(k::BinOp::Add, self, other, alpha);
 }
 
@@ -288,6 +317,8 @@ Tensor mul_Tensor(const Tensor& self, const Tensor& other) {
     void* p = nullptr;
     enpuMalloc(&p, static_cast<size_t>(r.nbytes()) + 64);
   }
+  if (fault(Fault::AcceleratorLeak))  // a block only the c10 allocator's statistics count
+    allocate_untracked(static_cast<size_t>(r.nbytes()) + 64);
   return r;
 }
 
@@ -318,6 +349,7 @@ Tensor& div__Tensor(Tensor& self, const Tensor& other) {
   OpScope s("div_.Tensor");
   if (use_fallback("div_.Tensor", {self, other}))
     return fallback<at::_ops::div__Tensor>(self, other);
+  if (fault(Fault::IntNotImplemented)) refuse_integer("div_npu", self);
   copy_any(self, binary_inplace_result<at::_ops::div__Tensor, at::_ops::div_Tensor>(
                      k::BinOp::Div, self, other));
   return self;
@@ -370,18 +402,21 @@ Tensor& abs_out(const Tensor& self, Tensor& out) {
 Tensor exp(const Tensor& self) {
   OpScope s("exp");
   if (use_fallback("exp", {self})) return fallback<at::_ops::exp>(self);
+  if (fault(Fault::IntNotImplemented)) refuse_integer("exp_npu", self);
   return unary_functional<at::_ops::exp>(k::UnOp::Exp, self);
 }
 
 Tensor& exp_(Tensor& self) {
   OpScope s("exp_");
   if (use_fallback("exp_", {self})) return fallback<at::_ops::exp_>(self);
+  if (fault(Fault::IntNotImplemented)) refuse_integer("exp_npu", self);
   return unary_inplace<at::_ops::exp_>(k::UnOp::Exp, self);
 }
 
 Tensor& exp_out(const Tensor& self, Tensor& out) {
   OpScope s("exp.out");
   if (use_fallback("exp.out", {self, out})) return fallback<at::_ops::exp_out>(self, out);
+  if (fault(Fault::IntNotImplemented)) refuse_integer("exp_npu", self);
   return unary_out<at::_ops::exp_out>(k::UnOp::Exp, self, out);
 }
 
@@ -391,7 +426,9 @@ Tensor relu(const Tensor& self) {
   auto dev = device_of({self});
   TORCH_CHECK(self.scalar_type() != at::kBool, "Boolean inputs not supported for relu");
   Tensor meta = at::_ops::relu::call(to_meta(self));
-  return finish(unary_compute(k::UnOp::Relu, self, self.scalar_type(), dev), meta, dev);
+  Tensor r = unary_compute(k::UnOp::Relu, self, self.scalar_type(), dev);
+  if (fault(Fault::NanToZero)) zero_nans(r);
+  return finish(r, meta, dev);
 }
 
 Tensor& relu_(Tensor& self) {
@@ -400,7 +437,9 @@ Tensor& relu_(Tensor& self) {
   auto dev = device_of({self});
   TORCH_CHECK(self.scalar_type() != at::kBool, "Boolean inputs not supported for relu");
   check_inplace(self, {});
-  copy_any(self, unary_compute(k::UnOp::Relu, self, self.scalar_type(), dev));
+  Tensor r = unary_compute(k::UnOp::Relu, self, self.scalar_type(), dev);
+  if (fault(Fault::NanToZero)) zero_nans(r);
+  copy_any(self, r);
   return self;
 }
 
@@ -517,6 +556,7 @@ Tensor where_self(const Tensor& cond, const Tensor& self, const Tensor& other) {
   launch("where", [&] {
     k::where(r.element_size(), c.data_ptr<bool>(), a.data_ptr(), b.data_ptr(), r.data_ptr(), r.numel());
   });
+  if (fault(Fault::NanToZero)) zero_nans(r);
   return finish(r, meta, dev);
 }
 

@@ -10,6 +10,7 @@
 #include <ATen/ops/view_native.h>
 #include <ATen/ops/zero.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/util/accumulate.h>
 
 #include "common.h"
 #include "ops.h"
@@ -69,6 +70,17 @@ Tensor _reshape_alias(const Tensor& self, at::IntArrayRef size, at::IntArrayRef 
 const Tensor& resize_(const Tensor& self, at::IntArrayRef size,
                       std::optional<at::MemoryFormat> mf) {
   OpScope s("resize_");
+  if (fault(Fault::ResizeLosesData)) {
+    // Grow the storage to fresh memory without copying the old bytes; at::native::resize_ then
+    // finds it large enough and keeps it.
+    const int64_t numel = c10::multiply_integers(size);
+    const size_t need = static_cast<size_t>(self.storage_offset() + numel) * self.itemsize();
+    auto* storage = self.storage().unsafeGetStorageImpl();
+    if (numel > 0 && need > storage->nbytes() && storage->resizable()) {
+      storage->set_data_ptr_noswap(storage->allocator()->allocate(need));
+      storage->set_nbytes(need);
+    }
+  }
   return at::native::resize_(self, size, mf);
 }
 
@@ -134,12 +146,19 @@ void fill_impl(const Tensor& self, const at::Scalar& value) {
   copy_any(v, tmp);
 }
 
+// Fault "fill_no_half": a backend whose fill_ kernel lacks float16.
+void refuse_half(const Tensor& self) {
+  TORCH_CHECK_NOT_IMPLEMENTED(self.scalar_type() != at::kHalf,
+                              "\"fill_npu\" not implemented for 'Half'");
+}
+
 }  // namespace
 
 Tensor& fill__Scalar(Tensor& self, const at::Scalar& value) {
   OpScope s("fill_.Scalar");
   if (routed("fill_.Scalar") || !native_ok({self}))
     return fallback<at::_ops::fill__Scalar>(self, value);
+  if (fault(Fault::FillNoHalf)) refuse_half(self);
   fill_impl(self, value);
   return self;
 }
@@ -148,6 +167,7 @@ Tensor& fill__Tensor(Tensor& self, const Tensor& value) {
   OpScope s("fill_.Tensor");
   if (routed("fill_.Tensor") || !native_ok({self, value}))
     return fallback<at::_ops::fill__Tensor>(self, value);
+  if (fault(Fault::FillNoHalf)) refuse_half(self);
   TORCH_CHECK(value.dim() == 0,
               "fill_ only supports 0-dimension value tensor but got tensor with ", value.dim(),
               " dimensions.");

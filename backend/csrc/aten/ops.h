@@ -4,6 +4,7 @@
 #pragma once
 #include <ATen/core/ATen_fwd.h>
 #include <ATen/core/Tensor.h>
+#include <torch/library.h>
 
 #include <array>
 #include <optional>
@@ -109,5 +110,8 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward_overrideable(
     const Tensor& grad, const Tensor& input, const Tensor& weight, at::IntArrayRef stride,
     at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
     at::IntArrayRef output_padding, int64_t groups, std::array<bool, 3> mask);
+
+// ---- autocast (autocast.cpp): AutocastPrivateUse1 policies --------------------------------
+void autocast_kernels(torch::Library& m);
 
 }  // namespace enpu::ops

@@ -1,10 +1,13 @@
 // echo_npu registration table: every aten overload echo_npu implements for PrivateUse1 and the
 // C++ function that serves it (bodies in ops.h's files). One line per overload, so
-// `grep '"add.Tensor"'` finds the registration and `grep add_Tensor` its kernel.
+// `grep '"add.Tensor"'` finds the registration and `grep add_Tensor` its kernel. Registered at
+// run time by register_kernels() (called from the Python package), not by static initialisers.
 //
 // ENPU_KERNEL: a native kernel that set_fallback_routes may route through cpu_fallback.
 // ENPU_PRIMITIVE: one cpu_fallback itself needs (empty*, views, _copy_from*, ...): not routable.
 #include <torch/library.h>
+
+#include <mutex>
 
 #include "common.h"
 #include "ops.h"
@@ -22,8 +25,9 @@
   } while (0)
 
 namespace enpu {
+namespace {
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+void aten_kernels(torch::Library& m) {
   // factories, views, copies, scalar reads (factories.cpp)
   ENPU_PRIMITIVE(m, "empty.memory_format", ops::empty_memory_format);
   ENPU_PRIMITIVE(m, "empty_strided", ops::empty_strided);
@@ -105,18 +109,33 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 
 // _copy_from handles conj/neg bits itself: let it through the Conjugate/Negative fallbacks
 // (otherwise conj materialization -> clone -> copy_ -> _copy_from recurses forever).
-TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
-  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
-  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
-}
-TORCH_LIBRARY_IMPL(aten, Negative, m) {
+void copy_fallthrough(torch::Library& m) {
   m.impl("_copy_from", torch::CppFunction::makeFallthrough());
   m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }
 
-// Everything else: the boxed cpu_fallback (common.cpp).
-TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback_boxed>());
+// Libraries live for the whole process (destroying one would deregister its kernels).
+torch::Library& library(const char* ns, c10::DispatchKey key) {
+  return *new torch::Library(torch::Library::IMPL, ns, key, __FILE__, __LINE__);
+}
+
+}  // namespace
+
+// Called by the Python package after the device is registered (not a static initialiser, so a
+// failed import registers nothing and ECHO_NPU_NO_FALLBACK can leave the fallback out).
+void register_kernels(bool with_fallback) {
+  static std::once_flag once;
+  std::call_once(once, [with_fallback] {
+    aten_kernels(library("aten", c10::DispatchKey::PrivateUse1));
+    copy_fallthrough(library("aten", c10::DispatchKey::Conjugate));
+    copy_fallthrough(library("aten", c10::DispatchKey::Negative));
+    // torch.autocast(device_type="npu"): everything falls through but the policies of autocast.cpp
+    library("_", c10::DispatchKey::AutocastPrivateUse1).fallback(torch::CppFunction::makeFallthrough());
+    ops::autocast_kernels(library("aten", c10::DispatchKey::AutocastPrivateUse1));
+    if (with_fallback)  // everything else: the boxed cpu_fallback (common.cpp)
+      library("_", c10::DispatchKey::PrivateUse1)
+          .fallback(torch::CppFunction::makeFromBoxedFunction<&fallback_boxed>());
+  });
 }
 
 }  // namespace enpu

@@ -9,6 +9,10 @@
 
 namespace enpu {
 
+// Registers the kernel table (register.cpp), the Conjugate/Negative fallthroughs of _copy_from*
+// and, if with_fallback, the boxed cpu_fallback for everything else. Once per process.
+void register_kernels(bool with_fallback);
+
 // Native overload registry ("add.Tensor", "abs", ...). routable=false for the primitives the
 // cpu_fallback itself needs (empty*, _copy_from*, as_strided, view, resize_, ...).
 void register_native(const std::string& name, bool routable);

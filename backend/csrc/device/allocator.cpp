@@ -1,33 +1,196 @@
 // echo_npu c10 allocator for PrivateUse1: device blocks come from the runtime (enpuMalloc).
+// It keeps per-device statistics like a caching allocator's (without caching: reserved equals
+// allocated) and, on torch >= 2.9, is a c10::DeviceAllocator so that torch.accelerator's memory
+// APIs (memory_allocated, memory_stats, reset_peak_memory_stats, ...) work for the device.
 #include <c10/core/Allocator.h>
 #include <c10/util/Exception.h>
 
+#include <cstdlib>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
 #include "../runtime/runtime.h"
+#include "api.h"
 #include "device.h"
+
+#if ENPU_TORCH_AT_LEAST(2, 9)
+#include <c10/core/CachingDeviceAllocator.h>
+#define ENPU_DEVICE_ALLOCATOR 1
+#endif
 
 namespace enpu {
 namespace {
 
-void delete_block(void* p) { enpuFree(p); }
+struct Counter {  // like c10::CachingAllocator::Stat
+  int64_t current = 0, peak = 0, allocated = 0, freed = 0;
+  void increase(int64_t n) {
+    current += n;
+    allocated += n;
+    peak = std::max(peak, current);
+  }
+  void decrease(int64_t n) {
+    current -= n;
+    freed += n;
+  }
+};
 
-struct EnpuAllocator final : public c10::Allocator {
+struct DeviceCounters {
+  Counter blocks, bytes;  // allocation/segment/active counts; allocated/reserved/active bytes
+  int64_t device_alloc = 0, device_free = 0;
+};
+
+class Stats {
+ public:
+  void on_alloc(void* p, int device, size_t n) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (p) owner_[p] = {device, n};
+    add(device, n);
+  }
+  // Memory counted but not owned by a block the runtime knows (see allocate_untracked).
+  void on_untracked(int device, size_t n) {
+    std::lock_guard<std::mutex> lk(mu_);
+    add(device, n);
+  }
+  void on_free(void* p) {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = owner_.find(p);
+    if (it == owner_.end()) return;
+    auto& c = dev(it->second.first);
+    c.blocks.decrease(1);
+    c.bytes.decrease(static_cast<int64_t>(it->second.second));
+    c.device_free += 1;
+    owner_.erase(it);
+  }
+  DeviceCounters get(int device) {
+    std::lock_guard<std::mutex> lk(mu_);
+    return dev(device);
+  }
+  void reset_peak(int device) {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto& c = dev(device);
+    c.blocks.peak = c.blocks.current;
+    c.bytes.peak = c.bytes.current;
+  }
+  void reset_accumulated(int device) {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto& c = dev(device);
+    c.blocks.allocated = c.blocks.freed = c.bytes.allocated = c.bytes.freed = 0;
+    c.device_alloc = c.device_free = 0;
+  }
+
+ private:
+  DeviceCounters& dev(int device) {
+    if (device < 0) device = enpuGetDevice();
+    TORCH_CHECK(device < enpuDeviceCount(), "echo_npu: invalid device index ", device);
+    if (per_device_.empty()) per_device_.resize(static_cast<size_t>(enpuDeviceCount()));
+    return per_device_[static_cast<size_t>(device)];
+  }
+  void add(int device, size_t n) {
+    auto& c = dev(device);
+    c.blocks.increase(1);
+    c.bytes.increase(static_cast<int64_t>(n));
+    c.device_alloc += 1;
+  }
+  std::mutex mu_;
+  std::unordered_map<void*, std::pair<int, size_t>> owner_;
+  std::vector<DeviceCounters> per_device_;
+};
+
+Stats& stats() {
+  static Stats* s = new Stats();  // never destroyed: blocks may be freed during exit
+  return *s;
+}
+
+void delete_block(void* p) {
+  stats().on_free(p);
+  enpuFree(p);
+}
+
+#ifdef ENPU_DEVICE_ALLOCATOR
+using AllocatorBase = c10::DeviceAllocator;
+#else
+using AllocatorBase = c10::Allocator;
+#endif
+
+struct EnpuAllocator final : public AllocatorBase {
   c10::DataPtr allocate(size_t n) override {
     void* p = nullptr;
     auto err = enpuMalloc(&p, n);
-    TORCH_CHECK(err == enpuSuccess, "echo_npu: out of memory allocating ", n, " bytes");
-    return {p, p, &delete_block, c10::Device(c10::DeviceType::PrivateUse1, enpuGetDevice())};
+    TORCH_CHECK(err != enpuErrorOutOfMemory, "echo_npu: out of memory allocating ", n, " bytes");
+    TORCH_CHECK(err == enpuSuccess, "echo_npu: ", enpuGetErrorString(err));
+    const int device = enpuGetDevice();
+    if (n > 0) stats().on_alloc(p, device, n);
+    return {p, p, &delete_block, c10::Device(c10::DeviceType::PrivateUse1, device)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &delete_block; }
   void copy_data(void* dst, const void* src, std::size_t count) const override {
     enpuMemcpy(dst, src, count, enpuMemcpyDeviceToDevice);
   }
+
+#ifdef ENPU_DEVICE_ALLOCATOR
+  bool initialized() override { return enpuIsInitialized() != 0; }
+  void emptyCache(c10::MempoolId_t) override {}  // no cache
+  void recordStream(const c10::DataPtr&, c10::Stream) override {}  // one stream per device
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    const DeviceCounters c = stats().get(device);
+    c10::CachingDeviceAllocator::DeviceStats out;
+    const auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    auto put = [&](c10::CachingAllocator::StatArray& a, const Counter& v) {
+      a[all].current = v.current;
+      a[all].peak = v.peak;
+      a[all].allocated = v.allocated;
+      a[all].freed = v.freed;
+    };
+    for (auto* a : {&out.allocation, &out.segment, &out.active}) put(*a, c.blocks);
+    for (auto* a : {&out.allocated_bytes, &out.reserved_bytes, &out.active_bytes,
+                    &out.requested_bytes})
+      put(*a, c.bytes);
+    out.num_device_alloc = c.device_alloc;
+    out.num_device_free = c.device_free;
+    return out;
+  }
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    stats().reset_accumulated(device);
+  }
+  void resetPeakStats(c10::DeviceIndex device) override { stats().reset_peak(device); }
+#endif
 };
 
 EnpuAllocator g_allocator;
-REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_allocator);
 
 }  // namespace
 
 c10::Allocator* device_allocator() { return &g_allocator; }
+
+void register_allocator() { c10::SetAllocator(c10::DeviceType::PrivateUse1, &g_allocator); }
+
+void allocate_untracked(size_t nbytes) {
+  TORCH_CHECK(enpuInit() == enpuSuccess, "echo_npu: ", enpuGetErrorString(enpuInit()));
+  void* p = std::malloc(nbytes);  // never freed, never in the runtime's block table
+  (void)p;
+  stats().on_untracked(enpuGetDevice(), nbytes);
+}
+
+std::map<std::string, int64_t> allocator_stats(int device) {
+  const DeviceCounters c = stats().get(device);
+  std::map<std::string, int64_t> out;
+  auto put = [&](const std::string& name, const Counter& v) {
+    out[name + ".current"] = v.current;
+    out[name + ".peak"] = v.peak;
+    out[name + ".allocated"] = v.allocated;
+    out[name + ".freed"] = v.freed;
+  };
+  for (const char* name : {"allocation", "segment", "active"}) put(name, c.blocks);
+  for (const char* name : {"allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes"})
+    put(name, c.bytes);
+  out["num_device_alloc"] = c.device_alloc;
+  out["num_device_free"] = c.device_free;
+  return out;
+}
+
+void reset_peak_stats(int device) { stats().reset_peak(device); }
+void reset_accumulated_stats(int device) { stats().reset_accumulated(device); }
 
 }  // namespace enpu

@@ -23,8 +23,14 @@
 
 namespace enpu {
 
-// The PrivateUse1 c10 allocator (allocator.cpp).
+// The PrivateUse1 c10 allocator (allocator.cpp) and its registration with c10.
 c10::Allocator* device_allocator();
+void register_allocator();
+// Fault "accelerator_leak": host memory that the allocator's statistics count as allocated on
+// the current device but that is no runtime block (not in live_blocks()); never freed.
+void allocate_untracked(size_t nbytes);
+// The device guard (guard.cpp) and the PrivateUse1 hooks (hooks.cpp).
+void register_guard();
 
 // Default generator of a device (-1: the current one) and fresh generators (generator.cpp).
 const at::Generator& default_generator(c10::DeviceIndex idx);

@@ -43,7 +43,11 @@ struct EnpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void synchronizeDevice(const c10::DeviceIndex) const ENPU_OVERRIDE_SINCE_2_6 {}
 };
 
-C10_REGISTER_GUARD_IMPL(PrivateUse1, EnpuGuardImpl);
-
 }  // namespace
+
+void register_guard() {
+  static c10::impl::DeviceGuardImplRegistrar registrar(c10::DeviceType::PrivateUse1,
+                                                       new EnpuGuardImpl());
+}
+
 }  // namespace enpu

@@ -1,11 +1,15 @@
-// echo_npu PrivateUse1 hooks: device count/current device, generators, storage resize.
+// echo_npu PrivateUse1 hooks: device count/current device, generators, storage resize, and the
+// registration of the device integration (hooks, guard, allocator).
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/Storage.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <mutex>
+#include <string>
 
 #include "../runtime/runtime.h"
+#include "api.h"
 #include "device.h"
 
 namespace enpu {
@@ -50,9 +54,22 @@ struct EnpuHooks final : public at::PrivateUse1HooksInterface {
   }
 };
 
-struct Registrar {
-  Registrar() { at::RegisterPrivateUse1HooksInterface(new EnpuHooks()); }
-} g_registrar;
-
 }  // namespace
+
+// Not a static initialiser: registering PrivateUse1 hooks a second time aborts the process, so
+// the Python package calls this once, and it checks first.
+std::string register_device() {
+  static std::mutex mu;
+  static bool done = false;
+  std::lock_guard<std::mutex> lk(mu);
+  if (done) return "";
+  if (at::isPrivateUse1HooksRegistered())
+    return "PrivateUse1 hooks are already registered by another library";
+  register_allocator();
+  register_guard();
+  at::RegisterPrivateUse1HooksInterface(new EnpuHooks());
+  done = true;
+  return "";
+}
+
 }  // namespace enpu

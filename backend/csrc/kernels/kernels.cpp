@@ -272,3 +272,18 @@ void softmax(DType dt, const void* in_, void* out_, int64_t outer, int64_t r) {
 }
 
 }  // namespace enpu::k
+
+namespace enpu::k {
+
+void nan_to_zero(DType dt, void* data, int64_t n) {
+  dispatch(dt, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (is_fp<T>) {
+      T* p = static_cast<T*>(data);
+      for (int64_t i = 0; i < n; ++i)
+        if (isnan_(p[i])) p[i] = T(0);
+    }
+  });
+}
+
+}  // namespace enpu::k

@@ -37,6 +37,8 @@ void index_select(size_t elem, const void* in, const int64_t* idx, void* out, in
                   int64_t dim, int64_t inner, int64_t nidx);
 // in: [outer, r] contiguous -> out: [outer]. All/Any write 0/1 bytes; others write dt.
 void reduce(RedOp op, DType dt, const void* in, void* out, int64_t outer, int64_t r);
+// NaN elements of a floating buffer become 0 (no-op for other dtypes).
+void nan_to_zero(DType dt, void* data, int64_t n);
 // softmax over the last dim of [outer, r].
 void softmax(DType dt, const void* in, void* out, int64_t outer, int64_t r);
 

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "../aten/registry.h"
+#include "../device/api.h"
 #include "../device/rng.h"
 #include "../runtime/runtime.h"
 
@@ -70,6 +71,22 @@ py::list check_memory() {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "echo_npu native bindings";
+  // registration (called once by the package's __init__)
+  m.def("register_device", &enpu::register_device);
+  m.def("register_kernels", &enpu::register_kernels);
+  // initialisation and forks
+  m.def("init", [] {
+    enpuError_t e = enpuInit();
+    if (e != enpuSuccess) throw std::runtime_error(std::string("echo_npu: ") + enpuGetErrorString(e));
+  });
+  m.def("is_initialized", [] { return enpuIsInitialized() != 0; });
+  m.def("set_refuse_fork", [](bool on) { enpuSetRefuseFork(on ? 1 : 0); });
+  m.def("refuse_fork", [] { return enpuGetRefuseFork() != 0; });
+  m.def("in_bad_fork", [] { return enpuCheckProcess() == enpuErrorForkedChild; });
+  // c10 allocator statistics (torch.npu.memory_*)
+  m.def("allocator_stats", &enpu::allocator_stats);
+  m.def("reset_peak_stats", &enpu::reset_peak_stats);
+  m.def("reset_accumulated_stats", &enpu::reset_accumulated_stats);
   m.def("set_allocator_mode", &set_allocator_mode);
   m.def("allocator_mode", [] { return std::string(kModes[enpuGetAllocatorMode()]); });
   m.def("memory_stats", &memory_stats);

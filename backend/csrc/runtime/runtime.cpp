@@ -51,6 +51,9 @@ enpu::MemStats g_stats;
 uint64_t g_serial = 0;
 enpuAllocMode g_mode = enpuAllocMalloc;
 std::atomic<uint64_t> g_launches{0};
+std::atomic<bool> g_initialized{false};
+std::atomic<bool> g_refuse_fork{false};
+std::atomic<pid_t> g_init_pid{0};
 thread_local const char* t_current_op = nullptr;
 thread_local int t_device = 0;
 
@@ -97,6 +100,40 @@ void check_block_locked(uintptr_t user, const Block& b, const char* after_op) {
 
 extern "C" {
 
+const char* enpuGetErrorString(enpuError_t err) {
+  switch (err) {
+    case enpuSuccess: return "success";
+    case enpuErrorInvalidValue: return "invalid value";
+    case enpuErrorOutOfMemory: return "out of memory";
+    case enpuErrorUnknownPointer: return "unknown device pointer";
+    case enpuErrorForkedChild:
+      return "cannot re-initialize npu in forked subprocess. To use npu with multiprocessing, you "
+             "must use the 'spawn' start method";
+  }
+  return "unknown error";
+}
+
+enpuError_t enpuCheckProcess(void) {
+  if (g_refuse_fork.load(std::memory_order_relaxed) && g_initialized.load() &&
+      g_init_pid.load() != getpid())
+    return enpuErrorForkedChild;
+  return enpuSuccess;
+}
+
+enpuError_t enpuInit(void) {
+  if (g_initialized.load()) return enpuCheckProcess();
+  std::lock_guard<std::mutex> lk(g_mu);
+  if (!g_initialized.load()) {
+    g_init_pid = getpid();
+    g_initialized = true;
+  }
+  return enpuSuccess;
+}
+
+int enpuIsInitialized(void) { return g_initialized.load() ? 1 : 0; }
+void enpuSetRefuseFork(int on) { g_refuse_fork = on != 0; }
+int enpuGetRefuseFork(void) { return g_refuse_fork.load() ? 1 : 0; }
+
 enpuError_t enpuSetAllocatorMode(enpuAllocMode mode) {
   std::lock_guard<std::mutex> lk(g_mu);
   if (mode < enpuAllocMalloc || mode > enpuAllocPage) return enpuErrorInvalidValue;
@@ -119,6 +156,7 @@ int enpuGetDevice(void) { return t_device; }
 
 enpuError_t enpuMalloc(void** ptr, size_t size) {
   *ptr = nullptr;
+  if (enpuError_t e = enpuInit(); e != enpuSuccess) return e;
   if (size == 0) return enpuSuccess;
   void* base = nullptr;
   size_t base_size = 0;
@@ -201,6 +239,7 @@ enpuError_t enpuFree(void* ptr) {
 }
 
 enpuError_t enpuMemcpy(void* dst, const void* src, size_t count, enpuMemcpyKind kind) {
+  if (enpuError_t e = enpuCheckProcess(); e != enpuSuccess) return e;
   if (count == 0) return enpuSuccess;
   if (!dst || !src) return enpuErrorInvalidValue;
   (void)kind;
@@ -228,6 +267,7 @@ const char* enpuGetCurrentOp(void) { return t_current_op; }
 enpuError_t enpuLaunchKernel(const char* name, enpuKernelFn fn, void* args) {
   (void)name;
   if (!fn) return enpuErrorInvalidValue;
+  if (enpuError_t e = enpuCheckProcess(); e != enpuSuccess) return e;
   g_launches.fetch_add(1, std::memory_order_relaxed);
   fn(args);
   return enpuSuccess;

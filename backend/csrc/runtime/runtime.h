@@ -13,7 +13,10 @@ typedef enum {
   enpuErrorInvalidValue = 1,
   enpuErrorOutOfMemory = 2,
   enpuErrorUnknownPointer = 3,
+  enpuErrorForkedChild = 4,  // used in a forked child of the process that initialised it
 } enpuError_t;
+
+const char* enpuGetErrorString(enpuError_t err);
 
 typedef enum {
   enpuMemcpyHostToDevice = 0,
@@ -31,6 +34,16 @@ typedef enum {
 // Allocator mode: enpuSetAllocatorMode fails once any block was allocated.
 enpuError_t enpuSetAllocatorMode(enpuAllocMode mode);
 enpuAllocMode enpuGetAllocatorMode(void);
+
+// Initialisation: lazy (the first enpuMalloc), or explicit. Records the initialising process.
+// With refuse-fork on (like CUDA), every later enpuInit/enpuMalloc/enpuMemcpy/enpuLaunchKernel/
+// enpuCheckProcess in a forked child of that process fails with enpuErrorForkedChild.
+enpuError_t enpuInit(void);
+int enpuIsInitialized(void);
+void enpuSetRefuseFork(int on);
+int enpuGetRefuseFork(void);
+// enpuErrorForkedChild in such a child, else enpuSuccess (never initialises).
+enpuError_t enpuCheckProcess(void);
 
 // Devices (all share host memory; the index is bookkeeping only).
 int enpuDeviceCount(void);

@@ -70,11 +70,24 @@ def test_cell_env() -> None:
     asan = m.cell("2.13-asan")
     assert asan.asan and asan.build_env() == {"ECHO_NPU_ASAN": "1"}
     assert asan.run_env() == {"ECHO_NPU_ALLOCATOR": "malloc", "ASAN_OPTIONS": "detect_leaks=0"}
+    assert asan.preload == ("asan",)
     guard = m.cell("conformance-2.8-guard")
     assert guard.session == "conformance-2.8-guard" and guard.build_env() == {}
-    assert guard.run_env() == {"ECHO_NPU_ALLOCATOR": "guard"}
+    assert guard.run_env() == {"ECHO_NPU_ALLOCATOR": "guard"} and guard.preload == ()
     assert m.cell("").session == "conformance-2.13"
-    assert "2.8.0" in m.cell("2.8").describe()
+    assert "2.8.0" in m.cell("2.8").describe() and "echo_npu" in m.cell("2.8").describe()
+
+
+def test_echo_npu_is_one_backend_description() -> None:
+    b = load_matrix().backend
+    root = DEFAULT_MATRIX_PATH.parents[1]
+    assert b.module == "echo_npu" and b.fault_env == "ECHO_NPU_FAULTS"
+    assert b.build.source == root and "backend" in b.build.include
+    assert b.build.watch == ("setup.py", "pyproject.toml", "backend")
+    assert b.build.argv()[:2] == ["sh", "-c"] and "--no-build-isolation" in b.build.argv()[2]
+    assert b.allocator.env == "ECHO_NPU_ALLOCATOR" and b.allocator.default == "malloc"
+    assert [s.name for s in b.sanitizers] == ["asan"]
+    assert b.expectation_files("2.13") == [root / "matrices/expectations/echo_npu/common.toml"]
 
 
 def test_versions_are_ordered_by_packaging_not_text() -> None:
@@ -96,10 +109,11 @@ def test_adding_a_release_in_one_place_adds_its_sessions() -> None:
 @pytest.mark.parametrize(
     ("data", "fragment"),
     [
-        (_with(schema=2), "schema"),
+        (_with(schema=3), "schema"),
+        (_with(schema=1), "moved [allocator] and [sanitizer] into [backend]"),
         (_with(torch__default="2.99"), "2.99 is not a release"),
         (_with(torch__bogus=1), "unknown key 'bogus'"),
-        (_with(allocator__default="slab"), "'slab' is not one of the modes"),
+        (_with(backend__allocator__default="slab"), "'slab' is not one of the modes"),
         (_with(exclude=[{"sanitizer": "asan"}]), "needs a reason"),
         (_with(exclude=[{"allocator": "slab", "reason": "x"}]), "'slab' is not one of"),
         (_with(exclude=[{"torch": ">=", "reason": "x"}]), "not a valid version specifier"),
@@ -114,6 +128,78 @@ def test_bad_matrix_is_one_line_error(data: dict, fragment: str) -> None:
         parse_matrix(data)
     assert fragment in str(info.value)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        (_with(backend=None), "missing table [backend]; describe the backend"),
+        (_with(backend__module=None), "[backend].module (the module whose import registers it)"),
+        (_with(backend__module="my-npu"), "'my-npu' is not an importable module name"),
+        (_with(backend__bogus=1), "[backend]: unknown key 'bogus' (expected one of: module"),
+        (_with(backend__build=None), "add [backend.build] with command"),
+        (_with(backend__build__command=""), "[backend.build].command: expected a shell command"),
+        (_with(backend__build__command=[1]), "expected a shell command string or an argv list"),
+        (_with(backend__build__source="nope"), "[backend.build].source: folder"),
+        (_with(backend__build__include=["nope"]), "[backend.build].include: 'nope' not found"),
+        (_with(backend__build__watch=["nope"]), "[backend.build].watch: 'nope' not found"),
+        (_with(backend__build__env={"X": 1}), "[backend.build].env.X: expected a string"),
+        (_with(backend__build__env={"1X": "a"}), "'1X' is not an environment variable name"),
+        (_with(backend__requires="numpy"), "[backend].requires: expected a list of strings"),
+        (_with(backend__expectations="nope"), "[backend].expectations: folder"),
+        (_with(backend__fault_env="A B"), "[backend].fault_env: 'A B' is not an environment"),
+        (_with(backend__allocator__env=None), "[backend.allocator].env: 3 modes need"),
+        (_with(backend__allocator__modes=["Big"]), "'Big' must be lowercase"),
+        (
+            _with(backend__sanitizers={"none": {}}),
+            "[backend.sanitizers.none]: the name must be lowercase",
+        ),
+        (
+            _with(backend__sanitizers={"asan": {"preload": ["valgrind"]}}),
+            "[backend.sanitizers.asan].preload: 'valgrind' is not one of asan, malloc-check",
+        ),
+        (
+            _with(backend__sanitizers={"asan": {"run": {}}}),
+            "[backend.sanitizers.asan]: unknown key 'run'",
+        ),
+    ],
+)
+def test_bad_backend_is_one_line_naming_key_and_fix(data: dict, fragment: str) -> None:
+    with pytest.raises(MatrixError) as info:
+        parse_matrix(data)
+    assert fragment in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_minimal_user_backend(tmp_path: Path) -> None:
+    """No allocator table: one mode, no suffix, no variable; sanitizers optional."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "m.toml").write_text(
+        'schema = 2\n[torch]\n[[torch.release]]\nminor = "2.12"\nversion = "2.12.1"\n'
+        '[[torch.release]]\nminor = "2.13"\nversion = "2.13.0"\n'
+        '[backend]\nmodule = "my_npu"\n[backend.build]\nsource = "src"\n'
+        'command = ["pip", "install", "."]\n',
+        encoding="utf-8",
+    )
+    m = load_matrix(tmp_path / "m.toml")
+    assert m.sessions() == ["conformance-2.12", "conformance-2.13"]
+    assert m.default_minor == "2.13"  # default: the newest release
+    cell = m.cell("2.12")
+    assert cell.run_env() == {} and cell.build_env() == {} and cell.preload == ()
+    assert m.backend.build.source == tmp_path / "src"
+    assert m.backend.build.argv() == ["pip", "install", "."]
+    assert cell.describe() == "Conformance suite on torch 2.12.1, my_npu."
+    with pytest.raises(MatrixError, match="neither an allocator"):
+        m.cell("2.12-guard")
+
+
+def test_conformance_matrix_env_names_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CONFORMANCE_MATRIX", str(tmp_path / "missing.toml"))
+    with pytest.raises(MatrixError, match="missing.toml not found .set CONFORMANCE_MATRIX"):
+        load_matrix()
+    assert load_matrix(DEFAULT_MATRIX_PATH).backend.module == "echo_npu"
 
 
 def test_duplicate_minor() -> None:

@@ -1,0 +1,155 @@
+"""conformance/findings.py: failing records grouped by root cause."""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.findings import (
+    crash_signature,
+    finding_key,
+    group_findings,
+    normalise_message,
+)
+
+
+def rec(op: str, dtype: str, layout: str, status: str, check: str | None, message: str, **kw):
+    overload = kw.pop("overload", "Tensor")
+    case = f"{op}.{overload}-{dtype}-{layout}-{kw.pop('path', 'native')}"
+    return {
+        "id": f"test_matches_cpu[{case}]",
+        "op": op,
+        "overload": overload,
+        "dtype": dtype,
+        "layout": layout,
+        "path": "native",
+        "status": status,
+        "check": check,
+        "message": message,
+        "repro": f"pytest conformance -k '{case}'",
+        **kw,
+    }
+
+
+ASAN = """[crash] the process was killed by signal 6 (SIGABRT) while running this case: \
+AddressSanitizer: heap-buffer-overflow on address 0x602000001234 at pc 0x7f00 bp 0x7ffd
+--- output ---
+==12345==ERROR: AddressSanitizer: heap-buffer-overflow on address 0x602000001234
+WRITE of size 64 at 0x602000001234 thread T0
+    #0 0x7f3a in __asan_memcpy (/usr/lib/libasan.so.8+0xfb)
+    #1 0x7f3b in echo_npu::masked_fill_kernel(at::Tensor&) /src/aten/masked_fill.cpp:88
+    #2 0x7f3c in at::native::cpu_fallback /src/CPUFallback.cpp:10
+"""
+
+
+def test_one_cause_over_ops_dtypes_and_shapes_is_one_finding() -> None:
+    records = [
+        rec(
+            op,
+            dt,
+            "transposed",
+            "failed",
+            "strides",
+            f"output: strides ({a}, 1) on the device, cpu (1, {b}); dtype torch.{dt}",
+        )
+        for op, dt, a, b in [
+            ("add", "float32", 3, 4),
+            ("mul", "int64", 5, 6),
+            ("sub", "bfloat16", 1, 2),
+        ]
+    ]
+    records.append(rec("abs", "float32", "contiguous", "passed", None, ""))
+    records.append(rec("neg", "float32", "contiguous", "xfailed", "values", "x"))
+    (finding,) = group_findings(records)
+    assert finding.count == 3 and finding.ops == ["add.Tensor", "mul.Tensor", "sub.Tensor"]
+    assert finding.key.check == "strides"
+    assert (
+        finding.key.message == "output: strides <shape> on the device, cpu <shape>; dtype <dtype>"
+    )
+    assert finding.title.startswith("strides: output: strides <shape>")
+    assert finding.id.startswith("F") and len(finding.id) == 9
+    assert finding.representative["dtype"] == "float32"  # the simplest case
+    assert finding.statuses == {"failed": 3}
+
+
+def test_messages_naming_their_own_op_and_numbers_still_group() -> None:
+    a = rec(
+        "mul",
+        "float32",
+        "contiguous",
+        "failed",
+        "leak",
+        "mul.Tensor leaked 1 device block(s) of 48 bytes (aten::mul.Tensor, serial 1234)",
+    )
+    b = rec(
+        "div",
+        "float64",
+        "offset",
+        "failed",
+        "leak",
+        "div.Tensor leaked 2 device block(s) of 1.5e3 bytes (aten::div.Tensor, serial 7)",
+    )
+    assert finding_key(a) == finding_key(b)
+    assert "<op> leaked <n> device block" in finding_key(a).message
+
+
+def test_different_checks_messages_or_blockers_are_different_findings() -> None:
+    base = rec("add", "float32", "contiguous", "failed", "values", "values differ: max abs 0.5")
+    other_check = {**base, "check": "dtype"}
+    other_text = {**base, "message": "device raised RuntimeError: not implemented"}
+    blocked = {**base, "blocked_by": "F1234abcd"}
+    findings = group_findings([base, other_check, other_text, blocked])
+    assert len(findings) == 4
+    assert any("(blocked by F1234abcd)" in f.title for f in findings)
+
+
+def test_crashes_group_by_signature_not_by_address() -> None:
+    a = rec("masked_fill_", "float32", "transposed", "crashed", "crash", ASAN, overload="Scalar")
+    b = rec(
+        "masked_fill_",
+        "int64",
+        "sliced",
+        "crashed",
+        "crash",
+        ASAN.replace("0x602000001234", "0x6020000099aa").replace("12345", "777"),
+        overload="Scalar",
+    )
+    segv = rec(
+        "sum",
+        "float32",
+        "zero_size",
+        "crashed",
+        "crash",
+        "[crash] the process was killed by signal 11 (SIGSEGV) while running this case",
+        overload="dim_IntList",
+    )
+    assert crash_signature(a) == (
+        "AddressSanitizer: heap-buffer-overflow SIGABRT "
+        "in echo_npu::masked_fill_kernel(at::Tensor&)"
+    )
+    assert crash_signature(segv) == "SIGSEGV"
+    assert crash_signature(rec("x", "f", "c", "failed", "values", "SIGSEGV")) == ""
+    findings = group_findings([a, b, segv])
+    assert [f.count for f in findings] == [2, 1]
+    assert "[crash]" not in findings[0].title
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        ("shape torch.Size([2, 3]) vs torch.Size([3])", "shape <shape> vs <shape>"),
+        ("got nan, expected -inf at index 4", "got <n>, expected <n> at index <n>"),
+        ("ptr 0xdeadbeef", "ptr <addr>"),
+        ("float32 and torch.complex64", "<dtype> and <dtype>"),
+        ("first line\nsecond line 42", "first line"),
+        ("", ""),
+        ("torch 2.10.0+cu128 on gw0", "torch <n>+cu128 on gw0"),
+    ],
+)
+def test_normalise_message(message: str, expected: str) -> None:
+    assert normalise_message(message) == expected
+
+
+def test_biggest_finding_first() -> None:
+    small = rec("a", "float32", "contiguous", "error", "harness", "boom")
+    big = [rec(f"op{i}", "float32", "contiguous", "failed", "values", "differ") for i in range(3)]
+    assert [f.count for f in group_findings([small, *big])] == [3, 1]
