@@ -26,7 +26,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 from conformance.engine.calls import Call, clone_tree
 from conformance.engine.discovery import overload_name
 
-CACHE_SALT = "v2"
+CACHE_SALT = "v3"
 KINDS = ("samples", "special", "promotion")
 REFERENCE_SCAN = 400  # reference samples looked at per (OpInfo, dtype)
 SAMPLES_PER_OPINFO = 16
@@ -141,35 +141,49 @@ def _atomic_write(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def capture(full_name: str, dtype: torch.dtype, kind: str = "samples") -> dict[str, list[Call]]:
-    """Run the OpInfo's samples (or its special / promotion reference inputs) for `dtype` on
-    CPU and record the aten calls they make."""
+def capture(full_name: str, dtype: torch.dtype, kind: str = "samples") -> dict[str, dict]:
+    """{kind: {overload: [Call]}}: the OpInfo's samples ("samples"), or its reference inputs
+    that hold special values or mix dtypes ("special" and "promotion", from one scan), run for
+    `dtype` on CPU with the aten calls they make recorded."""
     op = _op_db()[full_name]
-    out: dict[str, list[Call]] = defaultdict(list)
     if dtype not in op.supported_dtypes("cpu"):
         return {}
-    if kind != "samples" and op.reference_inputs_func is None:
-        return {}
-    recorder = _Recorder((opinfo_base(op.name), op.name.replace(".", "_").strip("_")), out)
-    torch.manual_seed(0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if kind == "samples":
-            for i, sample in enumerate(op.sample_inputs("cpu", dtype, requires_grad=False)):
+    if kind == "samples":
+        out: dict[str, list[Call]] = defaultdict(list)
+        recorder = _Recorder(_bases(op), out)
+        torch.manual_seed(0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for i, sample in enumerate(
+                op.sample_inputs("cpu", dtype, requires_grad=False, set_seed=False)
+            ):
                 if i >= SAMPLES_PER_OPINFO:
                     break
                 _run_variants(op, sample, recorder)
             if op.supports_autograd and dtype in op.supported_backward_dtypes("cpu"):
                 _run_backward(op, dtype, recorder)
-        else:
-            kept = 0
-            for i, sample in enumerate(op.reference_inputs("cpu", dtype, requires_grad=False)):
-                if i >= REFERENCE_SCAN or kept >= SAMPLES_PER_OPINFO:
-                    break
-                if sample_kind(sample, dtype) == kind:
-                    kept += 1
-                    _run_variants(op, sample, recorder)
-    return dict(out)
+        return {"samples": dict(out)}
+    if op.reference_inputs_func is None:
+        return {}
+    found: dict[str, dict[str, list[Call]]] = {k: defaultdict(list) for k in KINDS[1:]}
+    recorders = {k: _Recorder(_bases(op), found[k]) for k in KINDS[1:]}
+    kept = dict.fromkeys(KINDS[1:], 0)
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        references = op.reference_inputs("cpu", dtype, requires_grad=False, set_seed=False)
+        for i, sample in enumerate(references):
+            if i >= REFERENCE_SCAN or min(kept.values()) >= SAMPLES_PER_OPINFO:
+                break
+            k = sample_kind(sample, dtype)
+            if k in kept and kept[k] < SAMPLES_PER_OPINFO:
+                kept[k] += 1
+                _run_variants(op, sample, recorders[k])
+    return {k: dict(v) for k, v in found.items()}
+
+
+def _bases(op) -> tuple[str, ...]:
+    return (opinfo_base(op.name), op.name.replace(".", "_").strip("_"))
 
 
 def sample_kind(sample, dtype: torch.dtype) -> str:
@@ -211,7 +225,7 @@ def is_special(t: torch.Tensor) -> bool:
 
 def _run_backward(op, dtype: torch.dtype, recorder: _Recorder) -> None:
     """Backward of the first samples: records the family's `*_backward` overloads."""
-    for i, sample in enumerate(op.sample_inputs("cpu", dtype, requires_grad=True)):
+    for i, sample in enumerate(op.sample_inputs("cpu", dtype, requires_grad=True, set_seed=False)):
         if i >= SAMPLES_PER_OPINFO // 2:
             break
         try:
@@ -263,18 +277,18 @@ def captured_calls(
 ) -> list[Call]:
     """Captured calls of `overload` from the matching OpInfos (or `names`)."""
     names = names or tuple(opinfos_for(overload, cache_dir))
+    source = "samples" if kind == "samples" else "reference"
     calls: list[Call] = []
     for full in names:
-        calls.extend(_cached_capture(full, dtype, cache_dir, kind).get(overload, []))
+        captured = _cached_capture(full, dtype, cache_dir, source).get(kind, {})
+        calls.extend(captured.get(overload, []))
     return calls
 
 
 @lru_cache(maxsize=64)  # one OpInfo's capture serves its functional, in-place and out= forms
-def _cached_capture(
-    full: str, dtype: torch.dtype, cache_dir: str | None, kind: str
-) -> dict[str, list[Call]]:
+def _cached_capture(full: str, dtype: torch.dtype, cache_dir: str | None, source: str) -> dict:
     root = _cache_root(cache_dir)
-    suffix = "" if kind == "samples" else f"-{kind}"
+    suffix = "" if source == "samples" else f"-{source}"
     dname = str(dtype).removeprefix("torch.")
     path = os.path.join(root, f"{full}-{dname}{suffix}.pt") if root else None
     if path and os.path.exists(path):
@@ -282,7 +296,7 @@ def _cached_capture(
             return torch.load(path, weights_only=False)
         except Exception:
             pass  # a torn or stale cache file: recapture
-    captured = capture(full, dtype, kind)
+    captured = capture(full, dtype, "samples" if source == "samples" else "special")
     if path:
         tmp = f"{path}.{os.getpid()}.tmp"
         torch.save(captured, tmp)
