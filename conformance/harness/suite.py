@@ -46,6 +46,7 @@ class Suite:
         self.excluded = workloads.excluded()  # model-derived overloads left out, and why
         self.overloads = self.selected_overloads()  # validates --ops early
         self.fallback_only = self.selected_fallback_overloads()
+        self._fallback_only_set = frozenset(self.fallback_only)
 
     def _manifest(self) -> Manifest:
         paths = self.options.expectations
@@ -150,7 +151,14 @@ class Suite:
         """Samples of (overload, dtype, value set), loaded once per process (cases share them)."""
         key = (overload, dtype, value_set)
         if key not in self._calls:
-            self._calls[key] = samples.calls_for(overload, dtype, self.cache_dir, value_set)
+            limit = (
+                samples.MAX_FALLBACK_SAMPLES
+                if overload in self._fallback_only_set
+                else samples.MAX_OPINFO_SAMPLES
+            )
+            self._calls[key] = samples.calls_for(
+                overload, dtype, self.cache_dir, value_set, limit=limit
+            )
         return self._calls[key]
 
     def untested_overloads(self) -> dict[str, str]:

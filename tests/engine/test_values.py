@@ -71,6 +71,7 @@ def test_special_pattern_has_the_values_kernels_get_wrong():
     assert ((p.abs() < tiny) & (p != 0)).any()  # subnormal
     assert torch.finfo(torch.float32).max in p.tolist()
     i = values.special_pattern(torch.int64, extremes=True).tolist()
+    assert -1 not in i  # INT_MIN / -1 traps in CPU kernels
     assert torch.iinfo(torch.int64).min in i and torch.iinfo(torch.int64).max in i
 
 
@@ -163,3 +164,20 @@ def test_set_storage_offset_compares_the_view(monkeypatch):
 
     out = _run(monkeypatch, calls[0].overload, ignores_offset, calls)
     assert out.failure is not None and out.failure.check == "values", out.failure
+
+
+def test_integer_extremes_stay_out_of_counts():
+    # special_laguerre_polynomial_l(x, n): n = INT_MAX would loop 2**31 times on CPU
+    base = Call("special_laguerre_polynomial_l", (torch.arange(4), torch.arange(4)))
+    (call,) = values.special_calls([base], torch.int64)
+    assert int(call.args[1].max()) < 100
+    (call,) = values.special_calls(
+        [Call("add.Tensor", (torch.arange(4), torch.arange(4)))], torch.int64
+    )
+    assert torch.iinfo(torch.int64).max in call.args[0].tolist()
+
+
+def test_an_empty_operand_never_becomes_a_cpu_operand():
+    base = Call("eq.Tensor", (torch.zeros(0, 1, 3), torch.zeros(0, 10, 3)))
+    for call in values.promotion_calls([base], torch.float32):
+        assert not call.cpu_args or call.args[1].dim() == 0, call.signature()

@@ -10,16 +10,24 @@ from conformance.engine.samples import opinfo, twins, values
 from conformance.ops import spec_for
 
 MAX_OPINFO_SAMPLES = 8
+# an overload reached only through the boxed fallback runs CPU's own kernel: its cases test how
+# the backend hands arguments over and back (copies, views, write-back), which fewer samples
+# per dtype and layout show as well
+MAX_FALLBACK_SAMPLES = 4
 MAX_VALUE_SAMPLES = 6
 
 
 def calls_for(
-    overload: str, dtype: torch.dtype, cache_dir: str | None, value_set: str = ""
+    overload: str,
+    dtype: torch.dtype,
+    cache_dir: str | None,
+    value_set: str = "",
+    limit: int = MAX_OPINFO_SAMPLES,
 ) -> list[Call]:
-    """Every sample call of `overload` for `dtype`: the spec's own, then OpInfo's (or, when
-    OpInfo reaches no call of it, a sibling's re-typed by twins.py). `value_set` "special" or
-    "promotion" gives the calls of that value set instead (values.py)."""
-    ordinary = _ordinary(overload, dtype, cache_dir)
+    """Every sample call of `overload` for `dtype`: the spec's own, then up to `limit` of
+    OpInfo's (or, when OpInfo reaches no call of it, a sibling's re-typed by twins.py).
+    `value_set` "special" or "promotion" gives the calls of that value set instead (values.py)."""
+    ordinary = _ordinary(overload, dtype, cache_dir, limit)
     if not value_set:
         return ordinary
     spec = spec_for(overload)
@@ -34,7 +42,7 @@ def calls_for(
     return dedupe(from_opinfo)[: MAX_VALUE_SAMPLES // 2] + dedupe(generated)[:MAX_VALUE_SAMPLES]
 
 
-def _ordinary(overload: str, dtype: torch.dtype, cache_dir: str | None) -> list[Call]:
+def _ordinary(overload: str, dtype: torch.dtype, cache_dir: str | None, limit: int) -> list[Call]:
     spec = spec_for(overload)
     own = spec.samples(dtype) if spec.samples is not None else []
     captured: list[Call] = []
@@ -42,7 +50,7 @@ def _ordinary(overload: str, dtype: torch.dtype, cache_dir: str | None) -> list[
         captured = opinfo.captured_calls(overload, dtype, spec.opinfo_names, cache_dir)
         if not captured:
             captured = derived_calls(overload, dtype, cache_dir)
-    return dedupe(own) + widest_first(dedupe(captured))[:MAX_OPINFO_SAMPLES]
+    return dedupe(own) + widest_first(dedupe(captured))[:limit]
 
 
 def derived_calls(overload: str, dtype: torch.dtype, cache_dir: str | None) -> list[Call]:
@@ -60,8 +68,14 @@ def derived_calls(overload: str, dtype: torch.dtype, cache_dir: str | None) -> l
 
 
 def widest_first(calls: list[Call]) -> list[Call]:
-    """Higher-rank samples first, so layouts that need 2-D or 4-D inputs find some."""
-    return sorted(calls, key=lambda c: -max((t.dim() for t in c.tensors()), default=0))
+    """Higher-rank samples first, so layouts that need 2-D or 4-D inputs find some; of one rank
+    the smaller first (a large sample costs time in every check and adds no layout)."""
+
+    def key(c: Call) -> tuple[int, int]:
+        tensors = c.tensors()
+        return -max((t.dim() for t in tensors), default=0), sum(t.numel() for t in tensors)
+
+    return sorted(calls, key=key)
 
 
 def dedupe(calls: list[Call]) -> list[Call]:

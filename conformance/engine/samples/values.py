@@ -1,9 +1,10 @@
 """The values axis: samples with the inputs that break kernels.
 
-- `special`: NaN, +-inf, -0.0, subnormals and dtype extremes (integers: min, max, -1, ...) in
-  every data operand, so that e.g. a `where` or `relu` turning NaN into 0 is seen. Finite float
-  extremes only go to ops whose output is as large as their input (elementwise): in a reduction
-  their overflow depends on the summation order, which no two kernels need to share.
+- `special`: NaN, +-inf, -0.0, subnormals and dtype extremes (integers: min, max, ...) in
+  every data operand, so that e.g. a `where` or `relu` turning NaN into 0 is seen. Extremes only
+  go to elementwise arithmetic (see `_elementwise`): in a reduction float overflow depends on the
+  summation order, which no two kernels need to share, and an integer that is a count or a
+  degree would hang the CPU reference.
 - `promotion`: an operand of another dtype: float with an integer tensor (or scalar), integer
   with a float tensor, scalar or 0-dim CPU tensor, bool with int, a wider float.
 
@@ -103,9 +104,10 @@ def special_pattern(dtype: torch.dtype, extremes: bool) -> torch.Tensor:
     if dtype.is_complex:
         return special_pattern(torch.float32 if dtype == torch.complex64 else torch.float64, False)
     info = torch.iinfo(dtype)
-    values = [info.min, info.max, 0, 1, 2, info.max - 1]
-    if info.min < 0:
-        values += [-1, info.min + 1]
+    # extremes first (small tensors see them); no -1: INT_MIN / -1 traps (SIGFPE) in CPU kernels
+    values = [info.min, info.max] if extremes else []
+    values += [0, 1, 2, 3, 5] + ([-2, -7] if info.min < 0 else [])
+    values += [info.max - 1, info.min + 1] if extremes else []
     return torch.tensor(values, dtype=torch.int64).to(dtype)
 
 
@@ -119,8 +121,12 @@ def _fill(t: torch.Tensor, pattern: torch.Tensor, operand: int) -> torch.Tensor:
     return values.to(t.dtype) if t.dtype.is_complex else values
 
 
-def _elementwise(call: Call) -> bool:
-    """Whether the op's output is as large as its largest input (CPU run of the call)."""
+def _elementwise(call: Call, dtype: torch.dtype) -> bool:
+    """Whether the op is elementwise arithmetic on `dtype` (CPU run of the call): its output is
+    as large as its largest input and, for integers, of that dtype (or bool). Only there do
+    extremes go in: in a reduction float overflow depends on the order of summation, and an
+    integer that becomes a count (a polynomial's degree, bincount's size) would hang or exhaust
+    memory rather than test a kernel."""
     op = _resolve(call.overload)
     try:
         with warnings.catch_warnings():
@@ -129,19 +135,24 @@ def _elementwise(call: Call) -> bool:
     except Exception:
         return False
     outs = [r for r in (result if isinstance(result, tuple | list) else [result])]
+    outs = [r for r in outs if isinstance(r, torch.Tensor)]
     biggest = max((t.numel() for t in call.tensors()), default=0)
-    return any(isinstance(r, torch.Tensor) and r.numel() >= biggest for r in outs)
+    if dtype.is_floating_point or dtype.is_complex:
+        return any(r.numel() >= biggest for r in outs)
+    return any(r.numel() >= biggest and r.dtype in (dtype, torch.bool) for r in outs)
 
 
 def special_calls(calls: list[Call], dtype: torch.dtype) -> list[Call]:
     """Ordinary calls with every data tensor of `dtype` filled with special values."""
+    if dtype == torch.bool:
+        return []  # no special values
     out = []
     for call in calls[:MAX_BASES]:
         schema = schema_of(call.overload)
         operands = data_args(schema)
         positions = {i for i, a in operands if kind(a) != "scalar"}
         names = {a.name for _, a in operands if kind(a) != "scalar"}
-        filler = _Filler(special_pattern(dtype, extremes=_elementwise(call)), dtype)
+        filler = _Filler(special_pattern(dtype, extremes=_elementwise(call, dtype)), dtype)
         args = tuple(filler(a) if i in positions else a for i, a in enumerate(call.args))
         kwargs = {k: filler(v) if k in names else v for k, v in call.kwargs.items()}
         if filler.operand:
@@ -182,7 +193,7 @@ def _others(dtype: torch.dtype) -> list[tuple[torch.dtype, bool]]:
 def _as(value: Any, dtype: torch.dtype, zero_dim: bool) -> Any:
     """`value` (the other operand) converted to `dtype`, keeping tensor or number form."""
     if isinstance(value, torch.Tensor):
-        t = value.reshape(-1)[:1].reshape(()) if zero_dim and value.numel() else value
+        t = value.reshape(-1)[:1].reshape(()) if zero_dim else value
         t = t.to(torch.float64)
         if dtype.is_floating_point:
             t = t + 0.25  # not integral: a result truncated to an integer type shows
@@ -207,7 +218,12 @@ def promotion_calls(calls: list[Call], dtype: torch.dtype) -> list[Call]:
         arg_name = schema.arguments[pos].name if arg_kind == "tensor" else ""
         for other, zero_dim in _others(dtype):
             value = call.args[pos] if element is None else call.args[pos][element]
-            if zero_dim and (arg_name not in BROADCAST_OPERANDS or element is not None):
+            if zero_dim and (
+                arg_name not in BROADCAST_OPERANDS
+                or element is not None
+                or not isinstance(value, torch.Tensor)
+                or value.numel() == 0
+            ):
                 continue  # only operands that broadcast take a 0-dim (CPU) tensor
             if isinstance(value, bool | int | float) and other == torch.bool:
                 continue  # a bool scalar says nothing new
