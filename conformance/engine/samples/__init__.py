@@ -50,7 +50,8 @@ def _ordinary(overload: str, dtype: torch.dtype, cache_dir: str | None, limit: i
         captured = opinfo.captured_calls(overload, dtype, spec.opinfo_names, cache_dir)
         if not captured:
             captured = derived_calls(overload, dtype, cache_dir)
-    return dedupe(own) + widest_first(dedupe(captured))[:limit]
+    small_first = limit < MAX_OPINFO_SAMPLES  # a cut-down selection: keep the cheap ones
+    return dedupe(own) + widest_first(dedupe(captured), small_first)[:limit]
 
 
 def derived_calls(overload: str, dtype: torch.dtype, cache_dir: str | None) -> list[Call]:
@@ -67,13 +68,14 @@ def derived_calls(overload: str, dtype: torch.dtype, cache_dir: str | None) -> l
     return []
 
 
-def widest_first(calls: list[Call]) -> list[Call]:
-    """Higher-rank samples first, so layouts that need 2-D or 4-D inputs find some; of one rank
-    the smaller first (a large sample costs time in every check and adds no layout)."""
+def widest_first(calls: list[Call], small_first: bool = False) -> list[Call]:
+    """Higher-rank samples first, so layouts that need 2-D or 4-D inputs find some; with
+    `small_first`, of one rank the smaller first (a large sample costs time in every check)."""
 
     def key(c: Call) -> tuple[int, int]:
         tensors = c.tensors()
-        return -max((t.dim() for t in tensors), default=0), sum(t.numel() for t in tensors)
+        rank = -max((t.dim() for t in tensors), default=0)
+        return rank, sum(t.numel() for t in tensors) if small_first else 0
 
     return sorted(calls, key=key)
 
