@@ -33,6 +33,9 @@ class OpSpec:
     check_aliasing: bool = True  # False where the schema's aliasing is not the real contract
     check_values: bool = True  # False for uninitialised memory (empty*)
     check_strides: bool = True
+    # indices of the returned values that are compared (None: all). For ops whose other results
+    # are the backend's own business (an attention kernel's RNG state, sequence offsets)
+    compared_outputs: tuple[int, ...] | None = None
     tol_scale: float = 1.0  # multiplies the per-dtype tolerances (reductions, exp, ...)
     dtypes: tuple[torch.dtype, ...] | None = None  # restrict (None: as requested)
     layouts: tuple[str, ...] | None = None  # restrict (None: as requested)

@@ -5,6 +5,9 @@ deliberately wrong kernels where a check must fire."""
 from __future__ import annotations
 
 import math
+import os
+import signal
+import time
 import types
 
 import pytest
@@ -181,3 +184,27 @@ def test_an_empty_operand_never_becomes_a_cpu_operand():
     base = Call("eq.Tensor", (torch.zeros(0, 1, 3), torch.zeros(0, 10, 3)))
     for call in values.promotion_calls([base], torch.float32):
         assert not call.cpu_args or call.args[1].dim() == 0, call.signature()
+
+
+def test_calls_that_crash_or_hang_cpu_are_dropped():
+    from conformance.engine.samples import probe
+
+    def run(call):
+        if call.args[0] == "crash":
+            os.kill(os.getpid(), signal.SIGFPE)
+        if call.args[0] == "hang":
+            time.sleep(60)
+        if call.args[0] == "raise":
+            raise RuntimeError("CPU refuses: fine, errors are compared")
+
+    calls = [Call("x", (tag,)) for tag in ("ok", "crash", "raise", "hang", "last")]
+    kept = probe.survivors(calls, run, timeout=2.0)
+    assert [c.args[0] for c in kept] == ["ok", "raise", "last"]
+
+
+def test_special_values_of_lcm_do_not_crash_the_process():
+    base = Call(
+        "lcm", (torch.arange(1, 9, dtype=torch.int32), torch.arange(2, 10, dtype=torch.int32))
+    )
+    for call in values.special_calls([base], torch.int32):
+        torch.ops.aten.lcm(*call.args)  # would be SIGFPE in this process

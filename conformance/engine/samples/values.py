@@ -22,7 +22,9 @@ from typing import Any
 import torch
 
 from conformance.engine.calls import Call
+from conformance.engine.samples import probe
 from conformance.engine.samples.twins import _is_out, _kind, functional_of, schema_of
+from conformance.ops import spec_for
 
 VALUE_SETS = ("special", "promotion")
 # schema argument names that are never data operands
@@ -157,7 +159,18 @@ def special_calls(calls: list[Call], dtype: torch.dtype) -> list[Call]:
         kwargs = {k: filler(v) if k in names else v for k, v in call.kwargs.items()}
         if filler.operand:
             out.append(Call(call.overload, args, kwargs, cpu_args=call.cpu_args))
-    return out
+    return probe.survivors(out, _run_on_cpu)
+
+
+def _run_on_cpu(call: Call) -> object:
+    """What the runner will do with `call` on CPU: the spec's reference, else the op, and for
+    out= overloads also the functional form (promotion re-makes out from it)."""
+    functional = functional_of(call.overload)
+    if functional is not None:
+        outs = {a.name for a in schema_of(call.overload).arguments if _is_out(a)}
+        functional(*call.args, **{k: v for k, v in call.kwargs.items() if k not in outs})
+    reference = spec_for(call.overload).reference or _resolve(call.overload)
+    return reference(*call.args, **call.kwargs)
 
 
 class _Filler:
@@ -236,10 +249,13 @@ def promotion_calls(calls: list[Call], dtype: torch.dtype) -> list[Call]:
             else:
                 args[pos] = [converted if j == element else v for j, v in enumerate(args[pos])]
             cpu = call.cpu_args | ({pos} if zero_dim else set())
-            kwargs = _remade_outs(call.overload, args, call.kwargs)
-            if kwargs is not None:
-                out.append(Call(call.overload, tuple(args), kwargs, cpu_args=frozenset(cpu)))
-    return out
+            out.append(Call(call.overload, tuple(args), call.kwargs, cpu_args=frozenset(cpu)))
+    remade = []
+    for call in probe.survivors(out, _run_on_cpu):
+        kwargs = _remade_outs(call.overload, list(call.args), call.kwargs)
+        if kwargs is not None:
+            remade.append(Call(call.overload, call.args, kwargs, cpu_args=call.cpu_args))
+    return remade
 
 
 def _slots(schema: Any, call: Call) -> list[tuple[int, int | None, str]]:
