@@ -29,6 +29,8 @@ class Call:
         def describe(x: Any) -> Any:
             if isinstance(x, torch.Tensor):
                 return f"{str(x.dtype).removeprefix('torch.')}{list(x.shape)}"
+            if isinstance(x, torch.UntypedStorage):
+                return f"Storage[{x.nbytes()} bytes]"
             return x
 
         args = [tree_map(describe, a) for a in self.args]

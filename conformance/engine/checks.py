@@ -287,6 +287,8 @@ def check_outputs(s: Sample) -> None:
         raise Mismatch("shape", f"returned {a_spec}, cpu returns {e_spec}")
     for i, (a, e) in enumerate(zip(a_leaves, e_leaves, strict=True)):
         name = f"output {i}" if len(a_leaves) > 1 else "output"
+        if spec.compared_outputs is not None and i not in spec.compared_outputs:
+            continue
         values = spec.check_values and i not in spec.metadata_only_outputs
         if isinstance(e, torch.Tensor):
             if not isinstance(a, torch.Tensor):
@@ -461,6 +463,8 @@ def check_inputs_untouched(s: Sample) -> None:
 
 
 def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if torch.equal(a, b):  # the common case, one op (NaN never equals: see below)
+        return True
     if a.is_floating_point() or a.is_complex():
         return bool(((a == b) | (a.isnan() & b.isnan())).all())
     return bool((a == b).all())

@@ -100,6 +100,20 @@ def compare_values(
     rtol, atol = tolerance(expected.dtype, tol_scale)
     if actual.numel() == 0:
         return
+    if expected.is_quantized:  # quantised values: the integers and the quantisation itself
+        if (actual.q_scale(), actual.q_zero_point()) != (
+            expected.q_scale(),
+            expected.q_zero_point(),
+        ):
+            raise Mismatch(
+                "values",
+                f"{name}: quantised with scale {actual.q_scale()}, zero point "
+                f"{actual.q_zero_point()}; cpu {expected.q_scale()}, {expected.q_zero_point()}",
+            )
+        actual, expected = actual.int_repr(), expected.int_repr()
+        rtol = atol = 0.0
+    if torch.equal(actual, expected):  # the common case, one op: no error to measure
+        return
     if rtol == 0 and atol == 0:
         close = actual == expected
         if expected.is_floating_point() or expected.is_complex():

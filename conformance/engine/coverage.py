@@ -30,6 +30,8 @@ class Coverage:
     has_fallback: bool = False
     fallback_only: list[str] = field(default_factory=list)  # unregistered, reach the fallback
     fallback_tested: list[str] = field(default_factory=list)
+    fallback_set: str = ""  # how the fallback-only overloads were chosen: models, all, globs
+    excluded: list[str] = field(default_factory=list)  # model-derived, left out with a reason
 
     def missing(self, overload: str, dtype_name: str) -> bool:
         """Whether (overload, dtype) has no samples, so no case is collected for it."""
@@ -42,9 +44,7 @@ class Coverage:
     def header_lines(self) -> list[str]:
         """Lines of the run header: registered, tested, untested and why, fallback-only."""
         skipped = [o for o in self.registered if o not in self.selected]
-        text = (
-            f"coverage: {len(self.registered)} registered aten overloads, {len(self.tested)} tested"
-        )
+        text = f"coverage: {len(self.tested)} of {len(self.registered)} registered overloads tested"
         if skipped:
             text += f", {len(skipped)} not selected (--ops)"
         lines = [text]
@@ -72,11 +72,20 @@ class Coverage:
             )
         else:
             tested = len(self.fallback_tested)
-            how = "" if tested else " (test them with --fallback-ops GLOBS or 'all')"
+            how = (
+                f" (--fallback-ops {self.fallback_set})"
+                if tested
+                else " (test them with --fallback-ops GLOBS or 'all')"
+            )
             lines.append(
                 f"coverage: {len(self.fallback_only)} aten overloads with OpInfo samples reach "
                 f"the backend only through its boxed fallback; {tested} tested{how}"
             )
+            if tested and self.fallback_set == "models" and self.excluded:
+                lines.append(
+                    "coverage: model-derived fallback overloads left out "
+                    f"(matrices/workloads/excluded.toml): {', '.join(self.excluded)}"
+                )
         return lines
 
     def to_json(self) -> dict[str, Any]:
@@ -97,6 +106,8 @@ def compute(
     has_fallback: bool = False,
     fallback_only: Sequence[str] = (),
     fallback_selected: Sequence[str] = (),
+    fallback_set: str = "",
+    excluded: Sequence[str] = (),
 ) -> Coverage:
     """Ask the sample sources about every selected overload x requested dtype."""
     cov = Coverage(
@@ -105,6 +116,8 @@ def compute(
         schemaless=list(schemaless),
         has_fallback=has_fallback,
         fallback_only=list(fallback_only),
+        fallback_set=fallback_set,
+        excluded=list(excluded),
     )
     for overload in [*selected, *fallback_selected]:
         allowed = allowed_dtypes(overload)

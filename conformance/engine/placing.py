@@ -35,6 +35,8 @@ class PlacedCall:
         """The call as placed: shapes after the layout, strides/offset where not contiguous."""
 
         def describe(x: Any) -> Any:
+            if isinstance(x, torch.UntypedStorage):
+                return f"Storage[{x.nbytes()} bytes]"
             if not isinstance(x, Leaf):
                 return x
             p = x.placement
@@ -72,10 +74,18 @@ class PlacedCall:
                 bases.append((leaf, base, view))
             elif isinstance(leaf, torch.device) and str(device) != "cpu":
                 values.append(torch.device(device))
+            elif isinstance(leaf, torch.UntypedStorage):  # set_(storage): a copy per run
+                values.append(materialize_storage(leaf, device))
             else:
                 values.append(leaf)
         args, kwargs = tree_unflatten(values, self.spec)
         return Materialized(tuple(args), dict(kwargs), bases)
+
+
+def materialize_storage(storage: torch.UntypedStorage, device: torch.device | str):
+    """A fresh untyped storage on `device` holding `storage`'s bytes."""
+    data = torch.empty(0, dtype=torch.uint8).set_(storage).clone()
+    return data.to(device).untyped_storage()
 
 
 @dataclass

@@ -22,6 +22,8 @@ from conformance.errors import ConformanceUsageError
 
 DEFAULT_DTYPES = "float32,float64,float16,bfloat16,int32,int64,bool"
 PATHS = ("native", "fallback")
+ORDINARY = "ordinary"  # the value set of the ordinary samples (ids without a values part)
+VALUE_SETS = (ORDINARY, "special", "promotion")
 ISOLATE = ("auto", "fork", "spawn", "none")
 DEFAULT_CASE_TIMEOUT = "300"
 
@@ -60,6 +62,17 @@ def parse_paths(text: str) -> list[str]:
     if bad or not names:
         raise ConformanceUsageError(
             f"unknown path(s) {', '.join(bad) or '(none)'}; valid: {', '.join(PATHS)}"
+        )
+    return names
+
+
+def parse_values(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in VALUE_SETS]
+    if bad or not names:
+        raise ConformanceUsageError(
+            f"--values: unknown value set(s) {', '.join(bad) or '(none)'}; "
+            f"valid: {', '.join(VALUE_SETS)}"
         )
     return names
 
@@ -143,8 +156,9 @@ class Options:
     )
     fallback_ops: list[str] | None = option(
         "also test overloads the backend did not register, reached only through its boxed "
-        "cpu_fallback (path 'fallback'): comma-separated globs, or 'all' for every such overload "
-        "with OpInfo samples (slow: for nightly runs)",
+        "cpu_fallback (path 'fallback'): 'models' (what representative models reach, "
+        "matrices/workloads/; the default unless --ops is given), 'all' (every such overload "
+        "with OpInfo samples: for nightly runs), 'none', or comma-separated globs",
         parse=_list,
     )
     dtypes: list[torch.dtype] = option(
@@ -162,6 +176,14 @@ class Options:
         "when the backend offers set_fallback_routes)",
         default=",".join(PATHS),
         parse=lambda v: parse_paths(v),
+    )
+    values: list[str] = option(
+        "comma-separated value sets: ordinary (the op's samples), special (NaN, infinities, "
+        "-0.0, subnormals, dtype extremes; case ids end in -special) and promotion (operands of "
+        "another dtype: int with float, 0-dim CPU tensors, bool with int; ids end in "
+        "-promotion), run on the contiguous layout",
+        default=",".join(VALUE_SETS),
+        parse=parse_values,
     )
     expectations: list[str] | None = option(
         "expected-failure manifest(s), comma-separated (default: "

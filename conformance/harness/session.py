@@ -204,6 +204,18 @@ class ConformanceRun:
         # its workers), so that bad input is one "ERROR: ..." line, not a collection traceback.
         if self._targets_conformance():
             self.suite  # noqa: B018 - creates it
+            self._drop_log_capture()
+
+    def _drop_log_capture(self) -> None:
+        """Cases log nothing, but pytest's log capture attaches its handler to every
+        non-propagating logger (torch has dozens) three times per case: about a tenth of a
+        case's time. Kept when any --log-* option or log_* ini setting asks for logs."""
+        config = self.config
+        asked = any(config.getoption(o, None) for o in ("log_level", "log_cli_level", "log_file"))
+        asked = asked or any(config.getini(n) for n in ("log_cli", "log_level", "log_file"))
+        plugin = config.pluginmanager.get_plugin("logging-plugin")
+        if plugin is not None and not asked:
+            config.pluginmanager.unregister(plugin)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool | None:

@@ -10,16 +10,17 @@ from typing import Any
 import pytest
 import torch
 
-from conformance.engine import coverage, discovery, samples
+from conformance.engine import coverage, discovery, samples, workloads
 from conformance.engine.backend import Backend, load_backend
 from conformance.engine.foundations import ORDER as FOUNDATION_ORDER
 from conformance.engine.foundations import Foundations
 from conformance.engine.layout_names import LAYOUT_HELP
 from conformance.engine.runner import CaseOutcome, run_case
+from conformance.engine.samples import values
 from conformance.engine.transfer import RELIES_ON
 from conformance.errors import ConformanceUsageError
 from conformance.harness.expectations import Entry, Manifest, default_manifest_paths, load_manifest
-from conformance.harness.options import Options
+from conformance.harness.options import ORDINARY, Options
 from conformance.ops import spec_for
 from conformance.record import CaseId, CaseRecord, Status
 
@@ -59,9 +60,11 @@ class Suite:
         self.registered = discovery.registered_overloads()
         self.schemaless = discovery.schemaless_registrations()
         self.has_fallback = discovery.has_backend_fallback()
-        self._calls: dict[tuple[str, torch.dtype], list] = {}
+        self._calls: dict[tuple[str, torch.dtype, str], list] = {}
+        self.excluded = workloads.excluded()  # model-derived overloads left out, and why
         self.overloads = self.selected_overloads()  # validates --ops early
         self.fallback_only = self.selected_fallback_overloads()
+        self._fallback_only_set = frozenset(self.fallback_only)
         # a spawned case runner collects every case (the parent chose which ones run)
         self.coverage = self._coverage() if with_coverage else None
         self.foundations = Foundations(self.backend.device, set(self.registered))
@@ -82,13 +85,15 @@ class Suite:
             self.registered,
             self.overloads,
             self.options.dtypes,
-            lambda overload: spec_for(overload).dtypes,
+            lambda overload: self._dtypes(overload, overload in self._fallback_only_set),
             self.calls,
             self._no_sample_reason,
             schemaless=self.schemaless,
             has_fallback=self.has_fallback,
             fallback_only=reachable,
             fallback_selected=self.fallback_only,
+            fallback_set=",".join(self.options.fallback_ops or ["models"]),
+            excluded=list(self.excluded),
         )
 
     def _no_sample_reason(self, overload: str) -> str:
@@ -117,15 +122,23 @@ class Suite:
         return chosen
 
     def selected_fallback_overloads(self) -> list[str]:
-        """--fallback-ops: overloads reached only through the boxed fallback."""
+        """--fallback-ops: overloads reached only through the boxed fallback. By default (no
+        --ops) the model-derived set: what the workloads of engine/workloads.py reach through
+        this backend's fallback, less matrices/workloads/excluded.toml."""
         wanted = self.options.fallback_ops
-        if not wanted:
+        if wanted is None:
+            wanted = [] if self.options.ops else ["models"]
+        if not wanted or wanted == ["none"]:
             return []
         if not self.has_fallback:
+            if self.options.fallback_ops is None:
+                return []  # the default: nothing reaches a fallback that does not exist
             raise ConformanceUsageError(
                 f"--fallback-ops: {self.backend_name} registered no boxed fallback "
                 "for PrivateUse1, so no op reaches cpu_fallback"
             )
+        if wanted == ["models"]:
+            return [o for o in workloads.model_fallback_overloads() if o not in self.excluded]
         from conformance.engine.samples.opinfo import opinfo_index
 
         reachable = discovery.fallback_overloads(set(opinfo_index(self.cache_dir)))
@@ -136,7 +149,8 @@ class Suite:
         if unknown:
             raise ConformanceUsageError(
                 f"--fallback-ops: {', '.join(unknown)} matches no overload that reaches the "
-                f"backend fallback and has OpInfo samples (e.g. {', '.join(reachable[:6])})"
+                f"backend fallback and has OpInfo samples (e.g. {', '.join(reachable[:6])}); "
+                "or pass 'models', 'all' or 'none'"
             )
         return chosen
 
@@ -144,42 +158,68 @@ class Suite:
         return self.coverage is None or not self.coverage.missing(overload, dtype_name(dtype))
 
     def cases(self) -> list[CaseId]:
-        """The cases to collect, the foundations (foundations.ORDER) first, most primitive first,
-        so that the first failing case of a run names the op that is actually wrong; (overload,
-        dtype) pairs without samples are left out (the run header names them once, see
-        engine/coverage.py)."""
+        """The cases to collect, built from names alone, the foundations (foundations.ORDER)
+        first, most primitive first, so that the first failing case of a run names the op that is
+        actually wrong; (overload, dtype) pairs without samples are left out (the run header
+        names them once, see engine/coverage.py)."""
         paths = [p for p in self.options.paths if p == "native" or self.backend.can_route_fallback]
         out = []
         rank = {op: i for i, op in enumerate(FOUNDATION_ORDER)}
         for overload in sorted(self.overloads, key=lambda o: rank.get(o, len(rank))):
-            spec = spec_for(overload)
-            dtypes = [d for d in self.options.dtypes if spec.dtypes is None or d in spec.dtypes]
-            for dtype in dtypes:
-                if not self._has_samples(overload, dtype):
-                    continue
-                for layout in self.options.layouts:
-                    if spec.layouts is not None and layout not in spec.layouts:
-                        continue
-                    for path in paths:
-                        if path == "fallback" and not self.backend.fallback_routable(overload):
-                            continue
-                        out.append(CaseId(overload, dtype_name(dtype), layout, path))
+            routes = [p for p in paths if p == "native" or self.backend.fallback_routable(overload)]
+            out += self._cases_of(overload, self._dtypes(overload, False), routes)
         if "fallback" in self.options.paths:
             for overload in self.fallback_only:
-                spec = spec_for(overload)
-                for dtype in self.options.dtypes:
-                    if not self._has_samples(overload, dtype):
-                        continue
-                    for layout in self.options.layouts:
-                        if spec.layouts is None or layout in spec.layouts:
-                            out.append(CaseId(overload, dtype_name(dtype), layout, "fallback"))
+                out += self._cases_of(overload, self._dtypes(overload, True), ["fallback"])
         return out
 
-    def calls(self, overload: str, dtype: torch.dtype) -> list:
-        """Samples of (overload, dtype), loaded once per process (cases share them)."""
-        key = (overload, dtype)
+    def _dtypes(self, overload: str, fallback_only: bool) -> list[torch.dtype]:
+        """The requested dtypes the op's spec allows; for fallback-only overloads also only
+        those its OpInfos support on CPU (others would only be skipped)."""
+        spec = spec_for(overload)
+        dtypes = [d for d in self.options.dtypes if spec.dtypes is None or d in spec.dtypes]
+        if fallback_only and spec.samples is None:
+            from conformance.engine.samples.opinfo import supported_dtypes
+
+            supported = supported_dtypes(overload, self.cache_dir)
+            if supported is not None:
+                dtypes = [d for d in dtypes if dtype_name(d) in supported]
+        return dtypes
+
+    def _cases_of(self, overload: str, dtypes: list[torch.dtype], paths: list[str]) -> list:
+        spec = spec_for(overload)
+        layouts = [lo for lo in self.options.layouts if spec.layouts is None or lo in spec.layouts]
+        value_sets = [
+            v
+            for v in self.options.values
+            if v != ORDINARY and (spec.value_sets is None or v in spec.value_sets)
+        ]
+        if not spec.check_values or "contiguous" not in layouts:
+            value_sets = []
+        out = []
+        for dtype in dtypes:
+            if not self._has_samples(overload, dtype):
+                continue
+            name = dtype_name(dtype)
+            if ORDINARY in self.options.values:
+                out += [CaseId(overload, name, lo, p) for lo in layouts for p in paths]
+            for v in value_sets:
+                if values.applies(overload, dtype, v):
+                    out += [CaseId(overload, name, "contiguous", p, v) for p in paths]
+        return out
+
+    def calls(self, overload: str, dtype: torch.dtype, value_set: str = "") -> list:
+        """Samples of (overload, dtype, value set), loaded once per process (cases share them)."""
+        key = (overload, dtype, value_set)
         if key not in self._calls:
-            self._calls[key] = samples.calls_for(overload, dtype, self.cache_dir)
+            limit = (
+                samples.MAX_FALLBACK_SAMPLES
+                if overload in self._fallback_only_set
+                else samples.MAX_OPINFO_SAMPLES
+            )
+            self._calls[key] = samples.calls_for(
+                overload, dtype, self.cache_dir, value_set, limit=limit
+            )
         return self._calls[key]
 
     def stale_expectations(self) -> list[Entry]:
@@ -242,7 +282,7 @@ class Suite:
         nodeid = item.nodeid
         spec = spec_for(case.overload)
         try:
-            calls = self.calls(case.overload, getattr(torch, case.dtype))
+            calls = self.calls(case.overload, getattr(torch, case.dtype), case.values)
         except Exception as exc:  # the suite's own sample sources broke: not the backend's verdict
             text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             message = (

@@ -60,6 +60,7 @@ register(
         written_args=("dst",),
         check_aliasing=False,
         check_strides=False,
+        value_sets=("special",),  # NaN, inf, -0.0 copied; dst is no operand to promote against
         notes="reference is dst.copy_(src) on CPU; dst may be on CPU (device-to-host)",
     )
 )
@@ -72,6 +73,7 @@ register(
         written_args=("dst",),
         check_aliasing=False,
         check_strides=False,
+        value_sets=("special",),
         notes="dst starts empty and is resized to src's shape",
     )
 )
