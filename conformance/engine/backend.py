@@ -122,7 +122,10 @@ def registered_device() -> str | None:
         if get is not None and get().type == "privateuseone":
             return name  # hooks registered under the default name
     except Exception:  # noqa: BLE001 - an accelerator query that fails means none registered
-        return None
+        pass
+    # kernels registered under the default name (the accelerator query may still say cpu)
+    if torch._C._dispatch_has_kernel_for_dispatch_key("aten::empty.memory_format", "PrivateUse1"):
+        return name
     return None
 
 

@@ -72,11 +72,9 @@ class Coverage:
             )
         else:
             tested = len(self.fallback_tested)
-            how = (
-                f" (--fallback-ops {self.fallback_set})"
-                if tested
-                else " (test them with --fallback-ops GLOBS or 'all')"
-            )
+            how = " (test them with --fallback-ops GLOBS or 'all')" if not tested else ""
+            if tested and self.fallback_set:
+                how = f" (--fallback-ops {self.fallback_set})"
             lines.append(
                 f"coverage: {len(self.fallback_only)} aten overloads with OpInfo samples reach "
                 f"the backend only through its boxed fallback; {tested} tested{how}"

@@ -6,7 +6,8 @@ rebuilds them (same memory layout) on CPU and the device, runs the overload and 
                                              # for an op whose CPU reference is not the op)
 
 The CPU side runs the op spec's reference (CPU has no `_copy_from` kernel); device results are
-read back with `Tensor.cpu()` as the suite does and never printed (printing needs device ops the
+read back as the suite does (engine/transfer.py: the whole storage, strides rebuilt on CPU) and
+never printed (printing needs device ops the
 backend may lack); backend hooks appear only when the case used them.
 """
 
@@ -45,7 +46,8 @@ def build(where):
     def value(x):
         if isinstance(x, tuple) and len(x) == 2 and x[0] == "__tensor__":
             p = saved["tensors"][x[1]]
-            base = p["base"].to("cpu" if p["on_cpu"] or where == "cpu" else where)
+            on_cpu = p["on_cpu"] or where == "cpu"
+            base = p["base"].clone() if on_cpu else p["base"].to(where)  # never shared by runs
             bases.append(base)
             return base.as_strided(p["size"], p["stride"], p["offset"])
         if isinstance(x, torch.device):
@@ -68,9 +70,18 @@ def run(fn, where):
 
 
 def to_cpu(value):
-    """Device results read back as the suite does (Tensor.cpu()); CPU values as they are."""
+    """Device results read back as the suite does: one contiguous device->host copy of the
+    whole storage, size/strides/offset rebuilt on CPU (no device kernel sees them)."""
     if isinstance(value, torch.Tensor):
-        return value.cpu()
+        if value.device.type == "cpu":
+            return value
+        n = value.untyped_storage().nbytes() // value.element_size()
+        host = torch.empty(n, dtype=value.dtype)
+        if n:
+            host.copy_(value.detach().as_strided((n,), (1,), 0))
+        if value.numel() == 0:
+            return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype)
+        return host.as_strided(value.shape, value.stride(), value.storage_offset())
     if isinstance(value, (list, tuple)):
         return type(value)(to_cpu(v) for v in value)
     return value

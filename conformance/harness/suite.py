@@ -238,9 +238,16 @@ class Suite:
             return []
         ids = [str(case) for case in self.cases()]
 
-        def judged(entry: Entry) -> bool:  # without --fallback-ops, fallback-only ops are not run
+        run = set(self.registered) | set(self.fallback_only)
+        reachable = set(self.coverage.fallback_only) if self.coverage is not None else set()
+
+        def judged(entry: Entry) -> bool:
+            """Fallback-only overloads outside this run's set (--fallback-ops) are not run, so
+            their entries cannot be judged; entries naming any other op can."""
             op = entry.pattern.split("-")[0]
-            return bool(o.fallback_ops) or any(fnmatch.fnmatchcase(r, op) for r in self.registered)
+            if any(fnmatch.fnmatchcase(r, op) for r in run):
+                return True
+            return not any(fnmatch.fnmatchcase(r, op) for r in reachable)
 
         return [
             e

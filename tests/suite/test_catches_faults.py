@@ -80,6 +80,8 @@ def test_segfault_marks_one_case_crashed_and_the_run_goes_on(run_suite, xdist):
         "float32",
         "--layouts",
         "contiguous,zero_size,transposed",
+        "--values",
+        "ordinary",
         *xdist,
     ]
     run = run_suite(*args, env={"ECHO_NPU_FAULTS": "segfault_empty"})

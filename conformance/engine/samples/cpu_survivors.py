@@ -10,6 +10,7 @@ dropped and the rest are tried again. Raising is fine (errors are compared, not 
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import time
@@ -40,6 +41,7 @@ def _run_batch(calls: list[Call], run, timeout: float) -> tuple[int, int | None]
     pid = os.fork()
     if pid == 0:  # child: never returns
         os.close(read_fd)
+        faulthandler.disable()  # a trap here is expected and handled: no traceback dump
         code = 0
         try:
             with warnings.catch_warnings():
