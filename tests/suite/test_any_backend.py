@@ -120,7 +120,8 @@ def test_repro_line_carries_every_option_that_created_the_case(run_suite):
 
 def test_repro_script_uses_the_cpu_reference_and_the_suites_read_back(run_suite, tmp_path):
     """_copy_from has no CPU kernel: the script runs the op spec's reference on CPU; device
-    results are read back through the whole storage as the suite does, never printed; no dead code."""
+    results are read back through the whole storage as the suite does, never printed; no dead
+    code."""
     repros = tmp_path / "repros"
     args = ["--ops", "_copy_from", "--dtypes", "float32", "--layouts", "contiguous,offset"]
     faulty = {"ECHO_NPU_FAULTS": "copy_ignores_offset"}

@@ -17,6 +17,8 @@ import time
 import warnings
 from collections.abc import Callable
 
+import torch
+
 from conformance.engine.calls import Call, clone_tree
 
 TIMEOUT = 10.0  # seconds a batch may take on CPU
@@ -42,6 +44,9 @@ def _run_batch(calls: list[Call], run, timeout: float) -> tuple[int, int | None]
     if pid == 0:  # child: never returns
         os.close(read_fd)
         faulthandler.disable()  # a trap here is expected and handled: no traceback dump
+        # the parent's OpenMP pool does not exist in a forked child (libgomp would wait for it
+        # forever): one thread runs every parallel region inline
+        torch.set_num_threads(1)
         code = 0
         try:
             with warnings.catch_warnings():
