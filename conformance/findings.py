@@ -9,7 +9,10 @@ case records (the dicts of ``results/cases-*.jsonl``, docs/RESULTS.md) that shar
   shapes, dtype names, addresses, the case's own id, op, overload, layout and path;
 - ``crash``: for crashes, a signature (signal or sanitizer/glibc error kind, and the first
   frame of the sanitizer's stack that is not the sanitizer's own);
-- ``blocked_by``: an optional field of the record naming what blocks the case (kept as is).
+- ``blocked_by``: the foundation a case depends on. A blocked case (``blocked_by``: the case id
+  of a broken foundation, e.g. ``_copy_from-float32-offset-native``) and every failing case of
+  that foundation's op make *one* finding, keyed by the foundation's op and its own first
+  failure: one broken ``_copy_from`` is one finding however many cases it breaks.
 
 Pure Python (no torch, no pytest), so the terminal summary, run.json, the per-run reports and the
 torch-version report can all share it::
@@ -39,6 +42,7 @@ __all__ = [
     "finding_key",
     "group_findings",
     "normalise_message",
+    "unsupported_by_op",
 ]
 
 #: Statuses that make a finding (passing, skipped and expected failures do not).
@@ -140,12 +144,27 @@ def crash_signature(record: Mapping[str, Any]) -> str:
     return " ".join(parts) or "crash"
 
 
+def blocking_op(blocked_by: str) -> str:
+    """The op of a blocking foundation: ``_copy_from`` of ``_copy_from-float32-offset-native``
+    (anything that is not a case id is kept as it is)."""
+    parts = blocked_by.split("-")
+    return parts[0] if len(parts) in (4, 5) and all(parts) else blocked_by
+
+
+def op_name(record: Mapping[str, Any]) -> str:
+    """``op.overload`` of a record (``op`` for the default overload)."""
+    op, overload = _text(record.get("op")), _text(record.get("overload"))
+    return f"{op}.{overload}" if overload and overload != "default" else op
+
+
 def finding_key(record: Mapping[str, Any]) -> FindingKey:
-    """The :class:`FindingKey` of one case record."""
+    """The :class:`FindingKey` of one case record (on its own: see `group_findings` for the
+    cases of a broken foundation, which share one key)."""
     crash = crash_signature(record)
     message = normalise_message(_text(record.get("message")), record)
     if crash:  # the crash headline varies with pids and addresses; the signature does not
         message = message.split(": ", 1)[0] if message.startswith("[crash]") else message
+        message = re.sub(r"worker '[^']*'", "worker", message)  # xdist names the worker
     return FindingKey(
         check=_text(record.get("check")) or ("crash" if crash else ""),
         message=message,
@@ -155,8 +174,10 @@ def finding_key(record: Mapping[str, Any]) -> FindingKey:
 
 
 def _representative_rank(record: Mapping[str, Any]) -> tuple[object, ...]:
-    """Simplest case first: contiguous, native, float32, short id."""
+    """A failure of its own before a blocked case, then the simplest case first: contiguous,
+    native, float32, short id."""
     return (
+        bool(record.get("blocked_by")),
         _text(record.get("layout")) != "contiguous",
         _text(record.get("path")) != "native",
         _text(record.get("dtype")) != "float32",
@@ -202,6 +223,11 @@ class Finding:
         return Counter(_text(rec.get("status")) for rec in self.cases)
 
     @property
+    def blocked(self) -> int:
+        """How many cases are only blocked by the foundation (not failures of their own)."""
+        return sum(1 for rec in self.cases if rec.get("blocked_by"))
+
+    @property
     def title(self) -> str:
         """One line: ``check: message`` (crash signature, blocker), shortened."""
         k = self.key
@@ -210,8 +236,25 @@ class Finding:
         if k.crash and k.crash not in text:
             text += f" [{k.crash}]"
         if k.blocked_by:
-            text += f" (blocked by {k.blocked_by})"
+            text = f"{k.blocked_by} is broken, {self.blocked} case(s) blocked by it: {text}"
         return text if len(text) <= TITLE_LENGTH else text[: TITLE_LENGTH - 3] + "..."
+
+    def to_json(self) -> dict[str, Any]:
+        """The finding as written to run.json (docs/RESULTS.md)."""
+        rep = self.representative
+        return {
+            "id": self.id,
+            "title": self.title,
+            "check": self.key.check,
+            "blocked_by": self.key.blocked_by or None,
+            "count": self.count,
+            "blocked": self.blocked,
+            "ops": self.ops,
+            "representative": _text(rep.get("id")),
+            "repro": _text(rep.get("repro")),
+            "message": _first(rep),
+            "cases": [_text(rec.get("id")) for rec in self.cases],
+        }
 
     def __repr__(self) -> str:
         return f"Finding({self.id}, {self.count} cases, {self.title!r})"
@@ -223,11 +266,13 @@ def group_findings(
     """Group the records whose status is in ``statuses`` into findings, biggest first (then by
     worst status and title)."""
     wanted = frozenset(statuses)
+    failing = [r for r in records if _text(r.get("status")) in wanted]
+    roots = _root_keys(failing)
     groups: dict[FindingKey, Finding] = {}
-    for record in records:
-        if _text(record.get("status")) not in wanted:
-            continue
-        key = finding_key(record)
+    for record in failing:
+        blocked_by = _text(record.get("blocked_by"))
+        root = blocking_op(blocked_by) if blocked_by else op_name(record)
+        key = roots.get(root) or finding_key(record)
         groups.setdefault(key, Finding(key)).cases.append(record)
 
     def order(f: Finding) -> tuple[object, ...]:
@@ -238,3 +283,38 @@ def group_findings(
         return (-f.count, worst, f.title)
 
     return sorted(groups.values(), key=order)
+
+
+def _first(record: Mapping[str, Any]) -> str:
+    text = _text(record.get("message")).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def _root_keys(failing: list[Mapping[str, Any]]) -> dict[str, FindingKey]:
+    """{foundation op: the one key of its finding} for every op some failing case is blocked
+    by. The key carries the foundation's own first failure (or, if it did not run, what the
+    foundation probe saw)."""
+    roots: dict[str, FindingKey] = {}
+    for record in failing:
+        blocked_by = _text(record.get("blocked_by"))
+        if blocked_by:
+            roots.setdefault(blocking_op(blocked_by), FindingKey("", "", "", ""))
+    for op in roots:
+        own = [r for r in failing if op_name(r) == op and not r.get("blocked_by")]
+        if own:
+            first = min(own, key=_representative_rank)
+            key = finding_key(first)
+            roots[op] = FindingKey(key.check, key.message, key.crash, op)
+        else:
+            first = next(r for r in failing if blocking_op(_text(r.get("blocked_by"))) == op)
+            probe = _text(first.get("blocked_by_message"))
+            roots[op] = FindingKey("foundation", normalise_message(probe), "", op)
+    return roots
+
+
+def unsupported_by_op(records: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Number of ``unsupported`` cases (the device raised 'not implemented') per op, most first."""
+    counts: Counter[str] = Counter(
+        op_name(r) for r in records if _text(r.get("status")) == "unsupported"
+    )
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))

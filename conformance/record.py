@@ -23,8 +23,10 @@ class Status(str, Enum):
     HUNG = "hung"  # the case ran past its time limit
     ERROR = "error"  # the harness itself failed (setup error): never the backend's verdict
     FAILED = "failed"  # a check failed
+    BLOCKED = "blocked"  # failed, but depends on a foundation op that failed first (blocked_by)
     XPASSED = "xpassed"  # an expected failure passed: the manifest entry must go (strict)
-    UNSUPPORTED = "unsupported"  # the device raised "not implemented" where CPU computes
+    UNSUPPORTED = "unsupported"  # the device raised "not implemented": counted, never a pass
+    TORCH_BUG = "torch-bug"  # CPU disagrees with itself across layouts; the device agrees
     XFAILED = "xfailed"  # failed as a manifest entry expects
     PASSED = "passed"  # compared, and every check held
     SKIPPED = "skipped"  # nothing to compare (no sample fits this layout, dtype not supported)
@@ -43,7 +45,7 @@ class Status(str, Enum):
 STATUS_ORDER: tuple[Status, ...] = tuple(Status)
 #: Statuses that need attention (listed first in reports, fail a bisect probe).
 FAILING: frozenset[Status] = frozenset(
-    {Status.CRASHED, Status.HUNG, Status.ERROR, Status.FAILED, Status.XPASSED}
+    {Status.CRASHED, Status.HUNG, Status.ERROR, Status.FAILED, Status.BLOCKED, Status.XPASSED}
 )
 _RANK = MappingProxyType({s: i for i, s in enumerate(STATUS_ORDER)})
 
@@ -73,6 +75,7 @@ HARNESS_CHECKS = MappingProxyType(
         "crash": "the process died while running the case",
         "hang": "the case ran past its time limit",
         "harness": "the suite itself failed while building inputs or checking (not the backend)",
+        "scenario": "an end-to-end scenario failed (conformance/scenarios)",
     }
 )
 
@@ -143,6 +146,7 @@ class CaseRecord:
     torch: str = ""
     backend: str = ""
     allocator: str = ""
+    blocked_by: str | None = None  # the foundation case whose failure this case depends on
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod

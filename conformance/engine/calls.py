@@ -29,9 +29,14 @@ class Call:
         def describe(x: Any) -> Any:
             if isinstance(x, torch.Tensor):
                 return f"{str(x.dtype).removeprefix('torch.')}{list(x.shape)}"
+            if isinstance(x, torch.UntypedStorage):
+                return f"Storage[{x.nbytes()} bytes]"
             return x
 
-        args = tree_map(describe, self.args)
+        args = [tree_map(describe, a) for a in self.args]
+        for i in self.cpu_args:  # which tensors stay on CPU is part of the call (copy direction)
+            if i < len(args):
+                args[i] = tree_map(lambda x: f"{x}@cpu", args[i])
         kwargs = tree_map(describe, self.kwargs)
         return format_call(self.overload, args, kwargs)
 

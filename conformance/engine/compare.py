@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from conformance.engine.transfer import read_back
+
 # (rtol, atol) per dtype, as torch.testing.assert_close; integer and bool types compare exactly.
 TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.float16: (1e-3, 1e-5),
@@ -79,12 +81,38 @@ def errors(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, float, 
     return max_abs, float(rel.max()), nbad, first
 
 
+def unravel(flat: int, shape: tuple[int, ...]) -> list[int]:
+    """The index of flat position `flat` in `shape` (torch.unravel_index imports sympy: seconds
+    on the first failure of every process)."""
+    out = []
+    for n in reversed(shape):
+        flat, i = divmod(flat, n) if n else (flat, 0)
+        out.append(i)
+    return out[::-1]
+
+
 def compare_values(
     name: str, actual: torch.Tensor, expected: torch.Tensor, tol_scale: float, stats: ErrorStats
 ) -> None:
     """Raise Mismatch('values') unless actual (on CPU) matches expected within tolerance."""
+    if actual.layout != torch.strided or expected.layout != torch.strided:
+        actual, expected = actual.to_dense(), expected.to_dense()
     rtol, atol = tolerance(expected.dtype, tol_scale)
     if actual.numel() == 0:
+        return
+    if expected.is_quantized:  # quantised values: the integers and the quantisation itself
+        if (actual.q_scale(), actual.q_zero_point()) != (
+            expected.q_scale(),
+            expected.q_zero_point(),
+        ):
+            raise Mismatch(
+                "values",
+                f"{name}: quantised with scale {actual.q_scale()}, zero point "
+                f"{actual.q_zero_point()}; cpu {expected.q_scale()}, {expected.q_zero_point()}",
+            )
+        actual, expected = actual.int_repr(), expected.int_repr()
+        rtol = atol = 0.0
+    if torch.equal(actual, expected):  # the common case, one op: no error to measure
         return
     if rtol == 0 and atol == 0:
         close = actual == expected
@@ -99,11 +127,7 @@ def compare_values(
         return
     first = int((~close).reshape(-1).nonzero()[0, 0])
     nbad = int((~close).sum())
-    idx = (
-        [int(i) for i in torch.unravel_index(torch.tensor(first), expected.shape)]
-        if expected.dim()
-        else []
-    )
+    idx = unravel(first, tuple(expected.shape))
     got = actual.reshape(-1)[first].item()
     want = expected.reshape(-1)[first].item()
     raise Mismatch(
@@ -136,6 +160,13 @@ def compare_tensor(
         raise Mismatch(
             "shape", f"{name}: shape {list(actual.shape)}, cpu gives {list(expected.shape)}"
         )
+    if actual.layout != expected.layout:
+        raise Mismatch("shape", f"{name}: layout {actual.layout}, cpu gives {expected.layout}")
+    if expected.layout != torch.strided:  # sparse & co.: compared as dense values
+        if check_values:
+            dense = read_back(actual).to_dense()
+            compare_values(name, dense, expected.to_dense(), tol_scale, stats)
+        return
     if check_strides and significant_strides(actual) != significant_strides(expected):
         raise Mismatch(
             "strides",
@@ -143,4 +174,4 @@ def compare_tensor(
             f"{expected.stride()} (shape {list(expected.shape)})",
         )
     if check_values:
-        compare_values(name, actual.cpu(), expected, tol_scale, stats)
+        compare_values(name, read_back(actual), expected, tol_scale, stats)

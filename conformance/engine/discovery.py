@@ -19,25 +19,42 @@ def resolve(overload: str) -> torch._ops.OpOverload:
     return getattr(packet, ov or "default")
 
 
-def registered_overloads(dispatch_key: str = DISPATCH_KEY) -> list[str]:
-    """Sorted aten overloads with a direct kernel for the dispatch key."""
+def _direct_registrations(dispatch_key: str) -> list[str]:
     names = torch._C._dispatch_get_registrations_for_dispatch_key(dispatch_key)
-    out = set()
-    for qualified in names:
-        if not qualified.startswith("aten::"):
-            continue
-        if torch._C._dispatch_has_kernel_for_dispatch_key(qualified, dispatch_key):
-            out.add(overload_name(qualified))
-    return sorted(out)
+    return sorted(
+        {
+            overload_name(q)
+            for q in names
+            if q.startswith("aten::")
+            and torch._C._dispatch_has_kernel_for_dispatch_key(q, dispatch_key)
+        }
+    )
+
+
+def has_schema(overload: str) -> bool:
+    """Whether aten declares this overload (a backend can register a kernel for a name that
+    has no schema, e.g. `isfinite.out`: such a kernel is unreachable)."""
+    try:
+        resolve(overload)
+    except (AttributeError, RuntimeError):
+        return False
+    return True
+
+
+def registered_overloads(dispatch_key: str = DISPATCH_KEY) -> list[str]:
+    """Sorted aten overloads with a direct kernel for the dispatch key and an aten schema."""
+    return [o for o in _direct_registrations(dispatch_key) if has_schema(o)]
+
+
+def schemaless_registrations(dispatch_key: str = DISPATCH_KEY) -> list[str]:
+    """Kernels registered for aten names that have no schema (never callable, never tested)."""
+    return [o for o in _direct_registrations(dispatch_key) if not has_schema(o)]
 
 
 def has_backend_fallback(dispatch_key: str = DISPATCH_KEY) -> bool:
     """True when the backend registered a boxed fallback (e.g. cpu_fallback)."""
-    table = torch._C._dispatch_dump_table("aten::nonzero")  # has only a CPU/CUDA kernel
-    return any(
-        line.startswith(dispatch_key + ":") and "[backend fallback]" in line
-        for line in table.splitlines()
-    )
+    key = getattr(torch._C.DispatchKey, dispatch_key)
+    return bool(torch._C._dispatch_has_backend_fallback(key))
 
 
 def how_reached(overload: str, dispatch_key: str = DISPATCH_KEY) -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from conformance.engine.layout_names import LAYOUT_HELP, parse_layouts  # noqa: F401 (re-exported)
+from conformance.engine.transfer import to_device
 
 GAP_VALUE = 7  # fills the padding around views, so writes into the gaps are visible
 
@@ -27,8 +28,12 @@ class Placement:
 
     def materialize(self, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
         """(backing buffer, view) on `device`; the view aliases the buffer."""
-        base = self.base.clone() if str(device) == "cpu" else self.base.to(device)
+        base = self.base.clone() if str(device) == "cpu" else to_device(self.base, device)
         return base, base.as_strided(self.size, self.stride, self.offset)
+
+    def values(self) -> torch.Tensor:
+        """The placed values as a CPU tensor (a view of the backing buffer)."""
+        return self.base.as_strided(self.size, self.stride, self.offset)
 
 
 def _contiguous_strides(size: tuple[int, ...]) -> tuple[int, ...]:

@@ -1,15 +1,69 @@
-"""Memory checks after each sample and case: red-zone corruption and leaked device blocks.
+"""Memory checks after each sample and case: red-zone corruption and leaked device memory.
 
-Uses the optional backend hooks `check_memory`, `clear_memory_errors` and `live_blocks`
-(docs/BACKEND_PROTOCOL.md); a backend without them simply gets no memory checks.
+Leaks are seen through every source the backend offers, standard ones first: a memory counter
+of torch (`torch.accelerator.memory_allocated()`, else the device module's
+`torch.<device>.memory_allocated()`; `engine/probe.py` keeps the first one that counts a probe
+tensor) and the optional hook `live_blocks`, which also names the leaked blocks. Red zones need the
+hooks `check_memory`/`clear_memory_errors` (docs/BACKEND_PROTOCOL.md). `sources()` says which
+source each check uses, for the run header.
 """
 
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable
+
+import torch
 
 from conformance.engine.backend import Backend
 from conformance.engine.compare import Mismatch
+
+
+def counters(backend: Backend) -> list[tuple[str, Callable[[], int]]]:
+    """Standard counters of allocated device bytes that may apply to this backend, in order of
+    preference (whether one counts this backend's memory is only known after an allocation)."""
+    out: list[tuple[str, Callable[[], int]]] = []
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and hasattr(accelerator, "memory_allocated"):
+        current = accelerator.current_accelerator()
+        if current is not None and current.type == backend.device_type:
+            index = backend.device.index
+            out.append(
+                (
+                    "torch.accelerator.memory_allocated()",
+                    lambda: accelerator.memory_allocated(index),
+                )
+            )
+    fn = backend.device_function("memory_allocated")
+    if callable(fn):
+        index = backend.device.index
+        out.append((f"torch.{backend.device_type}.memory_allocated()", lambda: fn(index)))
+    return out
+
+
+def counter_named(backend: Backend, name: str | None) -> Callable[[], int] | None:
+    return dict(counters(backend)).get(name) if name else None
+
+
+def sources(backend: Backend, counter: str | None) -> dict[str, str]:
+    """Per memory check, what it relies on (or why it is unavailable): for the run header."""
+    leak = [counter] if counter else []
+    if backend.hook("live_blocks") is not None:
+        leak.append("live_blocks (names the blocks)")
+    if not leak:
+        leak_text = (
+            "unavailable (no torch.accelerator or "
+            f"torch.{backend.device_type}.memory_allocated() counts this device's memory, "
+            "backend has no live_blocks)"
+        )
+    else:
+        leak_text = " + ".join(leak)
+    zones = (
+        "check_memory"
+        if backend.hook("check_memory") is not None
+        else "unavailable, backend has no check_memory"
+    )
+    return {"leaks": leak_text, "red zones": zones}
 
 
 def describe_corruption(record: dict) -> str:
@@ -27,17 +81,20 @@ def describe_corruption(record: dict) -> str:
 
 
 class MemoryWatch:
-    """Snapshot of live device blocks at the start of a case; checks after each sample."""
+    """Memory state at the start of a case; checks after each sample and at the end."""
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self._check = backend.hook("check_memory")
         self._clear = backend.hook("clear_memory_errors")
         self._live = backend.hook("live_blocks")
+        self._counter_name = backend.memory_counter
+        self._counter = counter_named(backend, self._counter_name)
         if self._clear is not None:  # corruption from before this case was reported there
             self._clear()
         self.start_serials = {b["serial"] for b in self._live()} if self._live else set()
         self.start_max = max(self.start_serials, default=-1)
+        self.start_bytes = self._counter() if self._counter else 0
 
     def check_after(self, overload: str) -> None:
         """Raise Mismatch('memory') if any device block's red zone is corrupted."""
@@ -53,20 +110,39 @@ class MemoryWatch:
         raise Mismatch("memory", f"after {overload}: {first}{more}")
 
     def check_leaks(self, overload: str) -> None:
-        """Raise Mismatch('leak') for device blocks allocated during the case and still alive."""
-        if self._live is None:
-            return
-        leaked = [b for b in self._live() if b["serial"] > self.start_max]
-        if leaked:  # maybe only held by a reference cycle: collect (slow) and look again
+        """Raise Mismatch('leak') for device memory allocated during the case and still alive."""
+        leaked = self._leaked_blocks()
+        grown = self._grown_bytes()
+        if leaked or grown:  # maybe only held by a reference cycle: collect (slow) and look again
             gc.collect()
-            leaked = [b for b in self._live() if b["serial"] > self.start_max]
-        if not leaked:
-            return
-        total = sum(int(b["size"]) for b in leaked)
-        ops = sorted({b.get("op") or "?" for b in leaked})
-        raise Mismatch(
-            "leak",
-            f"{len(leaked)} device block(s), {total} bytes, allocated during "
-            f"{overload} still alive after the case (allocated by "
-            f"{', '.join(ops)})",
-        )
+            sync = self.backend.device_function("synchronize")
+            if callable(sync):
+                sync()
+            leaked = self._leaked_blocks()
+            grown = self._grown_bytes()
+        if leaked:
+            total = sum(int(b["size"]) for b in leaked)
+            ops = sorted({b.get("op") or "?" for b in leaked})
+            raise Mismatch(
+                "leak",
+                f"{len(leaked)} device block(s), {total} bytes, allocated during "
+                f"{overload} still alive after the case (allocated by "
+                f"{', '.join(ops)})",
+            )
+        if grown:
+            raise Mismatch(
+                "leak",
+                f"{grown} bytes of device memory allocated during {overload} still allocated "
+                f"after the case ({self._counter_name} went from {self.start_bytes} to "
+                f"{self.start_bytes + grown})",
+            )
+
+    def _leaked_blocks(self) -> list[dict]:
+        if self._live is None:
+            return []
+        return [b for b in self._live() if b["serial"] > self.start_max]
+
+    def _grown_bytes(self) -> int:
+        if self._counter is None:
+            return 0
+        return max(0, int(self._counter()) - self.start_bytes)

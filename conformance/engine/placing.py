@@ -35,6 +35,8 @@ class PlacedCall:
         """The call as placed: shapes after the layout, strides/offset where not contiguous."""
 
         def describe(x: Any) -> Any:
+            if isinstance(x, torch.UntypedStorage):
+                return f"Storage[{x.nbytes()} bytes]"
             if not isinstance(x, Leaf):
                 return x
             p = x.placement
@@ -47,6 +49,17 @@ class PlacedCall:
 
         args, kwargs = tree_unflatten([describe(x) for x in self.leaves], self.spec)
         return format_call(self.call.overload, args, kwargs).replace("'", "")
+
+    def layout_free(self) -> PlacedCall:
+        """The same call with every tensor a fresh contiguous copy of the same values (the
+        reference CPU must agree with across layouts)."""
+        leaves = [
+            Leaf(x.arg, x.written, layouts.contiguous(x.placement.values()), x.on_cpu)
+            if isinstance(x, Leaf)
+            else x
+            for x in self.leaves
+        ]
+        return PlacedCall(self.call, "contiguous", leaves, self.spec)
 
     def tensor_leaves(self) -> list[Leaf]:
         return [x for x in self.leaves if isinstance(x, Leaf)]
@@ -61,10 +74,18 @@ class PlacedCall:
                 bases.append((leaf, base, view))
             elif isinstance(leaf, torch.device) and str(device) != "cpu":
                 values.append(torch.device(device))
+            elif isinstance(leaf, torch.UntypedStorage):  # set_(storage): a copy per run
+                values.append(materialize_storage(leaf, device))
             else:
                 values.append(leaf)
         args, kwargs = tree_unflatten(values, self.spec)
         return Materialized(tuple(args), dict(kwargs), bases)
+
+
+def materialize_storage(storage: torch.UntypedStorage, device: torch.device | str):
+    """A fresh untyped storage on `device` holding `storage`'s bytes."""
+    data = torch.empty(0, dtype=torch.uint8).set_(storage).clone()
+    return data.to(device).untyped_storage()
 
 
 @dataclass

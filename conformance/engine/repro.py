@@ -2,7 +2,13 @@
 rebuilds them (same memory layout) on CPU and the device, runs the overload and compares.
 
     pytest conformance --repro-dir repros/   # writes repros/<case id>.py and .pt per failure
-    python repros/<case id>.py               # needs torch and the backend, not this suite
+    python repros/<case id>.py               # needs torch and the backend (and this suite only
+                                             # for an op whose CPU reference is not the op)
+
+The CPU side runs the op spec's reference (CPU has no `_copy_from` kernel); device results are
+read back as the suite does (engine/transfer.py: the whole storage, strides rebuilt on CPU) and
+never printed (printing needs device ops the
+backend may lack); backend hooks appear only when the case used them.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import re
 import torch
 
 from conformance.engine.placing import Leaf, PlacedCall
+from conformance.ops import OpSpec
 
 SCRIPT = '''"""Repro of conformance case {case_id}: {headline}
 
@@ -25,13 +32,11 @@ import os
 import sys
 
 import torch
-import {backend}  # noqa: F401  (registers the device)
-
+{imports}
 HERE = os.path.dirname(os.path.abspath(__file__))
 saved = torch.load(os.path.join(HERE, "{data_name}"), weights_only=False)
 op = torch.ops.aten.{packet}.{overload_attr}
-device = torch._C._get_privateuse1_backend_name()
-torch.set_printoptions(threshold=64, edgeitems=2)
+{reference}device = torch._C._get_privateuse1_backend_name()
 
 
 def build(where):
@@ -41,7 +46,8 @@ def build(where):
     def value(x):
         if isinstance(x, tuple) and len(x) == 2 and x[0] == "__tensor__":
             p = saved["tensors"][x[1]]
-            base = p["base"].to("cpu" if p["on_cpu"] or where == "cpu" else where)
+            on_cpu = p["on_cpu"] or where == "cpu"
+            base = p["base"].clone() if on_cpu else p["base"].to(where)  # never shared by runs
             bases.append(base)
             return base.as_strided(p["size"], p["stride"], p["offset"])
         if isinstance(x, torch.device):
@@ -55,40 +61,66 @@ def build(where):
     return args, kwargs, bases
 
 
-def run(where):
+def run(fn, where):
     args, kwargs, bases = build(where)
     try:
-        return op(*args, **kwargs), bases, None
+        return fn(*args, **kwargs), bases, None
     except Exception as exc:
         return None, bases, exc
 
 
-expected, cpu_bases, cpu_exc = run("cpu")
-if {routed!r}:
-    {backend}.set_fallback_routes([{overload!r}])
-actual, dev_bases, dev_exc = run(device)
-print("cpu   :", repr(cpu_exc) if cpu_exc else expected)
-print("device:", repr(dev_exc) if dev_exc else actual)
+def to_cpu(value):
+    """Device results read back as the suite does: one contiguous device->host copy of the
+    whole storage, size/strides/offset rebuilt on CPU (no device kernel sees them)."""
+    if isinstance(value, torch.Tensor):
+        if value.device.type == "cpu":
+            return value
+        n = value.untyped_storage().nbytes() // value.element_size()
+        host = torch.empty(n, dtype=value.dtype)
+        if n:
+            host.copy_(value.detach().as_strided((n,), (1,), 0))
+        if value.numel() == 0:
+            return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype)
+        return host.as_strided(value.shape, value.stride(), value.storage_offset())
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_cpu(v) for v in value)
+    return value
+
+
+expected, cpu_bases, cpu_exc = run(reference, "cpu")
+{route}actual, dev_bases, dev_exc = run(op, device)
+print("cpu   :", repr(cpu_exc) if cpu_exc else "returned")
+print("device:", repr(dev_exc) if dev_exc else "returned")
 if cpu_exc or dev_exc:
     sys.exit(0 if cpu_exc and dev_exc and isinstance(dev_exc, type(cpu_exc)) else 1)
 ok = True
 for i, (d, c) in enumerate(zip(dev_bases, cpu_bases)):
     try:
-        torch.testing.assert_close(d.cpu(), c, equal_nan=True)
+        torch.testing.assert_close(to_cpu(d), c, equal_nan=True)
     except AssertionError as exc:
         ok = False
         print(f"argument buffer {{i}} differs after the call:", str(exc).splitlines()[0])
 try:
-    torch.testing.assert_close(actual, expected, equal_nan=True, check_device=False)
+    torch.testing.assert_close(to_cpu(actual), expected, equal_nan=True)
 except (AssertionError, TypeError) as exc:
     ok = False
     print("output differs:", str(exc).splitlines()[0])
-check = getattr({backend}, "check_memory", None)
-if check is not None and check():
-    ok = False
-    print("device memory corrupted:", check())
-sys.exit(0 if ok else 1)
+{memory}sys.exit(0 if ok else 1)
 '''
+
+ROUTE = """{backend}.set_fallback_routes([{overload!r}])
+"""
+MEMORY = """corrupted = {backend}.check_memory()
+if corrupted:
+    ok = False
+    print("device memory corrupted:", corrupted)
+"""
+# a CPU reference other than the op itself (CPU has no kernel for e.g. _copy_from): the op spec's
+SPEC_REFERENCE = """# CPU reference of this overload (CPU has no kernel for it): the suite's op spec
+from conformance.ops import spec_for  # noqa: E402
+
+reference = spec_for({overload!r}).reference
+"""
 
 
 def safe_name(case_id: str) -> str:
@@ -104,6 +136,8 @@ def write_repro(
     headline: str,
     routed: bool,
     env_prefix: str,
+    spec: OpSpec | None = None,
+    has_check_memory: bool = False,
 ) -> str:
     """Write <dir>/<case>.pt and <dir>/<case>.py; return the script's path."""
     os.makedirs(directory, exist_ok=True)
@@ -133,7 +167,19 @@ def write_repro(
     )
     overload = placed.call.overload
     packet, _, attr = overload.partition(".")
+    reference = "reference = op\n"
+    ref = spec.reference if spec is not None else None
+    if isinstance(ref, torch._ops.OpOverload):
+        reference = f"reference = torch.ops.{ref.namespace}.{ref._opname}.{ref._overloadname}\n"
+    elif ref is not None:
+        reference = SPEC_REFERENCE.format(overload=overload)
+    uses_module = routed or has_check_memory
+    note = "" if uses_module else "  # noqa: F401  (registers the device)"
     script = SCRIPT.format(
+        imports=f"import {backend}{note}\n",
+        reference=reference + "\n",
+        route=ROUTE.format(backend=backend, overload=overload) if routed else "",
+        memory=MEMORY.format(backend=backend) if has_check_memory else "",
         case_id=case_id,
         headline=headline.replace('"""', "'''"),
         signature=placed.signature(),
@@ -143,8 +189,6 @@ def write_repro(
         data_name=name + ".pt",
         packet=packet,
         overload_attr=attr or "default",
-        routed=routed,
-        overload=overload,
     )
     path = os.path.join(directory, name + ".py")
     with open(path, "w") as f:

@@ -1,16 +1,27 @@
-"""Run one case (overload x dtype x layout x path) against CPU and apply every check."""
+"""Run one case (overload x dtype x layout x path) against CPU and apply every check.
+
+Per sample: the CPU reference, also on contiguous copies of the same values when the layout is
+not contiguous (CPU must agree with itself, else the sample is a `torch-bug` and the device is
+judged against the layout-free result), then the device; random ops run right after the same
+seed on both sides. A failed case is then checked against the foundations (`foundations.py`):
+when an op the harness or the case depends on is broken, the case is blocked by it.
+"""
 
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
 
-from conformance.engine import checks, memory
+import torch
+from torch.utils._pytree import tree_flatten
+
+from conformance.engine import checks, memory, oracles
 from conformance.engine.backend import Backend
 from conformance.engine.calls import Call
-from conformance.engine.checks import Outcome
-from conformance.engine.compare import ErrorStats, Mismatch
+from conformance.engine.checks import NotApplicable, Outcome, Unsupported
+from conformance.engine.compare import ErrorStats, Mismatch, compare_values
 from conformance.engine.discovery import resolve
+from conformance.engine.foundations import Foundations, Probe
 from conformance.engine.placing import Materialized, PlacedCall, place
 from conformance.ops import OpSpec
 
@@ -19,18 +30,39 @@ from conformance.ops import OpSpec
 class CaseOutcome:
     """What a case measured; `failure` is the first failed check, if any."""
 
-    samples: int = 0
+    samples: int = 0  # samples compared (values or error parity)
     stats: ErrorStats = field(default_factory=ErrorStats)
     failure: Mismatch | None = None
     failed_sample: str | None = None
     failed_call: PlacedCall | None = None  # for standalone repro scripts
     skip_reason: str | None = None
+    unsupported: str | None = None  # the first "not implemented" of the device
+    not_applicable: str | None = None  # the first sample that says nothing about this case
+    torch_bugs: list[str] = field(default_factory=list)  # CPU disagreed with itself
+    blocked_by: Probe | None = None  # a broken foundation this failure depends on
+    errors_only: bool = False  # every compared sample raised on CPU (error parity only)
 
 
-def _invoke(fn, m: Materialized) -> Outcome:
+@dataclass(frozen=True)
+class RunContext:
+    """How to run the samples of one case."""
+
+    backend: Backend
+    op: torch._ops.OpOverload
+    overload: str
+    spec: OpSpec
+    route: str | None  # routed through cpu_fallback for the device call
+    via_fallback: bool
+    strict_errors: bool
+    nondeterministic: bool
+
+
+def _invoke(fn, m: Materialized, seeded: bool = False) -> Outcome:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
+            if seeded:
+                oracles.seed()
             return Outcome(fn(*m.args, **m.kwargs))
     except Exception as exc:  # errors are compared, not raised
         return Outcome(exc=exc.with_traceback(None))
@@ -44,6 +76,8 @@ def run_case(
     layout: str,
     path: str,
     route: bool = True,
+    strict_errors: bool = False,
+    foundations: Foundations | None = None,
 ) -> CaseOutcome:
     """Run every sample of the case; stop at the first failed check.
 
@@ -60,14 +94,37 @@ def run_case(
             else f"no samples for {overload} with this dtype"
         )
         return outcome
+    nondeterministic = (
+        spec.nondeterministic
+        if spec.nondeterministic is not None
+        else oracles.is_nondeterministic(op)
+    )
+    ctx = RunContext(
+        backend,
+        op,
+        overload,
+        spec,
+        overload if path == "fallback" and route else None,
+        path == "fallback",
+        strict_errors,
+        nondeterministic,
+    )
     watch = memory.MemoryWatch(backend)
-    routed = overload if path == "fallback" and route else None
+    values_compared = 0
     for placed in placed_calls:
-        failure = None
+        failure, compared = None, False
         try:
-            _run_sample(
-                backend, op, overload, spec, placed, routed, path == "fallback", outcome.stats
-            )
+            raised, bug = _run_sample(ctx, placed, outcome.stats)
+            compared = True
+            if bug:
+                outcome.torch_bugs.append(f"{placed.signature()}: {bug}")
+            values_compared += not raised
+        except NotApplicable as exc:
+            outcome.not_applicable = outcome.not_applicable or str(exc)
+        except Unsupported as exc:
+            if outcome.unsupported is None:
+                outcome.unsupported = exc.message
+                outcome.failed_sample, outcome.failed_call = placed.signature(), placed
         except Mismatch as exc:
             failure = exc
         except Exception as exc:  # the checks themselves broke: report, do not hide
@@ -85,13 +142,49 @@ def run_case(
             outcome.failed_sample = placed.signature()
             outcome.failed_call = placed
             break
-        outcome.samples += 1
+        outcome.samples += compared
     if outcome.failure is None:
         try:
             watch.check_leaks(overload)
         except Mismatch as failure:
             outcome.failure = failure
+    outcome.errors_only = outcome.samples > 0 and values_compared == 0
+    if not outcome.samples and not outcome.unsupported and outcome.failure is None:
+        outcome.skip_reason = outcome.not_applicable
+    if foundations is not None and (outcome.failure or outcome.unsupported):
+        outcome.blocked_by = _blame(ctx, foundations, layout, outcome)
     return outcome
+
+
+def _blame(
+    ctx: RunContext, foundations: Foundations, layout: str, outcome: CaseOutcome
+) -> Probe | None:
+    """The broken foundation the failed case depends on, if any (see foundations.py)."""
+    if outcome.failure is not None and outcome.failure.check in ("memory", "leak", "harness"):
+        if outcome.failure.check != "harness":
+            return None  # the case's own memory problem
+    placed = outcome.failed_call
+    if placed is None:
+        return None
+    leaves = placed.tensor_leaves()
+    dtype = leaves[0].placement.base.dtype if leaves else torch.float32
+    return foundations.blame(
+        ctx.overload, dtype, layout, lambda: _ops_called(ctx, placed), ctx.via_fallback
+    )
+
+
+def _ops_called(ctx: RunContext, placed: PlacedCall) -> set[str]:
+    """The aten ops the device call of `placed` reaches, nested calls included: the autograd
+    profiler without kineto (milliseconds; kineto's first use costs seconds per process)."""
+    from torch.autograd.profiler import profile
+
+    dev = placed.materialize(ctx.backend.device)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with profile(use_kineto=False) as prof:
+            with ctx.backend.routed_through_fallback(ctx.route):
+                _invoke(ctx.op, dev, seeded=ctx.nondeterministic)
+    return {e.name.removeprefix("aten::") for e in prof.function_events}
 
 
 def _placed(calls: list[Call], layout: str, schema, written: tuple[str, ...]) -> list[PlacedCall]:
@@ -111,43 +204,160 @@ def _placed(calls: list[Call], layout: str, schema, written: tuple[str, ...]) ->
     return out
 
 
-def _run_sample(
-    backend: Backend,
-    op,
-    overload: str,
-    spec: OpSpec,
-    placed: PlacedCall,
-    route: str | None,
-    via_fallback: bool,
-    stats: ErrorStats,
-) -> None:
+def _run_sample(ctx: RunContext, placed: PlacedCall, stats: ErrorStats) -> tuple[bool, str | None]:
+    """Run and check one sample: (whether a side raised, CPU's layout inconsistency or None).
+    Raises Mismatch (or Unsupported / NotApplicable)."""
+    backend, spec = ctx.backend, ctx.spec
+    reference = spec.reference or ctx.op
     cpu = placed.materialize("cpu")
     dev = placed.materialize(backend.device)
     written_before = [
         (view._version, view.data_ptr()) for leaf, _, view in dev.bases if leaf.written
     ]
     cpu_before = [(view._version, view.data_ptr()) for leaf, _, view in cpu.bases if leaf.written]
+    expected = _invoke(reference, cpu, ctx.nondeterministic)
+    free = _layout_free(ctx, placed, reference, expected)
+    bug = _disagreement(ctx, cpu, expected, free) if free is not None else None
+    count_before = backend.fallback_count(ctx.overload)
+    with backend.routed_through_fallback(ctx.route):
+        actual = _invoke(ctx.op, dev, ctx.nondeterministic)
 
-    reference = spec.reference or op
-    expected = _invoke(reference, cpu)
-    count_before = backend.fallback_count(overload)
-    with backend.routed_through_fallback(route):
-        actual = _invoke(op, dev)
-    checks.run_checks(
-        checks.Sample(
+    def sample(cpu_side: Materialized, expected_side: Outcome) -> checks.Sample:
+        return checks.Sample(
             backend=backend,
-            op=op,
-            overload=overload,
+            op=ctx.op,
+            overload=ctx.overload,
             spec=spec,
             placed=placed,
-            cpu=cpu,
+            cpu=cpu_side,
             dev=dev,
-            expected=expected,
+            expected=expected_side,
             actual=actual,
             stats=stats,
-            via_fallback=via_fallback,
+            via_fallback=ctx.via_fallback,
             fallback_count_before=count_before,
             written_before=written_before,
             cpu_written_before=cpu_before,
+            route=ctx.route,
+            strict_errors=ctx.strict_errors,
+            nondeterministic=ctx.nondeterministic,
+            torch_bug=bug,
+            layout_free_bumps=free[2] if free is not None else None,
         )
+
+    if bug is None:
+        checks.run_checks(sample(cpu, expected))
+        return expected.exc is not None or actual.exc is not None, None
+    assert free is not None
+    fixed = placed.materialize("cpu")
+    fixed_expected = _invoke(reference, fixed, ctx.nondeterministic)
+    _adopt_layout_free(ctx, fixed, fixed_expected, free)
+    try:  # judged against the layout-free result
+        checks.run_checks(sample(fixed, fixed_expected))
+    except Unsupported:
+        raise
+    except Mismatch as judged:
+        try:  # the device may reproduce CPU's own bug (e.g. through cpu_fallback): not its fault
+            checks.run_checks(sample(cpu, expected))
+        except Mismatch:
+            if not ctx.via_fallback or judged.check != "values":
+                raise judged from None
+            # through cpu_fallback the device result *is* CPU's kernel on yet another layout
+            bug += f"; through cpu_fallback (CPU's kernel) a third result: {judged.message}"
+            return False, bug
+        bug += "; the device gives cpu's layout-dependent result"
+    return False, bug
+
+
+def _layout_free(
+    ctx: RunContext, placed: PlacedCall, reference, expected: Outcome
+) -> tuple[Materialized, Outcome, frozenset[str]] | None:
+    """CPU on contiguous copies of the same values, when the layout is not contiguous: the
+    arguments, the outcome, and the written arguments whose version counter moved."""
+    spec = ctx.spec
+    if (
+        placed.layout == "contiguous"
+        or not spec.layout_free_reference
+        or reads_memory(ctx.op)
+        or not spec.check_values
+        or ctx.nondeterministic
+        or expected.exc is not None
+    ):
+        return None
+    free = placed.layout_free().materialize("cpu")
+    before = {leaf.arg: view._version for leaf, _, view in free.bases if leaf.written}
+    out = _invoke(reference, free)
+    bumped = frozenset(
+        leaf.arg
+        for leaf, _, view in free.bases
+        if leaf.written and view._version > before[leaf.arg]
     )
+    return free, out, bumped
+
+
+def reads_memory(op: torch._ops.OpOverload) -> bool:
+    """Whether the overload takes explicit strides (as_strided, _reshape_alias, set_, ...): its
+    result depends on the memory layout of its input by definition, not by a CPU bug."""
+    names = {a.name for a in op._schema.arguments}
+    return {"size", "stride"} <= names or "storage_offset" in names or "source" in names
+
+
+def _pairs(ctx: RunContext, strided: Materialized, expected: Outcome, free) -> list[tuple]:
+    """(name, strided-layout CPU tensor, layout-free CPU tensor) for every compared value."""
+    fmat, fout, _ = free
+    out = []
+    e_leaves, e_spec = tree_flatten(expected.result)
+    f_leaves, f_spec = tree_flatten(fout.result)
+    if e_spec == f_spec:
+        for i, (e, f) in enumerate(zip(e_leaves, f_leaves, strict=True)):
+            if (
+                isinstance(e, torch.Tensor)
+                and isinstance(f, torch.Tensor)
+                and i not in ctx.spec.metadata_only_outputs
+            ):
+                out.append((f"output {i}", e, f))
+    for (leaf, _, view), (_, _, fview) in zip(strided.bases, fmat.bases, strict=True):
+        if leaf.written:
+            out.append((leaf.arg, view, fview))
+    return out
+
+
+def _disagreement(ctx: RunContext, cpu: Materialized, expected: Outcome, free) -> str | None:
+    """How CPU on the placed layout disagrees with CPU on contiguous copies, or None."""
+    _, fout, _ = free
+    if fout.exc is not None:
+        return None  # raising on one layout only: the error check judges the device
+    for name, e, f in _pairs(ctx, cpu, expected, free):
+        if e.shape != f.shape or e.dtype != f.dtype:
+            continue
+        try:  # 10x the tolerance: kernels for other layouts may round differently
+            compare_values(name, e.detach(), f.detach(), 10 * ctx.spec.tol_scale, ErrorStats())
+        except Mismatch as m:
+            detail = m.message.replace("device", "this layout").replace("cpu", "contiguous")
+            return f"cpu disagrees with itself: {detail}"
+    return None
+
+
+def _adopt_layout_free(ctx: RunContext, fixed: Materialized, expected: Outcome, free) -> None:
+    """Make `fixed` (a CPU run on the placed layout) hold the layout-free values: the written
+    buffers are reset to their pristine contents plus the layout-free values in the view."""
+    fmat, fout, _ = free
+    with torch.no_grad():
+        for (leaf, base, view), (_, _, fview) in zip(fixed.bases, fmat.bases, strict=True):
+            if leaf.written and view.shape == fview.shape:
+                base.copy_(leaf.placement.base)
+                view.copy_(fview)
+        e_leaves, e_spec = tree_flatten(expected.result)
+        f_leaves, f_spec = tree_flatten(fout.result)
+        if e_spec != f_spec:
+            return
+        written = [view for leaf, _, view in fixed.bases if leaf.written]
+        for e, f in zip(e_leaves, f_leaves, strict=True):
+            if (
+                isinstance(e, torch.Tensor)
+                and isinstance(f, torch.Tensor)
+                and e.shape == f.shape
+                and not any(e is w for w in written)
+                and e._base is None
+            ):
+                e.copy_(f)

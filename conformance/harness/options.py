@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import Field, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -22,7 +22,10 @@ from conformance.errors import ConformanceUsageError
 
 DEFAULT_DTYPES = "float32,float64,float16,bfloat16,int32,int64,bool"
 PATHS = ("native", "fallback")
-ISOLATE = ("auto", "fork", "none")
+ORDINARY = "ordinary"  # the value set of the ordinary samples (ids without a values part)
+VALUE_SETS = (ORDINARY, "special", "promotion")
+ISOLATE = ("auto", "fork", "spawn", "none")
+DEFAULT_CASE_TIMEOUT = "300"
 
 ALL_DTYPES = (
     "float64",
@@ -63,6 +66,17 @@ def parse_paths(text: str) -> list[str]:
     return names
 
 
+def parse_values(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in VALUE_SETS]
+    if bad or not names:
+        raise ConformanceUsageError(
+            f"--values: unknown value set(s) {', '.join(bad) or '(none)'}; "
+            f"valid: {', '.join(VALUE_SETS)}"
+        )
+    return names
+
+
 def _choice(flag: str, value: str, valid: tuple[str, ...]) -> str:
     if value not in valid:
         raise ConformanceUsageError(f"{flag} {value!r}: valid values are {', '.join(valid)}")
@@ -81,13 +95,37 @@ def _results(text: str | None) -> str | None:
     return None if text in (None, "", "none") else text
 
 
+def _bool(flag: str, text: str) -> bool:
+    value = str(text).strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise ConformanceUsageError(f"{flag} {text!r}: use 1 or 0")
+
+
 def _isolate(text: str) -> str:
     return _choice("--isolate", text, ISOLATE)
 
 
-def option(help: str, default: str | None = None, parse: Callable[[Any], Any] = str) -> Any:
-    """Declare one option: its help text, default (as typed on the command line) and parser."""
-    return field(metadata={"help": help, "default": default, "parse": parse})
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise ConformanceUsageError(
+            f"--case-timeout {text!r}: give a number of seconds (0 turns the limit off)"
+        )
+    return value
+
+
+def option(
+    help: str, default: str | None = None, parse: Callable[[Any], Any] = str, flag: bool = False
+) -> Any:
+    """Declare one option: its help text, default (as typed on the command line) and parser;
+    a `flag` may also be given without a value (meaning "1")."""
+    return field(metadata={"help": help, "default": default, "parse": parse, "flag": flag})
 
 
 def flag_of(name: str) -> str:
@@ -102,9 +140,10 @@ def env_of(name: str) -> str:
 class Options:
     """Every option of the suite; `--<field-name>` on the command line or `CONFORMANCE_<NAME>`."""
 
-    backend: str = option(
-        "Python module whose import registers the PrivateUse1 device under test",
-        default="echo_npu",
+    backend: str | None = option(
+        "Python module whose import registers the PrivateUse1 device under test (default: the "
+        "backend import torch registered through a torch.backends entry point, else echo_npu)",
+        parse=lambda v: v or None,
     )
     device: str | None = option(
         "device type of the backend (default: the PrivateUse1 name after import)",
@@ -117,8 +156,9 @@ class Options:
     )
     fallback_ops: list[str] | None = option(
         "also test overloads the backend did not register, reached only through its boxed "
-        "cpu_fallback (path 'fallback'): comma-separated globs, or 'all' for every such overload "
-        "with OpInfo samples (slow: for nightly runs)",
+        "cpu_fallback (path 'fallback'): 'models' (what representative models reach, "
+        "matrices/workloads/; the default unless --ops is given), 'all' (every such overload "
+        "with OpInfo samples: for nightly runs), 'none', or comma-separated globs",
         parse=_list,
     )
     dtypes: list[torch.dtype] = option(
@@ -137,6 +177,14 @@ class Options:
         default=",".join(PATHS),
         parse=lambda v: parse_paths(v),
     )
+    values: list[str] = option(
+        "comma-separated value sets: ordinary (the op's samples), special (NaN, infinities, "
+        "-0.0, subnormals, dtype extremes; case ids end in -special) and promotion (operands of "
+        "another dtype: int with float, 0-dim CPU tensors, bool with int; ids end in "
+        "-promotion), run on the contiguous layout",
+        default=",".join(VALUE_SETS),
+        parse=parse_values,
+    )
     expectations: list[str] | None = option(
         "expected-failure manifest(s), comma-separated (default: "
         "matrices/expectations/<backend>/{common,torch-<minor>}.toml); 'none' for no manifest",
@@ -144,10 +192,26 @@ class Options:
     )
     isolate: str = option(
         "crash isolation: 'fork' runs cases in a forked child so a segfault/abort marks that case "
-        "crashed and the run goes on; 'none' runs in-process; 'auto' = fork unless pytest-xdist "
-        "runs the cases (xdist restarts crashed workers itself)",
+        "crashed and the run goes on; 'spawn' in a fresh interpreter (for devices that refuse a "
+        "forked child); 'none' runs in-process; 'auto' = fork, or spawn when the device was "
+        "initialised before forking or refuses a forked child, and in-process under pytest-xdist "
+        "(xdist restarts crashed workers itself)",
         default="auto",
         parse=_isolate,
+    )
+    case_timeout: float = option(
+        "seconds a case (or scenario) may run: past it the case is marked hung and the run goes "
+        "on in a fresh process; 0 for no limit",
+        default=DEFAULT_CASE_TIMEOUT,
+        parse=_seconds,
+    )
+    strict_errors: bool = option(
+        "compare CPU errors that only state a memory-layout precondition of CPU's kernel "
+        '("Expected X.is_contiguous()") like any error; by default such a sample is not '
+        "applicable to that layout",
+        default="0",
+        parse=lambda v: _bool("--strict-errors", v),
+        flag=True,
     )
     repro_dir: str | None = option(
         "write a standalone script plus the exact inputs (<case>.py, <case>.pt) for every "
@@ -159,11 +223,24 @@ class Options:
         default="results",
         parse=_results,
     )
+    # not an option: the raw text of every option the user set (flag or environment), by name
+    given: dict[str, str] = field(default_factory=dict, compare=False)
+
+    def flags(self, **override: str | None) -> list[str]:
+        """The options the user set, as command-line flags (`override` replaces or, with None,
+        drops a value): what a repro command needs to recreate the same case."""
+        raw = {**self.given, **override}
+        return [f"{flag_of(name)}={value}" for name, value in raw.items() if value is not None]
+
+
+def option_fields() -> list[Field]:
+    """The fields of `Options` that are options (`given` is not)."""
+    return [f for f in fields(Options) if f.metadata]
 
 
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("conformance", "torch-conformance (op conformance vs CPU)")
-    for f in fields(Options):
+    for f in option_fields():
         default, env = f.metadata["default"], env_of(f.name)
         shown = f" [env {env}; default: {default}]" if default else f" [env {env}]"
         group.addoption(
@@ -171,18 +248,18 @@ def add_options(parser: pytest.Parser) -> None:
             dest="conformance_" + f.name,
             default=None,
             help=f.metadata["help"] + shown,
+            **({"nargs": "?", "const": "1"} if f.metadata["flag"] else {}),
         )
 
 
 def read_options(config: pytest.Config) -> Options:
     """Options from the command line, else the environment, else the declared default."""
-    values = {}
-    for f in fields(Options):
-        given = config.getoption("conformance_" + f.name)
-        raw = (
-            given
-            if given is not None
-            else (os.environ.get(env_of(f.name)) or f.metadata["default"])
-        )
+    values, given = {}, {}
+    for f in option_fields():
+        flag = config.getoption("conformance_" + f.name)
+        env = os.environ.get(env_of(f.name))
+        raw = flag if flag is not None else (env or f.metadata["default"])
+        if flag is not None or env:
+            given[f.name] = raw
         values[f.name] = f.metadata["parse"](raw)
-    return Options(**values)
+    return Options(**values, given=given)

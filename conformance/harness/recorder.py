@@ -8,7 +8,7 @@ import json
 import os
 import platform
 import sys
-from typing import IO, Any
+from typing import Any
 
 from conformance.record import CaseRecord
 
@@ -19,7 +19,7 @@ class Recorder:
     def __init__(self, directory: str, worker: str) -> None:
         self.directory = directory
         self.path = os.path.join(directory, f"cases-{worker}.jsonl")
-        self._file: IO[str] | None = None
+        self._fd: int | None = None
 
     def clear(self) -> None:
         """Start a run with no case lines from an earlier run in the same directory."""
@@ -30,13 +30,13 @@ class Recorder:
                 os.remove(os.path.join(self.directory, name))
 
     def write(self, record: CaseRecord) -> None:
-        """Append one line and fsync it: a crash or SIGKILL loses nothing already measured."""
-        if self._file is None:
+        """Append one line with one write(2): once it returns the line is the kernel's, so a
+        crash, abort or SIGKILL of this process loses nothing already measured. No fsync: it
+        guards only against the machine going down, and cost up to 30 ms a case on a busy disk."""
+        if self._fd is None:
             os.makedirs(self.directory, exist_ok=True)
-            self._file = open(self.path, "a", buffering=1)  # noqa: SIM115 - open for the run
-        self._file.write(json.dumps(record.to_json(), default=str) + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.write(self._fd, (json.dumps(record.to_json(), default=str) + "\n").encode())
 
     def write_run_info(self, info: dict[str, Any]) -> None:
         """DIR/run.json, rewritten atomically (start of run, then end with counts)."""
@@ -48,9 +48,9 @@ class Recorder:
         os.replace(tmp, path)
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def run_info(torch_version: str, backend: str, device: str, allocator: str) -> dict[str, Any]:

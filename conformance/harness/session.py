@@ -1,15 +1,21 @@
 """One conformance run inside pytest: the object `plugin.py` registers, and every hook it needs.
 
-`ConformanceRun` holds the run's state (the `Suite`, the `Recorder`, run.json) and knows which
-process it is in (`Role`): a plain pytest process runs the cases itself or in forked children
-(isolation.py) and writes the results; under pytest-xdist each worker runs and writes its own
-cases and the controller only reports workers that died; a forked child only runs cases and sends
-its reports to its parent.
+`ConformanceRun` holds the run's state (the `Suite`, the isolation `Plan`, the `Recorder`,
+run.json) and knows which process it is in (`Role`): a plain pytest process runs the cases in
+runner processes (forked or spawned, isolation.py) and writes the results; under pytest-xdist
+each worker runs and writes its own cases and the controller only reports workers that died or
+hung; a runner only runs cases and sends its reports to its parent.
 """
 
 from __future__ import annotations
 
+import faulthandler
+import json
 import os
+import shutil
+import tempfile
+import time
+import warnings
 from collections import Counter
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -17,11 +23,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from conformance.errors import ConformanceUsageError
+from conformance.findings import Finding, group_findings, unsupported_by_op
 from conformance.harness.options import read_options
 from conformance.harness.recorder import Recorder, now, run_info
 from conformance.record import TEST_NAME, CaseId, CaseRecord, Status
 
 if TYPE_CHECKING:
+    from conformance.harness.isolation import Plan
     from conformance.harness.suite import Suite
 
 PLUGIN_NAME = "conformance-run"
@@ -29,19 +37,38 @@ PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CASE_PARAM = "conformance_case"  # the fixture the generated test is parametrised over
 RECORD_PROPERTY = "conformance"  # name of the record in a report's user_properties
 # statuses a case's record decides itself; any other comes from pytest's outcome
-_DECIDED = frozenset({Status.XPASSED, Status.CRASHED, Status.HUNG, Status.UNSUPPORTED})
+_DECIDED = frozenset(
+    {
+        Status.XPASSED,
+        Status.CRASHED,
+        Status.HUNG,
+        Status.UNSUPPORTED,
+        Status.ERROR,
+        Status.BLOCKED,
+        Status.TORCH_BUG,
+    }
+)
+# torch warns at every torch.manual_seed when the device module lacks manual_seed_all: the run
+# header says it once instead
+SEED_WARNING = r"Set seed for `?\w+`? device does not take effect"
+WATCH_DIR_KEY = "conformance_watch_dir"  # xdist: where workers note the case they run
 
 
 class Role(Enum):
     """Which process this is."""
 
-    SINGLE = "single"  # plain pytest: runs the cases (itself or in forked children), writes
-    XDIST_CONTROLLER = "xdist-controller"  # runs nothing; reports workers that crashed
+    SINGLE = "single"  # plain pytest: runs the cases (itself or in runner processes), writes
+    XDIST_CONTROLLER = "xdist-controller"  # runs nothing; reports workers that crashed or hung
     XDIST_WORKER = "xdist-worker"  # runs its share of the cases, writes cases-<gwN>.jsonl
     FORKED_CHILD = "forked-child"  # runs cases for its parent; writes nothing
+    SPAWNED_RUNNER = "spawned-runner"  # a fresh pytest running cases for its parent; no writes
 
 
 def role_of(config: pytest.Config) -> Role:
+    from conformance.harness.isolation import RUNNER_ENV
+
+    if RUNNER_ENV in os.environ:
+        return Role.SPAWNED_RUNNER
     if hasattr(config, "workerinput"):
         return Role.XDIST_WORKER
     if config.pluginmanager.has_plugin("dsession"):
@@ -62,8 +89,14 @@ class ConformanceRun:
         self.forked_child = False  # set by isolation.py in the children it forks
         self.worker = getattr(config, "workerinput", {}).get("workerid", "main")
         self._suite: Suite | None = None
+        self.plan: Plan | None = None
         self.recorder: Recorder | None = None
         self.info: dict[str, Any] | None = None
+        self.watch_dir: str | None = getattr(config, "workerinput", {}).get(WATCH_DIR_KEY)
+        self._own_watch_dir = False
+        config.addinivalue_line("filterwarnings", f"ignore:{SEED_WARNING}:UserWarning")
+        warnings.filterwarnings("ignore", SEED_WARNING, UserWarning)
+        self.records: list[CaseRecord] = []  # every case and scenario logged by this process
 
     @property
     def role(self) -> Role:
@@ -74,15 +107,37 @@ class ConformanceRun:
     @property
     def suite(self) -> Suite:
         if self._suite is None:
+            from conformance.harness.isolation import plan_isolation
             from conformance.harness.suite import Suite
 
             try:
                 options = read_options(self.config)
-                self._suite = Suite(options, self._cache_dir(), self.worker)
+                self._suite = Suite(
+                    options,
+                    self._cache_dir(),
+                    self.worker,
+                    rootdir=str(self.config.rootpath),
+                    invocation_dir=str(self.config.invocation_params.dir),
+                    with_coverage=self.role is not Role.SPAWNED_RUNNER,
+                )
             except ConformanceUsageError as exc:
                 raise pytest.UsageError(str(exc)) from None
+            self.plan = plan_isolation(self)
+            self._suite.backend.memory_counter = self.plan.probe.memory_counter
             self._open_results()
         return self._suite
+
+    def switch_to_spawn(self, reason: str) -> None:
+        """Forked runners cannot use the device any more: spawn fresh ones, and say why."""
+        assert self.plan is not None
+        self.plan.mode, self.plan.reason = "spawn", reason
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        line = f"conformance: {self.plan.describe(self.suite.options.case_timeout)}"
+        if reporter is not None:
+            reporter.write_line(line)
+        if self.info is not None and self.recorder is not None:
+            self.info["isolation"] = line.removeprefix("conformance: ")
+            self.recorder.write_run_info(self.info)
 
     @property
     def started(self) -> bool:
@@ -98,7 +153,7 @@ class ConformanceRun:
     def _open_results(self) -> None:
         suite = self._suite
         assert suite is not None
-        if not suite.options.results or self.role is Role.FORKED_CHILD:
+        if not suite.options.results or self.role in (Role.FORKED_CHILD, Role.SPAWNED_RUNNER):
             return
         self.recorder = Recorder(suite.options.results, self.worker)
         if self.role is not Role.XDIST_WORKER:  # the process that starts the run
@@ -107,16 +162,25 @@ class ConformanceRun:
             self.recorder.clear()
             self.info = run_info(
                 str(torch.__version__),
-                suite.options.backend,
+                suite.backend_name,
                 suite.backend.device_type,
                 suite.allocator,
             )
+            self.info["header"] = self.header_lines()
+            if suite.coverage is not None:
+                self.info["coverage"] = suite.coverage.to_json()
             self.recorder.write_run_info(self.info)
 
     def _targets_conformance(self) -> bool:
-        """Whether the command line names the conformance package (or something inside it)."""
+        """Whether the command line names the conformance package (or something inside it),
+        as a path or with --pyargs."""
         for arg in self.config.args:
-            path = os.path.abspath(str(arg).split("::")[0])
+            text = str(arg).split("::")[0]
+            if self.config.option.pyargs and (
+                text == "conformance" or text.startswith("conformance.")
+            ):
+                return True
+            path = os.path.abspath(text)
             if path == PACKAGE_DIR or path.startswith(PACKAGE_DIR + os.sep):
                 return True
         return False
@@ -140,13 +204,30 @@ class ConformanceRun:
         # its workers), so that bad input is one "ERROR: ..." line, not a collection traceback.
         if self._targets_conformance():
             self.suite  # noqa: B018 - creates it
+            self._drop_log_capture()
+
+    def _drop_log_capture(self) -> None:
+        """Cases log nothing, but pytest's log capture attaches its handler to every
+        non-propagating logger (torch has dozens) three times per case: about a tenth of a
+        case's time. Kept when any --log-* option or log_* ini setting asks for logs."""
+        config = self.config
+        asked = any(config.getoption(o, None) for o in ("log_level", "log_cli_level", "log_file"))
+        asked = asked or any(config.getini(n) for n in ("log_cli", "log_level", "log_file"))
+        plugin = config.pluginmanager.get_plugin("logging-plugin")
+        if plugin is not None and not asked:
+            config.pluginmanager.unregister(plugin)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
-        """Run the cases in forked children (isolation.py) unless xdist runs them."""
+        """Run the cases in runner processes (isolation.py) unless xdist runs them; in a
+        spawned runner, run the cases the parent asked for."""
+        if self.role is Role.SPAWNED_RUNNER:
+            from conformance.harness.isolation import run_spawned_runner
+
+            run_spawned_runner(session)  # never returns
         if not self.started or self.role is not Role.SINGLE:
             return None
-        if self.suite.options.isolate == "none":
+        if self.plan is None or self.plan.mode not in ("fork", "spawn"):
             return None
         if session.testsfailed and not self.config.option.continue_on_collection_errors:
             return None  # let pytest report the collection errors
@@ -174,19 +255,61 @@ class ConformanceRun:
     def pytest_report_header(self, config: pytest.Config) -> list[str] | None:
         if not self.started:
             return None
+        return ["conformance: " + line for line in self.header_lines()]
+
+    def header_lines(self) -> list[str]:
+        """What the run tests with what: backend, isolation, the source of every check,
+        coverage (also in run.json)."""
         import torch
+
+        from conformance.engine.memory import sources
 
         suite = self.suite
         b = suite.backend
         caps = ", ".join(b.capabilities()) or "none"
         files = ", ".join(suite.manifest.files) or "none"
-        return [
-            f"conformance: backend {b.module_name} (device '{b.device_type}', allocator "
-            f"{suite.allocator}), torch {torch.__version__}",
-            f"conformance: {len(suite.registered)} registered aten overloads; "
-            f"backend hooks: {caps}",
-            f"conformance: expectations: {files}; results: {suite.options.results or 'off'}",
+        lines = [
+            f"backend {b.module_name} ({b.how_loaded}; device '{b.device_type}', allocator "
+            f"{suite.allocator}), torch {torch.__version__}; backend hooks: {caps}",
+            *(f"{name} relies on {how}" for name, how in suite.relies_on().items()),
         ]
+        if self.plan is not None:
+            lines.append(self.plan.describe(suite.options.case_timeout))
+        checks = sources(b, b.memory_counter)
+        checks["fallback path"] = self._fallback_source()
+        checks["seeding"] = self._seeding_source()
+        lines.append("checks: " + "; ".join(f"{k}: {v}" for k, v in checks.items()))
+        if suite.coverage is not None:
+            lines += suite.coverage.header_lines()
+        lines.append(f"expectations: {files}; results: {suite.options.results or 'off'}")
+        return lines
+
+    def _fallback_source(self) -> str:
+        b = self.suite.backend
+        if not b.can_route_fallback:
+            return "registered overloads run natively only (backend has no set_fallback_routes)"
+        proof = (
+            "each routed call proven by fallback_counts"
+            if b.hook("fallback_counts") is not None
+            else "routing not proven (backend has no fallback_counts)"
+        )
+        keep = (
+            "routes set at import kept"
+            if b.hook("get_fallback_routes") is not None
+            else "routes set at import are cleared by the first routed case (backend has no "
+            "get_fallback_routes)"
+        )
+        return f"registered overloads also routed by set_fallback_routes, {proof}, {keep}"
+
+    def _seeding_source(self) -> str:
+        b = self.suite.backend
+        name = f"torch.{b.device_type}"
+        if b.device_function("manual_seed_all") and b.device_function("_is_in_bad_fork"):
+            return f"torch.manual_seed seeds the device ({name}.manual_seed_all)"
+        return (
+            f"torch.manual_seed does not seed the device ({name} lacks manual_seed_all or "
+            "_is_in_bad_fork; torch's warning about it is silenced)"
+        )
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
@@ -194,21 +317,59 @@ class ConformanceRun:
         controller or from a forked child to its parent)."""
         outcome = yield
         report = outcome.get_result()
-        if case_of(item) is None or not (
-            report.when == "call" or (report.when == "setup" and not report.passed)
-        ):
+        if not (report.when == "call" or (report.when == "setup" and not report.passed)):
+            return
+        if case_of(item) is None:
+            if self.started and is_scenario(item):
+                record = self.scenario_record(item, report)
+                report.user_properties.append((RECORD_PROPERTY, record.to_json()))
             return
         from conformance.harness.suite import RECORD_KEY
 
         record = item.stash.get(RECORD_KEY, None)
-        if record is None:  # never ran: skipped by a manifest entry, or a setup error
+        if record is None and report.failed:  # the suite itself broke before deciding
+            record = self.record_for(
+                item, Status.ERROR, check="harness", message=_first_line(report.longrepr)
+            )
+        elif record is None:  # never ran: skipped by a manifest entry
             reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else None
             record = self.record_for(item, Status.SKIPPED, message=reason)
         report.user_properties.append((RECORD_PROPERTY, record.to_json()))
 
+    def scenario_record(self, item: pytest.Item, report: pytest.TestReport) -> CaseRecord:
+        """The result record of an end-to-end scenario (conformance/scenarios)."""
+        import torch
+
+        suite = self.suite
+        message = None
+        if not report.passed:
+            crash = getattr(report.longrepr, "reprcrash", None)
+            message = str(crash.message) if crash is not None else str(report.longrepr)
+            if isinstance(report.longrepr, tuple):  # skipped: (file, line, reason)
+                message = str(report.longrepr[2])
+        return CaseRecord(
+            id=item.nodeid.split("::", 1)[-1],
+            status=Status.PASSED,
+            op="scenario",
+            overload=item.name,
+            dtype="-",
+            layout="-",
+            path="scenario",
+            check="scenario" if report.failed else None,
+            message=message,
+            repro=f"pytest {item.nodeid}"
+            + (
+                "" if suite.options.backend == "echo_npu" else f" --backend {suite.options.backend}"
+            ),
+            torch=str(torch.__version__),
+            backend=suite.options.backend,
+            allocator=suite.allocator,
+        )
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Write the case's line, once per case, in the process that ran it."""
-        if self.role is Role.XDIST_CONTROLLER or self.recorder is None:
+        """Write the case's line, once per case, in the process that ran it; every process but
+        a forked child keeps the records for the findings of the terminal summary."""
+        if self.role is Role.FORKED_CHILD:
             return
         if not (report.when == "call" or (report.when == "setup" and not report.passed)):
             return
@@ -220,18 +381,73 @@ class ConformanceRun:
         if record.status is Status.ERROR:
             record.check = record.check or "harness"
         record.duration = round(report.duration, 6)
-        self.write(record)
+        self.records.append(record)
+        if self.role is not Role.XDIST_CONTROLLER and self.recorder is not None:
+            self.write(record)
+
+    # ---- per-case time limit where no parent supervises (xdist workers, --isolate none) -------
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
+        """Arm faulthandler's watchdog (a C thread: it fires even when a kernel holds the GIL)
+        for one item; past the limit it prints every stack and ends the process. Under xdist
+        the controller reads the note left here and marks the case hung."""
+        limit = self.suite.options.case_timeout if self.started else 0
+        armed = bool(limit) and self.role in (Role.XDIST_WORKER, Role.SINGLE)
+        if armed and self.role is Role.SINGLE and self.plan is not None:
+            armed = self.plan.mode == "in-process"
+        if armed:
+            if self.watch_dir:
+                note = {"nodeid": item.nodeid, "started": time.time(), "limit": limit}
+                with open(os.path.join(self.watch_dir, f"{self.worker}.json"), "w") as f:
+                    json.dump(note, f)
+            faulthandler.dump_traceback_later(limit, exit=True)
+        try:
+            yield
+        finally:
+            if armed:
+                faulthandler.cancel_dump_traceback_later()
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node) -> None:
+        """xdist controller: give every worker the folder for its running-case note."""
+        if self.watch_dir is None:
+            self.watch_dir = tempfile.mkdtemp(prefix="conformance-watch-")
+            self._own_watch_dir = True
+        node.workerinput[WATCH_DIR_KEY] = self.watch_dir
+
+    def _hung(self, crashitem: str, worker: str) -> float | None:
+        """The time limit a worker's case ran past, if its note says it did."""
+        try:
+            with open(os.path.join(self.watch_dir or "", f"{worker}.json")) as f:
+                note = json.load(f)
+        except (OSError, ValueError):
+            return None
+        if note.get("nodeid") != crashitem:
+            return None
+        return note["limit"] if time.time() - note["started"] >= note["limit"] else None
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched) -> None:
-        """xdist: a worker died running `crashitem`; its line is written here, by the controller."""
+        """xdist: a worker died (or was ended by the time limit) running `crashitem`; its line
+        is written here, by the controller."""
+        worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "")
+        limit = self._hung(crashitem, worker)
+        if limit is not None:
+            status, check = Status.HUNG, "hang"
+            message = (
+                f"[hang] the case ran past its time limit of {limit:g} s (--case-timeout); "
+                f"worker {worker} was stopped"
+            )
+        else:
+            status, check, message = Status.CRASHED, "crash", "[crash] " + str(report.longrepr)
+        report.longrepr = message
         if self.recorder is None or not crashitem.split("::")[-1].startswith(TEST_NAME + "["):
             return
-        message = "[crash] " + str(report.longrepr)
         record = self.suite.new_record(
-            CaseId.parse(crashitem), Status.CRASHED, crashitem, check="crash", message=message
+            CaseId.parse(crashitem), status, crashitem, check=check, message=message
         )
         record.duration = round(report.duration, 6)
+        self.records.append(record)
         self.write(record)
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config) -> None:
@@ -245,10 +461,16 @@ class ConformanceRun:
                     f"entry {entry.pattern!r} at {entry.source} matches no case of the matrix; "
                     "remove it or fix the pattern"
                 )
+        records = [r.to_json() for r in self.records]
+        findings = group_findings(records)
+        write_findings(terminalreporter, records, findings)
         if self.info is not None and self.recorder is not None:
             stats = terminalreporter.stats
             self.info["finished"] = now()
             self.info["counts"] = dict(Counter({k: len(v) for k, v in stats.items() if k}))
+            self.info["statuses"] = dict(Counter(r.status.value for r in self.records))
+            self.info["findings"] = [f.to_json() for f in findings]
+            self.info["relies_on"] = self.suite.relies_on()
             self.info["exitstatus"] = int(exitstatus)
             self.recorder.write_run_info(self.info)
             terminalreporter.write_line(
@@ -258,6 +480,51 @@ class ConformanceRun:
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self.recorder is not None:
             self.recorder.close()
+        if self._own_watch_dir and self.watch_dir:
+            shutil.rmtree(self.watch_dir, ignore_errors=True)
+
+
+def _first_line(longrepr: Any) -> str:
+    text = str(longrepr or "").strip()
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("E ")]
+    return (errors[0][1:].strip() if errors else lines[-1] if lines else "")[:500]
+
+
+def is_scenario(item: pytest.Item) -> bool:
+    return str(item.path).startswith(os.path.join(PACKAGE_DIR, "scenarios") + os.sep)
+
+
+def write_findings(tr, records: list[dict[str, Any]], findings: list[Finding]) -> None:
+    """The terminal section: failing cases grouped into root causes, then what is not a pass."""
+    if not records:
+        return
+    failing = sum(f.count for f in findings)
+    unsupported = unsupported_by_op(records)
+    bugs = [r["id"] for r in records if r["status"] == Status.TORCH_BUG.value]
+    tr.section("conformance: findings", red=bool(findings), green=not findings)
+    tr.write_line(
+        f"{failing} failing cases = {len(findings)} finding(s) "
+        f"(one per root cause; {len(records)} cases and scenarios in all)"
+    )
+    for i, f in enumerate(findings, 1):
+        tr.write_line(f"{i:3d}. {f.title} -- {f.count} case(s) in {', '.join(f.ops[:6])}")
+        rep = f.representative
+        tr.write_line(f"     e.g. {rep.get('id')}")
+        if rep.get("repro"):
+            tr.write_line(f"     repro: {rep.get('repro')}")
+    if unsupported:
+        ops = ", ".join(f"{op} ({n})" for op, n in list(unsupported.items())[:12])
+        more = ", ..." if len(unsupported) > 12 else ""
+        tr.write_line(
+            f"unsupported (device raised 'not implemented'): {sum(unsupported.values())} cases "
+            f"in {len(unsupported)} op(s): {ops}{more}"
+        )
+    if bugs:
+        tr.write_line(
+            f"torch-bug (CPU disagrees with itself across layouts, the device agrees): "
+            f"{len(bugs)} case(s): {', '.join(bugs[:6])}" + (", ..." if len(bugs) > 6 else "")
+        )
 
 
 def case_of(item: pytest.Item) -> CaseId | None:

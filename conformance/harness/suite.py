@@ -10,13 +10,17 @@ from typing import Any
 import pytest
 import torch
 
-from conformance.engine import discovery, samples
+from conformance.engine import coverage, discovery, samples, workloads
 from conformance.engine.backend import Backend, load_backend
+from conformance.engine.foundations import ORDER as FOUNDATION_ORDER
+from conformance.engine.foundations import Foundations
 from conformance.engine.layout_names import LAYOUT_HELP
 from conformance.engine.runner import CaseOutcome, run_case
+from conformance.engine.samples import values
+from conformance.engine.transfer import RELIES_ON
 from conformance.errors import ConformanceUsageError
 from conformance.harness.expectations import Entry, Manifest, default_manifest_paths, load_manifest
-from conformance.harness.options import Options
+from conformance.harness.options import ORDINARY, Options
 from conformance.ops import spec_for
 from conformance.record import CaseId, CaseRecord, Status
 
@@ -33,23 +37,74 @@ def dtype_name(dtype: torch.dtype) -> str:
 class Suite:
     """Created lazily when conformance cases are collected (other pytest runs never pay)."""
 
-    def __init__(self, options: Options, cache_dir: str | None, worker: str) -> None:
+    def __init__(
+        self,
+        options: Options,
+        cache_dir: str | None,
+        worker: str,
+        *,
+        rootdir: str = ".",
+        invocation_dir: str = ".",
+        with_coverage: bool = True,
+    ) -> None:
         self.options = options
         self.cache_dir = cache_dir
         self.worker = worker
+        self.rootdir = rootdir
+        self.invocation_dir = invocation_dir
+        # never touches the device: usability is probed where forking cannot suffer from it
         self.backend: Backend = load_backend(options.backend, options.device)
+        self.backend_name = self.backend.module_name
         self.allocator = self.backend.allocator_mode()
         self.manifest = self._manifest()
         self.registered = discovery.registered_overloads()
-        self._calls: dict[tuple[str, torch.dtype], list] = {}
+        self.schemaless = discovery.schemaless_registrations()
+        self.has_fallback = discovery.has_backend_fallback()
+        self._calls: dict[tuple[str, torch.dtype, str], list] = {}
+        self.excluded = workloads.excluded()  # model-derived overloads left out, and why
         self.overloads = self.selected_overloads()  # validates --ops early
         self.fallback_only = self.selected_fallback_overloads()
+        self._fallback_only_set = frozenset(self.fallback_only)
+        # a spawned case runner collects every case (the parent chose which ones run)
+        self.coverage = self._coverage() if with_coverage else None
+        self.foundations = Foundations(self.backend.device, set(self.registered))
 
     def _manifest(self) -> Manifest:
         paths = self.options.expectations
         if paths is None:
-            paths = default_manifest_paths(REPO_ROOT, self.options.backend, torch.__version__)
+            paths = default_manifest_paths(REPO_ROOT, self.backend_name, torch.__version__)
         return load_manifest(paths)
+
+    def _coverage(self) -> coverage.Coverage:
+        reachable: list[str] = []
+        if self.has_fallback:
+            from conformance.engine.samples.opinfo import opinfo_index
+
+            reachable = discovery.fallback_overloads(set(opinfo_index(self.cache_dir)))
+        return coverage.compute(
+            self.registered,
+            self.overloads,
+            self.options.dtypes,
+            lambda overload: self._dtypes(overload, overload in self._fallback_only_set),
+            self.calls,
+            self._no_sample_reason,
+            schemaless=self.schemaless,
+            has_fallback=self.has_fallback,
+            fallback_only=reachable,
+            fallback_selected=self.fallback_only,
+            fallback_set=",".join(self.options.fallback_ops or ["models"]),
+            excluded=list(self.excluded),
+        )
+
+    def _no_sample_reason(self, overload: str) -> str:
+        from conformance.engine.samples.opinfo import base_name, opinfo_index
+
+        spec = spec_for(overload)
+        if spec.samples is None and not (
+            spec.opinfo_names or base_name(overload) in opinfo_index(self.cache_dir)
+        ):
+            return "no samples (no OpInfo entry and no op spec in conformance/ops)"
+        return "no samples (no OpInfo sample reaches this overload; add an op spec)"
 
     # ---- collection -------------------------------------------------------------------------
     def selected_overloads(self) -> list[str]:
@@ -62,20 +117,28 @@ class Suite:
             hint = ", ".join(self.registered[:12]) + (", ..." if len(self.registered) > 12 else "")
             raise ConformanceUsageError(
                 f"--ops: {', '.join(unknown)} matches no overload registered by "
-                f"{self.options.backend} (registered: {hint})"
+                f"{self.backend_name} (registered: {hint})"
             )
         return chosen
 
     def selected_fallback_overloads(self) -> list[str]:
-        """--fallback-ops: overloads reached only through the boxed fallback."""
+        """--fallback-ops: overloads reached only through the boxed fallback. By default (no
+        --ops) the model-derived set: what the workloads of engine/workloads.py reach through
+        this backend's fallback, less matrices/workloads/excluded.toml."""
         wanted = self.options.fallback_ops
-        if not wanted:
+        if wanted is None:
+            wanted = [] if self.options.ops else ["models"]
+        if not wanted or wanted == ["none"]:
             return []
-        if not discovery.has_backend_fallback():
+        if not self.has_fallback:
+            if self.options.fallback_ops is None:
+                return []  # the default: nothing reaches a fallback that does not exist
             raise ConformanceUsageError(
-                f"--fallback-ops: {self.options.backend} registered no boxed fallback "
+                f"--fallback-ops: {self.backend_name} registered no boxed fallback "
                 "for PrivateUse1, so no op reaches cpu_fallback"
             )
+        if wanted == ["models"]:
+            return [o for o in workloads.model_fallback_overloads() if o not in self.excluded]
         from conformance.engine.samples.opinfo import opinfo_index
 
         reachable = discovery.fallback_overloads(set(opinfo_index(self.cache_dir)))
@@ -86,38 +149,77 @@ class Suite:
         if unknown:
             raise ConformanceUsageError(
                 f"--fallback-ops: {', '.join(unknown)} matches no overload that reaches the "
-                f"backend fallback and has OpInfo samples (e.g. {', '.join(reachable[:6])})"
+                f"backend fallback and has OpInfo samples (e.g. {', '.join(reachable[:6])}); "
+                "or pass 'models', 'all' or 'none'"
             )
         return chosen
 
+    def _has_samples(self, overload: str, dtype: torch.dtype) -> bool:
+        return self.coverage is None or not self.coverage.missing(overload, dtype_name(dtype))
+
     def cases(self) -> list[CaseId]:
+        """The cases to collect, built from names alone, the foundations (foundations.ORDER)
+        first, most primitive first, so that the first failing case of a run names the op that is
+        actually wrong; (overload, dtype) pairs without samples are left out (the run header
+        names them once, see engine/coverage.py)."""
         paths = [p for p in self.options.paths if p == "native" or self.backend.can_route_fallback]
         out = []
-        for overload in self.overloads:
-            spec = spec_for(overload)
-            dtypes = [d for d in self.options.dtypes if spec.dtypes is None or d in spec.dtypes]
-            for dtype in dtypes:
-                for layout in self.options.layouts:
-                    if spec.layouts is not None and layout not in spec.layouts:
-                        continue
-                    for path in paths:
-                        if path == "fallback" and not self.backend.fallback_routable(overload):
-                            continue
-                        out.append(CaseId(overload, dtype_name(dtype), layout, path))
+        rank = {op: i for i, op in enumerate(FOUNDATION_ORDER)}
+        for overload in sorted(self.overloads, key=lambda o: rank.get(o, len(rank))):
+            routes = [p for p in paths if p == "native" or self.backend.fallback_routable(overload)]
+            out += self._cases_of(overload, self._dtypes(overload, False), routes)
         if "fallback" in self.options.paths:
             for overload in self.fallback_only:
-                spec = spec_for(overload)
-                for dtype in self.options.dtypes:
-                    for layout in self.options.layouts:
-                        if spec.layouts is None or layout in spec.layouts:
-                            out.append(CaseId(overload, dtype_name(dtype), layout, "fallback"))
+                out += self._cases_of(overload, self._dtypes(overload, True), ["fallback"])
         return out
 
-    def calls(self, overload: str, dtype: torch.dtype) -> list:
-        """Samples of (overload, dtype), loaded once per process (cases share them)."""
-        key = (overload, dtype)
+    def _dtypes(self, overload: str, fallback_only: bool) -> list[torch.dtype]:
+        """The requested dtypes the op's spec allows; for fallback-only overloads also only
+        those its OpInfos support on CPU (others would only be skipped)."""
+        spec = spec_for(overload)
+        dtypes = [d for d in self.options.dtypes if spec.dtypes is None or d in spec.dtypes]
+        if fallback_only and spec.samples is None:
+            from conformance.engine.samples.opinfo import supported_dtypes
+
+            supported = supported_dtypes(overload, self.cache_dir)
+            if supported is not None:
+                dtypes = [d for d in dtypes if dtype_name(d) in supported]
+        return dtypes
+
+    def _cases_of(self, overload: str, dtypes: list[torch.dtype], paths: list[str]) -> list:
+        spec = spec_for(overload)
+        layouts = [lo for lo in self.options.layouts if spec.layouts is None or lo in spec.layouts]
+        value_sets = [
+            v
+            for v in self.options.values
+            if v != ORDINARY and (spec.value_sets is None or v in spec.value_sets)
+        ]
+        if not spec.check_values or "contiguous" not in layouts:
+            value_sets = []
+        out = []
+        for dtype in dtypes:
+            if not self._has_samples(overload, dtype):
+                continue
+            name = dtype_name(dtype)
+            if ORDINARY in self.options.values:
+                out += [CaseId(overload, name, lo, p) for lo in layouts for p in paths]
+            for v in value_sets:
+                if values.applies(overload, dtype, v):
+                    out += [CaseId(overload, name, "contiguous", p, v) for p in paths]
+        return out
+
+    def calls(self, overload: str, dtype: torch.dtype, value_set: str = "") -> list:
+        """Samples of (overload, dtype, value set), loaded once per process (cases share them)."""
+        key = (overload, dtype, value_set)
         if key not in self._calls:
-            self._calls[key] = samples.calls_for(overload, dtype, self.cache_dir)
+            limit = (
+                samples.MAX_FALLBACK_SAMPLES
+                if overload in self._fallback_only_set
+                else samples.MAX_OPINFO_SAMPLES
+            )
+            self._calls[key] = samples.calls_for(
+                overload, dtype, self.cache_dir, value_set, limit=limit
+            )
         return self._calls[key]
 
     def stale_expectations(self) -> list[Entry]:
@@ -135,12 +237,48 @@ class Suite:
         if narrowed:
             return []
         ids = [str(case) for case in self.cases()]
+
+        run = set(self.registered) | set(self.fallback_only)
+        reachable = set(self.coverage.fallback_only) if self.coverage is not None else set()
+
+        def judged(entry: Entry) -> bool:
+            """Fallback-only overloads outside this run's set (--fallback-ops) are not run, so
+            their entries cannot be judged; entries naming any other op can."""
+            op = entry.pattern.split("-")[0]
+            if any(fnmatch.fnmatchcase(r, op) for r in run):
+                return True
+            return not any(fnmatch.fnmatchcase(r, op) for r in reachable)
+
         return [
             e
             for e in self.manifest.entries
             if (not e.allocator or e.allocator == self.allocator)
+            and judged(e)
             and not any(fnmatch.fnmatchcase(i, e.pattern) for i in ids)
         ]
+
+    def relies_on(self) -> dict[str, str]:
+        """What the verdicts rely on besides the op under test (run header, run.json)."""
+        below = hasattr(torch._C, "_AutoDispatchBelowADInplaceOrView")
+        b = self.backend
+        memory = [h for h in ("check_memory", "live_blocks") if b.hook(h) is not None]
+        return {
+            "reading and placing": RELIES_ON,
+            "identity": "torch._C._AutoDispatchBelowADInplaceOrView (the kernel's own return)"
+            if below
+            else "nothing: this torch lacks _AutoDispatchBelowADInplaceOrView, check skipped",
+            "error": "error classes from the message (engine/errorclass.py); layout "
+            + (
+                "preconditions compared (--strict-errors)"
+                if self.options.strict_errors
+                else "preconditions of CPU's kernel: sample not applicable"
+            ),
+            "random ops": "torch.manual_seed before each side: equal draws, else properties "
+            "(Kolmogorov-Smirnov)",
+            "blame": "foundation probes (engine/foundations.py) and torch.profiler for the ops a "
+            "failed sample reaches",
+            "memory": ", ".join(f"backend.{h}" for h in memory) or "nothing (no backend hooks)",
+        }
 
     def expectation(self, case: CaseId) -> Entry | None:
         return self.manifest.match(str(case), self.allocator)
@@ -150,32 +288,61 @@ class Suite:
         """Run the case; leave its result record on `item`; raise pytest outcomes."""
         nodeid = item.nodeid
         spec = spec_for(case.overload)
-        calls = self.calls(case.overload, getattr(torch, case.dtype))
+        try:
+            calls = self.calls(case.overload, getattr(torch, case.dtype), case.values)
+        except Exception as exc:  # the suite's own sample sources broke: not the backend's verdict
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            message = (
+                f"[harness] building the samples of {case.overload} ({case.dtype}) failed: "
+                f"{type(exc).__name__}: {text}\n  repro: {self.repro(nodeid)}"
+            )
+            item.stash[RECORD_KEY] = self.new_record(
+                case, Status.ERROR, nodeid, check="harness", message=message
+            )
+            pytest.fail(message, pytrace=False)
         route = case.path == "fallback" and case.overload in self.registered
         outcome = run_case(
-            self.backend, case.overload, spec, calls, case.layout, case.path, route=route
+            self.backend,
+            case.overload,
+            spec,
+            calls,
+            case.layout,
+            case.path,
+            route=route,
+            strict_errors=self.options.strict_errors,
+            foundations=self.foundations,
         )
         expected = self.expectation(case)
+        xfail = expected is not None and expected.status == "xfail"
         record = self._record(case, outcome, nodeid)
         item.stash[RECORD_KEY] = record
         if outcome.skip_reason:
             pytest.skip(outcome.skip_reason)
-        if outcome.failure is not None:
+        if outcome.failure is not None or (outcome.unsupported and xfail):
             message = self.failure_message(case, outcome, nodeid)
             if self.options.repro_dir and outcome.failed_call is not None:
                 script = self._write_repro(case, outcome, route)
                 message += f"\n  repro script: python {script}"
                 record.message = message
-            if expected is not None and expected.status == "xfail":
+            if xfail:
+                assert expected is not None
                 pytest.xfail(f"{expected.describe()} -- {message.splitlines()[0]}")
+            if outcome.blocked_by is not None:
+                record.status = Status.BLOCKED
             pytest.fail(message, pytrace=False)
-        if expected is not None and expected.status == "xfail":
+        if xfail:
+            assert expected is not None
             record.status = Status.XPASSED
             pytest.fail(
                 f"unexpected pass: the case {case} passes now; remove this entry "
                 f"({expected.pattern!r}) from {expected.source}",
                 pytrace=False,
             )
+        if outcome.unsupported:
+            record.status = Status.UNSUPPORTED
+            pytest.skip(f"unsupported: {outcome.unsupported}")
+        if outcome.torch_bugs:
+            record.status = Status.TORCH_BUG
 
     def _write_repro(self, case: CaseId, outcome: CaseOutcome, routed: bool) -> str:
         from conformance.engine.repro import write_repro
@@ -185,25 +352,56 @@ class Suite:
             self.options.repro_dir,
             str(case),
             outcome.failed_call,
-            backend=self.options.backend,
+            backend=self.backend_name,
             headline=f"[{failure.check}] {failure.message}",
             routed=routed,
-            env_prefix=self._env_prefix(backend_only=True),
+            env_prefix=self._env_prefix(),
+            spec=spec_for(case.overload),
+            has_check_memory=self.backend.hook("check_memory") is not None,
         )
 
-    def _env_prefix(self, backend_only: bool = False) -> str:
-        """The environment a repro needs: the backend's variables (and the suite's)."""
-        prefixes = (self.options.backend.upper() + "_",)
-        if not backend_only:
-            prefixes += ("CONFORMANCE_",)
-        skip = ("CONFORMANCE_RESULTS", "CONFORMANCE_REPRO_DIR")
-        env = {k: v for k, v in os.environ.items() if k.startswith(prefixes) and k not in skip}
+    def _env_prefix(self) -> str:
+        """The environment a repro needs: the variables of the backend module and of the module
+        that registered the device module (`ECHO_NPU_*` for echo_npu and wrappers of it), and
+        whether torch autoloads backends."""
+        from conformance.engine.backend import owner_of
+
+        modules = {self.backend_name, owner_of(self.backend.device_type) or self.backend_name}
+        prefixes = tuple(m.split(".")[0].upper() + "_" for m in sorted(modules))
+        prefixes += ("TORCH_DEVICE_BACKEND_AUTOLOAD",)
+        env = {k: v for k, v in os.environ.items() if k.startswith(prefixes)}
         return " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
 
+    def _target(self, nodeid: str) -> str:
+        """The node id as a path from the directory pytest was started in."""
+        file, sep, rest = nodeid.partition("::")
+        path = os.path.relpath(os.path.join(self.rootdir, file), self.invocation_dir)
+        if path.startswith(".."):
+            path = os.path.abspath(os.path.join(self.rootdir, file))
+        return path + sep + rest
+
     def repro(self, nodeid: str) -> str:
-        prefix = self._env_prefix()
-        backend = "" if self.options.backend == "echo_npu" else f" --backend {self.options.backend}"
-        cmd = f"pytest {shlex.quote(nodeid)}{backend} --results none"
+        """One command that runs exactly this case again with every option that created it:
+        the options the user set (flags or CONFORMANCE_* variables, as flags), --ops or
+        --fallback-ops narrowed to the case's overload, the backend's environment."""
+        override: dict[str, str | None] = {"results": None, "repro_dir": None}
+        try:
+            case = CaseId.parse(nodeid)
+        except ValueError:
+            case = None  # a scenario: its options as given
+        if case is not None:
+            registered = case.overload in self.registered
+            override["ops"] = case.overload if registered else None
+            override["fallback_ops"] = None if registered else case.overload
+            for name, value in (
+                ("dtypes", case.dtype),
+                ("layouts", case.layout),
+                ("paths", case.path),
+            ):
+                if name in self.options.given:
+                    override[name] = value
+        flags = [shlex.quote(f) for f in self.options.flags(**override)]
+        cmd = " ".join(["pytest", shlex.quote(self._target(nodeid)), *flags, "--results", "none"])
         preload = os.environ.get("LD_PRELOAD", "")
         checkers = [
             flag
@@ -212,12 +410,20 @@ class Suite:
         ]
         if checkers:  # the run was under a preloaded checker: so is the repro
             cmd = f"python -m conformance.tools.launch {' '.join(checkers)} -- {cmd}"
-        return f"{prefix} {cmd}".strip()
+        return f"{self._env_prefix()} {cmd}".strip()
 
     def failure_message(self, case: CaseId, outcome: CaseOutcome, nodeid: str) -> str:
         failure = outcome.failure
-        assert failure is not None
-        lines = [f"[{failure.check}] {failure.message}"]
+        if failure is not None:
+            lines = [f"[{failure.check}] {failure.message}"]
+        else:
+            lines = [f"[unsupported] {outcome.unsupported}"]
+        if outcome.blocked_by is not None:
+            probe = outcome.blocked_by
+            lines = [
+                f"[blocked] blocked by {probe.case}: {probe.what}: {probe.message}",
+                f"  own failure: {lines[0]}",
+            ]
         if outcome.failed_sample:
             lines.append(
                 f"  sample: {outcome.failed_sample} (layout {case.layout}, path "
@@ -227,18 +433,41 @@ class Suite:
         return "\n".join(lines)
 
     def _record(self, case: CaseId, outcome: CaseOutcome, nodeid: str) -> CaseRecord:
-        """The case's result record; its status is set from pytest's outcome when logged."""
+        """The case's result record; its status is set from pytest's outcome when logged
+        (or here, for the statuses pytest has no outcome for: see session._DECIDED)."""
         failure = outcome.failure
-        return self.new_record(
+        if failure is not None or outcome.unsupported:
+            message: str | None = self.failure_message(case, outcome, nodeid)
+        elif outcome.torch_bugs:
+            more = len(outcome.torch_bugs) - 1
+            message = f"[torch-bug] {outcome.torch_bugs[0]}" + (
+                f" (+{more} more samples)" if more else ""
+            )
+        elif outcome.errors_only:
+            message = (
+                f"error parity only: cpu raised on all {outcome.samples} samples and the device "
+                "raised errors of the same class"
+            )
+        else:
+            message = outcome.skip_reason
+        record = self.new_record(
             case,
             Status.PASSED,
             nodeid,
-            check=failure.check if failure else None,
+            check=failure.check if failure else ("error" if outcome.unsupported else None),
             max_abs_err=outcome.stats.max_abs if outcome.samples else None,
             max_rel_err=outcome.stats.max_rel if outcome.samples else None,
             samples=outcome.samples,
-            message=self.failure_message(case, outcome, nodeid) if failure else outcome.skip_reason,
+            message=message,
         )
+        if outcome.blocked_by is not None:
+            record.blocked_by = outcome.blocked_by.case
+            record.extra["blocked_by_message"] = (
+                f"{outcome.blocked_by.what}: {outcome.blocked_by.message}"
+            )
+        if outcome.errors_only:
+            record.extra["errors_only"] = True
+        return record
 
     def new_record(self, case: CaseId, status: Status, nodeid: str, **values: Any) -> CaseRecord:
         """A record of this run (torch, backend, allocator, repro filled in) for `case`."""
@@ -246,7 +475,7 @@ class Suite:
             case,
             status,
             torch=str(torch.__version__),
-            backend=self.options.backend,
+            backend=self.backend_name,
             allocator=self.allocator,
             repro=self.repro(nodeid),
             **values,

@@ -32,10 +32,20 @@ class OpSpec:
     written_args: tuple[str, ...] = ()
     check_aliasing: bool = True  # False where the schema's aliasing is not the real contract
     check_values: bool = True  # False for uninitialised memory (empty*)
+    metadata_only_outputs: tuple[int, ...] = ()  # flat output indices left uninitialised
+    keeps_old_contents: bool = False  # written args keep what existed before (resize_)
+    nondeterministic: bool | None = None  # draws random numbers (None: from the schema)
+    layout_free_reference: bool = True  # also run CPU on contiguous copies (self-consistency)
     check_strides: bool = True
+    # indices of the returned values that are compared (None: all). For ops whose other results
+    # are the backend's own business (an attention kernel's RNG state, sequence offsets)
+    compared_outputs: tuple[int, ...] | None = None
     tol_scale: float = 1.0  # multiplies the per-dtype tolerances (reductions, exp, ...)
     dtypes: tuple[torch.dtype, ...] | None = None  # restrict (None: as requested)
     layouts: tuple[str, ...] | None = None  # restrict (None: as requested)
+    # value sets beyond the ordinary samples (None: every one the schema allows, see
+    # engine/samples/values.py); () for ops whose operands are not values (copies' dst)
+    value_sets: tuple[str, ...] | None = None
     notes: str = ""
     extra: dict = field(default_factory=dict)
 

@@ -32,9 +32,12 @@ def _copy_samples(overload: str, dst_shape_of: callable) -> callable:
                 dst = _values(dst_shape_of(shape), dst_dtype, 100 + i)
                 out.append(Call(overload, (src, dst)))  # device -> device
                 out.append(Call(overload, (src, dst), cpu_args=frozenset({1})))  # device -> cpu
+                out.append(Call(overload, (src, dst), cpu_args=frozenset({0})))  # cpu -> device
         # broadcast: src (1, 6) into dst (5, 6)
         if overload == "_copy_from":
-            out.append(Call(overload, (_values((1, 6), dtype, 7), _values((5, 6), dtype, 8))))
+            src, dst = _values((1, 6), dtype, 7), _values((5, 6), dtype, 8)
+            for cpu_args in (frozenset(), frozenset({0}), frozenset({1})):
+                out.append(Call(overload, (src, dst), cpu_args=cpu_args))
         return out
 
     return samples
@@ -57,6 +60,7 @@ register(
         written_args=("dst",),
         check_aliasing=False,
         check_strides=False,
+        value_sets=("special",),  # NaN, inf, -0.0 copied; dst is no operand to promote against
         notes="reference is dst.copy_(src) on CPU; dst may be on CPU (device-to-host)",
     )
 )
@@ -69,6 +73,7 @@ register(
         written_args=("dst",),
         check_aliasing=False,
         check_strides=False,
+        value_sets=("special",),
         notes="dst starts empty and is resized to src's shape",
     )
 )

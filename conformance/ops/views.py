@@ -26,10 +26,24 @@ register(
     )
 )
 register(OpSpec("as_strided", layouts=STORAGE_KEEPING))
+
+
+def _resize_samples(dtype: torch.dtype) -> list[Call]:
+    """Growing (the storage must move, keeping its contents) and shrinking."""
+    old = torch.arange(1, 25).to(dtype).reshape(4, 6)
+    return [
+        Call("resize_", (old, [8, 6])),
+        Call("resize_", (old, [5, 7])),
+        Call("resize_", (old, [2, 3])),
+    ]
+
+
 register(
     OpSpec(
         "resize_",
+        samples=_resize_samples,
         check_values=False,
-        notes="new elements are uninitialised: shape, strides and identity only",
+        keeps_old_contents=True,
+        notes="new elements are uninitialised; the old ones must keep their values",
     )
 )

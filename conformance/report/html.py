@@ -94,6 +94,8 @@ def render_html(
             )
         )
     failures = [_Failure(run.name, case) for run in runs for case in run.failures()]
+    findings = [(run.name, run.label, run.findings(), run.unsupported_by_op()) for run in runs]
+    scenarios = [(run.name, case) for run in runs for case in run.scenarios()]
     template = _environment().get_template("report.html.j2")
     return template.render(
         title=title,
@@ -104,6 +106,8 @@ def render_html(
         dtypes=ordered((d for v in views for d in v.grid.dtypes), _first(views, "dtypes")),
         layouts=ordered((x for v in views for x in v.grid.layouts), _first(views, "layouts")),
         failures=failures,
+        findings=findings,
+        scenarios=scenarios,
         total_cases=sum(v.total for v in views),
     )
 

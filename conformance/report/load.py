@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.errors import ConformanceUsageError
+from conformance.findings import Finding, group_findings, unsupported_by_op
 from conformance.record import (
     FAILING,
     STATUS_ORDER,
@@ -100,6 +101,21 @@ class Run:
     def counts(self) -> Counter[str]:
         """Number of cases per status."""
         return Counter(c.status.value for c in self.cases)
+
+    def findings(self) -> list[Finding]:
+        """Failing cases grouped by root cause (conformance/findings.py)."""
+        return group_findings(c.to_json() for c in self.cases)
+
+    def unsupported_by_op(self) -> dict[str, int]:
+        return unsupported_by_op(c.to_json() for c in self.cases)
+
+    def scenarios(self) -> list[Case]:
+        """The end-to-end scenarios of the run (not op cases: not in the grid)."""
+        return [c for c in self.cases if c.path == "scenario"]
+
+    def op_cases(self) -> list[Case]:
+        """The op cases (the grid), without the scenarios."""
+        return [c for c in self.cases if c.path != "scenario"]
 
     def failures(self) -> list[Case]:
         """Cases needing attention (crashed, error, failed, xpassed), worst first, then by id."""

@@ -9,17 +9,20 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 from conformance.report.load import FAILING, STATUSES, Case, Run
 from conformance.report.summary import counts_by
 
-__all__ = ["render_markdown"]
+__all__ = ["coverage_lines", "render_markdown"]
 
 #: Columns of every count table, in this order.
 COLUMNS: tuple[str, ...] = (
     "passed",
     "failed",
+    "blocked",
     "unsupported",
+    "torch-bug",
     "xfailed",
     "xpassed",
     "crashed",
@@ -33,6 +36,8 @@ _ICONS = {
     "unsupported": "🚫",
     "error": "⛔",
     "failed": "❌",
+    "blocked": "🚧",
+    "torch-bug": "🐛",
     "xpassed": "❗",
     "xfailed": "➖",
     "passed": "✅",
@@ -83,6 +88,88 @@ def _failure_rows(cases: Sequence[Case], limit: int) -> list[str]:
     return lines
 
 
+def coverage_lines(cov: dict[str, Any] | None) -> list[str]:
+    """The run's coverage (run.json `coverage`, engine/coverage.py): registered overloads, tested,
+    untested with the reason, dtypes without samples, schema-less kernels, fallback-only ops."""
+    if not cov:
+        return []
+    untested = cov.get("untested") or {}
+    out = [
+        "### Coverage",
+        "",
+        f"- {len(cov.get('registered', []))} registered aten overloads, "
+        f"{len(cov.get('tested', []))} tested, {len(untested)} untested",
+    ]
+    out += [f"- untested `{_cell(o)}`: {_cell(r)}" for o, r in sorted(untested.items())]
+    partial = {o: d for o, d in (cov.get("no_samples") or {}).items() if o not in untested}
+    if partial:
+        listed = "; ".join(f"`{o}` ({', '.join(d)})" for o, d in sorted(partial.items()))
+        out.append(f"- no samples for some dtypes (not collected): {_cell(listed, 2000)}")
+    if cov.get("schemaless"):
+        names = ", ".join(f"`{o}`" for o in cov["schemaless"])
+        out.append(f"- kernels for names without an aten schema (never called): {names}")
+    if not cov.get("has_fallback"):
+        out.append("- no boxed fallback: overloads without a kernel are unsupported")
+    else:
+        out.append(
+            f"- {len(cov.get('fallback_only', []))} overloads reach the backend only through its "
+            f"boxed fallback; {len(cov.get('fallback_tested', []))} tested"
+        )
+    return [*out, ""]
+
+
+def _findings_section(runs: Sequence[Run]) -> list[str]:
+    """One row per root cause: failing cases grouped (conformance/findings.py)."""
+    out = ["## Findings (one per root cause)", ""]
+    any_finding = False
+    for run in runs:
+        findings = run.findings()
+        if not findings:
+            continue
+        any_finding = True
+        failing = sum(f.count for f in findings)
+        out += [f"### {_cell(run.label)}: {failing} failing cases = {len(findings)} findings", ""]
+        out += ["| # | finding | check | cases | blocked | example | repro |"]
+        out += ["| ---: | --- | --- | ---: | ---: | --- | --- |"]
+        for i, f in enumerate(findings, 1):
+            rep = f.representative
+            out.append(
+                f"| {i} | {_cell(f.title)} | {_cell(f.key.check)} | {f.count} | "
+                f"{f.blocked or ''} | {_code(str(rep.get('id', '')))} | "
+                f"{_code(str(rep.get('repro', '')))} |"
+            )
+        out.append("")
+        unsupported = run.unsupported_by_op()
+        if unsupported:
+            ops = ", ".join(f"`{op}` ({n})" for op, n in unsupported.items())
+            out += [
+                f"🚫 unsupported (the device raised 'not implemented'; never a pass): "
+                f"{sum(unsupported.values())} cases: {ops}",
+                "",
+            ]
+    if not any_finding:
+        out += ["None.", ""]
+    return out
+
+
+def _scenarios_section(runs: Sequence[Run]) -> list[str]:
+    rows = [(run, c) for run in runs for c in run.scenarios()]
+    if not rows:
+        return []
+    out = [
+        "## Scenarios",
+        "",
+        "| session | scenario | status | message |",
+        "| --- | --- | --- | --- |",
+    ]
+    for run, c in rows:
+        icon = _ICONS.get(c.status, "")
+        out.append(
+            f"| {_cell(run.name)} | {_code(c.overload)} | {icon} {c.status} | {_cell(c.message)} |"
+        )
+    return [*out, ""]
+
+
 def render_markdown(
     runs: Sequence[Run], *, title: str = "Conformance report", max_failures: int = 100
 ) -> str:
@@ -104,10 +191,17 @@ def render_markdown(
     total = Counter[str]()
     for run in runs:
         total.update(run.counts())
-    bad = sum(total.get(s, 0) for s in ("failed", "crashed", "error", "xpassed"))
-    verdict = "all cases passed or failed as expected" if not bad else f"{bad} cases need attention"
+    bad = sum(total.get(s, 0) for s in ("failed", "blocked", "crashed", "error", "xpassed"))
+    findings = sum(len(run.findings()) for run in runs)
+    verdict = (
+        "all cases passed or failed as expected"
+        if not bad
+        else f"{bad} cases need attention = {findings} finding(s)"
+    )
     out += ["", f"**{verdict}** ({sum(total.values())} cases in {len(runs)} session(s))", ""]
 
+    out += _findings_section(runs)
+    out += _scenarios_section(runs)
     out += ["## Failures", ""]
     any_failure = False
     for run in runs:
@@ -127,9 +221,10 @@ def render_markdown(
             out.append(f"- ⚠ {_cell(warning)}")
         if run.warnings:
             out.append("")
+        out += coverage_lines(run.meta.get("coverage"))
         out += ["### Per layout", ""]
-        out += _count_table("layout", counts_by(run.cases, "layout"))
-        per_op = counts_by(run.cases, "op_name")
+        out += _count_table("layout", counts_by(run.op_cases(), "layout"))
+        per_op = counts_by(run.op_cases(), "op_name")
         problems = {k: v for k, v in per_op.items() if any(s in FAILING for s in v)}
         out += ["", "### Per op", ""]
         if problems:

@@ -90,7 +90,7 @@ class Grid:
 def build_grid(run: Run) -> Grid:
     """Group the run's cases by (op, dtype, layout); the cell status is the worst over paths."""
     groups: dict[tuple[str, str, str], list[Case]] = {}
-    for case in run.cases:
+    for case in run.op_cases():
         groups.setdefault((case.op_name, case.dtype, case.layout), []).append(case)
     cells = {
         key: GridCell(

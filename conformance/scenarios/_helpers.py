@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -71,3 +72,19 @@ def on_both(fn: Callable[[torch.device], Any], device: torch.device, what: str, 
     got = fn(device)
     assert_same(got, expected, what, **tol)
     return got
+
+
+# the dispatcher's error when an op has no kernel for the device and no fallback takes it
+_NO_KERNEL = re.compile(r"Could not run '([\w:.]+)' with arguments from the '(\w+)' backend")
+
+
+def missing_op(exc: BaseException, device_type: str) -> str | None:
+    """The aten op the device lacks, if `exc` (or its cause) is the dispatcher saying so."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        match = _NO_KERNEL.search(str(exc))
+        if match and match.group(2).lower() in (device_type.lower(), "privateuse1"):
+            return match.group(1)
+        exc = exc.__cause__ or exc.__context__
+    return None

@@ -1,4 +1,5 @@
-"""Fixtures of the scenarios, and the device memory check after each scenario."""
+"""Fixtures of the scenarios, the device memory check after each scenario, and `unsupported`
+for a scenario that needs an op the backend lacks (no kernel and no boxed fallback)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,29 @@ import pytest
 from conformance.engine.compare import Mismatch
 from conformance.engine.memory import MemoryWatch
 from conformance.harness.session import run_of
-from conformance.scenarios._helpers import last_step, reset_steps
+from conformance.scenarios._helpers import last_step, missing_op, reset_steps
+
+
+def _unsupported(item: pytest.Item, exc: BaseException) -> None:
+    """Skip as `unsupported`, naming the op, when the backend lacks an op the scenario needs."""
+    backend = run_of(item.config).suite.backend
+    op = missing_op(exc, backend.device_type)
+    if op is not None:
+        step = f" (step: {last_step()})" if last_step() else ""
+        pytest.skip(
+            f"unsupported: the backend has no kernel for {op} on '{backend.device_type}' and no "
+            f"boxed fallback takes it{step}"
+        )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    """A fixture that needs a missing op (e.g. moving a model to the device) is unsupported too."""
+    try:
+        return (yield)
+    except Exception as exc:
+        _unsupported(item, exc)
+        raise
 
 
 @pytest.fixture
@@ -30,6 +53,8 @@ def pytest_runtest_call(item: pytest.Item):
         problem = _memory_problem(watch, item, leaks=False)
         if problem and hasattr(exc, "add_note"):
             exc.add_note(problem)
+        elif isinstance(exc, Exception):  # corrupted memory wins over a missing op
+            _unsupported(item, exc)
         raise
     problem = _memory_problem(watch, item, leaks=True)
     if problem:

@@ -232,3 +232,13 @@ def test_accelerator_leak(npu, faults):
 
 def _accelerator_memory() -> bool:
     return hasattr(torch, "accelerator") and hasattr(torch.accelerator, "memory_allocated")
+
+
+def test_fallback_addmm_drops_bias(npu, faults):
+    bias, a, b = torch.ones(2, 3), torch.eye(2), torch.full((2, 3), 2.0)
+    expected = torch.addmm(bias, a, b)
+    assert torch.equal(torch.addmm(bias.to("npu"), a.to("npu"), b.to("npu")).cpu(), expected)
+    faults(["fallback_addmm_drops_bias"])
+    got = torch.addmm(bias.to("npu"), a.to("npu"), b.to("npu")).cpu()
+    assert torch.equal(got, a @ b)  # the bias is gone
+    assert npu.fallback_counts().get("addmm.out", 0) >= 1  # and it came through cpu_fallback

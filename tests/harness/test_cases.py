@@ -19,7 +19,13 @@ def make_suite(tmp_path, **given: str) -> Suite:
 
 
 def test_cases_are_the_product_of_the_axes(tmp_path) -> None:
-    suite = make_suite(tmp_path, ops="abs,neg", dtypes="float32,int64", layouts="contiguous,offset")
+    suite = make_suite(
+        tmp_path,
+        ops="abs,neg",
+        dtypes="float32,int64",
+        layouts="contiguous,offset",
+        values="ordinary",
+    )
     cases = suite.cases()
     assert len(cases) == 2 * 2 * 2 * 2
     assert CaseId("abs", "int64", "offset", "fallback") in cases
@@ -48,3 +54,48 @@ def test_expectation_lookup_by_case(tmp_path) -> None:
     suite = make_suite(tmp_path, ops="abs", dtypes="float32,int64", expectations=str(manifest))
     hit = [c for c in suite.cases() if suite.expectation(c) is not None]
     assert hit and all(c.dtype == "float32" for c in hit)
+
+
+def test_value_sets_add_contiguous_cases_where_the_schema_allows(tmp_path) -> None:
+    suite = make_suite(tmp_path, ops="add.Tensor,abs", dtypes="float32,bool", layouts="offset")
+    ids = {str(c) for c in suite.cases()}
+    assert "add.Tensor-float32-contiguous-native-special" not in ids  # contiguous not asked
+    suite = make_suite(tmp_path, ops="add.Tensor,abs", dtypes="float32,bool")
+    ids = {str(c) for c in suite.cases()}
+    assert "add.Tensor-float32-contiguous-native-special" in ids
+    assert "add.Tensor-float32-contiguous-fallback-promotion" in ids
+    assert "add.Tensor-bool-contiguous-native-promotion" in ids
+    assert "add.Tensor-bool-contiguous-native-special" not in ids  # bool: no special values
+    assert "abs-float32-contiguous-native-promotion" not in ids  # one operand
+    assert not any(i.endswith("-special") for i in ids if i.startswith("abs-float32-offset"))
+    assert CaseId.parse("add.Tensor-float32-contiguous-native-special").values == "special"
+
+
+def test_default_run_adds_the_model_derived_fallback_set(tmp_path) -> None:
+    suite = make_suite(tmp_path, dtypes="float32", layouts="contiguous", values="ordinary")
+    fallback = {c.overload for c in suite.cases() if c.overload in suite.fallback_only}
+    assert "addmm.out" in fallback  # a linear layer, served by echo_npu's fallback
+    assert all(c.path == "fallback" for c in suite.cases() if c.overload in fallback)
+    assert not set(suite.excluded) & fallback  # left out with a recorded reason
+    assert not set(suite.registered) & fallback
+    # --ops narrows the run to what it names; 'none' switches the set off
+    assert make_suite(tmp_path, ops="abs").fallback_only == []
+    assert make_suite(tmp_path, fallback_ops="none").fallback_only == []
+
+
+def test_fallback_only_dtypes_follow_their_opinfo(tmp_path) -> None:
+    suite = make_suite(tmp_path, fallback_ops="bitwise_and.Tensor_out", layouts="contiguous")
+    dtypes = {c.dtype for c in suite.cases() if c.overload == "bitwise_and.Tensor_out"}
+    assert "int64" in dtypes and "float32" not in dtypes  # OpInfo: integers and bool only
+
+
+def test_every_registered_overload_has_samples(tmp_path) -> None:
+    suite = make_suite(tmp_path, ops="*")
+    assert suite.coverage.untested == {}
+    n = len(suite.registered)
+    assert suite.coverage.header_lines()[0] == f"coverage: {n} of {n} registered overloads tested"
+
+
+def test_unknown_value_set_is_a_one_line_error(tmp_path) -> None:
+    with pytest.raises(ConformanceUsageError, match="--values: unknown value set"):
+        make_suite(tmp_path, values="ordinary,weird")

@@ -3,13 +3,11 @@ else the default; bad values are one-line usage errors."""
 
 from __future__ import annotations
 
-from dataclasses import fields
-
 import pytest
 import torch
 
 from conformance.errors import ConformanceUsageError
-from conformance.harness.options import Options, env_of, flag_of, read_options
+from conformance.harness.options import env_of, flag_of, option_fields, read_options
 
 
 class FakeConfig:
@@ -23,7 +21,7 @@ class FakeConfig:
 
 
 def test_every_field_is_an_option_with_flag_env_and_help() -> None:
-    for f in fields(Options):
+    for f in option_fields():
         assert f.metadata["help"], f.name
         assert flag_of(f.name).startswith("--") and env_of(f.name).startswith("CONFORMANCE_")
     assert flag_of("fallback_ops") == "--fallback-ops"
@@ -31,12 +29,13 @@ def test_every_field_is_an_option_with_flag_env_and_help() -> None:
 
 
 def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
-    for f in fields(Options):
+    for f in option_fields():
         monkeypatch.delenv(env_of(f.name), raising=False)
     o = read_options(FakeConfig())
-    assert o.backend == "echo_npu" and o.device is None and o.ops is None
+    assert o.backend is None and o.device is None and o.ops is None  # None: autoload or echo_npu
     assert torch.float32 in o.dtypes and o.paths == ["native", "fallback"]
     assert o.isolate == "auto" and o.results == "results" and o.expectations is None
+    assert o.case_timeout == 300 and o.given == {}
 
 
 def test_command_line_beats_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -53,7 +52,8 @@ def test_command_line_beats_environment(monkeypatch: pytest.MonkeyPatch) -> None
         ({"dtypes": "float33"}, "unknown dtype 'float33'"),
         ({"layouts": "diagonal"}, "unknown layout(s) diagonal"),
         ({"paths": "sideways"}, "unknown path(s) sideways"),
-        ({"isolate": "thread"}, "--isolate 'thread': valid values are auto, fork, none"),
+        ({"isolate": "thread"}, "--isolate 'thread': valid values are auto, fork, spawn, none"),
+        ({"case_timeout": "soon"}, "--case-timeout 'soon': give a number of seconds"),
     ],
 )
 def test_bad_values_are_one_line_errors(given: dict, message: str) -> None:
@@ -65,5 +65,23 @@ def test_bad_values_are_one_line_errors(given: dict, message: str) -> None:
 def test_help_lists_every_option(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess("--help")
     text = result.stdout.str()
-    for f in fields(Options):
+    for f in option_fields():
         assert flag_of(f.name) in text and env_of(f.name) in text
+
+
+def test_given_keeps_the_raw_text_of_what_the_user_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    for f in option_fields():
+        monkeypatch.delenv(env_of(f.name), raising=False)
+    monkeypatch.setenv("CONFORMANCE_ISOLATE", "spawn")
+    o = read_options(FakeConfig(fallback_ops="masked_fill.*", dtypes="float32,int64"))
+    assert o.given == {
+        "fallback_ops": "masked_fill.*",
+        "dtypes": "float32,int64",
+        "isolate": "spawn",
+    }
+    # a repro narrows the case-selecting options and drops what it replaces
+    assert o.flags(dtypes="int64", fallback_ops="masked_fill.Tensor", results=None) == [
+        "--fallback-ops=masked_fill.Tensor",
+        "--dtypes=int64",
+        "--isolate=spawn",
+    ]

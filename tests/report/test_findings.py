@@ -96,10 +96,57 @@ def test_different_checks_messages_or_blockers_are_different_findings() -> None:
     base = rec("add", "float32", "contiguous", "failed", "values", "values differ: max abs 0.5")
     other_check = {**base, "check": "dtype"}
     other_text = {**base, "message": "device raised RuntimeError: not implemented"}
-    blocked = {**base, "blocked_by": "F1234abcd"}
+    blocked = {
+        **base,
+        "id": "test_matches_cpu[mul.Tensor-float32-offset-fallback]",
+        "op": "mul",
+        "blocked_by": "fill_.Scalar-float32-offset-native",
+    }
     findings = group_findings([base, other_check, other_text, blocked])
     assert len(findings) == 4
-    assert any("(blocked by F1234abcd)" in f.title for f in findings)
+    assert any("fill_.Scalar is broken, 1 case(s) blocked by it" in f.title for f in findings)
+
+
+def test_a_broken_foundation_and_the_cases_it_blocks_are_one_finding() -> None:
+    own = [
+        rec(
+            "_copy_from",
+            "float32",
+            "offset",
+            "failed",
+            "values",
+            "[values] dst: 3/30 differ",
+            overload="default",
+        ),
+        rec(
+            "_copy_from",
+            "float64",
+            "sliced",
+            "failed",
+            "values",
+            "[values] output: 9 differ",
+            overload="default",
+        ),
+    ]
+    blocked = [
+        rec(
+            op,
+            "float32",
+            "offset",
+            "blocked",
+            "values",
+            f"[blocked] by _copy_from ({op})",
+            blocked_by="_copy_from-float32-offset-native",
+            path="fallback",
+        )
+        for op in ("abs", "add", "sum")
+    ]
+    (finding,) = group_findings([*blocked, *own])
+    assert finding.count == 5 and finding.blocked == 3
+    assert finding.representative["op"] == "_copy_from"
+    assert finding.title.startswith("_copy_from is broken, 3 case(s) blocked by it: values:")
+    alone = group_findings(blocked)  # the foundation's own case did not run
+    assert len(alone) == 1 and alone[0].key.check == "foundation"
 
 
 def test_crashes_group_by_signature_not_by_address() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,12 @@ class SuiteRun:
     returncode: int
     output: str
     results: list[dict]
+    results_dir: Path
+
+    @property
+    def info(self) -> dict:
+        """run.json: the header lines, coverage, counts."""
+        return json.loads((self.results_dir / "run.json").read_text())
 
     def case(self, case_id: str) -> dict:
         matches = [r for r in self.results if r["id"] == f"test_matches_cpu[{case_id}]"]
@@ -35,6 +42,6 @@ def run_suite(tmp_path):
         rows = []
         for f in sorted(results.glob("cases-*.jsonl")) if results.exists() else []:
             rows += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
-        return SuiteRun(proc.returncode, proc.stdout + proc.stderr, rows)
+        return SuiteRun(proc.returncode, proc.stdout + proc.stderr, rows, results)
 
     return run

@@ -25,7 +25,10 @@ REQUIRED = {
 
 
 def test_results_have_every_field_and_run_json(run_suite, tmp_path):
-    run = run_suite("--ops", "abs", "--dtypes", "float32", "--layouts", "contiguous,transposed")
+    run = run_suite(
+        "--ops", "abs", "--dtypes", "float32", "--layouts", "contiguous,transposed",
+        "--values", "ordinary",
+    )  # fmt: skip
     assert run.returncode == 0, run.output
     assert {r["id"] for r in run.results} == {
         f"test_matches_cpu[abs-float32-{lay}-{path}]"
@@ -69,6 +72,8 @@ def test_expected_failure_is_xfailed(run_suite, tmp_path):
         "contiguous",
         "--paths",
         "native",
+        "--values",
+        "ordinary",
         "--expectations",
         manifest,
         env={"ECHO_NPU_FAULTS": "leak"},
@@ -123,6 +128,8 @@ def test_a_backend_that_keeps_the_privateuseone_name(run_suite, tmp_path):
         "float32",
         "--layouts",
         "contiguous,transposed",
+        "--values",
+        "ordinary",
         env={"ECHO_NPU_DEVICE_NAME": "privateuseone"},
     )
     assert run.returncode == 0, run.output

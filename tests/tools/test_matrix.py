@@ -82,8 +82,8 @@ def test_echo_npu_is_one_backend_description() -> None:
     b = load_matrix().backend
     root = DEFAULT_MATRIX_PATH.parents[1]
     assert b.module == "echo_npu" and b.fault_env == "ECHO_NPU_FAULTS"
-    assert b.build.source == root and "backend" in b.build.include
-    assert b.build.watch == ("setup.py", "pyproject.toml", "backend")
+    assert b.build.source == root / "backend" and "csrc" in b.build.include  # its own package
+    assert b.build.watch == ("pyproject.toml", "setup.py", "csrc", "echo_npu")
     assert b.build.argv()[:2] == ["sh", "-c"] and "--no-build-isolation" in b.build.argv()[2]
     assert b.allocator.env == "ECHO_NPU_ALLOCATOR" and b.allocator.default == "malloc"
     assert [s.name for s in b.sanitizers] == ["asan"]

@@ -8,6 +8,7 @@
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/resize_native.h>
 #include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/zeros_like.h>
 #include <c10/core/DeviceGuard.h>
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
@@ -56,6 +57,10 @@ void fallback_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (!n.overload_name.empty()) name += "." + n.overload_name;
   count_fallback(name);
   OpScope scope(intern(name));
+  if (name == "addmm.out" && fault(Fault::FallbackAddmmDropsBias)) {
+    const size_t first = stack->size() - op.schema().arguments().size();
+    (*stack)[first] = c10::IValue(at::zeros_like((*stack)[first].toTensor()));  // self: the bias
+  }
   at::native::cpu_fallback(op, stack);
 }
 

@@ -1,77 +1,83 @@
-"""Sample sources: OpInfo (torch's op database, captured at the aten level) and per-op specs."""
+"""Sample sources: OpInfo (torch's op database, captured at the aten level), per-op specs, calls
+derived from a sibling overload (twins.py) and the values axis (values.py)."""
 
 from __future__ import annotations
 
 import torch
 
 from conformance.engine.calls import Call
-from conformance.engine.samples import opinfo
+from conformance.engine.samples import opinfo, twins, values
 from conformance.ops import spec_for
 
 MAX_OPINFO_SAMPLES = 8
+# an overload reached only through the boxed fallback runs CPU's own kernel: its cases test how
+# the backend hands arguments over and back (copies, views, write-back), which fewer samples
+# per dtype and layout show as well
+MAX_FALLBACK_SAMPLES = 4
+MAX_VALUE_SAMPLES = 6
 
 
-def calls_for(overload: str, dtype: torch.dtype, cache_dir: str | None) -> list[Call]:
-    """Every sample call of `overload` for `dtype`: the spec's own, then OpInfo's."""
+def calls_for(
+    overload: str,
+    dtype: torch.dtype,
+    cache_dir: str | None,
+    value_set: str = "",
+    limit: int = MAX_OPINFO_SAMPLES,
+) -> list[Call]:
+    """Every sample call of `overload` for `dtype`: the spec's own, then up to `limit` of
+    OpInfo's (or, when OpInfo reaches no call of it, a sibling's re-typed by twins.py).
+    `value_set` "special" or "promotion" gives the calls of that value set instead (values.py)."""
+    ordinary = _ordinary(overload, dtype, cache_dir, limit)
+    if not value_set:
+        return ordinary
+    spec = spec_for(overload)
+    names = spec.opinfo_names
+    from_opinfo = (
+        opinfo.captured_calls(overload, dtype, names, cache_dir, kind=value_set)
+        if spec.use_opinfo
+        else []
+    )
+    make = values.special_calls if value_set == "special" else values.promotion_calls
+    generated = make(ordinary, dtype)
+    return dedupe(from_opinfo)[: MAX_VALUE_SAMPLES // 2] + dedupe(generated)[:MAX_VALUE_SAMPLES]
+
+
+def _ordinary(overload: str, dtype: torch.dtype, cache_dir: str | None, limit: int) -> list[Call]:
     spec = spec_for(overload)
     own = spec.samples(dtype) if spec.samples is not None else []
     captured: list[Call] = []
     if spec.use_opinfo:
         captured = opinfo.captured_calls(overload, dtype, spec.opinfo_names, cache_dir)
-        for twin_of, derive in TWINS:
-            if captured:
-                break
-            source = twin_of(overload)
-            if source is not None:
-                twins = opinfo.captured_calls(source, dtype, spec.opinfo_names, cache_dir)
-                captured = [c for c in (derive(t, overload) for t in twins) if c is not None]
-    return dedupe(own) + widest_first(dedupe(captured))[:MAX_OPINFO_SAMPLES]
+        if not captured:
+            captured = derived_calls(overload, dtype, cache_dir)
+    small_first = limit < MAX_OPINFO_SAMPLES  # a cut-down selection: keep the cheap ones
+    return dedupe(own) + widest_first(dedupe(captured), small_first)[:limit]
 
 
-def scalar_twin(call: Call, overload: str) -> Call | None:
-    """X.Tensor(self, other, ...) -> X.Scalar(self, <first element of other>, ...)."""
-    if len(call.args) < 2 or not isinstance(call.args[1], torch.Tensor):
-        return None
-    other = call.args[1]
-    if other.numel() == 0:
-        return None
-    scalar = other.reshape(-1)[0].item()
-    return Call(overload, (call.args[0], scalar, *call.args[2:]), dict(call.kwargs))
+def derived_calls(overload: str, dtype: torch.dtype, cache_dir: str | None) -> list[Call]:
+    """Calls of the first sibling overload that has samples, re-typed for `overload`."""
+    functional = twins.functional_of(overload)
+    for source in twins.ranked_sources(overload):
+        spec = spec_for(source)
+        calls = spec.samples(dtype) if spec.samples is not None else []
+        if spec.use_opinfo:
+            calls = calls + opinfo.captured_calls(source, dtype, spec.opinfo_names, cache_dir)
+        derived = [c for c in (twins.derive(call, overload, functional) for call in calls) if c]
+        if derived:
+            return derived
+    return []
 
 
-def tensor_twin(call: Call, overload: str) -> Call | None:
-    """X.Scalar(self, value, ...) -> X.Tensor(self, <value as a 0-dim tensor>, ...)."""
-    if len(call.args) < 2 or isinstance(call.args[1], torch.Tensor):
-        return None
-    value = torch.tensor(call.args[1])
-    return Call(overload, (call.args[0], value, *call.args[2:]), dict(call.kwargs))
+def widest_first(calls: list[Call], small_first: bool = False) -> list[Call]:
+    """Higher-rank samples first, so layouts that need 2-D or 4-D inputs find some; with
+    `small_first`, of one rank the smaller first (a large sample costs time in every check)."""
 
+    def key(c: Call) -> tuple[int, int]:
+        tensors = c.tensors()
+        rank = -max((t.dim() for t in tensors), default=0)
+        return rank, sum(t.numel() for t in tensors) if small_first else 0
 
-def inplace_twin(call: Call, overload: str) -> Call | None:
-    """X(self, ...) -> X_(self, ...): the in-place form of a unary op with the same arguments."""
-    return Call(overload, call.args, dict(call.kwargs))
-
-
-def _swap_suffix(overload: str, old: str, new: str) -> str | None:
-    return overload.removesuffix(old) + new if overload.endswith(old) else None
-
-
-def _functional_of(overload: str) -> str | None:
-    name, dot, tag = overload.partition(".")
-    return name[:-1] + dot + tag if name.endswith("_") and not name.startswith("_") else None
-
-
-# When OpInfo reaches no call of an overload, derive its samples from a twin overload.
-TWINS = [
-    (lambda o: _swap_suffix(o, ".Scalar", ".Tensor"), scalar_twin),
-    (lambda o: _swap_suffix(o, ".Tensor", ".Scalar"), tensor_twin),
-    (_functional_of, inplace_twin),
-]
-
-
-def widest_first(calls: list[Call]) -> list[Call]:
-    """Higher-rank samples first, so layouts that need 2-D or 4-D inputs find some."""
-    return sorted(calls, key=lambda c: -max((t.dim() for t in c.tensors()), default=0))
+    return sorted(calls, key=key)
 
 
 def dedupe(calls: list[Call]) -> list[Call]:

@@ -1,9 +1,14 @@
 """OpInfo samples captured at the aten level.
 
-Each OpInfo sample is run on CPU (functional, in-place and out= variants) under a dispatch mode
-that records the aten overloads it reaches, with their arguments. A case then calls exactly the
-overload under test with those arguments. Captures are cached on disk per (OpInfo, dtype) and
-torch version, so `op_db` (5-10 s to import) is only imported when the cache misses.
+Each OpInfo sample is run on CPU (functional, in-place and out= variants, and backward where the
+OpInfo supports autograd for the dtype) under a dispatch mode that records the aten overloads it
+reaches, with their arguments: those of the op itself and of its family (`gelu` records
+`gelu_backward`, `nll_loss` records `nll_loss_forward`). A case then calls exactly the overload
+under test with those arguments. `kind` "samples" captures `sample_inputs`; "special" and
+"promotion" capture the `reference_inputs` that hold NaN, infinities or dtype extremes, or that mix
+dtypes (OpInfo's extremal and type-promotion generators). Captures are cached on disk per
+(OpInfo, dtype, kind) and torch version, so `op_db` (5-10 s to import) is only imported when the
+cache misses; so is the index of OpInfos (names and CPU dtypes).
 """
 
 from __future__ import annotations
@@ -12,16 +17,18 @@ import json
 import os
 import warnings
 from collections import defaultdict
-from functools import cache
+from functools import cache, lru_cache
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_flatten, tree_map
 
 from conformance.engine.calls import Call, clone_tree
 from conformance.engine.discovery import overload_name
 
-CACHE_SALT = "v1"
+CACHE_SALT = "v3"
+KINDS = ("samples", "special", "promotion")
+REFERENCE_SCAN = 400  # reference samples looked at per (OpInfo, dtype)
 SAMPLES_PER_OPINFO = 16
 CAPTURES_PER_OVERLOAD = 12
 
@@ -38,17 +45,22 @@ def opinfo_base(full_name: str) -> str:
 
 
 class _Recorder(TorchDispatchMode):
-    """Records the arguments of every aten call whose base name matches `base`."""
+    """Records the arguments of every aten call of the op family (base names that start with one
+    of `bases`: `gelu` records `gelu_backward`; `linalg.vector_norm` `linalg_vector_norm`)."""
 
-    def __init__(self, base: str, out: dict[str, list[Call]]) -> None:
+    def __init__(self, bases: tuple[str, ...], out: dict[str, list[Call]]) -> None:
         super().__init__()
-        self.base = base
+        self.bases = bases
         self.out = out
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = overload_name(func.name())
-        if base_name(name) == self.base and len(self.out[name]) < CAPTURES_PER_OVERLOAD:
+        if (
+            func.namespace == "aten"
+            and base_name(name).startswith(self.bases)
+            and len(self.out[name]) < CAPTURES_PER_OVERLOAD
+        ):
             self.out[name].append(Call(name, clone_tree(tuple(args)), clone_tree(dict(kwargs))))
         return func(*args, **kwargs)
 
@@ -72,22 +84,54 @@ def _full_name(op) -> str:
     return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
 
 
-def opinfo_index(cache_dir: str | None) -> dict[str, list[str]]:
-    """{base name: [OpInfo full names]}, cached as JSON."""
+@cache
+def _index(cache_dir: str | None) -> dict[str, dict[str, list[str]]]:
+    """{"bases": {base name: [OpInfo full names]}, "dtypes": {full name: [CPU dtype names]}},
+    cached as JSON."""
     root = _cache_root(cache_dir)
     path = os.path.join(root, "index.json") if root else None
     if path and os.path.exists(path):
         with open(path) as f:
             return json.load(f)
-    index: dict[str, list[str]] = defaultdict(list)
+    bases: dict[str, list[str]] = defaultdict(list)
+    dtypes: dict[str, list[str]] = {}
     for full, op in _op_db().items():
         for name in (op.name, *getattr(op, "aliases", ())):
             alias = getattr(name, "name", name)
-            index[opinfo_base(alias)].append(full)
-    index = {k: sorted(set(v)) for k, v in index.items()}
+            bases[opinfo_base(alias)].append(full)
+            if "." in alias:  # linalg.vector_norm is aten::linalg_vector_norm
+                bases[alias.replace(".", "_").strip("_")].append(full)
+        dtypes[full] = sorted(str(d).removeprefix("torch.") for d in op.supported_dtypes("cpu"))
+    index = {"bases": {k: sorted(set(v)) for k, v in bases.items()}, "dtypes": dtypes}
     if path:
         _atomic_write(path, json.dumps(index, indent=0).encode())
     return index
+
+
+def opinfo_index(cache_dir: str | None) -> dict[str, list[str]]:
+    """{base name: [OpInfo full names]}."""
+    return _index(cache_dir)["bases"]
+
+
+def opinfos_for(overload: str, cache_dir: str | None) -> list[str]:
+    """The OpInfos whose samples reach `overload`: those of its base name, else of the longest
+    prefix that has some (`max_pool2d_with_indices_backward` -> `max_pool2d`)."""
+    bases = opinfo_index(cache_dir)
+    parts = base_name(overload).split("_")
+    for n in range(len(parts), 0, -1):
+        found = bases.get("_".join(parts[:n]))
+        if found:
+            return found
+    return []
+
+
+def supported_dtypes(overload: str, cache_dir: str | None) -> set[str] | None:
+    """CPU dtypes of the OpInfos of `overload` (None when no OpInfo covers it)."""
+    names = opinfos_for(overload, cache_dir)
+    if not names:
+        return None
+    dtypes = _index(cache_dir)["dtypes"]
+    return {d for n in names for d in dtypes.get(n, ())}
 
 
 def _atomic_write(path: str, data: bytes) -> None:
@@ -97,22 +141,106 @@ def _atomic_write(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def capture(full_name: str, dtype: torch.dtype) -> dict[str, list[Call]]:
-    """Run the OpInfo's samples for `dtype` on CPU and record the aten calls they make."""
+def capture(full_name: str, dtype: torch.dtype, kind: str = "samples") -> dict[str, dict]:
+    """{kind: {overload: [Call]}}: the OpInfo's samples ("samples"), or its reference inputs
+    that hold special values or mix dtypes ("special" and "promotion", from one scan), run for
+    `dtype` on CPU with the aten calls they make recorded."""
     op = _op_db()[full_name]
-    out: dict[str, list[Call]] = defaultdict(list)
     if dtype not in op.supported_dtypes("cpu"):
         return {}
-    base = opinfo_base(op.name)
+    if kind == "samples":
+        out: dict[str, list[Call]] = defaultdict(list)
+        recorder = _Recorder(_bases(op), out)
+        torch.manual_seed(0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for i, sample in enumerate(
+                op.sample_inputs("cpu", dtype, requires_grad=False, set_seed=False)
+            ):
+                if i >= SAMPLES_PER_OPINFO:
+                    break
+                _run_variants(op, sample, recorder)
+            if op.supports_autograd and dtype in op.supported_backward_dtypes("cpu"):
+                _run_backward(op, dtype, recorder)
+        return {"samples": dict(out)}
+    if op.reference_inputs_func is None:
+        return {}
+    found: dict[str, dict[str, list[Call]]] = {k: defaultdict(list) for k in KINDS[1:]}
+    recorders = {k: _Recorder(_bases(op), found[k]) for k in KINDS[1:]}
+    kept = dict.fromkeys(KINDS[1:], 0)
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        samples = op.sample_inputs("cpu", dtype, requires_grad=False)
-        for i, sample in enumerate(samples):
-            if i >= SAMPLES_PER_OPINFO:
+        references = op.reference_inputs("cpu", dtype, requires_grad=False, set_seed=False)
+        for i, sample in enumerate(references):
+            if i >= REFERENCE_SCAN or min(kept.values()) >= SAMPLES_PER_OPINFO:
                 break
-            _run_variants(op, sample, _Recorder(base, out))
-    return dict(out)
+            k = sample_kind(sample, dtype)
+            if k in kept and kept[k] < SAMPLES_PER_OPINFO:
+                kept[k] += 1
+                _run_variants(op, sample, recorders[k])
+    return {k: dict(v) for k, v in found.items()}
+
+
+def _bases(op) -> tuple[str, ...]:
+    return (opinfo_base(op.name), op.name.replace(".", "_").strip("_"))
+
+
+def sample_kind(sample, dtype: torch.dtype) -> str:
+    """ "promotion" when a sample mixes dtypes, "special" when it holds NaN, infinities,
+    subnormals or dtype extremes, else "samples"."""
+    leaves = [sample.input, *sample.args, *sample.kwargs.values()]
+    tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
+    # a number operand (x + 2.5); later numbers are dims, sizes, ...
+    operand = sample.args[0] if sample.args else None
+    mixed_number = isinstance(operand, int | float) and not isinstance(operand, bool)
+    # bool tensors of a non-bool op are masks or conditions, not operands
+    operands = [t for t in tensors if t.dtype != torch.bool or dtype == torch.bool]
+    if any(t.dtype != dtype for t in operands) or (
+        mixed_number and isinstance(operand, float) != dtype.is_floating_point
+    ):
+        return "promotion"
+    if any(is_special(t) for t in tensors if t.dtype == dtype):
+        return "special"
+    return "samples"
+
+
+def is_special(t: torch.Tensor) -> bool:
+    """Whether a tensor holds a value kernels get wrong: NaN, +-inf, subnormals, extremes."""
+    if t.numel() == 0 or t.dtype == torch.bool:
+        return False
+    if t.is_floating_point():
+        info = torch.finfo(t.dtype)
+        a = t.abs()
+        return bool(
+            (~torch.isfinite(t)).any()
+            or (a >= info.max / 2).any()
+            or ((a < info.tiny) & (a > 0)).any()
+        )
+    if t.is_complex():
+        return False
+    info = torch.iinfo(t.dtype)
+    return bool(((t == info.max) | (t == info.min)).any())
+
+
+def _run_backward(op, dtype: torch.dtype, recorder: _Recorder) -> None:
+    """Backward of the first samples: records the family's `*_backward` overloads."""
+    for i, sample in enumerate(op.sample_inputs("cpu", dtype, requires_grad=True, set_seed=False)):
+        if i >= SAMPLES_PER_OPINFO // 2:
+            break
+        try:
+            result = op.op(sample.input, *sample.args, **sample.kwargs)
+            leaves = [
+                t
+                for t in tree_flatten(result)[0]
+                if isinstance(t, torch.Tensor) and t.requires_grad
+            ]
+            if not leaves:
+                continue
+            with recorder:
+                torch.autograd.backward(leaves, [torch.ones_like(t) for t in leaves])
+        except Exception:
+            pass
 
 
 def _run_variants(op, sample, recorder: _Recorder) -> None:
@@ -141,26 +269,34 @@ def _run_variants(op, sample, recorder: _Recorder) -> None:
 
 
 def captured_calls(
-    overload: str, dtype: torch.dtype, names: tuple[str, ...], cache_dir: str | None
+    overload: str,
+    dtype: torch.dtype,
+    names: tuple[str, ...],
+    cache_dir: str | None,
+    kind: str = "samples",
 ) -> list[Call]:
     """Captured calls of `overload` from the matching OpInfos (or `names`)."""
-    if not names:
-        names = tuple(opinfo_index(cache_dir).get(base_name(overload), ()))
+    names = names or tuple(opinfos_for(overload, cache_dir))
+    source = "samples" if kind == "samples" else "reference"
     calls: list[Call] = []
     for full in names:
-        calls.extend(_cached_capture(full, dtype, cache_dir).get(overload, []))
+        captured = _cached_capture(full, dtype, cache_dir, source).get(kind, {})
+        calls.extend(captured.get(overload, []))
     return calls
 
 
-def _cached_capture(full: str, dtype: torch.dtype, cache_dir: str | None) -> dict[str, list[Call]]:
+@lru_cache(maxsize=64)  # one OpInfo's capture serves its functional, in-place and out= forms
+def _cached_capture(full: str, dtype: torch.dtype, cache_dir: str | None, source: str) -> dict:
     root = _cache_root(cache_dir)
-    path = os.path.join(root, f"{full}-{str(dtype).removeprefix('torch.')}.pt") if root else None
+    suffix = "" if source == "samples" else f"-{source}"
+    dname = str(dtype).removeprefix("torch.")
+    path = os.path.join(root, f"{full}-{dname}{suffix}.pt") if root else None
     if path and os.path.exists(path):
         try:
             return torch.load(path, weights_only=False)
         except Exception:
             pass  # a torn or stale cache file: recapture
-    captured = capture(full, dtype)
+    captured = capture(full, dtype, "samples" if source == "samples" else "special")
     if path:
         tmp = f"{path}.{os.getpid()}.tmp"
         torch.save(captured, tmp)

@@ -1,6 +1,9 @@
-"""Build of the echo_npu C++ extension against the installed torch.
+"""Build of the echo_npu C++ extension against the installed torch (its own package: the suite,
+torch-conformance, is pure Python and never compiles echo_npu).
 
-Install with ``pip install --no-build-isolation -e .`` (an isolated build would pull another torch).
+Install with ``pip install --no-build-isolation -e backend`` from the repository root (an
+isolated build would pull another torch); rebuild in place with
+``python setup.py build_ext --inplace`` from this folder.
 Environment: ``MAX_JOBS`` (default 2) compile jobs; ``ECHO_NPU_ASAN=1`` builds with ASan.
 """
 
@@ -13,7 +16,7 @@ from torch.utils.cpp_extension import BuildExtension, CppExtension
 os.environ.setdefault("MAX_JOBS", "2")
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-CSRC = os.path.join("backend", "csrc")
+CSRC = "csrc"
 sources = sorted(
     os.path.relpath(p, ROOT)
     for sub in ("runtime", "kernels", "device", "aten", "python")

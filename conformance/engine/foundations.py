@@ -1,0 +1,374 @@
+"""Foundations: the device ops the harness itself and cpu_fallback are built on, probed first.
+
+Placing inputs and reading results needs allocation, `as_strided` and contiguous copies
+(`transfer.py`); cpu_fallback and most kernels also need `_copy_from` in all three directions
+with offsets, strides, dtype conversion and broadcast, `fill_`/`zero_` and `resize_`. Each is
+probed here on one small tensor per layout, for a dtype, the first time a case of that dtype
+fails (a correct backend never pays). A failed case then depends on a broken foundation when
+
+- the foundation is one the harness needs (allocation, the contiguous round trip, `as_strided`
+  of the case's layout): every such case is blocked, or
+- the case's overload is composed of it by contract (`_copy_from_and_resize`), or
+- the device call of the failed sample reaches it (nested aten calls, seen by the profiler).
+
+A foundation case is only ever blocked by a more primitive foundation, never by itself, so the
+first failing case of a run names the op that is actually wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from conformance.engine import layouts
+from conformance.engine.transfer import read_back, read_storage, to_device
+
+#: overloads a case of which is composed of foundation ops by contract
+STATIC_DEPENDS: dict[str, tuple[str, ...]] = {
+    "_copy_from_and_resize": ("_copy_from", "resize_"),
+}
+#: foundation overloads, most primitive first (their cases are ordered first in a run)
+ORDER = (
+    "empty.memory_format",
+    "empty_strided",
+    "_copy_from",
+    "as_strided",
+    "fill_.Scalar",
+    "zero_",
+    "resize_",
+    "_copy_from_and_resize",
+)
+PROBE_SHAPE = (2, 3, 4, 5)
+OTHER_DTYPE = {torch.float64: torch.float32, torch.bool: torch.float32}
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One broken foundation: which op, for which dtype and layout, and what went wrong."""
+
+    rank: int  # position in the probing order (smaller = more primitive)
+    op: str  # the overload blamed, e.g. "_copy_from"
+    dtype: str
+    layout: str
+    what: str  # e.g. "device->host copy of a offset view"
+    message: str
+    harness: bool  # the harness itself needs it (blocks every case of the dtype/layout)
+    path: str = "native"
+
+    @property
+    def case(self) -> str:
+        """The case id that tests this foundation."""
+        return f"{self.op}-{self.dtype}-{self.layout}-{self.path}"
+
+    def describe(self) -> str:
+        return f"{self.case} ({self.what}: {self.message})"
+
+
+class Foundations:
+    """Probes of one backend, run lazily per dtype and kept for the process."""
+
+    def __init__(self, device: torch.device, registered: set[str] | None = None) -> None:
+        self.device = device
+        self.registered = registered
+        self._broken: dict[torch.dtype, list[Probe]] = {}
+
+    def broken(self, dtype: torch.dtype) -> list[Probe]:
+        """The failed probes of `dtype`, most primitive first (probing on first use)."""
+        if dtype not in self._broken:
+            self._broken[dtype] = list(_probe_all(self, dtype))
+        return self._broken[dtype]
+
+    def path_of(self, op: str) -> str:
+        if self.registered is None or op in self.registered:
+            return "native"
+        return "fallback"
+
+    def blame(
+        self,
+        overload: str,
+        dtype: torch.dtype,
+        layout: str,
+        ops_called: Callable[[], set[str]],
+        via_fallback: bool = False,
+    ) -> Probe | None:
+        """The broken foundation a failed case of `overload` depends on, or None."""
+        probes = self.broken(dtype)
+        limit = RANK_OF_OP.get(overload, 10**6)
+        candidates = sorted(
+            (p for p in probes if p.rank < limit), key=lambda p: (p.rank, p.layout != layout)
+        )
+        if not candidates:
+            return None
+        for p in candidates:
+            if p.harness and p.layout in ("contiguous", layout):
+                return p
+        static = STATIC_DEPENDS.get(overload, ())
+        for p in candidates:
+            if p.op in static:
+                return p
+        called = ops_called()
+        for p in candidates:
+            if p.op.split(".")[0] in called:
+                return p
+        return None
+
+
+#: the rank of each foundation's first probe: only more primitive probes can block its cases
+RANK_OF_OP = {
+    "empty.memory_format": 0,
+    "empty_strided": 1,
+    "_copy_from": 2,
+    "as_strided": 3,
+    "fill_.Scalar": 5,
+    "zero_": 6,
+    "resize_": 7,
+    "_copy_from_and_resize": 8,
+}
+
+
+def _values(dtype: torch.dtype, shape: tuple[int, ...] = PROBE_SHAPE, sign: int = 1):
+    n = 1
+    for s in shape:
+        n *= s
+    ar = torch.arange(n, dtype=torch.int64).reshape(shape)
+    if dtype == torch.bool:
+        return (ar % 3 == 0) if sign > 0 else (ar % 2 == 0)
+    if dtype.is_floating_point or dtype.is_complex:
+        return (ar.to(torch.float64) * 0.5 * sign - 7).to(dtype)
+    if dtype == torch.uint8:
+        return ((ar * (1 if sign > 0 else 3)) % 200).to(dtype)
+    return (ar * sign - 7).to(dtype)
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> str | None:
+    """None if `a` equals `b` exactly (NaN equal), else a short description."""
+    if a.shape != b.shape:
+        return f"shape {list(a.shape)}, expected {list(b.shape)}"
+    if a.dtype != b.dtype:
+        return f"dtype {a.dtype}, expected {b.dtype}"
+    if a.numel() == 0:
+        return None
+    bad = a != b
+    if a.is_floating_point() or a.is_complex():
+        bad &= ~(a.isnan() & b.isnan())
+    if not bool(bad.any()):
+        return None
+    first = int(bad.reshape(-1).nonzero()[0, 0])
+    return (
+        f"{int(bad.sum())}/{a.numel()} elements wrong, first at flat index {first}: "
+        f"{a.reshape(-1)[first].item()!r} instead of {b.reshape(-1)[first].item()!r}"
+    )
+
+
+def _run(fn: Callable[[], str | None]) -> str | None:
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - a raising foundation is a broken one
+        text = str(exc).strip().splitlines()
+        return f"raised {type(exc).__name__}: {text[0][:160] if text else ''}"
+
+
+def _probe_all(f: Foundations, dtype: torch.dtype):
+    """Yield a Probe for every failed check of `dtype`, most primitive first."""
+    dev, name = f.device, str(dtype).removeprefix("torch.")
+    values = _values(dtype)
+
+    def probe(rank, op, layout, what, fn, harness=False):
+        message = _run(fn)
+        if message:
+            return Probe(rank, op, name, layout, what, message, harness, f.path_of(op))
+        return None
+
+    def alloc() -> str | None:
+        x = torch.empty((2, 3), dtype=dtype, device=dev)
+        if x.device.type != dev.type or x.dtype != dtype or tuple(x.shape) != (2, 3):
+            return f"gave {x.dtype}{list(x.shape)} on {x.device}"
+        return None if x.stride() == (3, 1) else f"strides {x.stride()}, expected (3, 1)"
+
+    def alloc_strided() -> str | None:
+        x = torch.empty_strided((2, 3), (1, 2), dtype=dtype, device=dev)
+        return None if x.stride() == (1, 2) else f"strides {x.stride()}, expected (1, 2)"
+
+    def roundtrip() -> str | None:
+        flat = values.reshape(-1)
+        return _same(read_storage(to_device(flat, dev)), flat)
+
+    found = [
+        probe(0, "empty.memory_format", "contiguous", "allocation", alloc, harness=True),
+        probe(1, "empty_strided", "contiguous", "strided allocation", alloc_strided, True),
+        probe(
+            2,
+            "_copy_from",
+            "contiguous",
+            "host->device->host round trip of a contiguous buffer",
+            roundtrip,
+            harness=True,
+        ),
+    ]
+    placements = {}
+    for layout, make in layouts.LAYOUTS.items():
+        p = make(values)
+        if p is not None:
+            placements[layout] = p
+    for layout, p in placements.items():
+        found.append(probe(3, "as_strided", layout, f"a {layout} view", _as_strided(p, dev), True))
+    for layout, p in placements.items():
+        writable = layout not in layouts.READ_ONLY
+        found.append(
+            probe(4, "_copy_from", layout, f"device->host copy of a {layout} view", _d2h(p, dev))
+        )
+        found.append(
+            probe(4, "_copy_from", layout, f"device->device copy of a {layout} view", _d2d(p, dev))
+        )
+        if writable:
+            found.append(
+                probe(
+                    4,
+                    "_copy_from",
+                    layout,
+                    f"host->device copy into a {layout} view",
+                    _h2d(p, dev, dtype),
+                )
+            )
+    found += [
+        probe(4, "_copy_from", "contiguous", "copies converting the dtype", _convert(values, dev)),
+        probe(4, "_copy_from", "contiguous", "broadcasting copies", _broadcast(values, dev)),
+    ]
+    for layout, p in placements.items():
+        if layout in layouts.READ_ONLY:
+            continue
+        fill = True if dtype == torch.bool else 3
+        found.append(
+            probe(
+                5,
+                "fill_.Scalar",
+                layout,
+                f"fill_ of a {layout} view",
+                _write(p, dev, lambda t, v=fill: t.fill_(v)),
+            )
+        )
+        found.append(
+            probe(
+                6, "zero_", layout, f"zero_ of a {layout} view", _write(p, dev, torch.Tensor.zero_)
+            )
+        )
+    found.append(
+        probe(7, "resize_", "contiguous", "resize_ keeps the old contents", _resize(values, dev))
+    )
+    yield from (p for p in found if p is not None)
+
+
+def _placed(p: layouts.Placement, dev) -> tuple[torch.Tensor, torch.Tensor]:
+    base = to_device(p.base, dev)
+    return base, base.as_strided(p.size, p.stride, p.offset)
+
+
+def _as_strided(p: layouts.Placement, dev):
+    def run() -> str | None:
+        base, v = _placed(p, dev)
+        got = (tuple(v.shape), tuple(v.stride()), v.storage_offset())
+        if got != (tuple(p.size), tuple(p.stride), p.offset):
+            return f"gave size/stride/offset {got}, asked {(p.size, p.stride, p.offset)}"
+        if v.untyped_storage().data_ptr() != base.untyped_storage().data_ptr():
+            return "the view does not share its input's storage"
+        if v.numel() and v.data_ptr() != base.data_ptr() + p.offset * base.element_size():
+            return "data_ptr does not point at storage offset"
+        return None
+
+    return run
+
+
+def _d2h(p: layouts.Placement, dev):
+    def run() -> str | None:
+        _, v = _placed(p, dev)
+        host = torch.empty(p.size, dtype=p.base.dtype)
+        host.copy_(v)
+        return _same(host, p.values())
+
+    return run
+
+
+def _d2d(p: layouts.Placement, dev):
+    def run() -> str | None:
+        _, v = _placed(p, dev)
+        dst = torch.empty(p.size, dtype=p.base.dtype, device=dev)
+        dst.copy_(v)
+        return _same(read_back(dst).contiguous(), p.values().contiguous())
+
+    return run
+
+
+def _h2d(p: layouts.Placement, dev, dtype):
+    def run() -> str | None:
+        base, v = _placed(p, dev)
+        src = _values(dtype, tuple(p.size), sign=-1) if p.size else _values(dtype, (1,), -1)[0]
+        v.copy_(src)
+        want = p.base.clone()
+        want.as_strided(p.size, p.stride, p.offset).copy_(src)
+        return _same(read_storage(base), want)
+
+    return run
+
+
+def _write(p: layouts.Placement, dev, fn):
+    def run() -> str | None:
+        base, v = _placed(p, dev)
+        fn(v)
+        want = p.base.clone()
+        fn(want.as_strided(p.size, p.stride, p.offset))
+        return _same(read_storage(base), want)
+
+    return run
+
+
+def _convert(values: torch.Tensor, dev):
+    def run() -> str | None:
+        other = OTHER_DTYPE.get(values.dtype, torch.float64)
+        flat = values.reshape(-1)
+        want = flat.to(other)
+        d = to_device(flat, dev)
+        host = torch.empty(flat.shape, dtype=other)
+        host.copy_(d)
+        problem = _same(host, want)
+        if problem:
+            return f"device->host {values.dtype}->{other}: {problem}"
+        o = torch.empty(flat.shape, dtype=other, device=dev)
+        o.copy_(flat)
+        problem = _same(read_storage(o), want)
+        if problem:
+            return f"host->device {values.dtype}->{other}: {problem}"
+        o2 = torch.empty(flat.shape, dtype=other, device=dev)
+        o2.copy_(d)
+        problem = _same(read_storage(o2), want)
+        return f"device->device {values.dtype}->{other}: {problem}" if problem else None
+
+    return run
+
+
+def _broadcast(values: torch.Tensor, dev):
+    def run() -> str | None:
+        src = values.reshape(-1)[:5].reshape(1, 5).clone()
+        want = src.expand(4, 5).contiguous().reshape(-1)
+        dst = torch.empty((4, 5), dtype=values.dtype, device=dev)
+        dst.copy_(src)
+        problem = _same(read_storage(dst), want)
+        if problem:
+            return f"host->device (1, 5) into (4, 5): {problem}"
+        dst2 = torch.empty((4, 5), dtype=values.dtype, device=dev)
+        dst2.copy_(to_device(src, dev))
+        problem = _same(read_storage(dst2), want)
+        return f"device->device (1, 5) into (4, 5): {problem}" if problem else None
+
+    return run
+
+
+def _resize(values: torch.Tensor, dev):
+    def run() -> str | None:
+        old = values.reshape(-1)[:6].clone()
+        x = to_device(old, dev)
+        x.resize_(values.numel())
+        return _same(read_storage(x)[:6], old)
+
+    return run

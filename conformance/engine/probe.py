@@ -1,0 +1,158 @@
+"""Is the device usable here, and which standard API counts its memory? Asked once per run.
+
+The probe allocates one small tensor, so it initialises the device: it runs in a forked child
+when the asking process must stay uninitialised (it forks the case runners later), in a fresh
+interpreter (`python -m conformance.engine.probe`) when a forked child cannot use the device,
+or in-process where the cases run in-process anyway (xdist workers, `--isolate none`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from conformance.engine.backend import Backend, load_backend
+from conformance.engine.memory import counters
+
+PROBE_ELEMENTS = 256  # float32: 1 KiB, enough for any allocator to count
+PROBE_TIMEOUT = 120.0
+
+
+@dataclass
+class Probe:
+    """What one probe found."""
+
+    usable: bool
+    where: str  # "in-process", "forked child", "fresh process"
+    error: str = ""  # why the device was not usable
+    bad_fork: bool = False  # the device refused use in a forked child
+    memory_counter: str | None = None  # the first counter of memory.counters that saw the tensor
+
+
+def probe_here(backend: Backend, where: str = "in-process") -> Probe:
+    """Allocate on the device in this process; find which memory counter sees the tensor."""
+    in_bad_fork = backend.device_function("_is_in_bad_fork")
+    try:
+        if in_bad_fork is not None and in_bad_fork():
+            return Probe(
+                False, where, f"torch.{backend.device_type}._is_in_bad_fork() is True", True
+            )
+    except Exception:  # noqa: BLE001 - a broken query is not a verdict on the device
+        pass
+    candidates = counters(backend)
+    try:
+        before = {name: _read(fn) for name, fn in candidates}
+        tensor = torch.empty(PROBE_ELEMENTS, dtype=torch.float32, device=backend.device)
+        after = {name: _read(fn) for name, fn in candidates}
+        del tensor
+    except Exception as exc:  # noqa: BLE001 - any failure means: not usable here
+        text = _first_line(exc)
+        return Probe(False, where, text, "fork" in text.lower())
+    seen = None
+    for name, _ in candidates:
+        if (
+            None not in (before[name], after[name])
+            and after[name] - before[name] >= 4 * PROBE_ELEMENTS
+        ):
+            seen = name
+            break
+    return Probe(True, where, memory_counter=seen)
+
+
+def probe_in_fork(backend: Backend) -> Probe:
+    """The probe in a forked child, leaving this process's device untouched."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        code = 0
+        try:
+            os.close(read_fd)
+            result = probe_here(backend, "forked child")
+            os.write(write_fd, json.dumps(asdict(result)).encode())
+        except BaseException:  # noqa: BLE001 - never run the parent's code in the child
+            code = 3
+        os._exit(code)
+    os.close(write_fd)
+    data = _read_with_timeout(read_fd, PROBE_TIMEOUT)
+    os.close(read_fd)
+    if data is None:
+        os.kill(pid, 9)
+    _, status = os.waitpid(pid, 0)
+    if data:
+        return Probe(**json.loads(data))
+    how = "did not answer in time" if data is None else f"died ({_status(status)})"
+    return Probe(False, "forked child", f"the probe child {how}", bad_fork=True)
+
+
+def probe_in_fresh_process(backend: Backend) -> Probe:
+    """The probe in a new interpreter that loads the same backend (as a spawned runner would)."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "conformance.engine.probe",
+        backend.module_name,
+        backend.device_type,
+    ]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PROBE_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return Probe(False, "fresh process", f"no answer within {PROBE_TIMEOUT:.0f} s")
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode == 0 and lines:
+        return Probe(**json.loads(lines[-1]))
+    tail = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+    return Probe(False, "fresh process", tail)
+
+
+def _read(fn) -> int | None:
+    try:
+        return int(fn())
+    except Exception:  # noqa: BLE001 - a counter that raises is not usable
+        return None
+
+
+def _read_with_timeout(fd: int, timeout: float) -> bytes | None:
+    """Everything written to `fd` until EOF (b"" if nothing), or None on timeout."""
+    chunks = []
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            return None
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def _status(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"signal {os.WTERMSIG(status)}"
+    return f"exit code {os.WEXITSTATUS(status)}"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def main(argv: list[str]) -> int:
+    """`python -m conformance.engine.probe MODULE DEVICE`: print the probe as one JSON line."""
+    module, device = argv
+    result = probe_here(load_backend(module, device), "fresh process")
+    print(json.dumps(asdict(result)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

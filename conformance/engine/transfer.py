@@ -1,0 +1,76 @@
+"""The harness's only paths into and out of device memory, each as primitive as possible.
+
+Everything the suite places on the device or reads back goes through these two functions, so a
+broken strided or offset copy in the backend is blamed on `_copy_from`, never on the op that
+happened to produce a strided result:
+
+- `to_device`: one contiguous host->device copy into a fresh contiguous block
+  (`empty` + `_copy_from`, storage offset 0). Views are then made with `as_strided`.
+- `read_back`: one contiguous device->host copy of the *whole storage* (through an
+  `as_strided` view at offset 0 that covers it), then the tensor's size, strides and storage
+  offset are rebuilt on CPU with `as_strided`. No device kernel sees the offset or the strides.
+
+The foundation probes (`foundations.py`) check exactly these paths first.
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: What the harness relies on, for the run header.
+RELIES_ON = (
+    "inputs: empty + one contiguous host->device _copy_from per buffer, views by as_strided; "
+    "results: as_strided over the whole storage + one contiguous device->host _copy_from, "
+    "strides and offset rebuilt on CPU"
+)
+
+
+def to_device(flat: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+    """A contiguous device copy of the contiguous CPU tensor `flat` (storage offset 0)."""
+    out = torch.empty(flat.shape, dtype=flat.dtype, device=device)
+    if flat.numel():
+        out.copy_(flat)
+    return out
+
+
+def storage_elements(t: torch.Tensor) -> int:
+    """How many elements of `t`'s dtype its storage holds."""
+    return t.untyped_storage().nbytes() // t.element_size()
+
+
+def read_storage(t: torch.Tensor) -> torch.Tensor:
+    """The whole storage of device tensor `t` as a contiguous 1-D CPU tensor of `t`'s dtype."""
+    n = storage_elements(t)
+    if n == 0:
+        return torch.empty(0, dtype=t.dtype)
+    flat = t.detach().as_strided((n,), (1,), 0)
+    if flat.is_conj():
+        flat = flat.conj()  # the raw bits; the bit is applied again on the CPU view
+    if flat.is_neg():
+        flat = flat._neg_view()
+    host = torch.empty(n, dtype=t.dtype)
+    host.copy_(flat)
+    return host
+
+
+def read_back(t: torch.Tensor) -> torch.Tensor:
+    """A CPU tensor with `t`'s values, size and strides (a view of a copy of its storage).
+
+    CPU tensors are returned as they are. Tensors without a readable storage (opaque tensors of
+    some backends) fall back to `t.cpu()`."""
+    if t.device.type == "cpu":
+        return t
+    if t.layout != torch.strided:  # sparse & co. have no single storage
+        return t.detach().cpu()
+    try:
+        host = read_storage(t)
+    except (RuntimeError, NotImplementedError):
+        return t.detach().cpu()
+    if t.numel() == 0:
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
+    view = host.as_strided(t.shape, t.stride(), t.storage_offset())
+    if t.is_conj():
+        view = view.conj()
+    if t.is_neg():
+        view = view._neg_view()
+    return view

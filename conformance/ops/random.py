@@ -1,0 +1,61 @@
+"""Random ops: one large sample each, so that the distribution of the draws can be judged.
+
+Every overload with a `Generator?` argument is compared by `engine/oracles.py` (equal draws after
+the same seed, else the same distribution). OpInfo's samples are a few dozen draws, too few to
+tell two distributions apart; these add 4096 draws per op (parameters chosen so that a wrong
+mean, spread or support is far outside the test's limit).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from conformance.engine.calls import Call
+from conformance.ops import OpSpec, register
+
+DRAWS = (64, 64)
+FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def _draws(dtype: torch.dtype) -> torch.Tensor:
+    return torch.zeros(DRAWS, dtype=dtype)
+
+
+def _floats_only(make):
+    def samples(dtype: torch.dtype) -> list[Call]:
+        return make(dtype) if dtype in FLOATS else []
+
+    return samples
+
+
+LARGE = {
+    "normal_": _floats_only(lambda d: [Call("normal_", (_draws(d), 2.0, 3.0))]),
+    "uniform_": _floats_only(lambda d: [Call("uniform_", (_draws(d), -1.0, 5.0))]),
+    "exponential_": _floats_only(lambda d: [Call("exponential_", (_draws(d), 2.0))]),
+    "log_normal_": _floats_only(lambda d: [Call("log_normal_", (_draws(d), 0.5, 0.5))]),
+    "cauchy_": _floats_only(lambda d: [Call("cauchy_", (_draws(d), 1.0, 2.0))]),
+    "geometric_": _floats_only(lambda d: [Call("geometric_", (_draws(d), 0.3))]),
+    "bernoulli_.float": lambda d: (
+        [Call("bernoulli_.float", (_draws(d), 0.3))] if d != torch.bool else []
+    ),
+    "bernoulli.p": _floats_only(lambda d: [Call("bernoulli.p", (_draws(d), 0.3))]),
+    "random_.from": lambda d: (
+        [Call("random_.from", (_draws(d), -3, 9))] if d not in (torch.bool, torch.uint8) else []
+    ),
+    "multinomial": _floats_only(
+        lambda d: [
+            Call("multinomial", (torch.tensor([[1.0, 2.0, 0.0, 5.0]] * 64).to(d), 64, True)),
+            Call("multinomial", (torch.tensor([[1.0, 2.0, 0.0, 5.0, 3.0]] * 64).to(d), 3)),
+        ]
+    ),
+}
+
+for _overload, _samples in LARGE.items():
+    register(
+        OpSpec(
+            _overload,
+            samples=_samples,
+            nondeterministic=True,
+            notes="random: equal draws after the same seed, else the same distribution",
+        )
+    )

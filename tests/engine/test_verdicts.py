@@ -1,0 +1,263 @@
+"""Verdicts that can be trusted: each check can fire, and correct kernels are not blamed.
+
+CPU plays the device; the 'device' op is a wrapper with the same schema that misbehaves in one
+way per test (as in test_runner.py). Every test here fails if the check it names is removed
+(tests/meta/ablate_checks.py shows which)."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+from conformance.engine import runner
+from conformance.engine.backend import Backend
+from conformance.engine.calls import Call
+from conformance.engine.samples import dedupe
+from conformance.ops import OpSpec
+
+CPU = Backend("fake", types.ModuleType("fake"), "cpu")
+
+
+class FakeOp:
+    def __init__(self, real, fn):
+        self._schema = real._schema
+        self.fn = fn
+
+    def __call__(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+
+def run(monkeypatch, overload, fn, calls, layout="contiguous", strict=False, **spec_kw):
+    real = runner.resolve(overload)
+    if fn is not None:
+        monkeypatch.setattr(runner, "resolve", lambda name: FakeOp(real, fn))
+    spec_kw.setdefault("reference", real)
+    spec = OpSpec(overload, **spec_kw)
+    return runner.run_case(CPU, overload, spec, calls, layout, "native", strict_errors=strict)
+
+
+LONG = torch.arange(6).reshape(2, 3)
+
+
+def _not_implemented(*args, **kwargs):
+    raise NotImplementedError("Could not run 'aten::exp_' with arguments from the 'NPU' backend")
+
+
+# ---- error parity by class; not implemented is unsupported, never a pass ----------------------
+def test_not_implemented_where_cpu_raises_is_unsupported_not_a_pass(monkeypatch):
+    out = run(monkeypatch, "exp_", _not_implemented, [Call("exp_", (LONG,))])
+    assert out.failure is None and out.samples == 0
+    assert out.unsupported and "NotImplementedError" in out.unsupported
+    assert "cpu raised RuntimeError [dtype]" in out.unsupported
+
+
+def test_not_implemented_where_cpu_computes_is_unsupported(monkeypatch):
+    out = run(monkeypatch, "exp", _not_implemented, [Call("exp", (torch.ones(3),))])
+    assert out.failure is None and out.unsupported and "where cpu computes" in out.unsupported
+
+
+def test_error_of_another_class_fails(monkeypatch):
+    def wrong(a):
+        raise RuntimeError("exp_: expected a tensor of at least 2 dimensions")
+
+    out = run(monkeypatch, "exp_", wrong, [Call("exp_", (LONG,))])
+    assert out.failure.check == "error" and "a different class" in out.failure.message
+
+
+def test_same_class_reworded_passes_as_error_parity(monkeypatch):
+    def reworded(a):
+        raise RuntimeError("exp_: result dtype Float cannot be cast to Long")
+
+    out = run(monkeypatch, "exp_", reworded, [Call("exp_", (LONG,))])
+    assert out.failure is None and out.samples == 1 and out.errors_only
+
+
+def _needs_contiguous(a):
+    if not a.is_contiguous():
+        raise RuntimeError("Expected X.is_contiguous(memory_format) to be true, but got false.")
+    return torch.ops.aten.exp.default(a)
+
+
+def test_cpu_layout_precondition_is_not_applicable_unless_strict(monkeypatch):
+    calls = [Call("exp", (torch.rand(3, 4),))]
+    out = run(monkeypatch, "exp", None, calls, "transposed", reference=_needs_contiguous)
+    assert out.failure is None and out.samples == 0
+    assert out.skip_reason and "not applicable to the transposed layout" in out.skip_reason
+    strict = run(monkeypatch, "exp", None, calls, "transposed", True, reference=_needs_contiguous)
+    assert strict.failure.check == "error" and "returned normally" in strict.failure.message
+
+
+# ---- identity below autograd -------------------------------------------------------------------
+def test_inplace_that_writes_self_but_returns_a_new_tensor(monkeypatch):
+    def writes_and_copies(a, b, alpha=1):
+        a.add_(b, alpha=alpha)
+        return a.clone()
+
+    calls = [Call("add_.Tensor", (torch.ones(3, 4), torch.ones(4)))]
+    out = run(monkeypatch, "add_.Tensor", writes_and_copies, calls)
+    assert out.failure.check == "inplace"
+    assert "returned a new tensor instead of the self it wrote" in out.failure.message
+
+
+def test_out_that_writes_out_but_returns_a_new_tensor(monkeypatch):
+    def writes_and_copies(a, b, alpha=1, out=None):
+        torch.add(a, b, alpha=alpha, out=out)
+        return out.clone()
+
+    calls = [Call("add.out", (torch.ones(3, 4), torch.ones(4)), {"out": torch.empty(3, 4)})]
+    out = run(monkeypatch, "add.out", writes_and_copies, calls)
+    assert out.failure.check == "out" and "instead of the out= tensor" in out.failure.message
+
+
+# ---- list-returning views; where a view maps ----------------------------------------------------
+@pytest.mark.parametrize(
+    "call",
+    [
+        Call("unbind.int", (torch.rand(3, 4), 0)),
+        Call("split.Tensor", (torch.rand(6, 4), 2)),
+        Call("split_with_sizes", (torch.rand(6, 4), [1, 2, 3])),
+    ],
+    ids=lambda c: c.overload,
+)
+def test_list_returning_views_pass_cpu_against_itself(monkeypatch, call):
+    for layout in ("contiguous", "transposed", "offset"):
+        out = run(monkeypatch, call.overload, None, [call], layout)
+        assert out.failure is None, (layout, out.failure and out.failure.message)
+
+
+def test_list_view_returning_copies_fails(monkeypatch):
+    real = torch.ops.aten.unbind.int
+    out = run(
+        monkeypatch,
+        "unbind.int",
+        lambda a, dim=0: [t.clone() for t in real(a, dim)],
+        [Call("unbind.int", (torch.rand(3, 4), 0))],
+    )
+    assert out.failure.check == "view" and "does not share storage" in out.failure.message
+
+
+def test_view_that_maps_onto_other_elements_fails_even_with_equal_values(monkeypatch):
+    sevens = torch.full((3, 4), 7.0)  # the gap value of the offset layout: values cannot tell
+
+    def shifted(a, size):
+        return a.as_strided(size, (4, 1), a.storage_offset() - 1)
+
+    out = run(monkeypatch, "view", shifted, [Call("view", (sevens, [3, 4]))], "offset")
+    assert out.failure.check == "view" and "does not map onto" in out.failure.message
+
+
+# ---- resize_ keeps the old contents --------------------------------------------------------------
+def test_resize_that_loses_the_old_contents_fails(monkeypatch):
+    def losing(a, size, memory_format=None):
+        a.resize_(size)
+        a.zero_()
+        return a
+
+    calls = [Call("resize_", (torch.arange(6.0) + 1, [12]))]
+    spec = {"check_values": False, "keeps_old_contents": True}
+    assert run(monkeypatch, "resize_", None, calls, **spec).failure is None
+    out = run(monkeypatch, "resize_", losing, calls, **spec)
+    assert out.failure.check == "values" and "lost the old contents of self" in out.failure.message
+
+
+# ---- CPU against itself across layouts -----------------------------------------------------------
+def _layout_dependent_exp(a):
+    r = torch.ops.aten.exp.default(a)
+    return r if a.is_contiguous() else r + 1  # a CPU kernel that is wrong on strided inputs
+
+
+def test_cpu_disagreeing_with_itself_is_a_torch_bug_not_a_device_failure(monkeypatch):
+    calls = [Call("exp", (torch.rand(3, 4),))]
+    out = run(monkeypatch, "exp", None, calls, "transposed", reference=_layout_dependent_exp)
+    assert out.failure is None and out.torch_bugs
+    assert "cpu disagrees with itself" in out.torch_bugs[0]
+    # a device that reproduces CPU's layout bug (as cpu_fallback does) is not blamed either
+    same = run(
+        monkeypatch,
+        "exp",
+        _layout_dependent_exp,
+        calls,
+        "transposed",
+        reference=_layout_dependent_exp,
+    )
+    assert same.failure is None and "layout-dependent result" in same.torch_bugs[0]
+    # a device wrong in its own way still fails, judged against the layout-free result
+    wrong = run(
+        monkeypatch,
+        "exp",
+        lambda a: torch.exp(a) * 3,
+        calls,
+        "transposed",
+        reference=_layout_dependent_exp,
+    )
+    assert wrong.failure is not None and wrong.failure.check == "values"
+
+
+def test_explicit_stride_ops_are_not_torch_bugs(monkeypatch):
+    calls = [Call("as_strided", (torch.rand(3, 3), [2, 2], [1, 2], 0))]
+    out = run(monkeypatch, "as_strided", None, calls, "transposed")
+    assert out.failure is None and not out.torch_bugs
+
+
+# ---- random ops, uninitialised outputs, scalars ------------------------------------------------
+def _draw_other_stream(fn):
+    def draw(*args, **kwargs):
+        torch.manual_seed(99)
+        return fn(*args, **kwargs)
+
+    return draw
+
+
+def test_random_op_with_another_stream_passes_on_properties(monkeypatch):
+    calls = [Call("normal_", (torch.empty(64, 64), 2.0, 3.0))]
+    real = torch.ops.aten.normal_.default
+    out = run(monkeypatch, "normal_", _draw_other_stream(real), calls)
+    assert out.failure is None, out.failure and out.failure.message
+
+
+def test_random_op_with_the_wrong_distribution_fails(monkeypatch):
+    calls = [Call("normal_", (torch.empty(64, 64), 2.0, 3.0))]
+
+    def uniform(a, mean=0.0, std=1.0, generator=None):
+        return a.uniform_(mean - std, mean + std)
+
+    out = run(monkeypatch, "normal_", uniform, calls)
+    assert out.failure.check == "values" and "random draws" in out.failure.message
+    assert "Kolmogorov-Smirnov" in out.failure.message
+
+
+def test_uninitialised_output_compares_metadata_only(monkeypatch):
+    calls = [Call("empty_like", (torch.rand(3, 4),))]
+    garbage = run(
+        monkeypatch, "empty_like", lambda a, **k: torch.full_like(a, 5.0), calls, check_values=False
+    )
+    assert garbage.failure is None
+    wrong = run(
+        monkeypatch,
+        "empty_like",
+        lambda a, **k: torch.empty(3, 4, dtype=torch.float64),
+        calls,
+        check_values=False,
+    )
+    assert wrong.failure.check == "dtype"
+
+
+def test_scalar_tolerance_follows_the_dtype(monkeypatch):
+    calls = [Call("_local_scalar_dense", (torch.tensor(1.0, dtype=torch.float64),))]
+    off = run(monkeypatch, "_local_scalar_dense", lambda a: 1.0 + 1e-6, calls)
+    assert off.failure.check == "values"  # a fixed 1e-5 relative tolerance let this through
+    half = [Call("_local_scalar_dense", (torch.tensor(1.0, dtype=torch.float16),))]
+    assert run(monkeypatch, "_local_scalar_dense", lambda a: 1.0 + 5e-4, half).failure is None
+
+
+# ---- samples ----------------------------------------------------------------------------------
+def test_dedupe_keeps_every_copy_direction():
+    src, dst = torch.ones(2, 3), torch.zeros(2, 3)
+    calls = [
+        Call("_copy_from", (src, dst)),
+        Call("_copy_from", (src, dst), cpu_args=frozenset({1})),
+        Call("_copy_from", (src, dst), cpu_args=frozenset({0})),
+    ]
+    assert len(dedupe(calls)) == 3

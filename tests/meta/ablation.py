@@ -1,0 +1,106 @@
+"""A pytest plugin that switches one check of the suite off, to prove some self-test notices.
+
+Loaded with `-p tests.meta.ablation` (through PYTEST_ADDOPTS, so the suites that self-tests start
+in subprocesses load it too); `ABLATE=<name>` names what to switch off (one of `ABLATIONS`).
+Used by tests/meta/ablate_checks.py; harmless when ABLATE is unset.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import replace
+
+ENV = "ABLATE"
+
+
+def _registered(name: str) -> Callable[[], None]:
+    def off() -> None:
+        from conformance.engine import checks
+
+        for i, check in enumerate(checks.CHECKS):
+            if check.name == name:
+                checks.CHECKS[i] = replace(check, run=lambda sample: None)
+
+    return off
+
+
+def _patch(module: str, attr: str, value_of: Callable[[object], object]) -> Callable[[], None]:
+    def off() -> None:
+        import importlib
+
+        mod = importlib.import_module(module)
+        owner_name, _, name = attr.rpartition(".")
+        owner = getattr(mod, owner_name) if owner_name else mod
+        setattr(owner, name, value_of(getattr(owner, name)))
+
+    return off
+
+
+def _subclass_errors() -> None:
+    """The error check as it was: any subclass of CPU's exception type passes."""
+    from conformance.engine import checks
+    from conformance.engine.compare import Mismatch
+
+    def old(s) -> None:
+        e, a = s.expected.exc, s.actual.exc
+        if (e is None) != (a is None) or not isinstance(a, type(e)):
+            raise Mismatch("error", f"device raised {a!r}, cpu raised {e!r}")
+
+    for i, check in enumerate(checks.CHECKS):
+        if check.name == "error":
+            checks.CHECKS[i] = replace(check, run=old)
+
+
+def _cpu_read_back() -> None:
+    """Read results with the backend's own strided device->host copy (`.cpu()`)."""
+    from conformance.engine import checks, compare, transfer
+
+    def read_back(t):
+        return t.detach().cpu()
+
+    for module in (transfer, checks, compare):
+        module.read_back = read_back
+
+
+ABLATIONS: dict[str, Callable[[], None]] = {
+    **{
+        name: _registered(name)
+        for name in (
+            "path",
+            "error",
+            "identity",
+            "aliasing",
+            "outputs",
+            "written",
+            "inputs",
+            "view",
+        )
+    },
+    "error-classes": _subclass_errors,
+    "memory": _patch(
+        "conformance.engine.memory", "MemoryWatch.check_after", lambda f: lambda *a, **k: None
+    ),
+    "leak": _patch(
+        "conformance.engine.memory", "MemoryWatch.check_leaks", lambda f: lambda *a, **k: None
+    ),
+    "old-contents": _patch(
+        "conformance.engine.checks", "_compare_old_contents", lambda f: lambda *a, **k: None
+    ),
+    "layout-free-reference": _patch(
+        "conformance.engine.runner", "_layout_free", lambda f: lambda *a, **k: None
+    ),
+    "random-properties": _patch(
+        "conformance.engine.oracles", "distribution_problem", lambda f: lambda *a, **k: None
+    ),
+    "blame": _patch(
+        "conformance.engine.foundations", "Foundations.blame", lambda f: lambda *a, **k: None
+    ),
+    "primitive-read-back": _cpu_read_back,
+}
+
+
+def pytest_configure(config) -> None:
+    name = os.environ.get(ENV)
+    if name:
+        ABLATIONS[name]()

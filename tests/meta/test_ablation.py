@@ -1,0 +1,30 @@
+"""Every check can be switched off by tests/meta/ablation.py (so ablate_checks.py proves some
+self-test notices it), and switching one off really removes it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.meta.ablation import ABLATIONS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_registered_check_can_be_ablated() -> None:
+    from conformance.engine.checks import CHECKS
+
+    assert {c.name for c in CHECKS} <= set(ABLATIONS)
+
+
+def test_ablating_a_check_turns_it_into_a_no_op() -> None:
+    code = (
+        "from tests.meta.ablation import ABLATIONS\n"
+        "from conformance.engine import checks\n"
+        "ABLATIONS['identity']()\n"
+        "check = next(c for c in checks.CHECKS if c.name == 'identity')\n"
+        "assert check.run(None) is None\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
