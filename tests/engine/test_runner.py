@@ -4,35 +4,14 @@ The CPU reference is the real aten op; the 'device' op is a wrapper with the sam
 behaviour we break in one way per test. Each check must fail with its own name and message.
 """
 
-import types
-
 import pytest
 import torch
 
-from conformance.engine import runner
-from conformance.engine.backend import Backend
 from conformance.engine.calls import Call
 from conformance.engine.samples import calls_for
-from conformance.ops import OpSpec
+from tests.engine.fake_kernels import run_with_kernel
 
-CPU = Backend("fake", types.ModuleType("fake"), "cpu")
-
-
-class FakeOp:
-    def __init__(self, real, fn):
-        self._schema = real._schema
-        self.fn = fn
-
-    def __call__(self, *args, **kwargs):
-        return self.fn(*args, **kwargs)
-
-
-def _run(monkeypatch, overload, fn, calls, layout="contiguous", **spec_kw):
-    real = runner.resolve(overload)
-    if fn is not None:
-        monkeypatch.setattr(runner, "resolve", lambda name: FakeOp(real, fn))
-    spec = OpSpec(overload, reference=real, **spec_kw)
-    return runner.run_case(CPU, overload, spec, calls, layout, "native")
+_run = run_with_kernel
 
 
 ADD = [Call("add.Tensor", (torch.arange(12.0).reshape(3, 4), torch.ones(4)))]

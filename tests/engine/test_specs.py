@@ -5,37 +5,21 @@ device (the op replaced by a wrapper), as in test_runner.py."""
 
 from __future__ import annotations
 
-import types
-
 import pytest
 import torch
 
-from conformance.engine import runner
-from conformance.engine.backend import Backend
 from conformance.engine.samples import calls_for
 from conformance.ops import spec_for
+from tests.engine.fake_kernels import run_with_kernel
 
-CPU = Backend("fake", types.ModuleType("fake"), "cpu")
 SDPA = "_scaled_dot_product_fused_attention_overrideable"
 
 
-class FakeOp:
-    def __init__(self, real, fn):
-        self._schema = real._schema
-        self.fn = fn
-
-    def __call__(self, *args, **kwargs):
-        return self.fn(*args, **kwargs)
-
-
 def _run(monkeypatch, overload, device_fn, dtype=torch.float32):
-    real = runner.resolve(overload)
-    monkeypatch.setattr(runner, "resolve", lambda name: FakeOp(real, device_fn))
     calls = calls_for(overload, dtype, None)
     assert calls, f"no samples for {overload}"
     spec = spec_for(overload)
-    spec = type(spec)(**{**spec.__dict__, "reference": spec.reference or real})  # CPU: the real op
-    return runner.run_case(CPU, overload, spec, calls, "contiguous", "native")
+    return run_with_kernel(monkeypatch, overload, device_fn, calls, spec=spec)
 
 
 def test_sdpa_overrideable_compares_the_attention_output(monkeypatch):

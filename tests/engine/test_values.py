@@ -8,35 +8,18 @@ import math
 import os
 import signal
 import time
-import types
 
 import pytest
 import torch
 
-from conformance.engine import runner
-from conformance.engine.backend import Backend
 from conformance.engine.calls import Call
 from conformance.engine.samples import twins, values
 from conformance.ops import spec_for
-
-CPU = Backend("fake", types.ModuleType("fake"), "cpu")
-
-
-class FakeOp:
-    def __init__(self, real, fn):
-        self._schema = real._schema
-        self.fn = fn
-
-    def __call__(self, *args, **kwargs):
-        return self.fn(*args, **kwargs)
+from tests.engine.fake_kernels import run_with_kernel
 
 
 def _run(monkeypatch, overload, fn, calls, layout="contiguous"):
-    real = runner.resolve(overload)
-    monkeypatch.setattr(runner, "resolve", lambda name: FakeOp(real, fn))
-    spec = spec_for(overload)
-    spec = type(spec)(**{**spec.__dict__, "reference": spec.reference or real})
-    return runner.run_case(CPU, overload, spec, calls, layout, "native")
+    return run_with_kernel(monkeypatch, overload, fn, calls, layout, spec=spec_for(overload))
 
 
 # ---- twins ----------------------------------------------------------------------------------

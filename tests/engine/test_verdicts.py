@@ -6,36 +6,14 @@ way per test (as in test_runner.py). Every test here fails if the check it names
 
 from __future__ import annotations
 
-import types
-
 import pytest
 import torch
 
-from conformance.engine import runner
-from conformance.engine.backend import Backend
 from conformance.engine.calls import Call
 from conformance.engine.samples import dedupe
-from conformance.ops import OpSpec
+from tests.engine.fake_kernels import run_with_kernel
 
-CPU = Backend("fake", types.ModuleType("fake"), "cpu")
-
-
-class FakeOp:
-    def __init__(self, real, fn):
-        self._schema = real._schema
-        self.fn = fn
-
-    def __call__(self, *args, **kwargs):
-        return self.fn(*args, **kwargs)
-
-
-def run(monkeypatch, overload, fn, calls, layout="contiguous", strict=False, **spec_kw):
-    real = runner.resolve(overload)
-    if fn is not None:
-        monkeypatch.setattr(runner, "resolve", lambda name: FakeOp(real, fn))
-    spec_kw.setdefault("reference", real)
-    spec = OpSpec(overload, **spec_kw)
-    return runner.run_case(CPU, overload, spec, calls, layout, "native", strict_errors=strict)
+run = run_with_kernel
 
 
 LONG = torch.arange(6).reshape(2, 3)
