@@ -52,7 +52,7 @@ class Probe:
     op: str  # the overload blamed, e.g. "_copy_from"
     dtype: str
     layout: str
-    what: str  # e.g. "device->host copy of a offset view"
+    what: str  # e.g. "device->host copy of the offset view"
     message: str
     harness: bool  # the harness itself needs it (blocks every case of the dtype/layout)
     path: str = "native"
@@ -217,10 +217,10 @@ def _probe_all(f: Foundations, dtype: torch.dtype):
     for layout, p in placements.items():
         writable = layout not in layouts.READ_ONLY
         found.append(
-            probe(4, "_copy_from", layout, f"device->host copy of a {layout} view", _d2h(p, dev))
+            probe(4, "_copy_from", layout, f"device->host copy of the {layout} view", _d2h(p, dev))
         )
         found.append(
-            probe(4, "_copy_from", layout, f"device->device copy of a {layout} view", _d2d(p, dev))
+            probe(4, "_copy_from", layout, f"device->device copy of the {layout} view", _d2d(p, dev))
         )
         if writable:
             found.append(
@@ -245,13 +245,13 @@ def _probe_all(f: Foundations, dtype: torch.dtype):
                 5,
                 "fill_.Scalar",
                 layout,
-                f"fill_ of a {layout} view",
+                f"fill_ of the {layout} view",
                 _write(p, dev, lambda t, v=fill: t.fill_(v)),
             )
         )
         found.append(
             probe(
-                6, "zero_", layout, f"zero_ of a {layout} view", _write(p, dev, torch.Tensor.zero_)
+                6, "zero_", layout, f"zero_ of the {layout} view", _write(p, dev, torch.Tensor.zero_)
             )
         )
     found.append(

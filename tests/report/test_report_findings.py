@@ -41,7 +41,7 @@ BROKEN_COPY = [
             "values",
             "[blocked] blocked by _copy_from-float32-offset-native: ...",
             blocked_by="_copy_from-float32-offset-native",
-            blocked_by_message="device->host copy of a offset view: 119/120 elements wrong",
+            blocked_by_message="device->host copy of the offset view: 119/120 elements wrong",
         )
         for op in ("abs", "add.Tensor", "sum.dim_IntList")
     ),
