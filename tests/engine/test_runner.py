@@ -4,11 +4,16 @@ The CPU reference is the real aten op; the 'device' op is a wrapper with the sam
 behaviour we break in one way per test. Each check must fail with its own name and message.
 """
 
+import types
+
 import pytest
 import torch
 
+from conformance.engine import runner
+from conformance.engine.backend import Backend
 from conformance.engine.calls import Call
 from conformance.engine.samples import calls_for
+from conformance.ops import OpSpec
 from tests.engine.fake_kernels import run_with_kernel
 
 _run = run_with_kernel
@@ -124,3 +129,40 @@ def test_skip_when_layout_applies_to_no_sample(monkeypatch):
     calls = [Call("add.Tensor", (torch.ones(4), torch.ones(4)))]
     out = _run(monkeypatch, "add.Tensor", None, calls, "channels_last")
     assert out.skip_reason and "channels_last" in out.skip_reason
+
+
+# ---- path: the fallback path really went through cpu_fallback ------------------------------------
+class _Counting(types.ModuleType):
+    """A backend module whose fallback routing only pretends, or counts calls it never routes."""
+
+    def __init__(self, counts_native: bool) -> None:
+        super().__init__("counting")
+        self.routes: list[str] = []
+        self.counts: dict[str, int] = {}
+        self.counts_native = counts_native
+
+    def set_fallback_routes(self, routes):
+        self.routes = list(routes)
+
+    def get_fallback_routes(self):
+        return list(self.routes)
+
+    def fallback_counts(self):
+        if self.counts_native:  # every call counted as a fallback call, routed or not
+            self.counts["abs"] = self.counts.get("abs", 0) + 1
+        return dict(self.counts)
+
+
+@pytest.mark.parametrize(
+    ("path", "counts_native", "message"),
+    [
+        ("fallback", False, "abs did not go through cpu_fallback (fallback_counts did not move)"),
+        ("native", True, "the native path of abs went through cpu_fallback"),
+    ],
+)
+def test_path_check_proves_which_path_ran(path, counts_native, message):
+    backend = Backend("counting", _Counting(counts_native), "cpu")
+    calls = [Call("abs", (torch.randn(3, 4),))]
+    out = runner.run_case(backend, "abs", OpSpec("abs"), calls, "contiguous", path, route=True)
+    assert out.failure is not None and out.failure.check == "path", out.failure
+    assert message in out.failure.message
