@@ -82,7 +82,7 @@ class Coverage:
             if tested and self.fallback_set == "models" and self.excluded:
                 lines.append(
                     "coverage: model-derived fallback overloads left out "
-                    f"(matrices/workloads/excluded.toml): {', '.join(self.excluded)}"
+                    f"(conformance/workloads/excluded.toml): {', '.join(self.excluded)}"
                 )
         return lines
 

@@ -220,7 +220,9 @@ def _probe_all(f: Foundations, dtype: torch.dtype):
             probe(4, "_copy_from", layout, f"device->host copy of the {layout} view", _d2h(p, dev))
         )
         found.append(
-            probe(4, "_copy_from", layout, f"device->device copy of the {layout} view", _d2d(p, dev))
+            probe(
+                4, "_copy_from", layout, f"device->device copy of the {layout} view", _d2d(p, dev)
+            )
         )
         if writable:
             found.append(
@@ -251,7 +253,11 @@ def _probe_all(f: Foundations, dtype: torch.dtype):
         )
         found.append(
             probe(
-                6, "zero_", layout, f"zero_ of the {layout} view", _write(p, dev, torch.Tensor.zero_)
+                6,
+                "zero_",
+                layout,
+                f"zero_ of the {layout} view",
+                _write(p, dev, torch.Tensor.zero_),
             )
         )
     found.append(

@@ -5,7 +5,7 @@ mask, a small CNN training step, the transformers attention-mask pipeline with S
 torch.save/torch.load round trip) runs on CPU under a dispatch mode that records every aten
 overload it calls, and, for overloads with a composite kernel, what that kernel calls (the path
 of a backend without its own kernel). The result is a golden list per torch minor,
-`matrices/workloads/torch-<major.minor>.txt`, refreshed with
+`conformance/workloads/torch-<major.minor>.txt`, refreshed with
 `python -m conformance.tools.record_workloads` and checked by tests/engine/test_workloads.py.
 A run walks the list with the dispatcher's view of the backend under test
 (`discovery.how_reached`): the overloads it reaches through its boxed fallback are the default
@@ -27,8 +27,10 @@ from torch.utils._pytree import tree_map
 
 from conformance.engine.discovery import overload_name
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-WORKLOADS_DIR = os.path.join(REPO_ROOT, "matrices", "workloads")
+# package data (pyproject.toml), so an installed suite has them too
+WORKLOADS_DIR = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "workloads"
+)
 EXCLUDED_FILE = os.path.join(WORKLOADS_DIR, "excluded.toml")
 
 

@@ -157,7 +157,7 @@ class Options:
     fallback_ops: list[str] | None = option(
         "also test overloads the backend did not register, reached only through its boxed "
         "cpu_fallback (path 'fallback'): 'models' (what representative models reach, "
-        "matrices/workloads/; the default unless --ops is given), 'all' (every such overload "
+        "conformance/workloads/; the default unless --ops is given), 'all' (every such overload "
         "with OpInfo samples: for nightly runs), 'none', or comma-separated globs",
         parse=_list,
     )

@@ -124,7 +124,7 @@ class Suite:
     def selected_fallback_overloads(self) -> list[str]:
         """--fallback-ops: overloads reached only through the boxed fallback. By default (no
         --ops) the model-derived set: what the workloads of engine/workloads.py reach through
-        this backend's fallback, less matrices/workloads/excluded.toml."""
+        this backend's fallback, less conformance/workloads/excluded.toml."""
         wanted = self.options.fallback_ops
         if wanted is None:
             wanted = [] if self.options.ops else ["models"]

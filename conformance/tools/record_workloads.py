@@ -1,6 +1,6 @@
 """Record the aten overloads the representative model workloads reach, for this torch.
 
-    python -m conformance.tools.record_workloads          # matrices/workloads/torch-X.Y.txt
+    python -m conformance.tools.record_workloads          # conformance/workloads/torch-X.Y.txt
     python -m conformance.tools.record_workloads --check  # exit 1 if out of date
 
 Runs the workloads of conformance/engine/workloads.py on CPU (no backend needed; the Qwen2
