@@ -51,3 +51,13 @@ def test_errors_are_recorded_in_stats():
     stats = ErrorStats()
     _cmp(torch.tensor([1.0, 2.0]) + 1e-6, torch.tensor([1.0, 2.0]), stats=stats)
     assert 0 < stats.max_abs < 1e-5
+
+
+def test_complex_half_values_are_compared_not_a_harness_error():
+    from conformance.engine.compare import ErrorStats, Mismatch, compare_values
+
+    real = torch.arange(6, dtype=torch.float16)
+    a = torch.complex(real, -real)
+    compare_values("out", a, a.clone(), 1.0, ErrorStats())
+    with pytest.raises(Mismatch, match="out"):
+        compare_values("out", a, torch.complex(real, real), 1.0, ErrorStats())

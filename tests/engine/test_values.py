@@ -191,3 +191,18 @@ def test_special_values_of_lcm_do_not_crash_the_process():
     )
     for call in values.special_calls([base], torch.int32):
         torch.ops.aten.lcm(*call.args)  # would be SIGFPE in this process
+
+
+def test_promotion_never_moves_every_tensor_to_cpu():
+    """remainder.Scalar_Tensor(scalar, tensor): a 0-dim CPU `other` would leave nothing on the
+    device, so the call would run on CPU only and the case would test nothing."""
+    base = Call("remainder.Scalar_Tensor", (2.5, torch.arange(1.0, 7.0).reshape(2, 3)))
+    calls = values.promotion_calls([base], torch.float32)
+    assert calls, "no promotion samples at all"
+    for call in calls:
+        on_device = [
+            a
+            for i, a in enumerate(call.args)
+            if isinstance(a, torch.Tensor) and i not in call.cpu_args
+        ]
+        assert on_device, call.signature()

@@ -249,6 +249,8 @@ def promotion_calls(calls: list[Call], dtype: torch.dtype) -> list[Call]:
             else:
                 args[pos] = [converted if j == element else v for j, v in enumerate(args[pos])]
             cpu = call.cpu_args | ({pos} if zero_dim else set())
+            if not _device_tensors(args, call.kwargs, cpu):
+                continue  # every tensor on CPU: the call would never reach the device
             out.append(Call(call.overload, tuple(args), call.kwargs, cpu_args=frozenset(cpu)))
     remade = []
     for call in cpu_survivors.survivors(out, _run_on_cpu):
@@ -256,6 +258,14 @@ def promotion_calls(calls: list[Call], dtype: torch.dtype) -> list[Call]:
         if kwargs is not None:
             remade.append(Call(call.overload, call.args, kwargs, cpu_args=call.cpu_args))
     return remade
+
+
+def _device_tensors(args: list, kwargs: dict, cpu: set[int]) -> int:
+    """How many tensors of the call are placed on the device (positions in `cpu` stay on CPU)."""
+    leaves = [a for i, a in enumerate(args) if i not in cpu]
+    leaves += [v for a in leaves if isinstance(a, list | tuple) for v in a]
+    leaves += list(kwargs.values())
+    return sum(isinstance(x, torch.Tensor) for x in leaves)
 
 
 def _slots(schema: Any, call: Call) -> list[tuple[int, int | None, str]]:
