@@ -232,7 +232,7 @@ class ConformanceRun:
             message = str(crash.message) if crash is not None else str(report.longrepr)
             if isinstance(report.longrepr, tuple):  # skipped: (file, line, reason)
                 message = str(report.longrepr[2])
-        return CaseRecord(
+        record = CaseRecord(
             id=item.nodeid.split("::", 1)[-1],
             status=Status.PASSED,
             op="scenario",
@@ -250,6 +250,15 @@ class ConformanceRun:
             backend=suite.options.backend,
             allocator=suite.allocator,
         )
+        probe = suite.scenario_blocker() if report.failed else None
+        if probe is not None:  # a scenario reads every result back through _copy_from
+            record.status = Status.BLOCKED
+            record.blocked_by = probe.case
+            record.extra["blocked_by_message"] = f"{probe.what}: {probe.message}"
+            record.message = (
+                f"[blocked] blocked by {probe.case}: {probe.what}; own failure: {message}"
+            )
+        return record
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Write the case's line, once per case, in the process that ran it; every process but
