@@ -173,8 +173,18 @@ class ConformanceRun:
         return True
 
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]):
-        """--ops/--fallback-ops name the overloads to test: the scenarios then stay out."""
-        if not self.started or not (self.suite.options.ops or self.suite.options.fallback_ops):
+        """Foundation cases run first (so the first failure of a run names the op that is
+        wrong); --ops/--fallback-ops name the overloads to test: the scenarios then stay out."""
+        if not self.started:
+            return
+        from conformance.engine.foundations import ORDER
+
+        def first(item: pytest.Item) -> bool:
+            case = case_of(item)
+            return case is not None and case.overload in ORDER
+
+        items[:] = [i for i in items if first(i)] + [i for i in items if not first(i)]
+        if not (self.suite.options.ops or self.suite.options.fallback_ops):
             return
         scenarios = os.path.join(PACKAGE_DIR, "scenarios") + os.sep
         dropped = [item for item in items if str(item.path).startswith(scenarios)]
