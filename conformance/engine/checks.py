@@ -56,6 +56,19 @@ class Outcome:
     exc: BaseException | None = None
 
 
+def invoke(fn: Callable[..., Any], m: Materialized, seeded: bool = False) -> Outcome:
+    """Call `fn` on materialised arguments; an exception is the outcome, not raised. `seeded`:
+    right after `torch.manual_seed` (random ops, `oracles.py`)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if seeded:
+                oracles.seed()
+            return Outcome(fn(*m.args, **m.kwargs))
+    except Exception as exc:  # errors are compared, not raised
+        return Outcome(exc=exc.with_traceback(None))
+
+
 @dataclass
 class Sample:
     """Everything the checks of one sample may look at."""

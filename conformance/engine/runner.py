@@ -1,10 +1,10 @@
 """Run one case (overload x dtype x layout x path) against CPU and apply every check.
 
 Per sample: the CPU reference, also on contiguous copies of the same values when the layout is
-not contiguous (CPU must agree with itself, else the sample is a `torch-bug` and the device is
-judged against the layout-free result), then the device; random ops run right after the same
-seed on both sides. A failed case is then checked against the foundations (`foundations.py`):
-when an op the harness or the case depends on is broken, the case is blocked by it.
+not contiguous (`consistency.py`: CPU must agree with itself, else the sample is a `torch-bug`
+and the device is judged against the layout-free result), then the device; random ops run right
+after the same seed on both sides. A failed case is then checked against the foundations
+(`foundations.py`): when an op the harness or the case depends on is broken, it is blocked by it.
 """
 
 from __future__ import annotations
@@ -13,13 +13,12 @@ import warnings
 from dataclasses import dataclass, field
 
 import torch
-from torch.utils._pytree import tree_flatten
 
-from conformance.engine import checks, memory, oracles
+from conformance.engine import checks, consistency, memory, oracles
 from conformance.engine.backend import Backend
 from conformance.engine.calls import Call
-from conformance.engine.checks import NotApplicable, Outcome, Unsupported
-from conformance.engine.compare import ErrorStats, Mismatch, compare_values
+from conformance.engine.checks import NotApplicable, Outcome, Unsupported, invoke
+from conformance.engine.compare import ErrorStats, Mismatch
 from conformance.engine.discovery import resolve
 from conformance.engine.foundations import Foundations, Probe
 from conformance.engine.placing import Materialized, PlacedCall, place
@@ -55,17 +54,6 @@ class RunContext:
     via_fallback: bool
     strict_errors: bool
     nondeterministic: bool
-
-
-def _invoke(fn, m: Materialized, seeded: bool = False) -> Outcome:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            if seeded:
-                oracles.seed()
-            return Outcome(fn(*m.args, **m.kwargs))
-    except Exception as exc:  # errors are compared, not raised
-        return Outcome(exc=exc.with_traceback(None))
 
 
 def run_case(
@@ -183,7 +171,7 @@ def _ops_called(ctx: RunContext, placed: PlacedCall) -> set[str]:
         warnings.simplefilter("ignore")
         with profile(use_kineto=False) as prof:
             with ctx.backend.routed_through_fallback(ctx.route):
-                _invoke(ctx.op, dev, seeded=ctx.nondeterministic)
+                invoke(ctx.op, dev, seeded=ctx.nondeterministic)
     return {e.name.removeprefix("aten::") for e in prof.function_events}
 
 
@@ -215,12 +203,14 @@ def _run_sample(ctx: RunContext, placed: PlacedCall, stats: ErrorStats) -> tuple
         (view._version, view.data_ptr()) for leaf, _, view in dev.bases if leaf.written
     ]
     cpu_before = [(view._version, view.data_ptr()) for leaf, _, view in cpu.bases if leaf.written]
-    expected = _invoke(reference, cpu, ctx.nondeterministic)
-    free = _layout_free(ctx, placed, reference, expected)
-    bug = _disagreement(ctx, cpu, expected, free) if free is not None else None
+    expected = invoke(reference, cpu, ctx.nondeterministic)
+    free = None
+    if placed.layout != "contiguous" and not ctx.nondeterministic:
+        free = consistency.layout_free(ctx.op, spec, placed, reference, expected)
+    bug = consistency.disagreement(spec, cpu, expected, free) if free is not None else None
     count_before = backend.fallback_count(ctx.overload)
     with backend.routed_through_fallback(ctx.route):
-        actual = _invoke(ctx.op, dev, ctx.nondeterministic)
+        actual = invoke(ctx.op, dev, ctx.nondeterministic)
 
     def sample(cpu_side: Materialized, expected_side: Outcome) -> checks.Sample:
         return checks.Sample(
@@ -242,7 +232,7 @@ def _run_sample(ctx: RunContext, placed: PlacedCall, stats: ErrorStats) -> tuple
             strict_errors=ctx.strict_errors,
             nondeterministic=ctx.nondeterministic,
             torch_bug=bug,
-            layout_free_bumps=free[2] if free is not None else None,
+            layout_free_bumps=free.bumped if free is not None else None,
         )
 
     if bug is None:
@@ -250,8 +240,8 @@ def _run_sample(ctx: RunContext, placed: PlacedCall, stats: ErrorStats) -> tuple
         return expected.exc is not None or actual.exc is not None, None
     assert free is not None
     fixed = placed.materialize("cpu")
-    fixed_expected = _invoke(reference, fixed, ctx.nondeterministic)
-    _adopt_layout_free(ctx, fixed, fixed_expected, free)
+    fixed_expected = invoke(reference, fixed, ctx.nondeterministic)
+    consistency.adopt(fixed, fixed_expected, free)
     try:  # judged against the layout-free result
         checks.run_checks(sample(fixed, fixed_expected))
     except Unsupported:
@@ -267,97 +257,3 @@ def _run_sample(ctx: RunContext, placed: PlacedCall, stats: ErrorStats) -> tuple
             return False, bug
         bug += "; the device gives cpu's layout-dependent result"
     return False, bug
-
-
-def _layout_free(
-    ctx: RunContext, placed: PlacedCall, reference, expected: Outcome
-) -> tuple[Materialized, Outcome, frozenset[str]] | None:
-    """CPU on contiguous copies of the same values, when the layout is not contiguous: the
-    arguments, the outcome, and the written arguments whose version counter moved."""
-    spec = ctx.spec
-    if (
-        placed.layout == "contiguous"
-        or not spec.layout_free_reference
-        or reads_memory(ctx.op)
-        or not spec.check_values
-        or ctx.nondeterministic
-        or expected.exc is not None
-    ):
-        return None
-    free = placed.layout_free().materialize("cpu")
-    before = {leaf.arg: view._version for leaf, _, view in free.bases if leaf.written}
-    out = _invoke(reference, free)
-    bumped = frozenset(
-        leaf.arg
-        for leaf, _, view in free.bases
-        if leaf.written and view._version > before[leaf.arg]
-    )
-    return free, out, bumped
-
-
-def reads_memory(op: torch._ops.OpOverload) -> bool:
-    """Whether the overload takes explicit strides (as_strided, _reshape_alias, set_, ...): its
-    result depends on the memory layout of its input by definition, not by a CPU bug."""
-    names = {a.name for a in op._schema.arguments}
-    return {"size", "stride"} <= names or "storage_offset" in names or "source" in names
-
-
-def _pairs(ctx: RunContext, strided: Materialized, expected: Outcome, free) -> list[tuple]:
-    """(name, strided-layout CPU tensor, layout-free CPU tensor) for every compared value."""
-    fmat, fout, _ = free
-    out = []
-    e_leaves, e_spec = tree_flatten(expected.result)
-    f_leaves, f_spec = tree_flatten(fout.result)
-    if e_spec == f_spec:
-        for i, (e, f) in enumerate(zip(e_leaves, f_leaves, strict=True)):
-            if (
-                isinstance(e, torch.Tensor)
-                and isinstance(f, torch.Tensor)
-                and i not in ctx.spec.metadata_only_outputs
-            ):
-                out.append((f"output {i}", e, f))
-    for (leaf, _, view), (_, _, fview) in zip(strided.bases, fmat.bases, strict=True):
-        if leaf.written:
-            out.append((leaf.arg, view, fview))
-    return out
-
-
-def _disagreement(ctx: RunContext, cpu: Materialized, expected: Outcome, free) -> str | None:
-    """How CPU on the placed layout disagrees with CPU on contiguous copies, or None."""
-    _, fout, _ = free
-    if fout.exc is not None:
-        return None  # raising on one layout only: the error check judges the device
-    for name, e, f in _pairs(ctx, cpu, expected, free):
-        if e.shape != f.shape or e.dtype != f.dtype:
-            continue
-        try:  # 10x the tolerance: kernels for other layouts may round differently
-            compare_values(name, e.detach(), f.detach(), 10 * ctx.spec.tol_scale, ErrorStats())
-        except Mismatch as m:
-            detail = m.message.replace("device", "this layout").replace("cpu", "contiguous")
-            return f"cpu disagrees with itself: {detail}"
-    return None
-
-
-def _adopt_layout_free(ctx: RunContext, fixed: Materialized, expected: Outcome, free) -> None:
-    """Make `fixed` (a CPU run on the placed layout) hold the layout-free values: the written
-    buffers are reset to their pristine contents plus the layout-free values in the view."""
-    fmat, fout, _ = free
-    with torch.no_grad():
-        for (leaf, base, view), (_, _, fview) in zip(fixed.bases, fmat.bases, strict=True):
-            if leaf.written and view.shape == fview.shape:
-                base.copy_(leaf.placement.base)
-                view.copy_(fview)
-        e_leaves, e_spec = tree_flatten(expected.result)
-        f_leaves, f_spec = tree_flatten(fout.result)
-        if e_spec != f_spec:
-            return
-        written = [view for leaf, _, view in fixed.bases if leaf.written]
-        for e, f in zip(e_leaves, f_leaves, strict=True):
-            if (
-                isinstance(e, torch.Tensor)
-                and isinstance(f, torch.Tensor)
-                and e.shape == f.shape
-                and not any(e is w for w in written)
-                and e._base is None
-            ):
-                e.copy_(f)

@@ -243,8 +243,18 @@ class ConformanceRun:
         return True
 
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]):
-        """--ops/--fallback-ops name the overloads to test: the scenarios then stay out."""
-        if not self.started or not (self.suite.options.ops or self.suite.options.fallback_ops):
+        """Foundation cases run first (so the first failure of a run names the op that is
+        wrong); --ops/--fallback-ops name the overloads to test: the scenarios then stay out."""
+        if not self.started:
+            return
+        from conformance.engine.foundations import ORDER
+
+        def first(item: pytest.Item) -> bool:
+            case = case_of(item)
+            return case is not None and case.overload in ORDER
+
+        items[:] = [i for i in items if first(i)] + [i for i in items if not first(i)]
+        if not (self.suite.options.ops or self.suite.options.fallback_ops):
             return
         scenarios = os.path.join(PACKAGE_DIR, "scenarios") + os.sep
         dropped = [item for item in items if str(item.path).startswith(scenarios)]
@@ -347,7 +357,7 @@ class ConformanceRun:
             message = str(crash.message) if crash is not None else str(report.longrepr)
             if isinstance(report.longrepr, tuple):  # skipped: (file, line, reason)
                 message = str(report.longrepr[2])
-        return CaseRecord(
+        record = CaseRecord(
             id=item.nodeid.split("::", 1)[-1],
             status=Status.PASSED,
             op="scenario",
@@ -365,6 +375,15 @@ class ConformanceRun:
             backend=suite.options.backend,
             allocator=suite.allocator,
         )
+        probe = suite.scenario_blocker() if report.failed else None
+        if probe is not None:  # a scenario reads every result back through _copy_from
+            record.status = Status.BLOCKED
+            record.blocked_by = probe.case
+            record.extra["blocked_by_message"] = f"{probe.what}: {probe.message}"
+            record.message = (
+                f"[blocked] blocked by {probe.case}: {probe.what}; own failure: {message}"
+            )
+        return record
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Write the case's line, once per case, in the process that ran it; every process but

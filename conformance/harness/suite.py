@@ -13,7 +13,7 @@ import torch
 from conformance.engine import coverage, discovery, samples, workloads
 from conformance.engine.backend import Backend, load_backend
 from conformance.engine.foundations import ORDER as FOUNDATION_ORDER
-from conformance.engine.foundations import Foundations
+from conformance.engine.foundations import Foundations, Probe
 from conformance.engine.layout_names import LAYOUT_HELP
 from conformance.engine.runner import CaseOutcome, run_case
 from conformance.engine.samples import values
@@ -256,6 +256,12 @@ class Suite:
             and judged(e)
             and not any(fnmatch.fnmatchcase(i, e.pattern) for i in ids)
         ]
+
+    def scenario_blocker(self) -> Probe | None:
+        """The broken foundation every scenario depends on (allocation, as_strided, the copies
+        that move results to CPU), if any: probed in float32, the scenarios' dtype."""
+        needed = ("empty.memory_format", "empty_strided", "_copy_from", "as_strided")
+        return next((p for p in self.foundations.broken(torch.float32) if p.op in needed), None)
 
     def relies_on(self) -> dict[str, str]:
         """What the verdicts rely on besides the op under test (run header, run.json)."""

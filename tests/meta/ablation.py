@@ -88,7 +88,7 @@ ABLATIONS: dict[str, Callable[[], None]] = {
         "conformance.engine.checks", "_compare_old_contents", lambda f: lambda *a, **k: None
     ),
     "layout-free-reference": _patch(
-        "conformance.engine.runner", "_layout_free", lambda f: lambda *a, **k: None
+        "conformance.engine.consistency", "layout_free", lambda f: lambda *a, **k: None
     ),
     "random-properties": _patch(
         "conformance.engine.oracles", "distribution_problem", lambda f: lambda *a, **k: None

@@ -69,3 +69,24 @@ def test_scenario_outcomes_are_recorded_with_findings(tmp_path):
     findings = json.loads((results / "run.json").read_text())["findings"]
     assert sum(f["count"] for f in findings) == len(failed)
     assert "failing cases =" in proc.stdout
+
+
+def test_a_scenario_broken_by_a_broken_copy_is_blocked_by_it(tmp_path):
+    results = tmp_path / "results"
+    proc = run_pytest(
+        "conformance/scenarios",
+        "-k",
+        "save_load",
+        "--results",
+        str(results),
+        env={"ECHO_NPU_FAULTS": "d2h_ignores_offset"},
+    )
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    rows = [
+        json.loads(x) for f in results.glob("cases-*.jsonl") for x in f.read_text().split("\n") if x
+    ]
+    bad = [r for r in rows if r["status"] not in ("passed", "skipped")]
+    assert bad and {r["status"] for r in bad} == {"blocked"}
+    assert all(r["blocked_by"].startswith("_copy_from-float32-") for r in bad)
+    assert "[blocked] blocked by _copy_from-float32-" in bad[0]["message"]
+    assert f"{len(bad)} failing cases = 1 finding" in proc.stdout

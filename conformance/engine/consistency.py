@@ -1,0 +1,126 @@
+"""CPU against itself: the reference on contiguous copies of the same values.
+
+For a sample placed in a non-contiguous layout CPU also runs on fresh contiguous copies of the
+same values (an out= argument becomes a fresh contiguous tensor). If the two results differ
+beyond 10x the dtype's tolerance (kernels for other layouts may round differently), CPU disagrees
+with itself: the sample is a `torch-bug`, and the device is judged against the layout-free result
+(`adopt` makes a CPU run hold it). Overloads with explicit strides read memory by definition and
+are not checked. The written arguments whose version counter CPU bumps on contiguous copies too
+tell which bumps are the op's contract and which are its kernel's artefact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.utils._pytree import tree_flatten
+
+from conformance.engine.checks import Outcome, invoke
+from conformance.engine.compare import ErrorStats, Mismatch, compare_values
+from conformance.engine.placing import Materialized, PlacedCall
+from conformance.ops import OpSpec
+
+SELF_TOLERANCE = 10.0  # x the dtype's tolerance, for CPU against CPU
+
+
+@dataclass
+class LayoutFree:
+    """CPU's run on contiguous copies: its arguments, outcome, and the written arguments whose
+    version counter moved."""
+
+    mat: Materialized
+    outcome: Outcome
+    bumped: frozenset[str]
+
+
+def reads_memory(op: torch._ops.OpOverload) -> bool:
+    """Whether the overload takes explicit strides (as_strided, _reshape_alias, set_, ...): its
+    result depends on the memory layout of its input by definition, not by a CPU bug."""
+    names = {a.name for a in op._schema.arguments}
+    return {"size", "stride"} <= names or "storage_offset" in names or "source" in names
+
+
+def layout_free(
+    op: torch._ops.OpOverload, spec: OpSpec, placed: PlacedCall, reference, expected: Outcome
+) -> LayoutFree | None:
+    """CPU on contiguous copies of the sample's values (None where that says nothing)."""
+    if (
+        not spec.layout_free_reference
+        or not spec.check_values
+        or reads_memory(op)
+        or expected.exc is not None
+    ):
+        return None
+    free = placed.layout_free().materialize("cpu")
+    before = {leaf.arg: view._version for leaf, _, view in free.bases if leaf.written}
+    out = invoke(reference, free)
+    bumped = frozenset(
+        leaf.arg
+        for leaf, _, view in free.bases
+        if leaf.written and view._version > before[leaf.arg]
+    )
+    return LayoutFree(free, out, bumped)
+
+
+def _pairs(
+    spec: OpSpec, strided: Materialized, expected: Outcome, free: LayoutFree
+) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    """(name, strided-layout CPU tensor, layout-free CPU tensor) for every compared value."""
+    out = []
+    e_leaves, e_spec = tree_flatten(expected.result)
+    f_leaves, f_spec = tree_flatten(free.outcome.result)
+    if e_spec == f_spec:
+        for i, (e, f) in enumerate(zip(e_leaves, f_leaves, strict=True)):
+            if (
+                isinstance(e, torch.Tensor)
+                and isinstance(f, torch.Tensor)
+                and i not in spec.metadata_only_outputs
+            ):
+                out.append((f"output {i}", e, f))
+    for (leaf, _, view), (_, _, fview) in zip(strided.bases, free.mat.bases, strict=True):
+        if leaf.written:
+            out.append((leaf.arg, view, fview))
+    return out
+
+
+def disagreement(
+    spec: OpSpec, cpu: Materialized, expected: Outcome, free: LayoutFree
+) -> str | None:
+    """How CPU on the placed layout disagrees with CPU on contiguous copies, or None."""
+    if free.outcome.exc is not None:
+        return None  # raising on one layout only: the error check judges the device
+    for name, e, f in _pairs(spec, cpu, expected, free):
+        if e.shape != f.shape or e.dtype != f.dtype:
+            continue
+        try:
+            scale = SELF_TOLERANCE * spec.tol_scale
+            compare_values(name, e.detach(), f.detach(), scale, ErrorStats())
+        except Mismatch as m:
+            detail = m.message.replace("device", "this layout").replace("cpu", "contiguous")
+            return f"cpu disagrees with itself: {detail}"
+    return None
+
+
+def adopt(fixed: Materialized, expected: Outcome, free: LayoutFree) -> None:
+    """Make `fixed` (a CPU run on the placed layout) hold the layout-free values: the written
+    buffers are reset to their pristine contents plus the layout-free values in the view."""
+    with torch.no_grad():
+        for (leaf, base, view), (_, _, fview) in zip(fixed.bases, free.mat.bases, strict=True):
+            if leaf.written and view.shape == fview.shape:
+                base.copy_(leaf.placement.base)
+                view.copy_(fview)
+        e_leaves, e_spec = tree_flatten(expected.result)
+        f_leaves, f_spec = tree_flatten(free.outcome.result)
+        if e_spec != f_spec:
+            return
+        written = [view for leaf, _, view in fixed.bases if leaf.written]
+        for e, f in zip(e_leaves, f_leaves, strict=True):
+            if (
+                isinstance(e, torch.Tensor)
+                and isinstance(f, torch.Tensor)
+                and e.shape == f.shape
+                and not any(e is w for w in written)
+                and e._base is None
+            ):
+                e.copy_(f)

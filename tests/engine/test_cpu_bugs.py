@@ -1,0 +1,45 @@
+"""Real CPU bugs of torch 2.13 named in issue 11 are reported as torch bugs or as not applicable,
+never as the device's failure (CPU plays the device: it reproduces CPU's own result)."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+from conformance.engine import runner
+from conformance.engine.backend import Backend
+from conformance.engine.samples import calls_for
+from conformance.ops import spec_for
+
+CPU = Backend("fake", types.ModuleType("fake"), "cpu")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("samples"))
+
+
+def _case(overload: str, layout: str, cache: str) -> runner.CaseOutcome:
+    calls = calls_for(overload, torch.float32, cache)
+    assert calls, overload
+    return runner.run_case(CPU, overload, spec_for(overload), calls, layout, "native")
+
+
+def test_group_norm_strided_weight_is_a_torch_bug_and_its_layout_precondition_not_applicable(
+    cache,
+):
+    sliced = _case("native_group_norm", "sliced", cache)  # weight/bias strided
+    assert sliced.failure is None and sliced.torch_bugs
+    assert "cpu disagrees with itself" in sliced.torch_bugs[0]
+    transposed = _case("native_group_norm", "transposed", cache)  # X not contiguous
+    assert transposed.failure is None and transposed.samples == 0
+    assert "not applicable to the transposed layout" in transposed.skip_reason
+
+
+@pytest.mark.parametrize("overload", ["triu.out", "tril.out", "narrow_copy.out"])
+def test_out_into_a_non_contiguous_view_is_a_torch_bug(overload, cache):
+    outcome = _case(overload, "sliced", cache)
+    assert outcome.failure is None, outcome.failure and outcome.failure.message
+    assert outcome.torch_bugs, f"{overload}: CPU is wrong into a sliced out= on torch 2.13"
