@@ -96,6 +96,7 @@ def test_segfault_marks_one_case_crashed_and_the_run_goes_on(run_suite, xdist):
 def test_repro_command_reproduces_the_failure_alone(run_suite, fault):
     import shlex
     import subprocess
+    import sys
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[2]
@@ -104,7 +105,7 @@ def test_repro_command_reproduces_the_failure_alone(run_suite, fault):
     run = run_suite(*args, env={**env, "ECHO_NPU_FAULTS": fault})
     repro = run.case(case)["repro"]
     proc = subprocess.run(
-        ["bash", "-c", repro.replace("pytest ", "python -m pytest ", 1)],
+        ["bash", "-c", repro.replace("pytest ", f"{shlex.quote(sys.executable)} -m pytest ", 1)],
         cwd=repo,
         capture_output=True,
         text=True,
