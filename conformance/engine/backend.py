@@ -113,19 +113,22 @@ class Backend:
 
 # ---- what `import torch` registered -------------------------------------------------------------
 def registered_device() -> str | None:
-    """The PrivateUse1 device registered in this process (renamed or not), or None."""
+    """The PrivateUse1 device registered in this process (renamed or not), or None.
+
+    A backend that keeps the name `privateuseone` is seen by what it registered: a device
+    module `torch.privateuseone`, a boxed fallback or any aten kernel for PrivateUse1 (a bare
+    torch has none of them)."""
     name = torch._C._get_privateuse1_backend_name()
-    if name != "privateuseone":
+    if name != "privateuseone" or hasattr(torch, name):
         return name
-    get = getattr(torch._C, "_get_accelerator", None)
-    try:
-        if get is not None and get().type == "privateuseone":
-            return name  # hooks registered under the default name
-    except Exception:  # noqa: BLE001 - an accelerator query that fails means none registered
-        pass
-    # kernels registered under the default name (the accelerator query may still say cpu)
-    if torch._C._dispatch_has_kernel_for_dispatch_key("aten::empty.memory_format", "PrivateUse1"):
+    key = torch._C.DispatchKey.PrivateUse1
+    if torch._C._dispatch_has_backend_fallback(key):
         return name
+    for qualified in torch._C._dispatch_get_registrations_for_dispatch_key("PrivateUse1"):
+        if qualified.startswith("aten::") and torch._C._dispatch_has_kernel_for_dispatch_key(
+            qualified, "PrivateUse1"
+        ):
+            return name
     return None
 
 
