@@ -3,17 +3,13 @@ never as the device's failure (CPU plays the device: it reproduces CPU's own res
 
 from __future__ import annotations
 
-import types
-
 import pytest
 import torch
 
 from conformance.engine import runner
-from conformance.engine.backend import Backend
 from conformance.engine.samples import calls_for
 from conformance.ops import spec_for
-
-CPU = Backend("fake", types.ModuleType("fake"), "cpu")
+from tests.engine.fake_kernels import CPU
 
 
 @pytest.fixture(scope="module")
