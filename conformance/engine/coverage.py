@@ -46,7 +46,7 @@ class Coverage:
         skipped = [o for o in self.registered if o not in self.selected]
         text = f"coverage: {len(self.tested)} of {len(self.registered)} registered overloads tested"
         if skipped:
-            text += f", {len(skipped)} not selected (--ops)"
+            text += f", {len(skipped)} not selected (--ops or -k)"
         lines = [text]
         by_reason: dict[str, list[str]] = {}
         for overload, reason in sorted(self.untested.items()):

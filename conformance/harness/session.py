@@ -119,6 +119,7 @@ class ConformanceRun:
                     rootdir=str(self.config.rootpath),
                     invocation_dir=str(self.config.invocation_params.dir),
                     with_coverage=self.role is not Role.SPAWNED_RUNNER,
+                    keyword=self.config.option.keyword,
                 )
             except ConformanceUsageError as exc:
                 raise pytest.UsageError(str(exc)) from None

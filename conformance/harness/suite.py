@@ -46,8 +46,10 @@ class Suite:
         rootdir: str = ".",
         invocation_dir: str = ".",
         with_coverage: bool = True,
+        keyword: str | None = None,
     ) -> None:
         self.options = options
+        self.keyword = keyword  # pytest -k: coverage is computed for what it keeps
         self.cache_dir = cache_dir
         self.worker = worker
         self.rootdir = rootdir
@@ -66,6 +68,7 @@ class Suite:
         self.fallback_only = self.selected_fallback_overloads()
         self._fallback_only_set = frozenset(self.fallback_only)
         # a spawned case runner collects every case (the parent chose which ones run)
+        self.coverage: coverage.Coverage | None = None
         self.coverage = self._coverage() if with_coverage else None
         self.foundations = Foundations(self.backend.device, set(self.registered))
 
@@ -83,7 +86,7 @@ class Suite:
             reachable = discovery.fallback_overloads(set(opinfo_index(self.cache_dir)))
         return coverage.compute(
             self.registered,
-            self.overloads,
+            self._kept_by_keyword(self.overloads, False),
             self.options.dtypes,
             lambda overload: self._dtypes(overload, overload in self._fallback_only_set),
             self.calls,
@@ -91,10 +94,25 @@ class Suite:
             schemaless=self.schemaless,
             has_fallback=self.has_fallback,
             fallback_only=reachable,
-            fallback_selected=self.fallback_only,
+            fallback_selected=self._kept_by_keyword(self.fallback_only, True),
             fallback_set=",".join(self.options.fallback_ops or ["models"]),
             excluded=list(self.excluded),
         )
+
+    def _kept_by_keyword(self, overloads: list[str], fallback_only: bool) -> list[str]:
+        """The overloads with a case that -k keeps (all without -k): the coverage account
+        builds samples, so a run narrowed by -k only pays for what it runs."""
+        from conformance.harness.keyword import keyword_filter
+
+        keep = keyword_filter(self.keyword)
+        if keep is None:
+            return list(overloads)
+        paths = ["fallback"] if fallback_only else list(self.options.paths)
+        return [
+            o
+            for o in overloads
+            if any(keep(str(c)) for c in self._cases_of(o, self._dtypes(o, fallback_only), paths))
+        ]
 
     def _no_sample_reason(self, overload: str) -> str:
         from conformance.engine.samples.opinfo import base_name, opinfo_index

@@ -58,4 +58,4 @@ def test_dtypes_the_spec_does_not_allow_and_no_fallback() -> None:
     )
     assert cov.untested == {"conv": "its op spec allows none of the requested dtypes (--dtypes)"}
     text = "\n".join(cov.header_lines())
-    assert "1 not selected (--ops)" in text and "no boxed fallback" in text
+    assert "1 not selected (--ops or -k)" in text and "no boxed fallback" in text

@@ -99,3 +99,16 @@ def test_every_registered_overload_has_samples(tmp_path) -> None:
 def test_unknown_value_set_is_a_one_line_error(tmp_path) -> None:
     with pytest.raises(ConformanceUsageError, match="--values: unknown value set"):
         make_suite(tmp_path, values="ordinary,weird")
+
+
+def test_coverage_is_computed_for_what_k_keeps(tmp_path) -> None:
+    """The coverage account builds samples: under -k only those of the overloads -k keeps."""
+    options = read_options(FakeConfig(expectations="none", results="none", dtypes="float32"))
+    suite = Suite(options, str(tmp_path), "main", keyword="masked_fill")
+    assert suite.coverage is not None
+    assert set(suite.coverage.selected) == {"masked_fill_.Scalar", "masked_fill_.Tensor"}
+    assert suite.coverage.fallback_tested == []
+    n = len(suite.registered)
+    assert suite.coverage.header_lines()[0] == (
+        f"coverage: 2 of {n} registered overloads tested, {n - 2} not selected (--ops or -k)"
+    )
