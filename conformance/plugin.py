@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.harness.keyword import keyword_filter
 from conformance.harness.options import add_options
 from conformance.harness.session import CASE_PARAM, PLUGIN_NAME, ConformanceRun, run_of
 
@@ -32,7 +31,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     except pytest.UsageError as exc:
         pytest.exit(str(exc), returncode=pytest.ExitCode.USAGE_ERROR)
     params = []
-    keep = keyword_filter(metafunc.config.option.keyword)
+    keep = suite.keep
     for case in suite.cases():
         if keep is not None and not keep(str(case)):
             continue  # -k would deselect it: never build the item (harness/keyword.py)

@@ -20,6 +20,7 @@ from conformance.engine.samples import values
 from conformance.engine.transfer import RELIES_ON
 from conformance.errors import ConformanceUsageError
 from conformance.harness.expectations import Entry, Manifest, default_manifest_paths, load_manifest
+from conformance.harness.keyword import keyword_filter
 from conformance.harness.options import ORDINARY, Options
 from conformance.ops import spec_for
 from conformance.record import CaseId, CaseRecord, Status
@@ -49,7 +50,9 @@ class Suite:
         keyword: str | None = None,
     ) -> None:
         self.options = options
-        self.keyword = keyword  # pytest -k: coverage is computed for what it keeps
+        # pytest -k as a case-id predicate (None: keep all): the plugin builds only the cases it
+        # keeps, and the coverage account is computed for them
+        self.keep = keyword_filter(keyword)
         self.cache_dir = cache_dir
         self.worker = worker
         self.rootdir = rootdir
@@ -102,9 +105,7 @@ class Suite:
     def _kept_by_keyword(self, overloads: list[str], fallback_only: bool) -> list[str]:
         """The overloads with a case that -k keeps (all without -k): the coverage account
         builds samples, so a run narrowed by -k only pays for what it runs."""
-        from conformance.harness.keyword import keyword_filter
-
-        keep = keyword_filter(self.keyword)
+        keep = self.keep
         if keep is None:
             return list(overloads)
         paths = ["fallback"] if fallback_only else list(self.options.paths)
