@@ -7,12 +7,21 @@ case records (the dicts of ``results/cases-*.jsonl``, docs/RESULTS.md) that shar
 - ``check``: the check that failed (``values``, ``strides``, ``memory``, ``crash``, ...);
 - ``message``: the first line of the message with what varies between cases masked: numbers,
   shapes, dtype names, addresses, the case's own id, op, overload, layout and path;
-- ``crash``: for crashes, a signature (signal or sanitizer/glibc error kind, and the first
-  frame of the sanitizer's stack that is not the sanitizer's own);
+- ``crash``: for crashes, the corruption class (heap corruption, whatever glibc's words; segfault;
+  abort; sanitizer report kind and the first frame of its stack that is not the sanitizer's own)
+  and, when the culprit search named one, the op of the case that corrupted memory: a crash is
+  keyed by its cause, not by the case that happened to notice it;
 - ``blocked_by``: the foundation a case depends on. A blocked case (``blocked_by``: the case id
   of a broken foundation, e.g. ``_copy_from-float32-offset-native``) and every failing case of
   that foundation's op make *one* finding, keyed by the foundation's op and its own first
-  failure: one broken ``_copy_from`` is one finding however many cases it breaks.
+  failure: one broken ``_copy_from`` is one finding however many cases it breaks, and two
+  different failures of it (wrong values, a raise) are two.
+
+Then findings whose cases have the same failure class and the same distinguishing factor are
+merged: the messages of one op that differ only in CPU's wording, and crashes without a culprit
+that share a factor ("all 110 cases are float64; the same ops pass in 6 other dtypes"). Every
+finding says what its cases have in common against the passing cases of the same ops
+(``Finding.factor``).
 
 Pure Python (no torch, no pytest), so the terminal summary, run.json, the per-run reports and the
 torch-version report can all share it::
@@ -26,13 +35,12 @@ from __future__ import annotations
 
 import hashlib
 import re
-import signal
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from conformance.record import FAILING
+from conformance.record import FAILING, FOUNDATION_ORDER
 
 __all__ = [
     "FAILING",
@@ -69,8 +77,6 @@ _GLIBC = re.compile(
     r"(free\(\): [^\n:]+|double free[^\n:]*|malloc\(\): [^\n:]+|realloc\(\): [^\n:]+|"
     r"munmap_chunk\(\): [^\n:]+|corrupted [^\n:]+)"
 )
-_SIGNAL_NAME = re.compile(r"\bSIG[A-Z]{2,}\b")
-_SIGNAL_NUMBER = re.compile(r"signal (\d+)")
 _FRAME = re.compile(r"#\d+ 0x[0-9a-fA-F]+ in (\S+)")
 
 
@@ -81,6 +87,30 @@ class FindingKey(NamedTuple):
     message: str
     crash: str
     blocked_by: str
+    culprit: str = ""  # the op of the case that corrupted memory (crashes)
+
+
+#: glibc's words for one heap corruption, and the class they all belong to
+_CLASSES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (_GLIBC, "heap corruption"),
+    (re.compile(r"\bSIGSEGV\b|signal 11\b"), "segfault"),
+    (re.compile(r"\bSIGBUS\b"), "bus error"),
+    (re.compile(r"\bSIGFPE\b"), "arithmetic trap (SIGFPE)"),
+    (re.compile(r"\bSIGILL\b"), "illegal instruction"),
+    (re.compile(r"\bSIGABRT\b|signal 6\b"), "abort"),
+)
+
+
+def crash_class(message: str) -> str:
+    """The corruption class of a crash message: ``sanitizer: <kind>``, ``heap corruption``
+    (any of glibc's words for it), ``segfault``, ``abort``, ... or ``crash``."""
+    sanitizer = _SANITIZER.search(message)
+    if sanitizer:
+        return f"{sanitizer.group(1)}: {sanitizer.group(2)}"
+    for pattern, name in _CLASSES:
+        if pattern.search(message):
+            return name
+    return "crash"
 
 
 def _text(value: Any) -> str:
@@ -116,32 +146,18 @@ def normalise_message(message: str, record: Mapping[str, Any] | None = None) -> 
 
 
 def crash_signature(record: Mapping[str, Any]) -> str:
-    """For a crashed case: signal or sanitizer/glibc error kind, and the first own stack frame;
-    ``""`` for any other case."""
+    """For a crashed case: its corruption class (`crash_class`) and, for a sanitizer report,
+    the first own stack frame; ``""`` for any other case."""
     if _text(record.get("status")) != "crashed" and _text(record.get("check")) != "crash":
         return ""
     message = _text(record.get("message"))
-    parts: list[str] = []
-    sanitizer = _SANITIZER.search(message)
-    glibc = _GLIBC.search(message)
-    if sanitizer:
-        parts.append(f"{sanitizer.group(1)}: {sanitizer.group(2)}")
-    elif glibc:
-        parts.append(glibc.group(1).strip())
-    name = _SIGNAL_NAME.search(message)
-    number = _SIGNAL_NUMBER.search(message)
-    if name:
-        parts.append(name.group(0))
-    elif number:
-        try:
-            parts.append(signal.Signals(int(number.group(1))).name)
-        except ValueError:
-            parts.append(f"signal {number.group(1)}")
-    for frame in _FRAME.findall(message):
-        if not frame.startswith(("__asan", "__interceptor", "__sanitizer", "__lsan")):
-            parts.append(f"in {frame}")
-            break
-    return " ".join(parts) or "crash"
+    parts = [crash_class(message)]
+    if _SANITIZER.search(message):
+        for frame in _FRAME.findall(message):
+            if not frame.startswith(("__asan", "__interceptor", "__sanitizer", "__lsan")):
+                parts.append(f"in {frame}")
+                break
+    return " ".join(parts)
 
 
 def blocking_op(blocked_by: str) -> str:
@@ -162,15 +178,25 @@ def finding_key(record: Mapping[str, Any]) -> FindingKey:
     cases of a broken foundation, which share one key)."""
     crash = crash_signature(record)
     message = normalise_message(_text(record.get("message")), record)
-    if crash:  # the crash headline varies with pids and addresses; the signature does not
-        message = message.split(": ", 1)[0] if message.startswith("[crash]") else message
-        message = re.sub(r"worker '[^']*'", "worker", message)  # xdist names the worker
+    culprit = ""
+    if crash:  # keyed by class and culprit: glibc's words, pids and addresses vary
+        culprit = _culprit_op(record)
+        message = f"memory corrupted by {culprit}" if culprit else ""
+        culprit = culprit or op_name(record)  # no other case to blame: its own crash
     return FindingKey(
         check=_text(record.get("check")) or ("crash" if crash else ""),
         message=message,
         crash=crash,
         blocked_by=_text(record.get("blocked_by")),
+        culprit=culprit,
     )
+
+
+def _culprit_op(record: Mapping[str, Any]) -> str:
+    """The overload of the case the culprit search named (``neg`` of
+    ``neg-float32-contiguous-native``), or ``""``."""
+    culprit = _text(record.get("culprit"))
+    return blocking_op(culprit) if culprit else ""
 
 
 def _representative_rank(record: Mapping[str, Any]) -> tuple[object, ...]:
@@ -192,6 +218,7 @@ class Finding:
 
     key: FindingKey
     cases: list[Mapping[str, Any]] = field(default_factory=list)
+    factor: str = ""  # what the cases have in common against passing cases of the same ops
 
     @property
     def id(self) -> str:
@@ -233,11 +260,20 @@ class Finding:
         k = self.key
         message = k.message.removeprefix("[crash] ")
         text = f"{k.check or 'failure'}: {message or '(no message)'}"
-        if k.crash and k.crash not in text:
-            text += f" [{k.crash}]"
+        if k.crash:  # the class, and who corrupted memory
+            text = f"{k.check}: {k.crash}, {message or self._where()}"
         if k.blocked_by:
             text = f"{k.blocked_by} is broken, {self.blocked} case(s) blocked by it: {text}"
         return text if len(text) <= TITLE_LENGTH else text[: TITLE_LENGTH - 3] + "..."
+
+    def _where(self) -> str:
+        """The op a crash is in: the one op, or the most primitive foundation among several."""
+        if len(self.ops) == 1:
+            return f"in {self.ops[0]}"
+        base = next((op for op in FOUNDATION_ORDER if op in self.ops), None)
+        if base is not None:
+            return f"in {base} and {len(self.ops) - 1} op(s) that use it"
+        return f"in {len(self.ops)} ops"
 
     def to_json(self) -> dict[str, Any]:
         """The finding as written to run.json (docs/RESULTS.md)."""
@@ -249,6 +285,8 @@ class Finding:
             "blocked_by": self.key.blocked_by or None,
             "count": self.count,
             "blocked": self.blocked,
+            "culprit": self.key.culprit or None,
+            "factor": self.factor or None,
             "ops": self.ops,
             "representative": _text(rep.get("id")),
             "repro": _text(rep.get("repro")),
@@ -265,15 +303,21 @@ def group_findings(
 ) -> list[Finding]:
     """Group the records whose status is in ``statuses`` into findings, biggest first (then by
     worst status and title)."""
+    records = list(records)
     wanted = frozenset(statuses)
     failing = [r for r in records if _text(r.get("status")) in wanted]
     roots = _root_keys(failing)
     groups: dict[FindingKey, Finding] = {}
     for record in failing:
         blocked_by = _text(record.get("blocked_by"))
-        root = blocking_op(blocked_by) if blocked_by else op_name(record)
-        key = roots.get(root) or finding_key(record)
+        if blocked_by:
+            key = roots[(blocking_op(blocked_by), _probe_message(record))]
+        else:
+            own = [k for (op, _), k in roots.items() if op == op_name(record)]
+            key = own[0] if len(own) == 1 else finding_key(record)
         groups.setdefault(key, Finding(key)).cases.append(record)
+    passing = [r for r in records if _text(r.get("status")) == "passed"]
+    merged = _merge_by_factor(list(groups.values()), passing)
 
     def order(f: Finding) -> tuple[object, ...]:
         worst = min(
@@ -282,7 +326,108 @@ def group_findings(
         )
         return (-f.count, worst, f.title)
 
-    return sorted(groups.values(), key=order)
+    return sorted(merged, key=order)
+
+
+#: the dimensions a finding's cases can have in common, and their names in a sentence
+_DIMENSIONS = (
+    ("dtype", "dtypes"),
+    ("layout", "layouts"),
+    ("path", "paths"),
+    ("values", "value sets"),
+)
+
+
+def _factor(finding: Finding, passing: list[Mapping[str, Any]]) -> tuple[str, str, int] | None:
+    """(dimension, value, how many other values of it pass in the same ops) for the first
+    dimension all the finding's cases share while the same ops pass with other values."""
+    ops = set(finding.ops)
+    same_ops = [r for r in passing if op_name(r) in ops]
+    for dim, _ in _DIMENSIONS:
+        values = {_text(c.get(dim)) for c in finding.cases}
+        if len(values) != 1:
+            continue
+        value = values.pop()
+        others = {_text(r.get(dim)) for r in same_ops} - {value}
+        if others:
+            return dim, value, len(others)
+    return None
+
+
+def _describe(finding: Finding, factor: tuple[str, str, int] | None) -> str:
+    if factor is None:
+        return ""
+    dim, value, others = factor
+    plural = dict(_DIMENSIONS)[dim]
+    shown = value or "ordinary"
+    return (
+        f"all {finding.count} case(s) are {dim} {shown}; the same ops pass in {others} other "
+        f"{plural}"
+    )
+
+
+def _merge_by_factor(findings: list[Finding], passing: list[Mapping[str, Any]]) -> list[Finding]:
+    """Merge findings of one failure class that share their distinguishing factor: the same op
+    and check (messages that differ only in CPU's wording), or crashes without a culprit (glibc
+    notices one corruption in whatever op runs next). Blocked findings stay as they are."""
+    # one culprit, one finding, whatever the class glibc's first complaint suggested; crashes
+    # with no other case to blame are grouped by class (one corruption, whichever op noticed)
+    by_culprit: dict[tuple[object, ...], Finding] = {}
+    for f in findings:
+        if _own_crash(f):
+            group: tuple[object, ...] = ("class", f.key.check, f.key.crash)
+        else:
+            group = ("culprit", f.key.culprit) if f.key.culprit else ("own", f.key)
+        _merge_into(by_culprit, group, f)
+    by_ops: dict[tuple[object, ...], Finding] = {}  # one op crashing in several ways: one cause
+    for f in by_culprit.values():
+        _merge_into(by_ops, ("ops", tuple(f.ops)) if _own_crash(f) else ("own", id(f)), f)
+    by_culprit = by_ops
+    # an op that corrupts the heap itself: its other failures are what the corruption did
+    heap = {
+        f.key.culprit: f
+        for f in by_culprit.values()
+        if f.key.culprit and _own_crash(f) and any(_heap(c) for c in f.cases)
+    }
+    kept: list[Finding] = []
+    for f in by_culprit.values():
+        owner = heap.get(f.ops[0]) if len(f.ops) == 1 and not f.key.crash else None
+        owner = owner if owner is not None and owner.ops == f.ops else None
+        if owner is not None and not f.key.blocked_by:
+            owner.cases += f.cases
+        else:
+            kept.append(f)
+    out: dict[tuple[object, ...], Finding] = {}
+    for f in kept:
+        factor = _factor(f, passing)
+        k = f.key
+        if k.blocked_by or factor is None:
+            group: tuple[object, ...] = ("own", k)
+        elif k.crash and _own_crash(f):  # the same crash in many ops, e.g. all float64
+            group = ("crash", k.check, k.crash, factor[:2])
+        else:  # one op, one check: messages that differ in CPU's wording
+            group = ("op", k.check, k.crash, k.culprit, tuple(f.ops), factor[:2])
+        _merge_into(out, group, f)
+    for f in out.values():
+        f.factor = _describe(f, _factor(f, passing))
+    return list(out.values())
+
+
+def _merge_into(groups: dict[tuple[object, ...], Finding], group, finding: Finding) -> None:
+    if group in groups:
+        groups[group].cases += finding.cases
+    else:
+        groups[group] = finding
+
+
+def _own_crash(finding: Finding) -> bool:
+    """A crash finding whose cases crashed by themselves (no other case named as culprit)."""
+    return bool(finding.key.crash) and not any(c.get("culprit") for c in finding.cases)
+
+
+def _heap(record: Mapping[str, Any]) -> bool:
+    cls = crash_class(_text(record.get("message"))) if record.get("status") == "crashed" else ""
+    return cls == "heap corruption" or cls.startswith("AddressSanitizer")
 
 
 def _first(record: Mapping[str, Any]) -> str:
@@ -290,25 +435,35 @@ def _first(record: Mapping[str, Any]) -> str:
     return text.splitlines()[0] if text else ""
 
 
-def _root_keys(failing: list[Mapping[str, Any]]) -> dict[str, FindingKey]:
-    """{foundation op: the one key of its finding} for every op some failing case is blocked
-    by. The key carries the foundation's own first failure (or, if it did not run, what the
-    foundation probe saw)."""
-    roots: dict[str, FindingKey] = {}
+def _probe_message(record: Mapping[str, Any]) -> str:
+    """How the blocking foundation's probe failed, normalised and without which layout or
+    direction it probed: two different failures of one foundation are two root causes."""
+    probe = _text(record.get("blocked_by_probe"))
+    if not probe:  # results of an older suite: "what: message"
+        probe = _text(record.get("blocked_by_message")).partition(": ")[2]
+    return normalise_message(probe)
+
+
+def _root_keys(failing: list[Mapping[str, Any]]) -> dict[tuple[str, str], FindingKey]:
+    """{(foundation op, how its probe failed): the one key of its finding} for every failure a
+    failing case is blocked by. The key carries the foundation's own first failure when the op
+    failed one way only (else, or if its cases did not run, what the probe saw)."""
+    roots: dict[tuple[str, str], FindingKey] = {}
     for record in failing:
         blocked_by = _text(record.get("blocked_by"))
         if blocked_by:
-            roots.setdefault(blocking_op(blocked_by), FindingKey("", "", "", ""))
-    for op in roots:
+            roots.setdefault(
+                (blocking_op(blocked_by), _probe_message(record)), FindingKey("", "", "", "")
+            )
+    ways = Counter(op for op, _ in roots)
+    for op, probe in roots:
         own = [r for r in failing if op_name(r) == op and not r.get("blocked_by")]
-        if own:
+        if own and ways[op] == 1:
             first = min(own, key=_representative_rank)
             key = finding_key(first)
-            roots[op] = FindingKey(key.check, key.message, key.crash, op)
+            roots[(op, probe)] = FindingKey(key.check, key.message, key.crash, op, key.culprit)
         else:
-            first = next(r for r in failing if blocking_op(_text(r.get("blocked_by"))) == op)
-            probe = _text(first.get("blocked_by_message"))
-            roots[op] = FindingKey("foundation", normalise_message(probe), "", op)
+            roots[(op, probe)] = FindingKey("foundation", probe, "", op)
     return roots
 
 

@@ -22,6 +22,7 @@ class Status(str, Enum):
     CRASHED = "crashed"  # the process died in the case (signal, sanitizer, glibc abort)
     HUNG = "hung"  # the case ran past its time limit
     ERROR = "error"  # the harness itself failed (setup error): never the backend's verdict
+    NOT_RUN = "not-run"  # collected but never run (the run stopped early): fails the run
     FAILED = "failed"  # a check failed
     BLOCKED = "blocked"  # failed, but depends on a foundation op that failed first (blocked_by)
     XPASSED = "xpassed"  # an expected failure passed: the manifest entry must go (strict)
@@ -48,6 +49,18 @@ FAILING: frozenset[Status] = frozenset(
     {Status.CRASHED, Status.HUNG, Status.ERROR, Status.FAILED, Status.BLOCKED, Status.XPASSED}
 )
 _RANK = MappingProxyType({s: i for i, s in enumerate(STATUS_ORDER)})
+#: the overloads the harness and cpu_fallback are built on, most primitive first (their cases
+#: run first; engine/foundations.py probes them)
+FOUNDATION_ORDER: tuple[str, ...] = (
+    "empty.memory_format",
+    "empty_strided",
+    "_copy_from",
+    "as_strided",
+    "fill_.Scalar",
+    "zero_",
+    "resize_",
+    "_copy_from_and_resize",
+)
 
 
 def parse_status(value: Any) -> Status:

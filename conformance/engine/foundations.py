@@ -24,22 +24,13 @@ import torch
 
 from conformance.engine import layouts
 from conformance.engine.transfer import read_back, read_storage, to_device
+from conformance.record import FOUNDATION_ORDER
 
 #: overloads a case of which is composed of foundation ops by contract
 STATIC_DEPENDS: dict[str, tuple[str, ...]] = {
     "_copy_from_and_resize": ("_copy_from", "resize_"),
 }
-#: foundation overloads, most primitive first (their cases are ordered first in a run)
-ORDER = (
-    "empty.memory_format",
-    "empty_strided",
-    "_copy_from",
-    "as_strided",
-    "fill_.Scalar",
-    "zero_",
-    "resize_",
-    "_copy_from_and_resize",
-)
+ORDER = FOUNDATION_ORDER  # foundation overloads, most primitive first (run first)
 PROBE_SHAPE = (2, 3, 4, 5)
 OTHER_DTYPE = {torch.float64: torch.float32, torch.bool: torch.float32}
 
@@ -69,15 +60,26 @@ class Probe:
 class Foundations:
     """Probes of one backend, run lazily per dtype and kept for the process."""
 
-    def __init__(self, device: torch.device, registered: set[str] | None = None) -> None:
+    def __init__(
+        self,
+        device: torch.device,
+        registered: set[str] | None = None,
+        prober: Callable[[torch.dtype], list[Probe]] | None = None,
+    ) -> None:
         self.device = device
         self.registered = registered
+        # how the probes run: in this process (None), or elsewhere (engine/probing.py, so a
+        # probe that crashes or hangs cannot take a case with it)
+        self.prober = prober
         self._broken: dict[torch.dtype, list[Probe]] = {}
 
     def broken(self, dtype: torch.dtype) -> list[Probe]:
         """The failed probes of `dtype`, most primitive first (probing on first use)."""
         if dtype not in self._broken:
-            self._broken[dtype] = list(_probe_all(self, dtype))
+            if self.prober is not None:
+                self._broken[dtype] = self.prober(dtype)
+            else:
+                self._broken[dtype] = list(_probe_all(self, dtype))
         return self._broken[dtype]
 
     def path_of(self, op: str) -> str:
@@ -170,16 +172,46 @@ def _run(fn: Callable[[], str | None]) -> str | None:
         return f"raised {type(exc).__name__}: {text[0][:160] if text else ''}"
 
 
+@dataclass(frozen=True)
+class ProbeSpec:
+    """One probe, not run yet: `run()` gives its Probe if the foundation fails it."""
+
+    rank: int
+    op: str
+    dtype: str
+    layout: str
+    what: str
+    fn: Callable[[], str | None]
+    harness: bool
+    path: str
+
+    def failed(self, message: str) -> Probe:
+        """This probe's failure with `message` (also for a crash seen from outside)."""
+        return Probe(
+            self.rank, self.op, self.dtype, self.layout, self.what, message, self.harness, self.path
+        )
+
+    def run(self) -> Probe | None:
+        message = _run(self.fn)
+        return self.failed(message) if message else None
+
+
 def _probe_all(f: Foundations, dtype: torch.dtype):
     """Yield a Probe for every failed check of `dtype`, most primitive first."""
+    for spec in probe_specs(f, dtype):
+        found = spec.run()
+        if found is not None:
+            yield found
+
+
+def probe_specs(f: Foundations, dtype: torch.dtype) -> list[ProbeSpec]:
+    """Every probe of `dtype`, most primitive first, in an order that is the same in every
+    process (engine/probing.py runs them by index in another process)."""
     dev, name = f.device, str(dtype).removeprefix("torch.")
     values = _values(dtype)
 
     def probe(rank, op, layout, what, fn, harness=False):
-        message = _run(fn)
-        if message:
-            return Probe(rank, op, name, layout, what, message, harness, f.path_of(op))
-        return None
+        return ProbeSpec(rank, op, name, layout, what, fn, harness, f.path_of(op))
 
     def alloc() -> str | None:
         x = torch.empty((2, 3), dtype=dtype, device=dev)
@@ -263,7 +295,7 @@ def _probe_all(f: Foundations, dtype: torch.dtype):
     found.append(
         probe(7, "resize_", "contiguous", "resize_ keeps the old contents", _resize(values, dev))
     )
-    yield from (p for p in found if p is not None)
+    return found
 
 
 def _placed(p: layouts.Placement, dev) -> tuple[torch.Tensor, torch.Tensor]:

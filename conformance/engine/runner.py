@@ -39,6 +39,8 @@ class CaseOutcome:
     not_applicable: str | None = None  # the first sample that says nothing about this case
     torch_bugs: list[str] = field(default_factory=list)  # CPU disagreed with itself
     blocked_by: Probe | None = None  # a broken foundation this failure depends on
+    blame_error: str | None = None  # why blame could not be computed (the verdict stands)
+    context: RunContext | None = None  # how the samples ran (for blame, after the verdict)
     errors_only: bool = False  # every compared sample raised on CPU (error parity only)
 
 
@@ -97,6 +99,7 @@ def run_case(
         strict_errors,
         nondeterministic,
     )
+    outcome.context = ctx
     watch = memory.MemoryWatch(backend)
     values_compared = 0
     for placed in placed_calls:
@@ -139,9 +142,17 @@ def run_case(
     outcome.errors_only = outcome.samples > 0 and values_compared == 0
     if not outcome.samples and not outcome.unsupported and outcome.failure is None:
         outcome.skip_reason = outcome.not_applicable
-    if foundations is not None and (outcome.failure or outcome.unsupported):
-        outcome.blocked_by = _blame(ctx, foundations, layout, outcome)
+    if foundations is not None:
+        outcome.blocked_by = blame(outcome, foundations, layout)
     return outcome
+
+
+def blame(outcome: CaseOutcome, foundations: Foundations, layout: str) -> Probe | None:
+    """The broken foundation a failed (or unsupported) case depends on, if any: a diagnostic
+    that runs after the case's own verdict (it probes foundations and re-runs the sample)."""
+    if outcome.context is None or not (outcome.failure or outcome.unsupported):
+        return None
+    return _blame(outcome.context, foundations, layout, outcome)
 
 
 def _blame(

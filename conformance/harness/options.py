@@ -95,6 +95,16 @@ def _results(text: str | None) -> str | None:
     return None if text in (None, "", "none") else text
 
 
+def _count(flag: str, text: str) -> int:
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ConformanceUsageError(f"{flag} {text!r}: use a whole number >= 0")
+    return value
+
+
 def _bool(flag: str, text: str) -> bool:
     value = str(text).strip().lower()
     if value in ("1", "true", "yes", "on"):
@@ -194,8 +204,8 @@ class Options:
         "crash isolation: 'fork' runs cases in a forked child so a segfault/abort marks that case "
         "crashed and the run goes on; 'spawn' in a fresh interpreter (for devices that refuse a "
         "forked child); 'none' runs in-process; 'auto' = fork, or spawn when the device was "
-        "initialised before forking or refuses a forked child, and in-process under pytest-xdist "
-        "(xdist restarts crashed workers itself)",
+        "initialised before forking or refuses a forked child (also inside each pytest-xdist "
+        "worker, so a crash never takes a worker down)",
         default="auto",
         parse=_isolate,
     )
@@ -204,6 +214,12 @@ class Options:
         "on in a fresh process; 0 for no limit",
         default=DEFAULT_CASE_TIMEOUT,
         parse=_seconds,
+    )
+    culprit_search: int = option(
+        "after a crash in a runner that ran other cases first, replay them in fresh processes to "
+        "find the case that corrupted memory (at most N searches per process; 0: off)",
+        default="8",
+        parse=lambda v: _count("--culprit-search", v),
     )
     strict_errors: bool = option(
         "compare CPU errors that only state a memory-layout precondition of CPU's kernel "

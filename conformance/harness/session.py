@@ -26,6 +26,7 @@ from conformance.errors import ConformanceUsageError
 from conformance.findings import Finding, group_findings, unsupported_by_op
 from conformance.harness.options import read_options
 from conformance.harness.recorder import Recorder, now, run_info
+from conformance.harness.rundir import RunDir
 from conformance.record import TEST_NAME, CaseId, CaseRecord, Status
 
 if TYPE_CHECKING:
@@ -52,6 +53,7 @@ _DECIDED = frozenset(
 # header says it once instead
 SEED_WARNING = r"Set seed for `?\w+`? device does not take effect"
 WATCH_DIR_KEY = "conformance_watch_dir"  # xdist: where workers note the case they run
+MAX_WORKER_RESTARTS = 1000  # --max-worker-restart unless given (workers rarely die: isolation.py)
 
 
 class Role(Enum):
@@ -65,7 +67,7 @@ class Role(Enum):
 
 
 def role_of(config: pytest.Config) -> Role:
-    from conformance.harness.isolation import RUNNER_ENV
+    from conformance.harness.runners import RUNNER_ENV
 
     if RUNNER_ENV in os.environ:
         return Role.SPAWNED_RUNNER
@@ -94,9 +96,15 @@ class ConformanceRun:
         self.info: dict[str, Any] | None = None
         self.watch_dir: str | None = getattr(config, "workerinput", {}).get(WATCH_DIR_KEY)
         self._own_watch_dir = False
+        if getattr(config.option, "maxworkerrestart", "") is None and self._targets_conformance():
+            # a crash costs one case, never the run: xdist's default (4 x -n restarts, then
+            # it stops scheduling) would leave the rest of the cases unrun
+            config.option.maxworkerrestart = str(MAX_WORKER_RESTARTS)
         config.addinivalue_line("filterwarnings", f"ignore:{SEED_WARNING}:UserWarning")
         warnings.filterwarnings("ignore", SEED_WARNING, UserWarning)
         self.records: list[CaseRecord] = []  # every case and scenario logged by this process
+        self.run_dir = RunDir.for_process(config)
+        self.collected: list[str] = []  # node ids of the conformance items of the run
 
     @property
     def role(self) -> Role:
@@ -123,8 +131,13 @@ class ConformanceRun:
                 )
             except ConformanceUsageError as exc:
                 raise pytest.UsageError(str(exc)) from None
+            self._suite.run_dir = self.run_dir
             self.plan = plan_isolation(self)
             self._suite.backend.memory_counter = self.plan.probe.memory_counter
+            if self.role is Role.XDIST_WORKER and self.plan.mode in ("fork", "spawn"):
+                from conformance.harness.isolation import WorkerIsolation
+
+                self.config.pluginmanager.register(WorkerIsolation(self), "conformance-worker")
             self._open_results()
         return self._suite
 
@@ -223,9 +236,9 @@ class ConformanceRun:
         """Run the cases in runner processes (isolation.py) unless xdist runs them; in a
         spawned runner, run the cases the parent asked for."""
         if self.role is Role.SPAWNED_RUNNER:
-            from conformance.harness.isolation import run_spawned_runner
+            from conformance.harness.runners import serve_spawned
 
-            run_spawned_runner(session)  # never returns
+            serve_spawned(session)  # never returns
         if not self.started or self.role is not Role.SINGLE:
             return None
         if self.plan is None or self.plan.mode not in ("fork", "spawn"):
@@ -244,8 +257,9 @@ class ConformanceRun:
         return True
 
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]):
-        """Foundation cases run first (so the first failure of a run names the op that is
-        wrong); --ops/--fallback-ops name the overloads to test: the scenarios then stay out."""
+        """Foundation cases run first and the scenarios last (so the first failure of a run
+        names the op that is wrong); --ops/--fallback-ops name the overloads to test: the
+        scenarios then stay out."""
         if not self.started:
             return
         from conformance.engine.foundations import ORDER
@@ -254,11 +268,13 @@ class ConformanceRun:
             case = case_of(item)
             return case is not None and case.overload in ORDER
 
-        items[:] = [i for i in items if first(i)] + [i for i in items if not first(i)]
+        def rank(item: pytest.Item) -> int:
+            return 0 if first(item) else 2 if is_scenario(item) else 1
+
+        items.sort(key=rank)  # stable: foundations, op cases, then the scenarios
         if not (self.suite.options.ops or self.suite.options.fallback_ops):
             return
-        scenarios = os.path.join(PACKAGE_DIR, "scenarios") + os.sep
-        dropped = [item for item in items if str(item.path).startswith(scenarios)]
+        dropped = [item for item in items if is_scenario(item)]
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = [item for item in items if item not in dropped]
@@ -376,11 +392,16 @@ class ConformanceRun:
             backend=suite.options.backend,
             allocator=suite.allocator,
         )
-        probe = suite.scenario_blocker() if report.failed else None
+        try:
+            probe = suite.scenario_blocker() if report.failed else None
+        except Exception as exc:  # noqa: BLE001 - blame annotates; the record stays
+            probe = None
+            record.extra["blame"] = f"blame could not be computed: {type(exc).__name__}: {exc}"
         if probe is not None:  # a scenario reads every result back through _copy_from
             record.status = Status.BLOCKED
             record.blocked_by = probe.case
             record.extra["blocked_by_message"] = f"{probe.what}: {probe.message}"
+            record.extra["blocked_by_probe"] = probe.message
             record.message = (
                 f"[blocked] blocked by {probe.case}: {probe.what}; own failure: {message}"
             )
@@ -413,7 +434,7 @@ class ConformanceRun:
         the controller reads the note left here and marks the case hung."""
         limit = self.suite.options.case_timeout if self.started else 0
         armed = bool(limit) and self.role in (Role.XDIST_WORKER, Role.SINGLE)
-        if armed and self.role is Role.SINGLE and self.plan is not None:
+        if armed and self.plan is not None:  # else the runner's owner supervises the case
             armed = self.plan.mode == "in-process"
         if armed:
             if self.watch_dir:
@@ -470,6 +491,72 @@ class ConformanceRun:
         self.records.append(record)
         self.write(record)
 
+    # ---- accounting: every collected case ends with exactly one record ----------------------
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if self.started and self.role is Role.SINGLE:
+            self.collected = [i.nodeid for i in session.items if case_of(i) or is_scenario(i)]
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids: list[str]) -> None:
+        """xdist controller: every worker collects the same items; the first list counts."""
+        if self.started and not self.collected:
+            self.collected = [i for i in ids if is_conformance_nodeid(i)]
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        """Record every collected case that has no record as `not-run` (with the reason), and
+        fail the run if there is one: a case that did not run is never silently missing."""
+        if not self.started or self.role not in (Role.SINGLE, Role.XDIST_CONTROLLER):
+            return
+        if self.config.option.collectonly:
+            return
+        recorded = {r.id for r in self.records}
+        missing = [n for n in self.collected if record_id(n) not in recorded]
+        if not missing:
+            return
+        stop = session.shouldstop or session.shouldfail
+        if stop:
+            reason = f"not run: the run stopped early ({stop})"
+        elif exitstatus == pytest.ExitCode.INTERRUPTED:
+            reason = "not run: the run was interrupted"
+        else:
+            reason = (
+                "not run: no result came back for this case (pytest-xdist stopped scheduling, "
+                "or the process running it was lost)"
+            )
+        for nodeid in missing:
+            record = self._not_run_record(nodeid, reason)
+            self.records.append(record)
+            self.write(record)
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _not_run_record(self, nodeid: str, reason: str) -> CaseRecord:
+        try:
+            case = CaseId.parse(nodeid)
+        except ValueError:  # a scenario
+            import torch
+
+            suite = self.suite
+            return CaseRecord(
+                id=record_id(nodeid),
+                status=Status.NOT_RUN,
+                op="scenario",
+                overload=nodeid.rpartition("::")[2],
+                path="scenario",
+                message=reason,
+                torch=str(torch.__version__),
+                backend=suite.options.backend or suite.backend_name,
+                allocator=suite.allocator,
+            )
+        return self.suite.new_record(case, Status.NOT_RUN, nodeid, message=reason)
+
+    def accounting(self) -> dict[str, int]:
+        """Collected vs recorded (run.json, terminal)."""
+        recorded = {r.id for r in self.records}
+        not_run = sum(1 for r in self.records if r.status is Status.NOT_RUN)
+        return {"collected": len(self.collected), "recorded": len(recorded), "not_run": not_run}
+
     def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config) -> None:
         if not self.started or self.role in (Role.XDIST_WORKER, Role.FORKED_CHILD):
             return
@@ -484,11 +571,23 @@ class ConformanceRun:
         records = [r.to_json() for r in self.records]
         findings = group_findings(records)
         write_findings(terminalreporter, records, findings)
+        if self.collected:
+            counts = self.accounting()
+            line = (
+                f"conformance: {counts['collected']} collected = {counts['recorded']} recorded"
+                if counts["collected"] == counts["recorded"]
+                else f"conformance: {counts['collected']} collected, {counts['recorded']} "
+                "recorded (a case without a record is a bug of the suite: please report it)"
+            )
+            if counts["not_run"]:
+                line += f"; {counts['not_run']} not run (the run fails)"
+            terminalreporter.write_line(line, red=bool(counts["not_run"]))
         if self.info is not None and self.recorder is not None:
             stats = terminalreporter.stats
             self.info["finished"] = now()
             self.info["counts"] = dict(Counter({k: len(v) for k, v in stats.items() if k}))
             self.info["statuses"] = dict(Counter(r.status.value for r in self.records))
+            self.info["accounting"] = self.accounting()
             self.info["findings"] = [f.to_json() for f in findings]
             self.info["relies_on"] = self.suite.relies_on()
             self.info["exitstatus"] = int(exitstatus)
@@ -500,6 +599,8 @@ class ConformanceRun:
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self.recorder is not None:
             self.recorder.close()
+        if self.role is not Role.FORKED_CHILD:
+            self.run_dir.remove()
         if self._own_watch_dir and self.watch_dir:
             shutil.rmtree(self.watch_dir, ignore_errors=True)
 
@@ -513,6 +614,20 @@ def _first_line(longrepr: Any) -> str:
 
 def is_scenario(item: pytest.Item) -> bool:
     return str(item.path).startswith(os.path.join(PACKAGE_DIR, "scenarios") + os.sep)
+
+
+def is_conformance_nodeid(nodeid: str) -> bool:
+    """A generated case or a scenario, from its node id alone (an xdist controller has no
+    items)."""
+    file, _, name = nodeid.partition("::")
+    parts = file.replace("\\", "/").split("/")
+    in_package = "conformance" in parts[:-1]
+    return in_package and (name.startswith(TEST_NAME + "[") or "scenarios" in parts[:-1])
+
+
+def record_id(nodeid: str) -> str:
+    """The `id` of the record of a node: its name within the file."""
+    return nodeid.split("::", 1)[-1]
 
 
 def write_findings(tr, records: list[dict[str, Any]], findings: list[Finding]) -> None:

@@ -15,13 +15,14 @@ from conformance.engine.backend import Backend, load_backend
 from conformance.engine.foundations import ORDER as FOUNDATION_ORDER
 from conformance.engine.foundations import Foundations, Probe
 from conformance.engine.layout_names import LAYOUT_HELP
-from conformance.engine.runner import CaseOutcome, run_case
+from conformance.engine.runner import CaseOutcome, blame, run_case
 from conformance.engine.samples import values
 from conformance.engine.transfer import RELIES_ON
 from conformance.errors import ConformanceUsageError
 from conformance.harness.expectations import Entry, Manifest, default_manifest_paths, load_manifest
 from conformance.harness.keyword import keyword_filter
 from conformance.harness.options import ORDINARY, Options
+from conformance.harness.rundir import RunDir
 from conformance.ops import spec_for
 from conformance.record import CaseId, CaseRecord, Status
 
@@ -29,6 +30,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 
 
 RECORD_KEY = pytest.StashKey[CaseRecord]()  # per item: what its case measured
+PROBE_TIMEOUT = 30.0  # seconds one foundation probe may take in its own process
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -73,7 +75,27 @@ class Suite:
         # a spawned case runner collects every case (the parent chose which ones run)
         self.coverage: coverage.Coverage | None = None
         self.coverage = self._coverage() if with_coverage else None
-        self.foundations = Foundations(self.backend.device, set(self.registered))
+        # where processes of this run share what they found (set by the session; None: alone)
+        self.run_dir: RunDir | None = None
+        self.foundations = Foundations(
+            self.backend.device, set(self.registered), prober=self._probe_foundations
+        )
+
+    def _probe_foundations(self, dtype: torch.dtype) -> list[Probe]:
+        """The failed foundation probes of `dtype`: run once per run, in a process of their own
+        (engine/probing.py), shared by every worker and runner through the run folder."""
+        from dataclasses import asdict
+
+        from conformance.engine.probing import probe_isolated
+
+        name = dtype_name(dtype)
+
+        def compute() -> list[dict]:
+            probes = probe_isolated(self.options.backend, self.options.device, name, PROBE_TIMEOUT)
+            return [asdict(p) for p in probes]
+
+        found = self.run_dir.shared(f"foundation-{name}.json", compute) if self.run_dir else None
+        return [Probe(**p) for p in (found if found is not None else compute())]
 
     def _manifest(self) -> Manifest:
         paths = self.options.expectations
@@ -335,10 +357,11 @@ class Suite:
             case.path,
             route=route,
             strict_errors=self.options.strict_errors,
-            foundations=self.foundations,
         )
         expected = self.expectation(case)
         xfail = expected is not None and expected.status == "xfail"
+        if outcome.failure is not None or outcome.unsupported:
+            self._diagnose(case, outcome, nodeid, xfail)
         record = self._record(case, outcome, nodeid)
         item.stash[RECORD_KEY] = record
         if outcome.skip_reason:
@@ -368,6 +391,22 @@ class Suite:
             pytest.skip(f"unsupported: {outcome.unsupported}")
         if outcome.torch_bugs:
             record.status = Status.TORCH_BUG
+
+    def _diagnose(self, case: CaseId, outcome: CaseOutcome, nodeid: str, xfail: bool) -> None:
+        """Blame a failed case on a broken foundation. The case's own verdict is noted in the
+        run folder first: if the diagnostics crash this process, the verdict stands (the
+        runner's owner reads the note); if they raise, it stands too, with a note why."""
+        if self.run_dir is not None:
+            own = self._record(case, outcome, nodeid)
+            failed = outcome.failure is not None
+            own.status = (
+                Status.XFAILED if xfail else Status.FAILED if failed else Status.UNSUPPORTED
+            )
+            self.run_dir.write_verdict(nodeid, own, own.message or "")
+        try:
+            outcome.blocked_by = blame(outcome, self.foundations, case.layout)
+        except Exception as exc:  # noqa: BLE001 - blame annotates, it never replaces a verdict
+            outcome.blame_error = f"{type(exc).__name__}: {str(exc).strip()[:200]}"
 
     def _write_repro(self, case: CaseId, outcome: CaseOutcome, routed: bool) -> str:
         from conformance.engine.repro import write_repro
@@ -490,8 +529,11 @@ class Suite:
             record.extra["blocked_by_message"] = (
                 f"{outcome.blocked_by.what}: {outcome.blocked_by.message}"
             )
+            record.extra["blocked_by_probe"] = outcome.blocked_by.message
         if outcome.errors_only:
             record.extra["errors_only"] = True
+        if outcome.blame_error:
+            record.extra["blame"] = f"blame could not be computed: {outcome.blame_error}"
         return record
 
     def new_record(self, case: CaseId, status: Status, nodeid: str, **values: Any) -> CaseRecord:

@@ -28,6 +28,7 @@ COLUMNS: tuple[str, ...] = (
     "crashed",
     "hung",
     "error",
+    "not-run",
     "skipped",
 )
 _ICONS = {
@@ -35,6 +36,7 @@ _ICONS = {
     "hung": "⏳",
     "unsupported": "🚫",
     "error": "⛔",
+    "not-run": "❔",
     "failed": "❌",
     "blocked": "🚧",
     "torch-bug": "🐛",

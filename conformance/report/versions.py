@@ -445,6 +445,7 @@ _COLOURS = {
     "crashed": "#7f0000",
     "hung": "#8a3b12",
     "error": "#b30000",
+    "not-run": "#3c3c3c",
     "failed": "#e34a33",
     "blocked": "#f0a08c",
     "xpassed": "#fc8d59",

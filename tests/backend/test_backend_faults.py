@@ -242,3 +242,40 @@ def test_fallback_addmm_drops_bias(npu, faults):
     got = torch.addmm(bias.to("npu"), a.to("npu"), b.to("npu")).cpu()
     assert torch.equal(got, a @ b)  # the bias is gone
     assert npu.fallback_counts().get("addmm.out", 0) >= 1  # and it came through cpu_fallback
+
+
+def test_resize_segfault_crashes_only_when_growing(run_py):
+    code = (
+        "import torch, echo_npu\nx = torch.zeros(3, device='npu')\nx.resize_(2)\n"
+        "print('SHRINK_OK', flush=True)\nx.resize_(100)\nprint('GREW')"
+    )
+    r = run_py(code, ECHO_NPU_FAULTS="resize_segfault")
+    assert r.returncode == -11 and "SHRINK_OK" in r.stdout and "GREW" not in r.stdout, r.stderr
+    assert run_py(code).returncode == 0
+
+
+def test_float64_copy_crash_aborts_with_glibc_words(run_py):
+    code = (
+        "import torch, echo_npu\nprint(torch.ones(3).to('npu').cpu(), flush=True)\n"
+        "torch.ones(3, dtype=torch.float64).to('npu')"
+    )
+    r = run_py(code, ECHO_NPU_FAULTS="float64_copy_crash")
+    assert r.returncode == -6 and "double free" in r.stderr, (r.returncode, r.stderr[-500:])
+    assert "tensor([1., 1., 1.])" in r.stdout
+    assert run_py(code).returncode == 0
+
+
+def test_neg_writes_past_gives_correct_values_then_a_later_abort(run_py):
+    code = """
+import torch, echo_npu
+for i in range(500):
+    x = torch.arange(10.0 + i).to("npu")
+    assert torch.equal((-x).cpu(), -torch.arange(10.0 + i)), "values"
+    torch.randn(100).to("npu") * 2
+print("SURVIVED")
+"""
+    r = run_py(code, ECHO_NPU_FAULTS="neg_writes_past")
+    # glibc aborts, or the damaged heap makes it segfault first: either way, later
+    assert r.returncode in (-6, -11) and "SURVIVED" not in r.stdout, (r.returncode, r.stderr)
+    assert "values" not in r.stderr  # never a wrong value: only the heap is damaged
+    assert run_py(code).returncode == 0

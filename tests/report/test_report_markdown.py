@@ -22,7 +22,7 @@ def test_markdown_counts_and_failures_first(make_results: Callable[..., Path]) -
     row = next(ln for ln in lines if ln.startswith("| conformance-2.8-guard |"))
     cols = [c.strip() for c in row.strip("|").split("|")]
     assert cols[1:4] == ["2.8.0", "guard", "echo_npu"]
-    assert cols[4:] == ["39", "2", "", "", "", "3", "1", "1", "", "", "2", "48", "yes"]
+    assert cols[4:] == ["39", "2", "", "", "", "3", "1", "1", "", "", "", "2", "48", "yes"]
     # failures come before the count tables, crashes first
     fail_at = md.index("## Failures")
     assert fail_at < md.index("### Per layout") < md.index("### Per op")

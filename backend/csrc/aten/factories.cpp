@@ -12,6 +12,8 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/util/accumulate.h>
 
+#include <cstdlib>
+
 #include "common.h"
 #include "ops.h"
 #ifdef ENPU_HAS_RESHAPE_ALIAS
@@ -70,6 +72,14 @@ Tensor _reshape_alias(const Tensor& self, at::IntArrayRef size, at::IntArrayRef 
 const Tensor& resize_(const Tensor& self, at::IntArrayRef size,
                       std::optional<at::MemoryFormat> mf) {
   OpScope s("resize_");
+  if (fault(Fault::ResizeSegfault)) {
+    const int64_t numel = c10::multiply_integers(size);
+    const size_t need = static_cast<size_t>(self.storage_offset() + numel) * self.itemsize();
+    if (need > self.storage().nbytes()) {
+      volatile int* null = nullptr;
+      *null = 1;  // SIGSEGV
+    }
+  }
   if (fault(Fault::ResizeLosesData)) {
     // Grow the storage to fresh memory without copying the old bytes; at::native::resize_ then
     // finds it large enough and keeps it.
@@ -108,6 +118,13 @@ Tensor _copy_from(const Tensor& self, const Tensor& dst, bool non_blocking) {
     // The CPU aliases used for the copy live in different storages: check overlap like CPU.
     at::assert_no_internal_overlap(dst);
     at::assert_no_partial_overlap(dst, self);
+  }
+  if (fault(Fault::Float64CopyCrash) && self.scalar_type() == at::kDouble &&
+      self.device() != dst.device()) {
+    // a staging buffer freed twice: glibc aborts ("free(): double free detected ...")
+    void* volatile staging = std::malloc(64);
+    std::free(staging);
+    std::free(staging);
   }
   copy_any(dst, self, /*allow_offset_fault=*/true);
   return dst;

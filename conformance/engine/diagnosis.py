@@ -1,0 +1,72 @@
+"""What a dead process left behind: its exit status in words, and the glibc or sanitizer message
+and the Python stack (faulthandler) in its output. Pure Python: used by the case runners'
+owners (harness/isolation.py) and by the isolated foundation probes (engine/probing.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+CRASH_TAIL_LINES = 40
+STACK_LINES = 25  # of a faulthandler dump: the innermost frames
+
+
+def describe_status(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        return f"killed by {name}"
+    return f"exited with code {os.WEXITSTATUS(status)}"
+
+
+SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
+GLIBC_MARKERS = (
+    "free(): ",
+    "malloc(): ",
+    "double free",
+    "corrupted ",
+    "realloc(): ",
+    "munmap_chunk(): ",
+    "malloc_consolidate(): ",
+)
+
+
+def diagnose(text: str) -> tuple[str | None, str]:
+    """(headline, detail) from a crashed child's output: the sanitizer or glibc message if any,
+    the sanitizer report (or the output's tail) as detail."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if any(m in line for m in SANITIZER_MARKERS):
+            end = next(
+                (j for j in range(i, len(lines)) if lines[j].startswith("SUMMARY:")),
+                min(len(lines) - 1, i + 60),
+            )
+            headline = _clean(line.split("ERROR: ", 1)[-1])
+            return headline, "\n".join(lines[i : end + 1])
+    detail = _python_stack(lines) or "\n".join(lines[-CRASH_TAIL_LINES:])
+    for line in lines:
+        if any(line.startswith(m) or m in line[:40] for m in GLIBC_MARKERS):
+            return _clean(line), detail
+    return None, detail
+
+
+def _python_stack(lines: list[str]) -> str:
+    """faulthandler's dump (innermost frame first), cut to the frames near the fault: the tail
+    of a dump is only pytest and runpy."""
+    starts = [
+        i for i, ln in enumerate(lines) if ln.startswith(("Fatal Python error", "Current thread"))
+    ]
+    if not starts:
+        return ""
+    first = starts[0]
+    before = lines[max(0, first - 10) : first]  # what the process printed last
+    stack = [ln for ln in lines[first:] if not ln.startswith("Extension modules:")]
+    return "\n".join([*before, *stack[:STACK_LINES]])
+
+
+def _clean(line: str) -> str:
+    """glibc prints no newline before faulthandler's 'Fatal Python error'."""
+    return line.split("Fatal Python error")[0].strip()

@@ -1,0 +1,141 @@
+"""Foundation probes in their own process, so that a probe that crashes or hangs marks its
+foundation broken instead of taking a case (or a scenario's record) with it.
+
+`probe_isolated` runs `python -m conformance.engine.probing` (a fresh interpreter: it works for
+devices that refuse a forked child), which loads the backend as the run did and runs the probes
+of one dtype (foundations.probe_specs), announcing each before it runs and its result after,
+one JSON line each. If the process dies in a probe, that probe is `crashed` (signal, glibc or
+sanitizer message) and a new process goes on with the next one; past `timeout` seconds it is
+`hung`. The result is the list of failed probes, as the in-process prober gives it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import time
+
+from conformance.engine.diagnosis import describe_status, diagnose
+from conformance.engine.foundations import Probe
+
+PROBE_FIELDS = ("rank", "op", "dtype", "layout", "what", "harness", "path")
+
+
+def probe_isolated(
+    backend: str | None, device: str | None, dtype: str, timeout: float
+) -> list[Probe]:
+    """The failed probes of `dtype` (a name: "float32"), each probe run in a child process."""
+    found: list[Probe] = []
+    start = 0
+    while True:
+        start, more = _one_process(backend, device, dtype, timeout, start, found)
+        if not more:
+            return found
+
+
+def _one_process(
+    backend: str | None,
+    device: str | None,
+    dtype: str,
+    timeout: float,
+    start: int,
+    found: list[Probe],
+) -> tuple[int, bool]:
+    """Run probes from index `start` in one process: (next index, whether to go on)."""
+    cmd = [sys.executable, "-m", "conformance.engine.probing", "--dtype", dtype]
+    cmd += ["--start", str(start)]
+    cmd += ["--backend", backend] if backend else []
+    cmd += ["--device", device] if device else []
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, bufsize=0
+        )
+        assert proc.stdout is not None
+        running: dict | None = None
+        pending = b""
+        deadline = time.monotonic() + timeout * 4  # the start-up (imports) gets more
+        while True:
+            wait = max(0.0, deadline - time.monotonic()) if timeout else None
+            ready, _, _ = select.select([proc.stdout], [], [], wait)
+            if not ready:  # hung: in a probe, or before the first one
+                proc.kill()
+                proc.wait()
+                if running is None:
+                    return start, False
+                found.append(_failed(running, f"hung: no result within {timeout:g} s"))
+                return running["index"] + 1, True
+            chunk = proc.stdout.read(65536)
+            if not chunk:
+                break
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                message = json.loads(line)
+                if message["event"] == "start":
+                    running = message
+                    deadline = time.monotonic() + timeout
+                elif message["event"] == "done":
+                    if message["failed"] and running is not None:
+                        found.append(_failed(running, message["message"]))
+                    running = None
+                elif message["event"] == "end":
+                    proc.wait()
+                    return 0, False
+        status = proc.wait()
+        log.seek(0)
+        output = log.read().decode(errors="replace")
+    if running is None:  # died before its first probe: nothing to say about the foundations
+        return start, False
+    how = describe_status((-status) & 0x7F if status < 0 else status << 8)
+    headline, _ = diagnose(output)
+    message = f"crashed: the probe process {how}" + (f": {headline}" if headline else "")
+    found.append(_failed(running, message))
+    return running["index"] + 1, True
+
+
+def _failed(meta: dict, message: str) -> Probe:
+    return Probe(**{k: meta[k] for k in PROBE_FIELDS}, message=message)
+
+
+def _emit(**data) -> None:
+    sys.stdout.write(json.dumps(data) + "\n")
+    sys.stdout.flush()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dtype", required=True)
+    parser.add_argument("--start", type=int, default=0)
+    parser.add_argument("--backend")
+    parser.add_argument("--device")
+    args = parser.parse_args(argv)
+    import faulthandler
+
+    import torch
+
+    from conformance.engine.backend import load_backend
+    from conformance.engine.discovery import registered_overloads
+    from conformance.engine.foundations import Foundations, probe_specs
+
+    faulthandler.enable(all_threads=True)
+    backend = load_backend(args.backend, args.device)
+    foundations = Foundations(backend.device, set(registered_overloads()))
+    specs = probe_specs(foundations, getattr(torch, args.dtype))
+    for index in range(args.start, len(specs)):
+        spec = specs[index]
+        meta = {k: getattr(spec, k) for k in PROBE_FIELDS}
+        _emit(event="start", index=index, **meta)
+        probe = spec.run()
+        _emit(event="done", index=index, failed=probe is not None, message=probe and probe.message)
+    _emit(event="end")
+    sys.stdout.flush()
+    os._exit(0)  # no interpreter teardown: a backend that crashes at exit says nothing here
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,250 @@
+"""Runner processes: a forked child or a fresh interpreter that runs collected items on request.
+
+The process that schedules cases (a plain pytest process, or each pytest-xdist worker) keeps a
+runner and sends it one command per item (its node id and the next one's); the runner runs the
+item with pytest's own protocol and streams the reports back through a pipe, one JSON line per
+message (`start`, `report`, `restart`, `finish`, `missing`). Its stdout and stderr go to a log
+file, so a crash leaves its signal message, glibc/sanitizer report and faulthandler's stack there.
+After a failed case the runner ends (`restart`): whatever it may have corrupted stays with it.
+A replay runner (`keep_going`) runs a list of items through and sends nothing but their ends: the
+culprit search uses it to see whether a sequence of cases crashes.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import pytest
+from _pytest.runner import runtestprotocol
+
+RUNNER_ENV = "_CONFORMANCE_RUNNER"  # in a spawned runner: {"cmd": fd, "out": fd, "keep_going": b}
+KILL_GRACE = 5.0  # seconds between SIGABRT (stack dump) and SIGKILL of a hung runner
+
+
+class RunnerProcess:
+    """One runner, seen from the process that owns it (os.wait-style `status` once it ended)."""
+
+    def __init__(
+        self,
+        config: pytest.Config,
+        items: list[pytest.Item],
+        mode: str,
+        *,
+        keep_going: bool = False,
+        on_fork: Any = None,
+    ) -> None:
+        self.mode = mode
+        log = tempfile.NamedTemporaryFile(prefix="conformance-runner-", suffix=".log", delete=False)
+        self.log_path = log.name
+        cmd_read, cmd_write = os.pipe()
+        out_read, out_write = os.pipe()
+        self.popen: subprocess.Popen | None = None
+        if mode == "spawn":
+            job = {"cmd": cmd_read, "out": out_write, "keep_going": keep_going}
+            self.popen = subprocess.Popen(
+                # -q: the log keeps what the cases print and a crash's stack, not the header
+                [sys.executable, "-m", "pytest", *runner_args(config), "-q"],
+                cwd=str(config.invocation_params.dir),
+                env={**os.environ, RUNNER_ENV: json.dumps(job)},
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(cmd_read, out_write),
+            )
+            self.pid = self.popen.pid
+        else:
+            pid = os.fork()
+            if pid == 0:  # the child: never returns
+                os.close(cmd_write)
+                os.close(out_read)
+                if on_fork is not None:
+                    on_fork()
+                serve(config, items, cmd_read, out_write, log.fileno(), True, keep_going)
+            self.pid = pid
+        os.close(cmd_read)
+        os.close(out_write)
+        log.close()
+        self.commands = os.fdopen(cmd_write, "w", buffering=1)
+        self.output = os.fdopen(out_read, "rb", buffering=0)
+        self._pending = b""
+        self._lines: list[bytes] = []
+        self.status: int | None = None
+
+    # ---- talking to it -------------------------------------------------------------------------
+    def send(self, nodeid: str, next_nodeid: str | None) -> bool:
+        """Ask for one item; False if the runner is gone."""
+        try:
+            self.commands.write(json.dumps([nodeid, next_nodeid]) + "\n")
+            self.commands.flush()
+            return True
+        except (BrokenPipeError, OSError, ValueError):
+            return False
+
+    def receive(self, timeout: float | None) -> list | None:
+        """The next message ([kind, nodeid, data]); None when the runner closed its end (it
+        died or exited). Raises TimeoutError past `timeout` seconds."""
+        while not self._lines:
+            ready, _, _ = select.select([self.output], [], [], timeout)
+            if not ready:
+                raise TimeoutError
+            chunk = self.output.read(65536)
+            if not chunk:
+                return None
+            self._pending += chunk
+            *lines, self._pending = self._pending.split(b"\n")
+            self._lines += lines
+        return json.loads(self._lines.pop(0))
+
+    def log(self) -> str:
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    # ---- its end -------------------------------------------------------------------------------
+    def poll(self) -> int | None:
+        if self.status is None:
+            if self.popen is not None:
+                code = self.popen.poll()
+                if code is not None:
+                    self.status = (-code) & 0x7F if code < 0 else code << 8
+            else:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+                if pid:
+                    self.status = status
+        return self.status
+
+    def wait(self) -> int:
+        if self.status is None:
+            if self.popen is not None:
+                self.popen.wait()
+                self.poll()
+            else:
+                self.status = os.waitpid(self.pid, 0)[1]
+        assert self.status is not None
+        return self.status
+
+    def kill(self, sig: int) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def stop(self) -> None:
+        """SIGABRT (faulthandler prints every thread's stack into the log), then SIGKILL."""
+        self.kill(signal.SIGABRT)
+        deadline = time.monotonic() + KILL_GRACE
+        while self.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.kill(signal.SIGKILL)
+
+    def close(self) -> int:
+        """End it (EOF on its commands lets an idle runner exit) and remove its log."""
+        for stream in (self.commands, self.output):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        deadline = time.monotonic() + KILL_GRACE
+        while self.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if self.poll() is None:
+            self.kill(signal.SIGKILL)
+        status = self.wait()
+        try:
+            os.unlink(self.log_path)
+        except OSError:
+            pass
+        return status
+
+
+def runner_args(config: pytest.Config) -> list[str]:
+    """The command line of a spawned runner: the user's arguments (an xdist worker has them in
+    `mainargv`), without xdist's workers."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        args = list(workerinput.get("mainargv", [])[1:])
+    else:
+        args = list(config.invocation_params.args)
+    if config.pluginmanager.has_plugin("xdist"):
+        args += ["-n", "0"]
+    return args
+
+
+# ---- the runner side ----------------------------------------------------------------------------
+def serve_spawned(session: pytest.Session) -> None:
+    """In a spawned runner (RUNNER_ENV set): serve the collected items; never returns."""
+    job = json.loads(os.environ[RUNNER_ENV])
+    serve(session.config, session.items, job["cmd"], job["out"], None, False, job["keep_going"])
+
+
+def serve(
+    config: pytest.Config,
+    items: list[pytest.Item],
+    cmd_fd: int,
+    out_fd: int,
+    log_fd: int | None,
+    forked: bool,
+    keep_going: bool,
+) -> None:
+    """Run the items asked for on `cmd_fd` until EOF (or a failed case, unless `keep_going`)."""
+    code = 0
+    try:
+        if forked:
+            import torch
+
+            torch.set_num_threads(1)  # an OpenMP pool inherited through fork() would hang
+        capman = config.pluginmanager.getplugin("capturemanager")
+        if capman is not None:  # the runner's output goes to its log, not pytest's capture
+            from _pytest.capture import _get_multicapture
+
+            capman.stop_global_capturing()
+            capman._global_capturing = _get_multicapture("no")
+            capman._global_capturing.start_capturing()
+        if log_fd is not None:
+            os.dup2(log_fd, 1)
+            os.dup2(log_fd, 2)
+        faulthandler.enable(file=2, all_threads=True)  # Python stacks of a crash into the log
+        by_id = {item.nodeid: item for item in items}
+        commands = os.fdopen(cmd_fd, "r")
+        out = os.fdopen(out_fd, "w", buffering=1)
+        for line in commands:
+            nodeid, next_nodeid = json.loads(line)
+            item = by_id.get(nodeid)
+            if item is None:
+                _send(out, "missing", nodeid, "[harness] the spawned runner did not collect it")
+                continue
+            nextitem = by_id.get(next_nodeid) if next_nodeid else None
+            _send(out, "start", nodeid)
+            failed = False
+            for report in runtestprotocol(item, log=False, nextitem=nextitem):
+                failed = failed or report.failed
+                if not keep_going:
+                    data = config.hook.pytest_report_to_serializable(config=config, report=report)
+                    _send(out, "report", nodeid, data)
+            if failed and not keep_going:
+                # a failed case may have corrupted this process (heap, device memory): the
+                # next case starts in a fresh runner, so damage is never blamed on it
+                _send(out, "restart", nodeid)
+                _send(out, "finish", nodeid)
+                break
+            _send(out, "finish", nodeid)
+    except BaseException:  # noqa: BLE001 - anything here must not run the parent's code
+        code = 3
+    os._exit(code)
+
+
+def _send(out, kind: str, nodeid: str, data: Any = None) -> None:
+    out.write(json.dumps([kind, nodeid, data]) + "\n")
+    out.flush()

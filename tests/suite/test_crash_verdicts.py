@@ -1,0 +1,206 @@
+"""A verdict that survives a crashing backend (issue 19): every collected case gets exactly one
+record with or without pytest-xdist, the suite's own diagnostics never change a case's verdict,
+a crash is blamed on the case that corrupted memory, and crash findings are root causes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conformance.findings import group_findings
+
+BACKENDS = str(Path(__file__).resolve().parents[1] / "backends")
+# neg corrupts the process, relu crashes when it runs after neg (tests/backends); the cases
+# run in that order (registered overloads in name order), in one worker under xdist
+CORRUPTING = (
+    *("--backend", "corrupting_backend", "--ops", "neg,relu", "--dtypes", "float32"),
+    *("--layouts", "contiguous", "--paths", "native", "--values", "ordinary"),
+)
+XDIST = pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
+
+
+def _accounted(run) -> None:
+    """collected = recorded: one record per collected case, said at the end of the run."""
+    ids = [r["id"] for r in run.results]
+    assert len(ids) == len(set(ids)), "a case has two records"
+    counts = run.info["accounting"]
+    assert counts["collected"] == counts["recorded"] == len(ids), counts
+    assert f"{counts['collected']} collected = {counts['recorded']} recorded" in run.output
+
+
+@XDIST
+def test_many_crashing_cases_are_all_recorded(run_suite, xdist):
+    """float64 copies crash: more than 20 crashing cases, no worker lost, every case recorded,
+    and the crashes are one finding, named after the foundation they share."""
+    run = run_suite(
+        "--ops",
+        "_copy_from,abs*,neg*,add.Tensor",
+        "--dtypes",
+        "float32,float64",
+        "--values",
+        "ordinary",
+        *xdist,
+        env={"ECHO_NPU_FAULTS": "float64_copy_crash"},
+        timeout=600,
+    )
+    _accounted(run)
+    crashed = [r for r in run.results if r["status"] == "crashed"]
+    assert len(crashed) > 20
+    # float64 cases, and _copy_from's float32 cases that convert to float64
+    assert all(r["dtype"] == "float64" or r["op"] == "_copy_from" for r in crashed)
+    assert all("heap corruption" == r["crash_class"] for r in crashed)
+    assert all("double free" in r["message"] for r in crashed)  # glibc's words are kept
+    others = [r for r in run.results if r["dtype"] == "float32" and r["op"] != "_copy_from"]
+    assert {r["status"] for r in others} <= {"passed", "skipped"}
+    findings = run.info["findings"]
+    assert len(findings) == 1, [f["title"] for f in findings]
+    assert findings[0]["title"].startswith("crash: heap corruption, in _copy_from")
+    assert run.returncode == 1
+
+
+@XDIST
+def test_a_crash_detected_later_is_blamed_on_the_case_that_corrupted_memory(run_suite, xdist):
+    """neg passes its own checks but corrupts the process; relu crashes after it. The culprit
+    search replays the runner's earlier cases and names neg."""
+    one_worker = ["--dist", "loadfile"] if xdist else []
+    run = run_suite(*CORRUPTING, *xdist, *one_worker, env={"PYTHONPATH": BACKENDS})
+    _accounted(run)
+    statuses = {r["op"]: r["status"] for r in run.results}
+    assert statuses == {"neg": "passed", "relu": "crashed"}, statuses
+    relu = run.case("relu-float32-contiguous-native")
+    assert relu["culprit"] == "neg-float32-contiguous-native", relu
+    assert relu["message"].startswith(
+        "[crash] memory corrupted by neg-float32-contiguous-native (its own checks passed), "
+        "detected in relu-float32-contiguous-native"
+    )
+    (finding,) = run.info["findings"]
+    assert finding["culprit"] == "neg"
+    assert "memory corrupted by neg" in finding["title"]
+
+
+def test_culprit_search_can_be_switched_off(run_suite):
+    run = run_suite(*CORRUPTING, "--culprit-search", "0", env={"PYTHONPATH": BACKENDS})
+    (crashed,) = [r for r in run.results if r["status"] == "crashed"]
+    assert "culprit" not in crashed
+    assert "--culprit-search 0 used up" in crashed["culprit_search"]
+
+
+@XDIST
+def test_a_crashing_foundation_probe_leaves_the_failing_case_its_own_verdict(run_suite, xdist):
+    """relu turns NaN into 0 (a values failure); blame probes the float32 foundations, whose
+    resize_ probe segfaults: in its own process, so relu's case stays `failed` on its own
+    values, and the probe's crash is the resize_ foundation's."""
+    run = run_suite(
+        "--ops",
+        "relu,resize_",
+        "--dtypes",
+        "float32",
+        "--layouts",
+        "contiguous",
+        *xdist,
+        env={"ECHO_NPU_FAULTS": "nan_to_zero,resize_segfault"},
+    )
+    _accounted(run)
+    relu = run.case("relu-float32-contiguous-native-special")
+    assert relu["status"] == "failed", relu
+    assert relu["check"] == "values"
+    assert "blocked_by" not in relu or relu["blocked_by"] is None
+    resize = run.case("resize_-float32-contiguous-native")
+    assert resize["status"] == "crashed" and resize["crash_class"] == "segfault"
+    titles = [f["title"] for f in run.info["findings"]]
+    assert len(titles) == 2, titles
+    assert any(t.startswith("crash: segfault, in resize_") for t in titles), titles
+    assert any(t.startswith("values:") for t in titles), titles
+
+
+def test_cases_not_run_are_recorded_and_fail_the_run(run_suite):
+    """-x stops the run at the first failure: every later case is `not-run`, with the reason."""
+    run = run_suite(
+        "--ops",
+        "add_.Tensor,neg",
+        "--dtypes",
+        "float32",
+        "--values",
+        "ordinary",
+        "-x",
+        env={"ECHO_NPU_FAULTS": "inplace_returns_new"},
+    )
+    _accounted(run)
+    not_run = [r for r in run.results if r["status"] == "not-run"]
+    assert [r["status"] for r in run.results].count("failed") == 1
+    assert not_run
+    assert all("the run stopped early" in r["message"] for r in not_run)
+    assert run.returncode != 0
+
+
+@XDIST
+def test_the_first_failure_names_the_faulty_op_not_a_scenario(run_suite, xdist):
+    """Op cases run before the end-to-end scenarios: with -x the first failure is masked_fill_."""
+    run = run_suite(
+        "-x", *xdist, env={"ECHO_NPU_FAULTS": "masked_fill_overflow", "ECHO_NPU_ALLOCATOR": "guard"}
+    )
+    first = [r for r in run.results if r["status"] in ("failed", "crashed", "blocked")]
+    assert first, run.output[-3000:]
+    assert first[0]["op"] == "masked_fill_", first[0]["id"]
+    assert not any(r["path"] == "scenario" and r["status"] == "failed" for r in run.results)
+
+
+def test_crash_findings_are_keyed_by_class_and_culprit_not_glibc_words():
+    words = [
+        "free(): invalid pointer",
+        "double free or corruption (out)",
+        "corrupted size vs. prev_size",
+        "malloc(): unaligned tcache chunk detected",
+    ]
+    records = [
+        {
+            "id": f"test_matches_cpu[{op}-float64-contiguous-native]",
+            "status": "crashed",
+            "check": "crash",
+            "op": op,
+            "dtype": "float64",
+            "layout": "contiguous",
+            "path": "native",
+            "message": f"[crash] the process killed by SIGABRT while running this case: {w}",
+        }
+        for op, w in zip(["abs", "neg", "exp", "mul"], words, strict=True)
+    ]
+    passing = [
+        dict(r, id=r["id"].replace("float64", d), dtype=d, status="passed", message=None)
+        for r in records
+        for d in ("float32", "int64")
+    ]
+    (finding,) = group_findings(records + passing)
+    assert finding.key.crash == "heap corruption"
+    assert finding.count == 4
+    assert finding.factor == "all 4 case(s) are dtype float64; the same ops pass in 2 other dtypes"
+    later = dict(records[0], culprit="neg-float32-contiguous-native")
+    (named,) = group_findings([later])
+    assert named.key.culprit == "neg" and "memory corrupted by neg" in named.title
+
+
+def test_a_foundation_that_fails_two_ways_is_two_findings():
+    def blocked(op: str, probe: str) -> dict:
+        return {
+            "id": f"test_matches_cpu[{op}-float32-contiguous-native]",
+            "status": "blocked",
+            "check": "values",
+            "op": op,
+            "dtype": "float32",
+            "layout": "contiguous",
+            "path": "native",
+            "message": "[blocked] ...",
+            "blocked_by": "_copy_from-float32-offset-native",
+            "blocked_by_message": f"some copy: {probe}",
+            "blocked_by_probe": probe,
+        }
+
+    wrong = (
+        "device->host float32->float64: 3/120 elements wrong, first at flat index 4: 1 instead of 2"
+    )
+    raises = "raised RuntimeError: non-contiguous source"
+    findings = group_findings(
+        [blocked("abs", wrong), blocked("neg", wrong), blocked("exp", raises)]
+    )
+    assert sorted(f.count for f in findings) == [1, 2]
