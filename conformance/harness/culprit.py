@@ -94,17 +94,14 @@ class CulpritSearch:
                 following = items[i + 1].nodeid if i + 1 < len(items) else None
                 if not process.send(item.nodeid, following):
                     break
-                while True:
-                    try:
-                        message = process.receive(limit)
-                    except TimeoutError:
-                        process.stop()
-                        return False
-                    if message is None or message[0] == "finish":
-                        break
+                message = process.receive(limit)
+                while message is not None and message[0] != "finish":
+                    message = process.receive(limit)
                 if message is None:
                     break
-            status = process.close()
-        finally:
+        except TimeoutError:
+            process.stop()
             process.close()
+            return False
+        status = process.close()
         return os.WIFSIGNALED(status) or (os.WIFEXITED(status) and os.WEXITSTATUS(status) != 0)

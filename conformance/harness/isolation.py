@@ -170,8 +170,8 @@ class IsolatedRunner:
         if self.process is None:
             self.process, self.history = self.start(), []
         process, limit = self.process, self.run.suite.options.case_timeout
-        if not process.send(item.nodeid, nextitem.nodeid if nextitem is not None else None):
-            pass  # it died between two items: receive() sees the end and blames this one
+        # if it died between two items, the send fails and receive() sees the end: this one
+        process.send(item.nodeid, nextitem.nodeid if nextitem is not None else None)
         started = restart = False
         wait = limit or None
         while True:
