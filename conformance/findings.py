@@ -255,6 +255,11 @@ class Finding:
         return sum(1 for rec in self.cases if rec.get("blocked_by"))
 
     @property
+    def related(self) -> list[str]:
+        """Broken foundations its cases might be related to (no evidence they used them)."""
+        return sorted({_text(r.get("related_foundation")) for r in self.cases} - {""})
+
+    @property
     def title(self) -> str:
         """One line: ``check: message`` (crash signature, blocker), shortened."""
         k = self.key
@@ -287,6 +292,7 @@ class Finding:
             "blocked": self.blocked,
             "culprit": self.key.culprit or None,
             "factor": self.factor or None,
+            "related": self.related or None,
             "ops": self.ops,
             "representative": _text(rep.get("id")),
             "repro": _text(rep.get("repro")),

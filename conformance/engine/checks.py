@@ -186,7 +186,8 @@ def check_errors(s: Sample) -> None:
         return
     raise Mismatch(
         "error",
-        f"device raised {got.describe()}, cpu raised {want.describe()} (a different class)",
+        f"device raised {got.describe()}, cpu raised {want.describe()} (a different class)"
+        + errorclass.opaque_hint(want, got),
     )
 
 
@@ -246,8 +247,12 @@ def check_identity(s: Sample) -> None:
         with s.backend.routed_through_fallback(s.route), below(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             result = s.op(*dev.args, **dev.kwargs)
-    except Exception:  # noqa: BLE001 - raising is judged by the error check on the first call
-        return
+    except Exception as exc:  # the first call returned (this check runs only then)
+        raise Mismatch(
+            "error",
+            f"called below autograd (as a compiled or functionalized graph calls it) the kernel "
+            f"raised {type(exc).__name__}: {first_line(exc)}; the first call returned normally",
+        ) from None
     written = [view for leaf, _, view in dev.bases if leaf.written]
     is_out = any(leaf.arg == "out" for leaf, _, _ in dev.bases if leaf.written)
     for _, t, info in returned(s.schema, result):
@@ -329,7 +334,13 @@ def _sample_dtype(s: Sample) -> torch.dtype | None:
 
 
 def _compare_scalar(name: str, a: Any, e: Any, dtype: torch.dtype | None, scale: float) -> None:
-    """Python scalars (`.item()`, ...) within the tolerance of the sample's dtype."""
+    """Python scalars (`.item()`, ...) of the same type (`3.0` is not `3`, `1` is not `True`),
+    within the tolerance of the sample's dtype."""
+    if type(a) is not type(e) and isinstance(e, bool | int | float | complex):
+        raise Mismatch(
+            "dtype",
+            f"{name}: device returned {type(a).__name__} {a!r}, cpu {type(e).__name__} {e!r}",
+        )
     if a == e or (a != a and e != e):
         return
     if isinstance(e, float | complex) and isinstance(a, float | int | complex):

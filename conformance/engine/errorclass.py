@@ -14,7 +14,7 @@ although it is a subclass of `RuntimeError`. Classes, most specific first:
 - ``index``: an index or dim out of range
 - ``shape``: sizes, ranks, broadcasting, view/reshape compatibility
 - ``value``: any other invalid argument value (`ValueError`, "must be", "expected ...")
-- ``other``: none of the above
+- ``other``: none of the above (matches only ``other`` of the same Python type)
 """
 
 from __future__ import annotations
@@ -120,16 +120,28 @@ def _by_message(message: str) -> str:
 
 
 def same_class(expected: ErrorClass, actual: ErrorClass) -> bool:
-    """Error parity: the same class; an unclassifiable message matches the same Python type.
+    """Error parity: the same class. Two unclassifiable (``other``) messages match when their
+    Python types do; ``other`` never matches a known class (an opaque device error such as
+    "runtime error 0x7" says nothing of being CPU's dtype or index error).
 
     ``not_implemented`` on the device never matches (the caller reports it as unsupported)."""
     if actual.kind == NOT_IMPLEMENTED:
         return False
+    if expected.kind == OTHER or actual.kind == OTHER:
+        return expected.kind == actual.kind and expected.type_name == actual.type_name
     if expected.kind == actual.kind:
         return True
-    if OTHER in (expected.kind, actual.kind):
-        return expected.type_name == actual.type_name
     # value vs a more specific class: a rewording of the same complaint, as long as neither is
     # about devices or layout (those are never interchangeable)
     loose = {VALUE, SHAPE, INDEX}
     return expected.kind in loose and actual.kind in loose and VALUE in (expected.kind, actual.kind)
+
+
+def opaque_hint(expected: ErrorClass, actual: ErrorClass) -> str:
+    """What a backend whose message says nothing of the error's kind should raise instead."""
+    if actual.kind != OTHER or expected.kind == OTHER:
+        return ""
+    return (
+        f"; the device's message does not say what is wrong: raise {expected.type_name} with a "
+        f"message naming the {expected.kind} problem, as cpu does"
+    )

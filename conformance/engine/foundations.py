@@ -4,14 +4,22 @@ Placing inputs and reading results needs allocation, `as_strided` and contiguous
 (`transfer.py`); cpu_fallback and most kernels also need `_copy_from` in all three directions
 with offsets, strides, dtype conversion and broadcast, `fill_`/`zero_` and `resize_`. Each is
 probed here on one small tensor per layout, for a dtype, the first time a case of that dtype
-fails (a correct backend never pays). A failed case then depends on a broken foundation when
+fails (a correct backend never pays). A failed case is blocked by a broken foundation only on
+evidence that concerns this case:
 
-- the foundation is one the harness needs (allocation, the contiguous round trip, `as_strided`
-  of the case's layout): every such case is blocked, or
-- the case's overload is composed of it by contract (`_copy_from_and_resize`), or
-- the device call of the failed sample reaches it (nested aten calls, seen by the profiler).
+- the foundation is one the harness needs to place and read this case (allocation, the
+  contiguous round trip, `as_strided` of the case's layout), or
+- the case's overload is composed of it by contract (`_copy_from_and_resize`), in the case's
+  layout, or
+- the device call of the failed sample reaches it (nested aten calls, seen by the profiler) and
+  the probe that failed is the use this sample makes of it: the case's own layout, and the
+  direction of its path (cpu_fallback copies the arguments device->host and the written ones
+  host->device; a native kernel copies device->device; fills and zeroes write into the view;
+  resize_ is layout-free).
 
-A foundation case is only ever blocked by a more primitive foundation, never by itself, so the
+Anything else broken is only *related*: the case fails on its own, and its record names the
+broken foundation it might be related to (a dtype-converting copy, another layout's copy). A
+foundation case is only ever blocked by a more primitive foundation, never by itself, so the
 first failing case of a run names the op that is actually wrong.
 """
 
@@ -47,6 +55,9 @@ class Probe:
     message: str
     harness: bool  # the harness itself needs it (blocks every case of the dtype/layout)
     path: str = "native"
+    # which use of the op failed: "d2h", "h2d", "d2d" (copies), "write" (fill_/zero_ into the
+    # view), "any" (layout-free: resize_), "" (conversion, broadcast: evidence of none)
+    direction: str = ""
 
     @property
     def case(self) -> str:
@@ -94,27 +105,42 @@ class Foundations:
         layout: str,
         ops_called: Callable[[], set[str]],
         via_fallback: bool = False,
-    ) -> Probe | None:
-        """The broken foundation a failed case of `overload` depends on, or None."""
+    ) -> Blame:
+        """The broken foundation a failed case of `overload` depends on by evidence (blocking),
+        else one it might be related to (see the module docstring)."""
         probes = self.broken(dtype)
         limit = RANK_OF_OP.get(overload, 10**6)
         candidates = sorted(
             (p for p in probes if p.rank < limit), key=lambda p: (p.rank, p.layout != layout)
         )
         if not candidates:
-            return None
+            return Blame()
+        ours = ("contiguous", layout)
         for p in candidates:
-            if p.harness and p.layout in ("contiguous", layout):
-                return p
+            if p.harness and p.layout in ours:
+                return Blame(p)
         static = STATIC_DEPENDS.get(overload, ())
         for p in candidates:
-            if p.op in static:
-                return p
+            if p.op in static and p.layout in ours:
+                return Blame(p)
         called = ops_called()
-        for p in candidates:
-            if p.op.split(".")[0] in called:
-                return p
-        return None
+        used = [p for p in candidates if p.op.split(".")[0] in called]
+        directions = {"d2h", "h2d"} if via_fallback else {"d2d"}
+        for p in used:
+            if p.direction == "any" or (
+                p.layout == layout and (p.direction == "write" or p.direction in directions)
+            ):
+                return Blame(p)
+        return Blame(related=(used or candidates)[0])
+
+
+@dataclass(frozen=True)
+class Blame:
+    """What blame found: the foundation that blocks the case (evidence that this sample used
+    the broken part), or only one that might be related (the case fails on its own)."""
+
+    blocked_by: Probe | None = None
+    related: Probe | None = None
 
 
 #: the rank of each foundation's first probe: only more primitive probes can block its cases
@@ -184,11 +210,20 @@ class ProbeSpec:
     fn: Callable[[], str | None]
     harness: bool
     path: str
+    direction: str = ""
 
     def failed(self, message: str) -> Probe:
         """This probe's failure with `message` (also for a crash seen from outside)."""
         return Probe(
-            self.rank, self.op, self.dtype, self.layout, self.what, message, self.harness, self.path
+            self.rank,
+            self.op,
+            self.dtype,
+            self.layout,
+            self.what,
+            message,
+            self.harness,
+            self.path,
+            self.direction,
         )
 
     def run(self) -> Probe | None:
@@ -210,8 +245,8 @@ def probe_specs(f: Foundations, dtype: torch.dtype) -> list[ProbeSpec]:
     dev, name = f.device, str(dtype).removeprefix("torch.")
     values = _values(dtype)
 
-    def probe(rank, op, layout, what, fn, harness=False):
-        return ProbeSpec(rank, op, name, layout, what, fn, harness, f.path_of(op))
+    def probe(rank, op, layout, what, fn, harness=False, direction=""):
+        return ProbeSpec(rank, op, name, layout, what, fn, harness, f.path_of(op), direction)
 
     def alloc() -> str | None:
         x = torch.empty((2, 3), dtype=dtype, device=dev)
@@ -249,11 +284,23 @@ def probe_specs(f: Foundations, dtype: torch.dtype) -> list[ProbeSpec]:
     for layout, p in placements.items():
         writable = layout not in layouts.READ_ONLY
         found.append(
-            probe(4, "_copy_from", layout, f"device->host copy of the {layout} view", _d2h(p, dev))
+            probe(
+                4,
+                "_copy_from",
+                layout,
+                f"device->host copy of the {layout} view",
+                _d2h(p, dev),
+                direction="d2h",
+            )
         )
         found.append(
             probe(
-                4, "_copy_from", layout, f"device->device copy of the {layout} view", _d2d(p, dev)
+                4,
+                "_copy_from",
+                layout,
+                f"device->device copy of the {layout} view",
+                _d2d(p, dev),
+                direction="d2d",
             )
         )
         if writable:
@@ -264,6 +311,7 @@ def probe_specs(f: Foundations, dtype: torch.dtype) -> list[ProbeSpec]:
                     layout,
                     f"host->device copy into a {layout} view",
                     _h2d(p, dev, dtype),
+                    direction="h2d",
                 )
             )
     found += [
@@ -281,6 +329,7 @@ def probe_specs(f: Foundations, dtype: torch.dtype) -> list[ProbeSpec]:
                 layout,
                 f"fill_ of the {layout} view",
                 _write(p, dev, lambda t, v=fill: t.fill_(v)),
+                direction="write",
             )
         )
         found.append(
@@ -290,10 +339,18 @@ def probe_specs(f: Foundations, dtype: torch.dtype) -> list[ProbeSpec]:
                 layout,
                 f"zero_ of the {layout} view",
                 _write(p, dev, torch.Tensor.zero_),
+                direction="write",
             )
         )
     found.append(
-        probe(7, "resize_", "contiguous", "resize_ keeps the old contents", _resize(values, dev))
+        probe(
+            7,
+            "resize_",
+            "contiguous",
+            "resize_ keeps the old contents",
+            _resize(values, dev),
+            direction="any",
+        )
     )
     return found
 

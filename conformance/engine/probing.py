@@ -23,7 +23,7 @@ import time
 from conformance.engine.diagnosis import describe_status, diagnose
 from conformance.engine.foundations import Probe
 
-PROBE_FIELDS = ("rank", "op", "dtype", "layout", "what", "harness", "path")
+PROBE_FIELDS = ("rank", "op", "dtype", "layout", "what", "harness", "path", "direction")
 
 
 def probe_isolated(

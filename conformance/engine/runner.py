@@ -4,12 +4,15 @@ Per sample: the CPU reference, also on contiguous copies of the same values when
 not contiguous (`consistency.py`: CPU must agree with itself, else the sample is a `torch-bug`
 and the device is judged against the layout-free result), then the device; random ops run right
 after the same seed on both sides. A failed case is then checked against the foundations
-(`foundations.py`): when an op the harness or the case depends on is broken, it is blocked by it.
+(`foundations.py`): when the failed sample evidently used a broken foundation (the harness needs
+it, or the profile of the sample shows the broken use), it is blocked by it; otherwise the
+case fails on its own and names the broken foundation it might be related to.
 """
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -20,7 +23,7 @@ from conformance.engine.calls import Call
 from conformance.engine.checks import NotApplicable, Outcome, Unsupported, invoke
 from conformance.engine.compare import ErrorStats, Mismatch
 from conformance.engine.discovery import resolve
-from conformance.engine.foundations import Foundations, Probe
+from conformance.engine.foundations import Blame, Foundations, Probe
 from conformance.engine.placing import Materialized, PlacedCall, place
 from conformance.ops import OpSpec
 
@@ -39,6 +42,7 @@ class CaseOutcome:
     not_applicable: str | None = None  # the first sample that says nothing about this case
     torch_bugs: list[str] = field(default_factory=list)  # CPU disagreed with itself
     blocked_by: Probe | None = None  # a broken foundation this failure depends on
+    related: Probe | None = None  # a broken foundation it might be related to (not blocking)
     blame_error: str | None = None  # why blame could not be computed (the verdict stands)
     context: RunContext | None = None  # how the samples ran (for blame, after the verdict)
     errors_only: bool = False  # every compared sample raised on CPU (error parity only)
@@ -143,33 +147,27 @@ def run_case(
     if not outcome.samples and not outcome.unsupported and outcome.failure is None:
         outcome.skip_reason = outcome.not_applicable
     if foundations is not None:
-        outcome.blocked_by = blame(outcome, foundations, layout)
+        found = blame(outcome, foundations, layout)
+        outcome.blocked_by, outcome.related = found.blocked_by, found.related
     return outcome
 
 
-def blame(outcome: CaseOutcome, foundations: Foundations, layout: str) -> Probe | None:
-    """The broken foundation a failed (or unsupported) case depends on, if any: a diagnostic
-    that runs after the case's own verdict (it probes foundations and re-runs the sample)."""
+def blame(outcome: CaseOutcome, foundations: Foundations, layout: str) -> Blame:
+    """The broken foundation a failed (or unsupported) case depends on by evidence, or one it
+    might be related to: a diagnostic that runs after the case's own verdict (it probes
+    foundations and re-runs the failed sample under the profiler)."""
     if outcome.context is None or not (outcome.failure or outcome.unsupported):
-        return None
-    return _blame(outcome.context, foundations, layout, outcome)
-
-
-def _blame(
-    ctx: RunContext, foundations: Foundations, layout: str, outcome: CaseOutcome
-) -> Probe | None:
-    """The broken foundation the failed case depends on, if any (see foundations.py)."""
-    if outcome.failure is not None and outcome.failure.check in ("memory", "leak", "harness"):
-        if outcome.failure.check != "harness":
-            return None  # the case's own memory problem
-    placed = outcome.failed_call
-    if placed is None:
-        return None
+        return Blame()
+    ctx, placed, failure = outcome.context, outcome.failed_call, outcome.failure
+    if placed is None or (failure is not None and failure.check in ("memory", "leak")):
+        return Blame()  # the case's own memory problem
     leaves = placed.tensor_leaves()
     dtype = leaves[0].placement.base.dtype if leaves else torch.float32
-    return foundations.blame(
-        ctx.overload, dtype, layout, lambda: _ops_called(ctx, placed), ctx.via_fallback
-    )
+    if failure is not None and failure.check == "harness":
+        calls: Callable[[], set[str]] = set  # only what the harness itself needs is evidence
+    else:
+        calls = lambda: _ops_called(ctx, placed)  # noqa: E731
+    return foundations.blame(ctx.overload, dtype, layout, calls, ctx.via_fallback)
 
 
 def _ops_called(ctx: RunContext, placed: PlacedCall) -> set[str]:
@@ -260,11 +258,17 @@ def _run_sample(ctx: RunContext, placed: PlacedCall, stats: ErrorStats) -> tuple
     except Mismatch as judged:
         try:  # the device may reproduce CPU's own bug (e.g. through cpu_fallback): not its fault
             checks.run_checks(sample(cpu, expected))
-        except Mismatch:
-            if not ctx.via_fallback or judged.check != "values":
-                raise judged from None
-            # through cpu_fallback the device result *is* CPU's kernel on yet another layout
-            bug += f"; through cpu_fallback (CPU's kernel) a third result: {judged.message}"
-            return False, bug
+        except Unsupported:
+            raise
+        except Mismatch as strided:
+            # a result that is neither of CPU's is the device's own: never excused by CPU's bug
+            raise Mismatch(
+                judged.check,
+                f"{judged.message} (against cpu on contiguous copies); against cpu on this "
+                f"layout: {strided.message}; the device matches neither of cpu's two results "
+                f"({bug})",
+                judged.max_abs,
+                judged.max_rel,
+            ) from None
         bug += "; the device gives cpu's layout-dependent result"
     return False, bug

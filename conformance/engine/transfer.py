@@ -21,7 +21,8 @@ import torch
 RELIES_ON = (
     "inputs: empty + one contiguous host->device _copy_from per buffer, views by as_strided; "
     "results: as_strided over the whole storage + one contiguous device->host _copy_from, "
-    "strides and offset rebuilt on CPU"
+    "strides and offset rebuilt on CPU (the backend's own .cpu() only for tensors without a "
+    "storage)"
 )
 
 
@@ -53,19 +54,33 @@ def read_storage(t: torch.Tensor) -> torch.Tensor:
     return host
 
 
+class ReadBackError(RuntimeError):
+    """The whole-storage copy of a device result failed: nothing was compared (the case is an
+    `error` of the harness, blamed on the broken copy if a probe finds one)."""
+
+
 def read_back(t: torch.Tensor) -> torch.Tensor:
     """A CPU tensor with `t`'s values, size and strides (a view of a copy of its storage).
 
-    CPU tensors are returned as they are. Tensors without a readable storage (opaque tensors of
-    some backends) fall back to `t.cpu()`."""
+    CPU tensors are returned as they are. Only tensors that have no storage at all (sparse,
+    opaque tensors of some backends) are read with the backend's own `t.cpu()`; a failed copy of
+    a storage raises `ReadBackError`, never falls back to the backend's strided copy."""
     if t.device.type == "cpu":
         return t
     if t.layout != torch.strided:  # sparse & co. have no single storage
         return t.detach().cpu()
     try:
-        host = read_storage(t)
-    except (RuntimeError, NotImplementedError):
+        t.untyped_storage()
+    except (RuntimeError, NotImplementedError):  # opaque: no storage to read
         return t.detach().cpu()
+    try:
+        host = read_storage(t)
+    except (RuntimeError, NotImplementedError) as exc:
+        text = str(exc).strip().splitlines()
+        raise ReadBackError(
+            f"reading the device result back (one contiguous device->host copy of its whole "
+            f"storage) raised {type(exc).__name__}: {text[0][:160] if text else ''}"
+        ) from None
     if t.numel() == 0:
         return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
     view = host.as_strided(t.shape, t.stride(), t.storage_offset())

@@ -7,9 +7,13 @@
     reason = "accumulates in half precision"
     link = "https://github.com/..."         # optional
     allocator = "guard"                     # optional: only under this allocator mode
+    check = "values"                        # xfail: the check the case is expected to fail
 
-Strict: an xfail entry whose case passes fails the run with "remove this entry"; an entry that
-matches no collected case is reported at the end of the run.
+Strict: an xfail entry whose case passes fails the run with "remove this entry"; an xfail entry
+with `check` whose case fails another check fails the run (a second bug must not hide behind
+the first); an entry that matches no collected case is reported at the end of the run. `check`
+is one check name or a list (the names in the case's `[check]`: values, error, view, strides,
+...); an xfail entry without it is accepted, and listed at the end of the run as not pinned.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from conformance.errors import ConformanceUsageError
 
 STATUSES = ("xfail", "skip", "crash")
 CATEGORIES = ("backend-bug", "torch-bug", "unsupported", "flaky", "harness")
-KEYS = frozenset({"pattern", "status", "category", "reason", "link", "allocator"})
+KEYS = frozenset({"pattern", "status", "category", "reason", "link", "allocator", "check"})
 
 
 @dataclass
@@ -36,6 +40,11 @@ class Entry:
     source: str  # "file:line"
     link: str = ""
     allocator: str = ""
+    checks: tuple[str, ...] = ()  # xfail: the checks the case may fail (empty: not pinned)
+
+    def expects(self, check: str | None) -> bool:
+        """Whether a failure of `check` is the one this entry expects."""
+        return not self.checks or check in self.checks
 
     def describe(self) -> str:
         link = f" ({self.link})" if self.link else ""
@@ -110,6 +119,12 @@ def _entry(path: str, text: str, item: dict) -> Entry:
     reason = item.get("reason", "")
     if not isinstance(reason, str) or not reason.strip():
         raise ConformanceUsageError(f"{where}: entry '{pattern}' needs a 'reason'")
+    checks = item.get("check", ())
+    checks = (checks,) if isinstance(checks, str) else checks
+    if not isinstance(checks, list | tuple) or not all(isinstance(c, str) and c for c in checks):
+        raise ConformanceUsageError(
+            f"{where}: 'check' must be a check name or a list of them (e.g. check = \"values\")"
+        )
     return Entry(
         pattern,
         status,
@@ -118,6 +133,7 @@ def _entry(path: str, text: str, item: dict) -> Entry:
         where,
         str(item.get("link", "")),
         str(item.get("allocator", "")),
+        tuple(checks),
     )
 
 

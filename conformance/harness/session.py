@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from conformance.engine.foundations import Blame
 from conformance.errors import ConformanceUsageError
 from conformance.findings import Finding, group_findings, unsupported_by_op
 from conformance.harness.options import read_options
@@ -393,10 +394,14 @@ class ConformanceRun:
             allocator=suite.allocator,
         )
         try:
-            probe = suite.scenario_blocker() if report.failed else None
+            found = suite.scenario_blame() if report.failed else Blame()
         except Exception as exc:  # noqa: BLE001 - blame annotates; the record stays
-            probe = None
+            found = Blame()
             record.extra["blame"] = f"blame could not be computed: {type(exc).__name__}: {exc}"
+        probe = found.blocked_by
+        if found.related is not None:
+            record.extra["related_foundation"] = found.related.case
+            record.message = f"{message}\n  might be related: {found.related.describe()} is broken"
         if probe is not None:  # a scenario reads every result back through _copy_from
             record.status = Status.BLOCKED
             record.blocked_by = probe.case
@@ -568,6 +573,14 @@ class ConformanceRun:
                     f"entry {entry.pattern!r} at {entry.source} matches no case of the matrix; "
                     "remove it or fix the pattern"
                 )
+        loose = [e for e in self.suite.manifest.entries if e.status == "xfail" and not e.checks]
+        if loose:
+            terminalreporter.section("conformance: expectations not pinned", yellow=True)
+            for entry in loose:
+                terminalreporter.write_line(
+                    f"xfail entry {entry.pattern!r} at {entry.source} does not say which check "
+                    'fails (add e.g. check = "values"): a second bug in its cases would hide'
+                )
         records = [r.to_json() for r in self.records]
         findings = group_findings(records)
         write_findings(terminalreporter, records, findings)
@@ -646,6 +659,8 @@ def write_findings(tr, records: list[dict[str, Any]], findings: list[Finding]) -
         tr.write_line(f"{i:3d}. {f.title} -- {f.count} case(s) in {', '.join(f.ops[:6])}")
         rep = f.representative
         tr.write_line(f"     e.g. {rep.get('id')}")
+        if f.related:
+            tr.write_line(f"     might be related (not blocking): {', '.join(f.related[:3])}")
         if rep.get("repro"):
             tr.write_line(f"     repro: {rep.get('repro')}")
     if unsupported:

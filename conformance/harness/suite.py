@@ -13,7 +13,7 @@ import torch
 from conformance.engine import coverage, discovery, samples, workloads
 from conformance.engine.backend import Backend, load_backend
 from conformance.engine.foundations import ORDER as FOUNDATION_ORDER
-from conformance.engine.foundations import Foundations, Probe
+from conformance.engine.foundations import Blame, Foundations, Probe
 from conformance.engine.layout_names import LAYOUT_HELP
 from conformance.engine.runner import CaseOutcome, blame, run_case
 from conformance.engine.samples import values
@@ -298,11 +298,17 @@ class Suite:
             and not any(fnmatch.fnmatchcase(i, e.pattern) for i in ids)
         ]
 
-    def scenario_blocker(self) -> Probe | None:
-        """The broken foundation every scenario depends on (allocation, as_strided, the copies
-        that move results to CPU), if any: probed in float32, the scenarios' dtype."""
-        needed = ("empty.memory_format", "empty_strided", "_copy_from", "as_strided")
-        return next((p for p in self.foundations.broken(torch.float32) if p.op in needed), None)
+    def scenario_blame(self) -> Blame:
+        """A failed scenario is blocked only by what every scenario uses by construction: the
+        harness's own foundations on contiguous memory (allocation, the round trip that reads
+        results back), probed in float32, the scenarios' dtype. Any other broken foundation
+        (a copy of some view layout, a conversion) might be related: the scenario still fails
+        on its own."""
+        broken = self.foundations.broken(torch.float32)
+        needed = next((p for p in broken if p.harness and p.layout == "contiguous"), None)
+        if needed is not None:
+            return Blame(needed)
+        return Blame(related=broken[0] if broken else None)
 
     def relies_on(self) -> dict[str, str]:
         """What the verdicts rely on besides the op under test (run header, run.json)."""
@@ -360,6 +366,12 @@ class Suite:
         )
         expected = self.expectation(case)
         xfail = expected is not None and expected.status == "xfail"
+        if xfail and outcome.failure is not None and not expected.expects(outcome.failure.check):
+            xfail = False  # another failure than the entry expects: a second bug, never excused
+            outcome.failure.message += (
+                f" (the manifest entry {expected.pattern!r} at {expected.source} expects a "
+                f"[{'/'.join(expected.checks)}] failure: this is another one)"
+            )
         if outcome.failure is not None or outcome.unsupported:
             self._diagnose(case, outcome, nodeid, xfail)
         record = self._record(case, outcome, nodeid)
@@ -377,6 +389,8 @@ class Suite:
                 pytest.xfail(f"{expected.describe()} -- {message.splitlines()[0]}")
             if outcome.blocked_by is not None:
                 record.status = Status.BLOCKED
+            elif outcome.failure is not None and outcome.failure.check == "harness":
+                record.status = Status.ERROR  # the suite broke, not a verdict on the backend
             pytest.fail(message, pytrace=False)
         if xfail:
             assert expected is not None
@@ -399,12 +413,20 @@ class Suite:
         if self.run_dir is not None:
             own = self._record(case, outcome, nodeid)
             failed = outcome.failure is not None
+            harness = failed and outcome.failure.check == "harness"
             own.status = (
-                Status.XFAILED if xfail else Status.FAILED if failed else Status.UNSUPPORTED
+                Status.XFAILED
+                if xfail
+                else Status.ERROR
+                if harness
+                else Status.FAILED
+                if failed
+                else Status.UNSUPPORTED
             )
             self.run_dir.write_verdict(nodeid, own, own.message or "")
         try:
-            outcome.blocked_by = blame(outcome, self.foundations, case.layout)
+            found = blame(outcome, self.foundations, case.layout)
+            outcome.blocked_by, outcome.related = found.blocked_by, found.related
         except Exception as exc:  # noqa: BLE001 - blame annotates, it never replaces a verdict
             outcome.blame_error = f"{type(exc).__name__}: {str(exc).strip()[:200]}"
 
@@ -488,6 +510,11 @@ class Suite:
                 f"[blocked] blocked by {probe.case}: {probe.what}: {probe.message}",
                 f"  own failure: {lines[0]}",
             ]
+        elif outcome.related is not None:
+            lines.append(
+                f"  might be related: {outcome.related.describe()} is broken (not blocking: "
+                "this sample shows no use of that part)"
+            )
         if outcome.failed_sample:
             lines.append(
                 f"  sample: {outcome.failed_sample} (layout {case.layout}, path "
@@ -530,6 +557,8 @@ class Suite:
                 f"{outcome.blocked_by.what}: {outcome.blocked_by.message}"
             )
             record.extra["blocked_by_probe"] = outcome.blocked_by.message
+        elif outcome.related is not None:
+            record.extra["related_foundation"] = outcome.related.case
         if outcome.errors_only:
             record.extra["errors_only"] = True
         if outcome.blame_error:

@@ -36,14 +36,17 @@ def run_with_kernel(
     strict: bool = False,
     *,
     spec: OpSpec | None = None,
+    path: str = "native",
     **spec_kw,
 ) -> CaseOutcome:
-    """Run `calls` of `overload` on the native path with `fn` as the "device" kernel (None: the
-    real one). The op spec is `spec` or `OpSpec(overload, **spec_kw)`; CPU's reference is the
-    spec's or the real op."""
+    """Run `calls` of `overload` on `path` (native, or fallback: judged as a cpu_fallback
+    result) with `fn` as the "device" kernel (None: the real one). The op spec is `spec` or
+    `OpSpec(overload, **spec_kw)`; CPU's reference is the spec's or the real op."""
     real = runner.resolve(overload)
     if fn is not None:
         monkeypatch.setattr(runner, "resolve", lambda name: FakeOp(real, fn))
     spec = spec if spec is not None else OpSpec(overload, **spec_kw)
     spec = type(spec)(**{**spec.__dict__, "reference": spec.reference or real})
-    return runner.run_case(CPU, overload, spec, calls, layout, "native", strict_errors=strict)
+    return runner.run_case(
+        CPU, overload, spec, calls, layout, path, route=False, strict_errors=strict
+    )

@@ -47,9 +47,43 @@ def test_an_offset_copy_bug_is_found_and_blamed(offset_fault):
     def never():
         raise AssertionError("a foundation case is never blocked by itself")
 
-    assert f.blame("_copy_from", torch.float32, "offset", never) is None
-    probe = f.blame("_copy_from_and_resize", torch.float32, "offset", never)
+    assert f.blame("_copy_from", torch.float32, "offset", never).blocked_by is None
+    probe = f.blame("_copy_from_and_resize", torch.float32, "offset", never).blocked_by
     assert probe is not None and probe.case == "_copy_from-float32-offset-native"
-    fallback = f.blame("abs", torch.float32, "offset", lambda: {"abs", "_copy_from"}, True)
-    assert fallback is not None and fallback.op == "_copy_from"
-    assert f.blame("abs", torch.float32, "offset", lambda: {"abs"}) is None
+    called = {"abs", "_copy_from"}
+    fallback = f.blame("abs", torch.float32, "offset", lambda: called, True).blocked_by
+    assert fallback is not None and fallback.op == "_copy_from" and fallback.layout == "offset"
+    assert fallback.direction in ("d2h", "h2d")
+    assert f.blame("abs", torch.float32, "offset", lambda: {"abs"}).blocked_by is None
+
+
+def test_blame_needs_evidence_of_the_broken_use(offset_fault):
+    """The offset copy is broken; a contiguous case that called _copy_from did not use the
+    offset copy: it fails on its own, and names the broken copy as related (issue 20)."""
+    f = Foundations(DEVICE)
+    called = {"addmm", "_copy_from"}
+    contiguous = f.blame("addmm.out", torch.float32, "contiguous", lambda: called, True)
+    assert contiguous.blocked_by is None
+    assert contiguous.related is not None and contiguous.related.op == "_copy_from"
+    # a native kernel copies device->device: the host copies of the offset view are no evidence
+    native = f.blame("abs", torch.float32, "offset", lambda: called, False)
+    d2d_broken = any(p.direction == "d2d" and p.layout == "offset" for p in f.broken(torch.float32))
+    assert (native.blocked_by is not None) == d2d_broken
+    # _copy_from_and_resize's contract is about its own layout
+    other = f.blame("_copy_from_and_resize", torch.float32, "contiguous", lambda: set())
+    assert other.blocked_by is None and other.related is not None
+
+
+def test_read_back_never_falls_back_to_the_backends_own_copy(monkeypatch):
+    """A failed whole-storage copy raises; it used to return the backend's `.cpu()` of the
+    (strided) result silently (issue 20)."""
+    from conformance.engine import transfer
+
+    _, view = _offset_view()
+
+    def broken(t):
+        raise RuntimeError("ENPU d2h failed")
+
+    monkeypatch.setattr(transfer, "read_storage", broken)
+    with pytest.raises(transfer.ReadBackError, match="ENPU d2h failed"):
+        transfer.read_back(view)

@@ -189,8 +189,15 @@ def test_special_values_of_lcm_do_not_crash_the_process():
     base = Call(
         "lcm", (torch.arange(1, 9, dtype=torch.int32), torch.arange(2, 10, dtype=torch.int32))
     )
-    for call in values.special_calls([base], torch.int32):
-        torch.ops.aten.lcm(*call.args)  # would be SIGFPE in this process
+    calls = values.special_calls([base], torch.int32)
+    assert calls, "no special samples for lcm: nothing was tried"
+    seen = {int(v) for call in calls for a in call.args for v in a.reshape(-1).tolist()}
+    info = torch.iinfo(torch.int32)
+    assert {info.min, info.max} <= seen, "the extremes are the point of the special samples"
+    assert -1 not in seen  # INT_MIN / -1 traps (SIGFPE) in CPU's integer kernels
+    for call in calls:
+        result = torch.ops.aten.lcm(*call.args)  # would be SIGFPE in this process
+        assert result.shape == call.args[0].shape
 
 
 def test_promotion_never_moves_every_tensor_to_cpu():

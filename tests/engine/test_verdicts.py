@@ -52,6 +52,30 @@ def test_same_class_reworded_passes_as_error_parity(monkeypatch):
     assert out.failure is None and out.samples == 1 and out.errors_only
 
 
+def test_an_opaque_device_error_does_not_match_cpus_dtype_error(monkeypatch):
+    """exp_ on int64: CPU raises a dtype error; "ENPU runtime error 0x7" says nothing of that
+    (its class is 'other'): it fails, and the message says what to raise (issue 20)."""
+
+    def opaque(a):
+        raise RuntimeError("ENPU runtime error 0x7")
+
+    out = run(monkeypatch, "exp_", opaque, [Call("exp_", (LONG,))])
+    assert out.failure is not None and out.failure.check == "error"
+    assert "[other]" in out.failure.message and "raise RuntimeError" in out.failure.message
+
+
+def test_two_opaque_errors_of_the_same_type_match(monkeypatch):
+    def cpu_opaque(a):
+        raise RuntimeError("something went wrong 0x1")
+
+    def dev_opaque(a):
+        raise RuntimeError("ENPU runtime error 0x7")
+
+    calls = [Call("exp", (torch.ones(3),))]
+    out = run(monkeypatch, "exp", dev_opaque, calls, reference=cpu_opaque)
+    assert out.failure is None and out.errors_only
+
+
 def _needs_contiguous(a):
     if not a.is_contiguous():
         raise RuntimeError("Expected X.is_contiguous(memory_format) to be true, but got false.")
@@ -87,6 +111,38 @@ def test_out_that_writes_out_but_returns_a_new_tensor(monkeypatch):
     calls = [Call("add.out", (torch.ones(3, 4), torch.ones(4)), {"out": torch.empty(3, 4)})]
     out = run(monkeypatch, "add.out", writes_and_copies, calls)
     assert out.failure.check == "out" and "instead of the out= tensor" in out.failure.message
+
+
+def test_a_kernel_that_raises_when_called_below_autograd_fails(monkeypatch):
+    """The identity check calls the kernel a second time below autograd; an error there was
+    swallowed (issue 20)."""
+    calls_seen = []
+
+    def raises_second_time(a, b, alpha=1):
+        calls_seen.append(1)
+        if len(calls_seen) % 2 == 0:
+            raise RuntimeError("ENPU stream error")
+        return a.add_(b, alpha=alpha)
+
+    calls = [Call("add_.Tensor", (torch.ones(3, 4), torch.ones(4)))]
+    out = run(monkeypatch, "add_.Tensor", raises_second_time, calls)
+    assert out.failure is not None and out.failure.check == "error"
+    assert (
+        "called below autograd" in out.failure.message
+        and "ENPU stream error" in out.failure.message
+    )
+
+
+@pytest.mark.parametrize("wrong", [3, True], ids=["int-for-float", "bool-for-int"])
+def test_a_scalar_of_another_type_fails(monkeypatch, wrong):
+    """`3.0` vs `3` and `1` vs `True` compared equal (issue 20)."""
+    value = 3.0 if isinstance(wrong, int) and not isinstance(wrong, bool) else 1
+    dtype = torch.float64 if isinstance(value, float) else torch.int64
+    calls = [Call("_local_scalar_dense", (torch.tensor(value, dtype=dtype),))]
+    assert run(monkeypatch, "_local_scalar_dense", None, calls).failure is None
+    out = run(monkeypatch, "_local_scalar_dense", lambda a: wrong, calls)
+    assert out.failure is not None and out.failure.check == "dtype", out.failure
+    assert type(wrong).__name__ in out.failure.message
 
 
 # ---- list-returning views; where a view maps ----------------------------------------------------
@@ -171,6 +227,26 @@ def test_cpu_disagreeing_with_itself_is_a_torch_bug_not_a_device_failure(monkeyp
         reference=_layout_dependent_exp,
     )
     assert wrong.failure is not None and wrong.failure.check == "values"
+
+
+@pytest.mark.parametrize("path", ["native", "fallback"])
+def test_a_third_result_is_the_devices_own_failure_not_a_torch_bug(monkeypatch, path):
+    """CPU's narrow_copy.out into a sliced out= disagrees with itself on torch 2.13; a device
+    off by 100 matches neither CPU result: it fails (also through cpu_fallback, issue 20)."""
+    real = torch.ops.aten.narrow_copy.out
+
+    def plus_100(x, dim, start, length, *, out):
+        real(x, dim, start, length, out=out)
+        return out.add_(100)
+
+    x = torch.rand(4, 6)
+    calls = [Call("narrow_copy.out", (x, 1, 1, 3), {"out": torch.empty(4, 3)})]
+    fine = run(monkeypatch, "narrow_copy.out", None, calls, "sliced", path=path)
+    assert fine.failure is None
+    out = run(monkeypatch, "narrow_copy.out", plus_100, calls, "sliced", path=path)
+    assert out.failure is not None and out.failure.check == "values", out.torch_bugs
+    assert "matches neither of cpu's two results" in out.failure.message
+    assert "against cpu on this layout" in out.failure.message and not out.torch_bugs
 
 
 def test_explicit_stride_ops_are_not_torch_bugs(monkeypatch):

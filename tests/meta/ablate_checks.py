@@ -1,4 +1,5 @@
-"""Switch each check off in turn and report which self-tests notice (they must fail).
+"""Switch each check off (or make a status path permissive) in turn and report which self-tests
+notice (they must fail).
 
     python tests/meta/ablate_checks.py                 # every ablation in tests/meta/ablation.py
     python tests/meta/ablate_checks.py identity blame  # some
@@ -31,6 +32,7 @@ SELF_TESTS = [
     "tests/engine/test_foundations.py",
     "tests/suite/test_catches_faults.py",
     "tests/suite/test_verdict_faults.py",
+    "tests/suite/test_results_and_expectations.py",
 ]
 # tests of crash isolation and repro commands check no verdict: left out to save time
 DESELECT = "not repro and not sigkill and not segfault"

@@ -1,4 +1,6 @@
-"""A pytest plugin that switches one check of the suite off, to prove some self-test notices.
+"""A pytest plugin that switches one check of the suite off, or makes one status path more
+permissive (torch-bug, blocked, unsupported, not applicable, property oracle, xfail), to prove
+some self-test notices.
 
 Loaded with `-p tests.meta.ablation` (through PYTEST_ADDOPTS, so the suites that self-tests start
 in subprocesses load it too); `ABLATE=<name>` names what to switch off (one of `ABLATIONS`).
@@ -63,6 +65,79 @@ def _cpu_read_back() -> None:
         module.read_back = read_back
 
 
+# ---- status paths made more permissive: each must be caught as a wrong kernel passing --------
+def _excuse_third_results() -> None:
+    """torch-bug: a device result matching neither of CPU's results is excused (as it was)."""
+    from conformance.engine import runner
+    from conformance.engine.compare import Mismatch
+
+    original = runner._run_sample
+
+    def permissive(ctx, placed, stats):
+        try:
+            return original(ctx, placed, stats)
+        except Mismatch as m:
+            if "matches neither of cpu's two results" not in m.message:
+                raise
+            return False, f"excused: {m.message}"
+
+    runner._run_sample = permissive
+
+
+def _block_on_any_broken_foundation() -> None:
+    """blocked: any broken foundation of the dtype blocks, evidence or not."""
+    from conformance.engine import foundations
+
+    original = foundations.Foundations.blame
+
+    def permissive(self, *args, **kwargs):
+        found = original(self, *args, **kwargs)
+        return foundations.Blame(found.blocked_by or found.related)
+
+    foundations.Foundations.blame = permissive
+
+
+def _error_check_gives(outcome: str) -> Callable[[], None]:
+    """unsupported / not applicable: a failed error check becomes that status instead."""
+
+    def permissive() -> None:
+        from conformance.engine import checks
+        from conformance.engine.compare import Mismatch
+
+        def wrap(run):
+            def check(s) -> None:
+                try:
+                    run(s)
+                except checks.Unsupported:
+                    raise
+                except Mismatch as m:
+                    if outcome == "unsupported":
+                        raise checks.Unsupported(m.message) from None
+                    raise checks.NotApplicable(m.message) from None
+
+            return check
+
+        for i, c in enumerate(checks.CHECKS):
+            if c.name == "error":
+                checks.CHECKS[i] = replace(c, run=wrap(c.run))
+
+    return permissive
+
+
+def _opaque_errors_match() -> None:
+    """error classes: an unclassifiable message matches any class of the same Python type."""
+    from conformance.engine import errorclass
+
+    original = errorclass.same_class
+
+    def permissive(expected, actual) -> bool:
+        if errorclass.OTHER in (expected.kind, actual.kind):
+            return expected.type_name == actual.type_name
+        return original(expected, actual)
+
+    errorclass.same_class = permissive
+
+
 ABLATIONS: dict[str, Callable[[], None]] = {
     **{
         name: _registered(name)
@@ -97,6 +172,18 @@ ABLATIONS: dict[str, Callable[[], None]] = {
         "conformance.engine.foundations", "Foundations.blame", lambda f: lambda *a, **k: None
     ),
     "primitive-read-back": _cpu_read_back,
+    # status paths, more permissive (issue 20)
+    "torch-bug-excuses-third-results": _excuse_third_results,
+    "blocked-without-evidence": _block_on_any_broken_foundation,
+    "error-mismatch-is-unsupported": _error_check_gives("unsupported"),
+    "error-mismatch-not-applicable": _error_check_gives("not-applicable"),
+    "opaque-errors-match": _opaque_errors_match,
+    "property-oracle-for-every-op": _patch(
+        "conformance.engine.oracles", "is_nondeterministic", lambda f: lambda op: True
+    ),
+    "xfail-excuses-any-check": _patch(
+        "conformance.harness.expectations", "Entry.expects", lambda f: lambda self, check: True
+    ),
 }
 
 

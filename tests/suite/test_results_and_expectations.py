@@ -42,11 +42,11 @@ def test_results_have_every_field_and_run_json(run_suite, tmp_path):
     assert info["backend"] == "echo_npu" and info["finished"] and info["counts"]["passed"] == 4
 
 
-def _manifest(tmp_path, pattern, status="xfail"):
+def _manifest(tmp_path, pattern, status="xfail", check=None):
     path = tmp_path / "manifest.toml"
     path.write_text(
         f'[[entry]]\npattern = "{pattern}"\nstatus = "{status}"\n'
-        f'category = "backend-bug"\nreason = "known"\n'
+        f'category = "backend-bug"\nreason = "known"\n' + (f'check = "{check}"\n' if check else "")
     )
     return str(path)
 
@@ -80,6 +80,30 @@ def test_expected_failure_is_xfailed(run_suite, tmp_path):
     )
     assert run.returncode == 0, run.output
     assert run.case("mul.Tensor-float32-contiguous-native")["status"] == "xfailed"
+
+
+@pytest.mark.parametrize("check", ["leak", "values"])
+def test_an_xfail_entry_excuses_only_the_check_it_names(run_suite, tmp_path, check):
+    """The leak fault fails mul.Tensor's `leak` check: an entry pinned to `leak` xfails it, one
+    pinned to `values` does not excuse it (a second bug must not hide, issue 20)."""
+    manifest = _manifest(tmp_path, "mul.Tensor-float32-contiguous-native", check=check)
+    args = ["--ops", "mul.Tensor", "--dtypes", "float32", "--layouts", "contiguous"]
+    args += ["--paths", "native", "--values", "ordinary", "--expectations", manifest]
+    run = run_suite(*args, env={"ECHO_NPU_FAULTS": "leak"})
+    row = run.case("mul.Tensor-float32-contiguous-native")
+    if check == "leak":
+        assert run.returncode == 0 and row["status"] == "xfailed", row
+        assert "not pinned" not in run.output
+    else:
+        assert run.returncode == 1 and row["status"] == "failed", row
+        assert "expects a [values] failure: this is another one" in row["message"]
+
+
+def test_an_unpinned_xfail_entry_is_listed(run_suite, tmp_path):
+    manifest = _manifest(tmp_path, "mul.Tensor-float32-contiguous-native")
+    args = ["--ops", "mul.Tensor", "--dtypes", "float32", "--layouts", "contiguous"]
+    run = run_suite(*args, "--paths", "native", "--expectations", manifest)
+    assert "does not say which check fails" in run.output
 
 
 def test_skip_entries_and_stale_entries(run_suite, tmp_path):

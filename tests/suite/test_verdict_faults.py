@@ -119,3 +119,34 @@ def test_nan_mishandled_is_a_values_failure(run_suite, op):
     bad = failing(run)
     assert bad and {r["check"] for r in bad} == {"values"}, bad
     assert "nan" in bad[0]["message"].lower()
+
+
+def test_an_unrelated_broken_copy_does_not_hide_a_second_bug(run_suite):
+    """With the bias bug of addmm's fallback and a broken offset copy both on, addmm.out on the
+    contiguous layout fails on its own, as without the copy fault: its sample used no offset
+    copy, so the copy finding only says it might be related (issue 20)."""
+    needs("fallback_addmm_drops_bias")
+    needs("d2h_ignores_offset")
+    case = "addmm.out-float32-contiguous-fallback"
+    args = ["-k", "(addmm or _copy_from) and float32", "--isolate", "none"]
+    run = run_suite(*args, env={"ECHO_NPU_FAULTS": "fallback_addmm_drops_bias,d2h_ignores_offset"})
+    row = run.case(case)
+    assert row["status"] == "failed" and row["check"] == "values", row
+    assert not row["blocked_by"] and "blocked by" not in row["message"]
+    assert "might be related: _copy_from-float32-" in row["message"]
+    findings = run_json(run)["findings"]
+    own = [f for f in findings if not f["blocked_by"] and f["ops"] == ["addmm.out"]]
+    assert own and own[0]["related"] and own[0]["related"][0].startswith("_copy_from-float32-")
+    assert any(f["title"].startswith("_copy_from") for f in findings)
+    assert "might be related (not blocking): _copy_from-float32-" in run.output
+
+
+def test_a_check_that_raises_is_an_error_of_ours_not_a_failure(run_suite):
+    """The suite's own checks raising is `error` (check harness), never `failed` or `blocked`,
+    and other ops are unaffected (issue 20)."""
+    args = ["--ops", "abs,neg", "--dtypes", "float32", "--layouts", "contiguous"]
+    run = run_suite(*args, "--paths", "native", "-p", "tests.suite.broken_check_plugin")
+    row = run.case("abs-float32-contiguous-native")
+    assert row["status"] == "error" and row["check"] == "harness", row
+    assert "KeyError" in row["message"] and not row["blocked_by"]
+    assert run.case("neg-float32-contiguous-native")["status"] == "passed"
