@@ -13,6 +13,7 @@ device op.
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -56,17 +57,26 @@ class Outcome:
     exc: BaseException | None = None
 
 
-def invoke(fn: Callable[..., Any], m: Materialized, seeded: bool = False) -> Outcome:
+def invoke(fn: Callable[..., Any], m: Materialized, seeded: bool = False, draw: int = 0) -> Outcome:
     """Call `fn` on materialised arguments; an exception is the outcome, not raised. `seeded`:
-    right after `torch.manual_seed` (random ops, `oracles.py`)."""
+    right after `torch.manual_seed(SEED + draw)` (random ops, `oracles.py`)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if seeded:
-                oracles.seed()
+                oracles.seed(draw)
             return Outcome(fn(*m.args, **m.kwargs))
     except Exception as exc:  # errors are compared, not raised
         return Outcome(exc=exc.with_traceback(None))
+
+
+@dataclass
+class Redraw:
+    """One further run of a random sample on both sides after `manual_seed(SEED + k)`: (device
+    values read back, CPU's) per flattened output and per written argument."""
+
+    outputs: list[tuple[Any, Any]]
+    written: list[tuple[torch.Tensor, torch.Tensor]]
 
 
 @dataclass
@@ -93,6 +103,7 @@ class Sample:
     torch_bug: str | None = None  # CPU disagreed with itself across layouts (runner.py)
     # written args whose version moved when CPU ran on contiguous copies (None: not run)
     layout_free_bumps: frozenset[str] | None = None
+    redraws: list[Redraw] = field(default_factory=list)  # random ops: further runs (redrawn())
 
     @property
     def schema(self) -> Any:
@@ -295,6 +306,53 @@ def check_aliasing(s: Sample) -> None:
                     )
 
 
+def redrawn(s: Sample, pick: Callable[[Redraw], tuple[Any, Any]]) -> Iterator[oracles.Draws]:
+    """The (device, CPU) draws `pick` takes from further runs of the sample, after the seeds
+    SEED + 1, SEED + 2, ... (the same on both sides); lazy, and the runs are shared by the
+    sample's outputs and written arguments. Stops where CPU raises."""
+    for k in itertools.count(1):
+        if k > len(s.redraws):
+            again = _redraw(s, k)
+            if again is None:
+                return
+            s.redraws.append(again)
+        a, e = pick(s.redraws[k - 1])
+        if not isinstance(a, torch.Tensor):
+            raise Mismatch(
+                "shape",
+                f"run again after manual_seed({oracles.SEED + k}): returned "
+                f"{type(a).__name__}, cpu a tensor",
+            )
+        yield a, e
+
+
+def _redraw(s: Sample, k: int) -> Redraw | None:
+    """Run the sample again on fresh arguments after `manual_seed(SEED + k)` on both sides
+    (None: CPU raised). Device values are read back at once (no device memory is kept)."""
+    cpu = s.placed.materialize("cpu")
+    dev = s.placed.materialize(s.backend.device)
+    expected = invoke(s.spec.reference or s.op, cpu, seeded=True, draw=k)
+    if expected.exc is not None:
+        return None
+    with s.backend.routed_through_fallback(s.route):
+        actual = invoke(s.op, dev, seeded=True, draw=k)
+    again = f"run again after manual_seed({oracles.SEED + k})"
+    if actual.exc is not None:
+        got = errorclass.classify(actual.exc).describe()
+        raise Mismatch("error", f"{again}: device raised {got}; cpu returned normally")
+    a_leaves, a_spec = tree_flatten(actual.result)
+    e_leaves, e_spec = tree_flatten(expected.result)
+    if a_spec != e_spec:
+        raise Mismatch("shape", f"{again}: returned {a_spec}, cpu returns {e_spec}")
+    back = [read_back(a) if isinstance(a, torch.Tensor) else a for a in a_leaves]
+    written = zip(
+        [view for leaf, _, view in dev.bases if leaf.written],
+        [view for leaf, _, view in cpu.bases if leaf.written],
+        strict=True,
+    )
+    return Redraw(list(zip(back, e_leaves, strict=True)), [(read_back(a), e) for a, e in written])
+
+
 @sample_check("outputs", "returned values, dtype, shape, strides and device match CPU")
 def check_outputs(s: Sample) -> None:
     backend, spec, stats = s.backend, s.spec, s.stats
@@ -323,7 +381,8 @@ def check_outputs(s: Sample) -> None:
                 stats=stats,
             )
             if values and s.nondeterministic:
-                oracles.compare_random(name, read_back(a), e, spec.tol_scale, stats)
+                more = redrawn(s, lambda r, i=i: r.outputs[i])
+                oracles.compare_random(name, read_back(a), e, spec.tol_scale, stats, more)
         elif values and not s.nondeterministic:
             _compare_scalar(name, a, e, _sample_dtype(s), spec.tol_scale)
 
@@ -368,8 +427,8 @@ def check_written(s: Sample) -> None:
     declared = {a.name for a in schema.arguments if a.alias_info and a.alias_info.is_write}
     dev_written = [(leaf, base, view) for leaf, base, view in dev.bases if leaf.written]
     cpu_written = [(leaf, base, view) for leaf, base, view in cpu.bases if leaf.written]
-    for (leaf, _, view), (_, cbase, cview), (ver, ptr), (cver, cptr) in zip(
-        dev_written, cpu_written, before, cpu_before, strict=True
+    for j, ((leaf, _, view), (_, cbase, cview), (ver, ptr), (cver, cptr)) in enumerate(
+        zip(dev_written, cpu_written, before, cpu_before, strict=True)
     ):
         if view.data_ptr() != ptr and cview.data_ptr() == cptr:
             raise Mismatch(
@@ -389,7 +448,8 @@ def check_written(s: Sample) -> None:
         if spec.keeps_old_contents:
             _compare_old_contents(leaf.arg, view, cbase, spec, s.overload)
         if spec.check_values and s.nondeterministic:
-            oracles.compare_random(leaf.arg, read_back(view), cview, spec.tol_scale, stats)
+            more = redrawn(s, lambda r, j=j: r.written[j])
+            oracles.compare_random(leaf.arg, read_back(view), cview, spec.tol_scale, stats, more)
         elif spec.check_values:
             compare_tensor(
                 leaf.arg,

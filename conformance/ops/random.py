@@ -1,9 +1,11 @@
-"""Random ops: one large sample each, so that the distribution of the draws can be judged.
+"""Random ops: one large sample each, so that the distribution of the draws is judged in one run.
 
-Every overload with a `Generator?` argument is compared by `engine/oracles.py` (equal draws after
-the same seed, else the same distribution). OpInfo's samples are a few dozen draws, too few to
-tell two distributions apart; these add 4096 draws per op (parameters chosen so that a wrong
-mean, spread or support is far outside the test's limit).
+Every overload with a `Generator?` argument (or in `oracles.NONDETERMINISTIC`) is compared by
+`engine/oracles.py`: equal draws after the same seed, else the same properties on at least
+`oracles.MIN_DRAWS` draws per side. OpInfo's samples are a few draws each; the oracle runs them
+again with further seeds (at most `oracles.MAX_REPEATS` times) and pools the draws. These add
+4096 draws per op in a single run (parameters chosen so that a wrong mean, spread or support is
+far outside the tests' limits), so the common ops are also judged on more than the minimum.
 """
 
 from __future__ import annotations

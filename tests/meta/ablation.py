@@ -168,6 +168,17 @@ ABLATIONS: dict[str, Callable[[], None]] = {
     "random-properties": _patch(
         "conformance.engine.oracles", "distribution_problem", lambda f: lambda *a, **k: None
     ),
+    "random-redraw": _patch(
+        "conformance.engine.oracles",
+        "pool",
+        lambda f: lambda actual, expected, more=(): f(actual, expected, ()),
+    ),
+    "random-value-set": _patch(
+        "conformance.engine.oracles", "value_set_problem", lambda f: lambda *a, **k: None
+    ),
+    "random-range": _patch(
+        "conformance.engine.oracles", "range_problem", lambda f: lambda *a, **k: None
+    ),
     "blame": _patch(
         "conformance.engine.foundations", "Foundations.blame", lambda f: lambda *a, **k: None
     ),
