@@ -146,6 +146,18 @@ def test_d2h_ignores_offset(npu, faults):
     assert torch.equal(d[3:].cpu(), x[3:])
 
 
+def test_d2h_drops_last(npu, faults):
+    x = torch.arange(1.0, 7.0)
+    d = x.to("npu")
+    faults(["d2h_drops_last"])
+    host = torch.full((6,), -1.0)
+    host.copy_(d)  # device -> host: the last element is not written
+    assert torch.equal(host, torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0, -1.0]))
+    assert torch.equal(d.clone()[:5].cpu()[:4], x[:4])  # device -> device is right
+    faults([])
+    assert torch.equal(d.cpu(), x)
+
+
 def test_int_not_implemented(npu, faults):
     a = torch.arange(4, device="npu")
     calls = {

@@ -170,7 +170,11 @@ void copy_any(const at::Tensor& dst, const at::Tensor& src, bool allow_offset_fa
     auto a = span(dst), b = span(src);
     if (a.first < b.second && b.first < a.second) s = s.clone();  // overlapping views: stage src
   }
+  at::Tensor last;  // fault d2h_drops_last: the destination's last element keeps its value
+  if (allow_offset_fault && d2h && fault(Fault::D2hDropsLast) && d.numel() > 1 && d.is_contiguous())
+    last = d.view({-1}).narrow(0, d.numel() - 1, 1).clone();
   at::native::copy_(d, s, false);
+  if (last.defined()) d.view({-1}).narrow(0, d.numel() - 1, 1).copy_(last);
 }
 
 at::Tensor stage(const at::Tensor& t, at::IntArrayRef shape, at::ScalarType dt, c10::Device dev) {
