@@ -80,3 +80,25 @@ def test_quantize_per_tensor_compares_integers_and_parameters(monkeypatch):
 )
 def test_overloads_other_backends_register_have_samples(overload):
     assert calls_for(overload, torch.float32, None), overload
+
+
+@pytest.mark.parametrize("overload", ["native_batch_norm", "native_batch_norm.out"])
+def test_batch_norm_must_update_its_running_statistics(monkeypatch, overload):
+    """native_batch_norm's schema does not mark running_mean/running_var as written, yet in
+    training CPU updates them: CPU's own kernel passes (it used to fail `inputs`), a kernel that
+    leaves them alone (cpu_fallback copies back only what the schema marks) fails (issue 20)."""
+    real = torch.ops.aten.native_batch_norm.default
+
+    def no_update(x, weight, bias, running_mean, running_var, training, momentum, eps, **out):
+        frozen = [t.clone() if t is not None else None for t in (running_mean, running_var)]
+        result = real(x, weight, bias, *frozen, training, momentum, eps)
+        if not out:
+            return result
+        for name, value in zip(("out", "save_mean", "save_invstd"), result, strict=True):
+            out[name].resize_(value.shape).copy_(value)
+        return out["out"], out["save_mean"], out["save_invstd"]
+
+    assert _run(monkeypatch, overload, None).failure is None
+    failure = _run(monkeypatch, overload, no_update).failure
+    assert failure is not None and failure.check == "values", failure
+    assert "running_mean" in failure.message or "running_var" in failure.message
