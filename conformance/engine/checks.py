@@ -26,6 +26,7 @@ from conformance.engine.backend import Backend
 from conformance.engine.compare import (
     ErrorStats,
     Mismatch,
+    Scale,
     compare_tensor,
     compare_values,
     errors,
@@ -328,7 +329,7 @@ def _sample_dtype(s: Sample) -> torch.dtype | None:
     return leaves[0].placement.base.dtype if leaves else None
 
 
-def _compare_scalar(name: str, a: Any, e: Any, dtype: torch.dtype | None, scale: float) -> None:
+def _compare_scalar(name: str, a: Any, e: Any, dtype: torch.dtype | None, scale: Scale) -> None:
     """Python scalars (`.item()`, ...) within the tolerance of the sample's dtype."""
     if a == e or (a != a and e != e):
         return

@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from conformance.engine.compare import ErrorStats, Mismatch, compare_values
+from conformance.engine.compare import ErrorStats, Mismatch, Scale, compare_values
 
 SEED = 1234
 #: random ops without a Generator argument in their schema
@@ -49,7 +49,7 @@ def seed() -> None:
 
 
 def compare_random(
-    name: str, actual: torch.Tensor, expected: torch.Tensor, tol_scale: float, stats: ErrorStats
+    name: str, actual: torch.Tensor, expected: torch.Tensor, tol_scale: Scale, stats: ErrorStats
 ) -> None:
     """`actual` (on CPU) equals CPU's draws, or has their properties (see module docstring)."""
     try:
