@@ -27,6 +27,7 @@ from conformance.engine.backend import Backend
 from conformance.engine.compare import (
     ErrorStats,
     Mismatch,
+    Scale,
     compare_tensor,
     compare_values,
     errors,
@@ -392,7 +393,7 @@ def _sample_dtype(s: Sample) -> torch.dtype | None:
     return leaves[0].placement.base.dtype if leaves else None
 
 
-def _compare_scalar(name: str, a: Any, e: Any, dtype: torch.dtype | None, scale: float) -> None:
+def _compare_scalar(name: str, a: Any, e: Any, dtype: torch.dtype | None, scale: Scale) -> None:
     """Python scalars (`.item()`, ...) of the same type (`3.0` is not `3`, `1` is not `True`),
     within the tolerance of the sample's dtype."""
     if type(a) is not type(e) and isinstance(e, bool | int | float | complex):

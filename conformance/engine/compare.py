@@ -1,7 +1,26 @@
-"""Compare one device tensor with its CPU reference: dtype, shape, strides, values."""
+"""Compare one device tensor with its CPU reference: dtype, shape, strides, values.
+
+Tolerances: `TOLERANCES` gives the base (rtol, atol) of each dtype; an op spec may widen them with
+`OpSpec.tol_scale`, a `Scale` that `tolerance` turns into the (rtol, atol) of one dtype. A
+multiplier is a float (rtol and atol alike) or an (rtol, atol) pair of multipliers, and it holds
+only for the dtype it was measured on (`python -m conformance.tools.tolerances` measures it):
+
+- a mapping {dtype: multiplier} gives each dtype it names its base times its multiplier;
+- a bare multiplier was measured in single precision: it applies as given to float32 and
+  complex64 (`MEASURED`) only;
+- every other floating dtype (float16, bfloat16, float64, complex128 under a bare multiplier; any
+  dtype a mapping does not name) is derived from the single-precision multiplier `s` (the bare
+  one, or the mapping's float32 entry, else 1) by its precision: `max(base, s * base(float32) *
+  eps(c) / eps(float32))`, `c` the dtype its kernels compute in (`COMPUTE_DTYPE`: float32 for
+  float16/bfloat16, which accumulate in float32 and round once). So float16/bfloat16 inherit
+  float32's accumulation error, far below their own rounding, and their loose base is never
+  multiplied unless a measurement for that dtype says so; float64's base (1e-7, ~1e9 ULPs) is
+  out of reach of anything a float32 measurement implies.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -17,6 +36,15 @@ TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.complex64: (1.3e-6, 1e-5),
     torch.complex128: (1e-7, 1e-7),
 }
+#: the dtypes a bare multiplier applies to as given (where it was measured)
+MEASURED = (torch.float32, torch.complex64)
+#: the dtype a kernel of a reduced-precision dtype computes in (torch's opmath type)
+COMPUTE_DTYPE = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
+
+#: a tolerance multiplier: rtol and atol alike, or (rtol multiplier, atol multiplier)
+Multiplier = float | tuple[float, float]
+#: an op's multiplier(s): a bare one (measured on float32/complex64) or {dtype: multiplier}
+Scale = Multiplier | Mapping[torch.dtype, Multiplier]
 
 
 class Mismatch(Exception):
@@ -42,9 +70,28 @@ class ErrorStats:
         self.max_rel = max(self.max_rel, rel_err)
 
 
-def tolerance(dtype: torch.dtype, scale: float = 1.0) -> tuple[float, float]:
-    rtol, atol = TOLERANCES.get(dtype, (0.0, 0.0))
-    return rtol * scale, atol * scale
+def tolerance(dtype: torch.dtype, scale: Scale = 1.0) -> tuple[float, float]:
+    """(rtol, atol) of `dtype` under an op's multiplier(s) (see the module docstring); (0, 0),
+    exact, for integer and bool dtypes whatever the scale."""
+    if dtype not in TOLERANCES:
+        return 0.0, 0.0
+    rtol, atol = TOLERANCES[dtype]
+    if isinstance(scale, Mapping):
+        if dtype in scale:
+            r, a = _pair(scale[dtype])
+            return rtol * r, atol * a
+        r, a = _pair(scale.get(torch.float32, 1.0))
+    else:
+        r, a = _pair(scale)
+        if dtype in MEASURED:
+            return rtol * r, atol * a
+    ratio = torch.finfo(COMPUTE_DTYPE.get(dtype, dtype)).eps / torch.finfo(torch.float32).eps
+    rtol32, atol32 = TOLERANCES[torch.float32]
+    return max(rtol, r * rtol32 * ratio), max(atol, a * atol32 * ratio)
+
+
+def _pair(m: Multiplier) -> tuple[float, float]:
+    return (float(m[0]), float(m[1])) if isinstance(m, tuple) else (float(m), float(m))
 
 
 def significant_strides(t: torch.Tensor) -> tuple[int | None, ...]:
@@ -92,12 +139,20 @@ def unravel(flat: int, shape: tuple[int, ...]) -> list[int]:
 
 
 def compare_values(
-    name: str, actual: torch.Tensor, expected: torch.Tensor, tol_scale: float, stats: ErrorStats
+    name: str,
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    tol_scale: Scale,
+    stats: ErrorStats,
+    *,
+    widen: float = 1.0,
 ) -> None:
-    """Raise Mismatch('values') unless actual (on CPU) matches expected within tolerance."""
+    """Raise Mismatch('values') unless actual (on CPU) matches expected within the tolerance of
+    its dtype under `tol_scale`, times `widen` (CPU against itself: consistency.py)."""
     if actual.layout != torch.strided or expected.layout != torch.strided:
         actual, expected = actual.to_dense(), expected.to_dense()
     rtol, atol = tolerance(expected.dtype, tol_scale)
+    rtol, atol = rtol * widen, atol * widen
     if actual.numel() == 0:
         return
     if expected.dtype == torch.complex32:  # few CPU kernels take ComplexHalf (not even equal)
@@ -150,7 +205,7 @@ def compare_tensor(
     device_type: str,
     check_strides: bool,
     check_values: bool,
-    tol_scale: float,
+    tol_scale: Scale,
     stats: ErrorStats,
 ) -> None:
     """All metadata and value checks for one output tensor."""

@@ -2,11 +2,12 @@
 
 For a sample placed in a non-contiguous layout CPU also runs on fresh contiguous copies of the
 same values (an out= argument becomes a fresh contiguous tensor). If the two results differ
-beyond 10x the dtype's tolerance (kernels for other layouts may round differently), CPU disagrees
-with itself: the sample is a `torch-bug`, and the device is judged against the layout-free result
-(`adopt` makes a CPU run hold it). Overloads with explicit strides read memory by definition and
-are not checked. The written arguments whose version counter CPU bumps on contiguous copies too
-tell which bumps are the op's contract and which are its kernel's artefact.
+beyond 10x the op's tolerance for the dtype (compare.tolerance; kernels for other layouts may
+round differently), CPU disagrees with itself: the sample is a `torch-bug`, and the device is
+judged against the layout-free result (`adopt` makes a CPU run hold it). Overloads with explicit
+strides read memory by definition and are not checked. The written arguments whose version
+counter CPU bumps on contiguous copies too tell which bumps are the op's contract and which are
+its kernel's artefact.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from conformance.engine.compare import ErrorStats, Mismatch, compare_values
 from conformance.engine.placing import Materialized, PlacedCall
 from conformance.ops import OpSpec
 
-SELF_TOLERANCE = 10.0  # x the dtype's tolerance, for CPU against CPU
+SELF_TOLERANCE = 10.0  # x the op's tolerance for the dtype (compare.tolerance), CPU against CPU
 
 
 @dataclass
@@ -94,8 +95,9 @@ def disagreement(
         if e.shape != f.shape or e.dtype != f.dtype:
             continue
         try:
-            scale = SELF_TOLERANCE * spec.tol_scale
-            compare_values(name, e.detach(), f.detach(), scale, ErrorStats())
+            compare_values(
+                name, e.detach(), f.detach(), spec.tol_scale, ErrorStats(), widen=SELF_TOLERANCE
+            )
         except Mismatch as m:
             detail = m.message.replace("device", "this layout").replace("cpu", "contiguous")
             return f"cpu disagrees with itself: {detail}"

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 
 import torch
 
-from conformance.engine.compare import ErrorStats, Mismatch, compare_values
+from conformance.engine.compare import ErrorStats, Mismatch, Scale, compare_values
 
 SEED = 1234
 #: random ops without a Generator argument in their schema
@@ -71,7 +71,7 @@ def compare_random(
     name: str,
     actual: torch.Tensor,
     expected: torch.Tensor,
-    tol_scale: float,
+    tol_scale: Scale,
     stats: ErrorStats,
     more: Iterable[Draws] = (),
 ) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from conformance.engine.calls import Call
+from conformance.engine.compare import Scale
 
 
 @dataclass
@@ -40,7 +41,11 @@ class OpSpec:
     # indices of the returned values that are compared (None: all). For ops whose other results
     # are the backend's own business (an attention kernel's RNG state, sequence offsets)
     compared_outputs: tuple[int, ...] | None = None
-    tol_scale: float = 1.0  # multiplies the per-dtype tolerances (reductions, exp, ...)
+    # multiplier(s) of the per-dtype tolerances, each measured (python -m
+    # conformance.tools.tolerances) and justified in a comment: a float applies to float32 and
+    # complex64 only, {dtype: multiplier} to the dtypes it names; other dtypes are derived from
+    # their precision (engine/compare.py `tolerance`: float16/bfloat16 keep their base)
+    tol_scale: Scale = 1.0
     dtypes: tuple[torch.dtype, ...] | None = None  # restrict (None: as requested)
     layouts: tuple[str, ...] | None = None  # restrict (None: as requested)
     # value sets beyond the ordinary samples (None: every one the schema allows, see

@@ -1,0 +1,178 @@
+"""Tolerances per dtype: engine/compare.py `tolerance` and the measured multipliers of
+conformance/ops/ (the tool that measures them: tests/tools/test_tolerance_tool.py).
+
+A multiplier holds only for the dtype it was measured on: a bfloat16 kernel 20 % off must fail
+although float32 batch norm needs x12, and a kernel as accurate as CPU's (or more) must pass.
+CPU plays the device with a planted kernel (tests/engine/fake_kernels.py), on the suite's own
+samples."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils._pytree import tree_map
+
+from conformance.engine.compare import TOLERANCES, tolerance
+from conformance.engine.discovery import resolve
+from conformance.engine.samples import calls_for
+from conformance.ops import OpSpec, spec_for
+from tests.engine.fake_kernels import run_with_kernel
+
+BN = "_native_batch_norm_legit"
+BF16, F16, F32, F64 = torch.bfloat16, torch.float16, torch.float32, torch.float64
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("samples"))
+
+
+def _run(monkeypatch, overload, kernel, dtype, cache, layout="contiguous", spec=None):
+    calls = calls_for(overload, dtype, cache)
+    assert calls, f"no samples of {overload} for {dtype}"
+    spec = spec if spec is not None else spec_for(overload)
+    try:
+        return run_with_kernel(monkeypatch, overload, kernel, calls, layout, spec=spec)
+    finally:
+        monkeypatch.undo()  # the next run's CPU reference must be the real op again
+
+
+def _off(overload: str, factor: float):
+    """The real kernel with its first output scaled by `factor` (written arguments as CPU's)."""
+    real = resolve(overload)
+
+    def kernel(*args, **kwargs):
+        out = real(*args, **kwargs)
+        if isinstance(out, tuple):
+            return (out[0] * factor, *out[1:])
+        return out * factor
+
+    return kernel
+
+
+def _computed_in(overload: str, wide: torch.dtype | None):
+    """A correct kernel of another implementation: every floating input converted to `wide`
+    (None: a contiguous copy), the real op, the results rounded back (written arguments too), as
+    a device computing in a wider type does."""
+    real = resolve(overload)
+    written = [a.alias_info is not None and a.alias_info.is_write for a in real._schema.arguments]
+
+    def widen(x):
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+            return x
+        return x.contiguous().clone() if wide is None else x.to(wide)
+
+    def kernel(*args, **kwargs):
+        wargs, wkwargs = tree_map(widen, (args, kwargs))
+        out = real(*wargs, **wkwargs)
+        for a, w, write in zip(args, wargs, written, strict=False):  # running stats, self
+            if write and isinstance(a, torch.Tensor) and a is not w:
+                a.copy_(w)
+        if isinstance(out, tuple):
+            return tuple(o.to(args[0].dtype) for o in out)
+        return out.to(args[0].dtype)
+
+    return kernel
+
+
+def _on_contiguous_copies(overload: str):
+    """The real kernel on contiguous copies of the inputs, written arguments copied back."""
+    return _computed_in(overload, None)
+
+
+# ---- the tolerance of one dtype ------------------------------------------------------------
+def test_a_bare_multiplier_applies_to_single_precision_only():
+    assert tolerance(F32, 10.0) == pytest.approx((1.3e-5, 1e-4))
+    assert tolerance(torch.complex64, 10.0) == pytest.approx((1.3e-5, 1e-4))
+    # float16/bfloat16 keep their rtol (float32's error x10 is far below their rounding); their
+    # atol is float32's accumulated absolute error, which they inherit
+    assert tolerance(BF16, 16.0)[0] == TOLERANCES[BF16][0]
+    assert tolerance(F16, 16.0) == pytest.approx((1e-3, 1.6e-4))
+    assert tolerance(F64, 16.0) == TOLERANCES[F64]  # 1e-7 is ~1e9 float64 ULPs
+    assert tolerance(torch.int64, 16.0) == (0.0, 0.0)
+
+
+def test_a_mapping_names_its_dtypes_and_pairs_widen_rtol_and_atol_apart():
+    scale = {F32: 12.0, BF16: (2.0, 2000.0)}
+    assert tolerance(BF16, scale) == pytest.approx((3.2e-2, 2e-2))
+    assert tolerance(F32, scale) == pytest.approx((1.56e-5, 1.2e-4))
+    assert tolerance(F64, scale) == TOLERANCES[F64]
+    # unnamed: derived from the float32 entry by precision (float16 computes in float32)
+    assert tolerance(F16, scale) == pytest.approx((1e-3, 1.2e-4))
+    assert tolerance(F16, {F32: 1e4})[0] == pytest.approx(1.3e-2)
+
+
+def test_op_specs_give_half_precision_no_unmeasured_multiplier():
+    """Every spec either names float16/bfloat16 (a measurement) or leaves their rtol at base."""
+    from conformance.ops import SPECS, _load_all
+
+    _load_all()
+    for name, spec in SPECS.items():
+        named = spec.tol_scale if isinstance(spec.tol_scale, dict) else {}
+        for dtype in (F16, BF16):
+            if dtype not in named:
+                assert tolerance(dtype, spec.tol_scale)[0] == TOLERANCES[dtype][0], name
+
+
+# ---- wrong half-precision kernels fail, whatever float32 needs --------------------------------
+def test_bfloat16_batch_norm_20_percent_off_fails_values(monkeypatch, cache):
+    out = _run(monkeypatch, BN, _off(BN, 1.2), BF16, cache)
+    assert out.failure is not None and out.failure.check == "values", out.failure
+    assert "output 0" in out.failure.message
+
+
+def test_bfloat16_baddbmm_15_percent_off_fails_values(monkeypatch, cache):
+    out = _run(monkeypatch, "baddbmm", _off("baddbmm", 1.15), BF16, cache)
+    assert out.failure is not None and out.failure.check == "values", out.failure
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16])
+def test_addbmm_in_half_precision_15_percent_off_fails_values(monkeypatch, cache, dtype):
+    out = _run(monkeypatch, "addbmm", _off("addbmm", 1.15), dtype, cache)
+    assert out.failure is not None and out.failure.check == "values", out.failure
+
+
+# ---- correct kernels pass -------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "overload, dtype, layout",
+    [
+        (BN, BF16, "contiguous"),
+        (BN, BF16, "noncontiguous"),
+        (BN, F16, "contiguous"),
+        ("baddbmm", BF16, "contiguous"),
+        ("baddbmm", BF16, "transposed"),
+        ("addbmm", BF16, "contiguous"),
+        ("addbmm", F16, "contiguous"),
+    ],
+)
+def test_correct_kernels_pass(monkeypatch, cache, overload, dtype, layout):
+    """CPU's own kernel, and one computing in float32 and rounding once (more accurate than
+    CPU's half-precision batch norm and addbmm, which round on the way)."""
+    assert _run(monkeypatch, overload, None, dtype, cache, layout).failure is None
+    accurate = _run(monkeypatch, overload, _computed_in(overload, F32), dtype, cache, layout)
+    assert accurate.failure is None, accurate.failure and accurate.failure.message
+
+
+@pytest.mark.parametrize(
+    "overload, dtype", [(BN, BF16), (BN, F16), ("addbmm", BF16), ("addbmm", F16)]
+)
+def test_half_precision_multipliers_are_what_an_accurate_kernel_needs(
+    monkeypatch, cache, overload, dtype
+):
+    """The measured half-precision multipliers are not slack: under the base tolerance a kernel
+    computing in float32 fails against CPU's half-precision kernel, which rounds on the way."""
+    accurate = _computed_in(overload, F32)
+    base = _run(monkeypatch, overload, accurate, dtype, cache, spec=OpSpec(overload))
+    assert base.failure is not None and base.failure.check == "values"
+
+
+@pytest.mark.parametrize("overload, layout", [(BN, "expanded"), ("addbmm", "transposed")])
+def test_float32_within_the_measured_multiplier_passes(monkeypatch, cache, overload, layout):
+    """A float32 kernel that stages strided inputs into contiguous buffers first (as echo_npu
+    does) differs from CPU on the strided layout by CPU's own layout dependence (batch norm of
+    an expanded input, whose rows are alike: variance 0): beyond the base tolerance, within the
+    measured multiplier."""
+    staged = _on_contiguous_copies(overload)
+    assert _run(monkeypatch, overload, staged, F32, cache, layout).failure is None
+    base = _run(monkeypatch, overload, staged, F32, cache, layout, spec=OpSpec(overload))
+    assert base.failure is not None and base.failure.check == "values"
