@@ -111,7 +111,7 @@ def test_skip_entries_and_stale_entries(run_suite, tmp_path):
     path.write_text(
         '[[entry]]\npattern = "abs-*-native"\nstatus = "skip"\ncategory = "flaky"\n'
         'reason = "r"\n\n[[entry]]\npattern = "nothing-matches-this"\nstatus = "xfail"\n'
-        'category = "flaky"\nreason = "r"\n'
+        'category = "flaky"\nreason = "r"\ncheck = "values"\n'
     )
     run = run_suite(
         "--ops",
