@@ -565,22 +565,19 @@ class ConformanceRun:
     def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config) -> None:
         if not self.started or self.role in (Role.XDIST_WORKER, Role.FORKED_CHILD):
             return
-        stale = self.suite.stale_expectations()
-        if stale:
-            terminalreporter.section("conformance: stale expectations", yellow=True)
-            for entry in stale:
-                terminalreporter.write_line(
-                    f"entry {entry.pattern!r} at {entry.source} matches no case of the matrix; "
-                    "remove it or fix the pattern"
-                )
-        loose = [e for e in self.suite.manifest.entries if e.status == "xfail" and not e.checks]
-        if loose:
-            terminalreporter.section("conformance: expectations not pinned", yellow=True)
-            for entry in loose:
-                terminalreporter.write_line(
-                    f"xfail entry {entry.pattern!r} at {entry.source} does not say which check "
-                    'fails (add e.g. check = "values"): a second bug in its cases would hide'
-                )
+        write_entries(
+            terminalreporter,
+            "stale expectations",
+            self.suite.stale_expectations(),
+            "matches no case of the matrix; remove it or fix the pattern",
+        )
+        write_entries(
+            terminalreporter,
+            "expectations not pinned",
+            [e for e in self.suite.manifest.entries if e.status == "xfail" and not e.checks],
+            'does not say which check fails (add e.g. check = "values"): a second bug in its '
+            "cases would hide",
+        )
         records = [r.to_json() for r in self.records]
         findings = group_findings(records)
         write_findings(terminalreporter, records, findings)
@@ -641,6 +638,15 @@ def is_conformance_nodeid(nodeid: str) -> bool:
 def record_id(nodeid: str) -> str:
     """The `id` of the record of a node: its name within the file."""
     return nodeid.split("::", 1)[-1]
+
+
+def write_entries(tr, title: str, entries: list, problem: str) -> None:
+    """A yellow terminal section listing manifest entries with one problem, if any."""
+    if not entries:
+        return
+    tr.section(f"conformance: {title}", yellow=True)
+    for entry in entries:
+        tr.write_line(f"{entry.status} entry {entry.pattern!r} at {entry.source} {problem}")
 
 
 def write_findings(tr, records: list[dict[str, Any]], findings: list[Finding]) -> None:
