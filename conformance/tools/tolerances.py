@@ -55,18 +55,16 @@ from conformance.engine import consistency, oracles
 from conformance.engine.checks import Outcome, invoke
 from conformance.engine.compare import TOLERANCES, tolerance
 from conformance.engine.discovery import has_schema, overload_name, resolve
-from conformance.engine.layout_names import LAYOUT_HELP
+from conformance.engine.layout_names import parse_layouts
 from conformance.engine.placing import Materialized, PlacedCall, place
 from conformance.engine.samples import MAX_FALLBACK_SAMPLES, MAX_OPINFO_SAMPLES, calls_for
+from conformance.errors import ConformanceUsageError
+from conformance.harness.options import parse_dtypes
 from conformance.ops import OpSpec, spec_for
 
 DEFAULT_DTYPES = "float32,float64,float16,bfloat16"
 DEFAULT_CACHE = os.path.join(".pytest_cache", "d", "conformance")  # the suite's, run from here
 WIDER = {torch.complex64: torch.complex128, torch.complex32: torch.complex128}
-
-
-class UsageError(Exception):
-    """Bad input: printed as one line."""
 
 
 @dataclass
@@ -388,34 +386,19 @@ def _overloads(patterns: list[str]) -> list[str]:
     )
     unknown = [p for p in patterns if not any(fnmatch.fnmatchcase(n, p) for n in names)]
     if unknown:
-        raise UsageError(f"--ops: {', '.join(unknown)} matches no aten overload")
+        raise ConformanceUsageError(f"--ops: {', '.join(unknown)} matches no aten overload")
     chosen = [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
     return [n for n in chosen if has_schema(n)]
 
 
-def _dtypes(text: str) -> list[torch.dtype]:
-    out = []
-    for name in (n.strip() for n in text.split(",") if n.strip()):
-        dtype = getattr(torch, name.removeprefix("torch."), None)
-        if not isinstance(dtype, torch.dtype):
-            raise UsageError(f"--dtypes: unknown dtype '{name}' (e.g. {DEFAULT_DTYPES})")
-        out.append(dtype)
-    if not out:
-        raise UsageError("--dtypes: no dtype given")
-    return out
-
-
-def _layouts(text: str) -> list[str]:
-    if text == "all":
-        return list(LAYOUT_HELP)
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    bad = [n for n in names if n not in LAYOUT_HELP]
-    if bad or not names:
-        raise UsageError(
-            f"--layouts: unknown layout(s) {', '.join(bad) or '(none)'}; "
-            f"valid: all, {', '.join(LAYOUT_HELP)}"
-        )
-    return names
+def _flag(flag: str, parse: Callable[[str], list], text: str) -> list:
+    """The suite's own parser of `flag`'s comma list, its one-line error naming the flag."""
+    if not text.strip():
+        raise ConformanceUsageError(f"{flag}: nothing given")
+    try:
+        return parse(text)
+    except ConformanceUsageError as exc:
+        raise ConformanceUsageError(f"{flag}: {exc}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -445,12 +428,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         patterns = [p.strip() for p in opts.ops.split(",") if p.strip()]
         if not patterns:
-            raise UsageError("--ops: no pattern given")
+            raise ConformanceUsageError("--ops: no pattern given")
         overloads = _overloads(patterns)
-        dtypes, layouts = _dtypes(opts.dtypes), _layouts(opts.layouts)
+        dtypes = _flag("--dtypes", parse_dtypes, opts.dtypes)
+        layouts = _flag("--layouts", parse_layouts, opts.layouts)
         if opts.limit < 1:
-            raise UsageError("--limit: must be at least 1")
-    except UsageError as exc:
+            raise ConformanceUsageError("--limit: must be at least 1")
+    except ConformanceUsageError as exc:
         print(f"tolerances: {exc}", file=sys.stderr)
         return 2
     cache_dir = None if opts.cache_dir == "none" else opts.cache_dir
