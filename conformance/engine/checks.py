@@ -71,6 +71,11 @@ def invoke(fn: Callable[..., Any], m: Materialized, seeded: bool = False, draw: 
         return Outcome(exc=exc.with_traceback(None))
 
 
+def version(t: torch.Tensor) -> int:
+    """`t._version`, or -1 for an inference tensor (it has no version counter)."""
+    return -1 if t.is_inference() else t._version
+
+
 @dataclass
 class Redraw:
     """One further run of a random sample on both sides after `manual_seed(SEED + k)`: (device
@@ -245,12 +250,16 @@ def _writes(schema: Any) -> bool:
 
 @sample_check(
     "identity",
-    "in-place and out= overloads return the very tensor they wrote, called below autograd "
-    "(where ADInplaceOrView cannot return self for them)",
+    "in-place and out= overloads return the very tensor they wrote: to the caller (on "
+    "inference tensors inside torch.inference_mode() ADInplaceOrView does not replace the "
+    "kernel's return) and called below autograd (where ADInplaceOrView cannot return self)",
 )
 def check_identity(s: Sample) -> None:
     if not s.spec.check_aliasing or not _writes(s.schema):
         return
+    inference = any(view.is_inference() for _, _, view in s.dev.bases)
+    where = "on inference tensors inside torch.inference_mode()" if inference else "to the caller"
+    _returns_written(s, s.actual.result, s.dev, where)
     below = getattr(torch._C, "_AutoDispatchBelowADInplaceOrView", None)
     if below is None:
         return  # torch without the guard: the run header says so
@@ -265,6 +274,10 @@ def check_identity(s: Sample) -> None:
             f"called below autograd (as a compiled or functionalized graph calls it) the kernel "
             f"raised {type(exc).__name__}: {first_line(exc)}; the first call returned normally",
         ) from None
+    _returns_written(s, result, dev, "called below autograd")
+
+
+def _returns_written(s: Sample, result: Any, dev: Materialized, where: str) -> None:
     written = [view for leaf, _, view in dev.bases if leaf.written]
     is_out = any(leaf.arg == "out" for leaf, _, _ in dev.bases if leaf.written)
     for _, t, info in returned(s.schema, result):
@@ -272,7 +285,7 @@ def check_identity(s: Sample) -> None:
             what, kind = ("out= tensor", "out") if is_out else ("self", "inplace")
             raise Mismatch(
                 kind,
-                f"returned a new tensor instead of the {what} it wrote (called below autograd; "
+                f"returned a new tensor instead of the {what} it wrote ({where}; "
                 f"returned {_describe(t)}, {what} is {_describe(written[0]) if written else '?'})",
             )
 
@@ -435,7 +448,7 @@ def check_written(s: Sample) -> None:
             raise Mismatch(
                 "inplace", f"{leaf.arg} moved to new memory (data_ptr changed; cpu writes in place)"
             )
-        bumped, cpu_bumped = view._version > ver, cview._version > cver
+        bumped, cpu_bumped = version(view) > ver, version(cview) > cver
         if s.layout_free_bumps is not None and leaf.arg not in s.layout_free_bumps:
             cpu_bumped = False  # CPU bumps it on this layout only: its kernel's artefact
         if leaf.arg in declared and cpu_bumped and not bumped:

@@ -11,16 +11,17 @@ case fails on its own and names the broken foundation it might be related to.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
-from conformance.engine import checks, consistency, memory, oracles
+from conformance.engine import checks, consistency, gradients, memory, oracles
 from conformance.engine.backend import Backend
 from conformance.engine.calls import Call
-from conformance.engine.checks import NotApplicable, Outcome, Unsupported, invoke
+from conformance.engine.checks import NotApplicable, Outcome, Unsupported, invoke, version
 from conformance.engine.compare import ErrorStats, Mismatch
 from conformance.engine.discovery import resolve
 from conformance.engine.foundations import Blame, Foundations, Probe
@@ -60,6 +61,7 @@ class RunContext:
     via_fallback: bool
     strict_errors: bool
     nondeterministic: bool
+    mode: str = ""  # "" (the forward call), "grad" or "inference" (CaseId.values)
 
 
 def run_case(
@@ -72,15 +74,19 @@ def run_case(
     route: bool = True,
     strict_errors: bool = False,
     foundations: Foundations | None = None,
+    mode: str = "",
 ) -> CaseOutcome:
     """Run every sample of the case; stop at the first failed check.
 
     path 'fallback' with route=True routes a natively registered overload through
     cpu_fallback with the backend's switch; route=False: the overload has no kernel and
-    reaches the fallback by itself."""
+    reaches the fallback by itself. `mode`: "grad" compares gradients (`gradients.py`),
+    "inference" runs the samples on inference tensors inside `torch.inference_mode()`."""
     op = resolve(overload)
     outcome = CaseOutcome()
-    placed_calls = _placed(calls, layout, op._schema, spec.written_args)
+    placed_calls = _placed(calls, layout, op._schema, spec.written_args, resize=mode != "grad")
+    if mode == "grad":
+        placed_calls = placed_calls[: gradients.MAX_GRAD_SAMPLES]
     if not placed_calls:
         outcome.skip_reason = (
             f"no sample of {overload} has an input that the '{layout}' layout applies to"
@@ -102,6 +108,7 @@ def run_case(
         path == "fallback",
         strict_errors,
         nondeterministic,
+        mode,
     )
     outcome.context = ctx
     watch = memory.MemoryWatch(backend)
@@ -109,7 +116,19 @@ def run_case(
     for placed in placed_calls:
         failure, compared = None, False
         try:
-            raised, bug = _run_sample(ctx, placed, outcome.stats)
+            if mode == "grad":
+                gradients.run_grad_sample(
+                    op,
+                    placed,
+                    backend.device,
+                    spec.tol_scale,
+                    outcome.stats,
+                    on_device=lambda: backend.routed_through_fallback(ctx.route),
+                    reference=spec.reference,
+                )
+                raised, bug = False, None
+            else:
+                raised, bug = _run_sample(ctx, placed, outcome.stats)
             compared = True
             if bug:
                 outcome.torch_bugs.append(f"{placed.signature()}: {bug}")
@@ -184,7 +203,9 @@ def _ops_called(ctx: RunContext, placed: PlacedCall) -> set[str]:
     return {e.name.removeprefix("aten::") for e in prof.function_events}
 
 
-def _placed(calls: list[Call], layout: str, schema, written: tuple[str, ...]) -> list[PlacedCall]:
+def _placed(
+    calls: list[Call], layout: str, schema, written: tuple[str, ...], resize: bool = True
+) -> list[PlacedCall]:
     out = []
     has_out = any(
         a.alias_info is not None and a.alias_info.is_write and a.kwarg_only
@@ -194,11 +215,17 @@ def _placed(calls: list[Call], layout: str, schema, written: tuple[str, ...]) ->
         p = place(call, layout, schema, written=written)
         if p is not None:
             out.append(p)
-        if has_out and layout == "contiguous":
+        if has_out and layout == "contiguous" and resize:
             resized = place(call, layout, schema, resize_out=True, written=written)
             if resized is not None:
                 out.append(resized)
     return out
+
+
+def mode_context(mode: str) -> Callable[[], contextlib.AbstractContextManager]:
+    """What a sample of the case's mode is built and run inside: `torch.inference_mode` for
+    -inference cases (inference tensors, no ADInplaceOrView), nothing otherwise."""
+    return torch.inference_mode if mode == "inference" else contextlib.nullcontext
 
 
 def _run_sample(ctx: RunContext, placed: PlacedCall, stats: ErrorStats) -> tuple[bool, str | None]:
@@ -206,19 +233,22 @@ def _run_sample(ctx: RunContext, placed: PlacedCall, stats: ErrorStats) -> tuple
     Raises Mismatch (or Unsupported / NotApplicable)."""
     backend, spec = ctx.backend, ctx.spec
     reference = spec.reference or ctx.op
-    cpu = placed.materialize("cpu")
-    dev = placed.materialize(backend.device)
+    mode = mode_context(ctx.mode)
+    with mode():  # inference tensors, when the case runs in inference mode
+        cpu = placed.materialize("cpu")
+        dev = placed.materialize(backend.device)
     written_before = [
-        (view._version, view.data_ptr()) for leaf, _, view in dev.bases if leaf.written
+        (version(view), view.data_ptr()) for leaf, _, view in dev.bases if leaf.written
     ]
-    cpu_before = [(view._version, view.data_ptr()) for leaf, _, view in cpu.bases if leaf.written]
-    expected = invoke(reference, cpu, ctx.nondeterministic)
+    cpu_before = [(version(view), view.data_ptr()) for leaf, _, view in cpu.bases if leaf.written]
+    with mode():
+        expected = invoke(reference, cpu, ctx.nondeterministic)
     free = None
     if placed.layout != "contiguous" and not ctx.nondeterministic:
         free = consistency.layout_free(ctx.op, spec, placed, reference, expected)
     bug = consistency.disagreement(spec, cpu, expected, free) if free is not None else None
     count_before = backend.fallback_count(ctx.overload)
-    with backend.routed_through_fallback(ctx.route):
+    with backend.routed_through_fallback(ctx.route), mode():
         actual = invoke(ctx.op, dev, ctx.nondeterministic)
 
     def sample(cpu_side: Materialized, expected_side: Outcome) -> checks.Sample:

@@ -360,6 +360,20 @@ def model_fallback_overloads(version: str | None = None) -> list[str]:
     return reached_through_fallback(read_golden(nearest_golden_path(version)), how_reached)
 
 
+def model_composite_overloads(version: str | None = None) -> list[str]:
+    """Overloads the workloads call directly that the loaded backend runs as a composite (a
+    decomposition into other ops, e.g. gelu into gelu.out): no case of their own, but their
+    gradients are what training computes on the device (the -grad cases)."""
+    from conformance.engine.discovery import how_reached
+
+    graph = read_golden(nearest_golden_path(version))
+    return sorted(
+        name
+        for name, reach in graph.items()
+        if reach.workloads and how_reached(name) not in ("kernel", "backend fallback")
+    )
+
+
 def excluded(path: str = EXCLUDED_FILE) -> dict[str, str]:
     """{overload: reason} the default run leaves out of the model-derived set: overloads whose
     results the suite cannot compare yet (random draws, ...). Never a backend's bug: those go

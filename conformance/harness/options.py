@@ -24,6 +24,7 @@ DEFAULT_DTYPES = "float32,float64,float16,bfloat16,int32,int64,bool"
 PATHS = ("native", "fallback")
 ORDINARY = "ordinary"  # the value set of the ordinary samples (ids without a values part)
 VALUE_SETS = (ORDINARY, "special", "promotion")
+MODES = ("grad", "inference")  # execution modes beyond the plain forward call (ids end in -<mode>)
 ISOLATE = ("auto", "fork", "spawn", "none")
 DEFAULT_CASE_TIMEOUT = "300"
 
@@ -54,6 +55,19 @@ def parse_dtypes(text: str) -> list[torch.dtype]:
             raise ConformanceUsageError(f"unknown dtype '{name}'; valid: {', '.join(ALL_DTYPES)}")
         out.append(dtype)
     return out
+
+
+def parse_modes(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if names == ["none"]:
+        return []
+    bad = [n for n in names if n not in MODES]
+    if bad or not names:
+        raise ConformanceUsageError(
+            f"--modes: unknown mode(s) {', '.join(bad) or '(none)'}; "
+            f"valid: {', '.join(MODES)} or none"
+        )
+    return names
 
 
 def parse_paths(text: str) -> list[str]:
@@ -194,6 +208,15 @@ class Options:
         "-promotion), run on the contiguous layout",
         default=",".join(VALUE_SETS),
         parse=parse_values,
+    )
+    modes: list[str] = option(
+        "comma-separated execution modes beyond the forward call, or none: grad (gradients "
+        "against cpu: backward with grad_outputs in several layouts, .grad accumulation and "
+        "layout, for floating dtypes on the contiguous and transposed layouts; ids end in "
+        "-grad) and inference (in-place, out= and view overloads on inference tensors inside "
+        "torch.inference_mode(), one dtype, contiguous; ids end in -inference)",
+        default=",".join(MODES),
+        parse=parse_modes,
     )
     expectations: list[str] | None = option(
         "expected-failure manifest(s), comma-separated (default: "

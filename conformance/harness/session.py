@@ -184,6 +184,7 @@ class ConformanceRun:
             self.info["header"] = self.header_lines()
             if suite.coverage is not None:
                 self.info["coverage"] = suite.coverage.to_json()
+            self.info["modes"] = suite.mode_account()
             self.recorder.write_run_info(self.info)
 
     def _targets_conformance(self) -> bool:
@@ -309,6 +310,7 @@ class ConformanceRun:
         lines.append("checks: " + "; ".join(f"{k}: {v}" for k, v in checks.items()))
         if suite.coverage is not None:
             lines += suite.coverage.header_lines()
+        lines += suite.mode_lines()
         lines.append(f"expectations: {files}; results: {suite.options.results or 'off'}")
         return lines
 

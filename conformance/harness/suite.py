@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from conformance.engine import coverage, discovery, samples, workloads
+from conformance.engine import coverage, discovery, gradients, samples, workloads
 from conformance.engine.backend import Backend, load_backend
 from conformance.engine.foundations import ORDER as FOUNDATION_ORDER
 from conformance.engine.foundations import Blame, Foundations, Probe
@@ -21,7 +21,8 @@ from conformance.engine.transfer import RELIES_ON
 from conformance.errors import ConformanceUsageError
 from conformance.harness.expectations import Entry, Manifest, default_manifest_paths, load_manifest
 from conformance.harness.keyword import keyword_filter
-from conformance.harness.options import ORDINARY, Options
+from conformance.harness.modes import ModeAccount
+from conformance.harness.options import MODES, ORDINARY, Options
 from conformance.harness.rundir import RunDir
 from conformance.ops import spec_for
 from conformance.record import CaseId, CaseRecord, Status
@@ -68,10 +69,12 @@ class Suite:
         self.schemaless = discovery.schemaless_registrations()
         self.has_fallback = discovery.has_backend_fallback()
         self._calls: dict[tuple[str, torch.dtype, str], list] = {}
+        self.modes = ModeAccount(self.calls)  # which overloads get -grad / -inference cases
         self.excluded = workloads.excluded()  # model-derived overloads left out, and why
         self.overloads = self.selected_overloads()  # validates --ops early
         self.fallback_only = self.selected_fallback_overloads()
         self._fallback_only_set = frozenset(self.fallback_only)
+        self.grad_only = self.selected_grad_only_overloads()
         # a spawned case runner collects every case (the parent chose which ones run)
         self.coverage: coverage.Coverage | None = None
         self.coverage = self._coverage() if with_coverage else None
@@ -134,7 +137,10 @@ class Suite:
         return [
             o
             for o in overloads
-            if any(keep(str(c)) for c in self._cases_of(o, self._dtypes(o, fallback_only), paths))
+            if any(
+                keep(str(c))
+                for c in self._cases_of(o, self._dtypes(o, fallback_only), paths, probe=False)
+            )
         ]
 
     def _no_sample_reason(self, overload: str) -> str:
@@ -195,6 +201,19 @@ class Suite:
             )
         return chosen
 
+    def selected_grad_only_overloads(self) -> list[str]:
+        """Overloads with -grad cases only: with the model-derived default, what the workloads
+        call that this backend runs as a decomposition (engine/workloads.py)."""
+        wanted = self.options.fallback_ops
+        if self.options.ops or "grad" not in self.options.modes or wanted not in (None, ["models"]):
+            return []
+        known = set(self.registered) | self._fallback_only_set | set(self.excluded)
+        return [
+            o
+            for o in workloads.model_composite_overloads()
+            if o not in known and self.modes.grad_reason(o, probe=False) is None
+        ]
+
     def _has_samples(self, overload: str, dtype: torch.dtype) -> bool:
         return self.coverage is None or not self.coverage.missing(overload, dtype_name(dtype))
 
@@ -212,6 +231,9 @@ class Suite:
         if "fallback" in self.options.paths:
             for overload in self.fallback_only:
                 out += self._cases_of(overload, self._dtypes(overload, True), ["fallback"])
+        layouts = list(self.options.layouts)
+        for overload in self.grad_only:  # as the device runs them: no route of their own
+            out += self._mode_cases(overload, self._dtypes(overload, True), ["native"], layouts)
         return out
 
     def _dtypes(self, overload: str, fallback_only: bool) -> list[torch.dtype]:
@@ -227,7 +249,9 @@ class Suite:
                 dtypes = [d for d in dtypes if dtype_name(d) in supported]
         return dtypes
 
-    def _cases_of(self, overload: str, dtypes: list[torch.dtype], paths: list[str]) -> list:
+    def _cases_of(
+        self, overload: str, dtypes: list[torch.dtype], paths: list[str], probe: bool = True
+    ) -> list:
         spec = spec_for(overload)
         layouts = [lo for lo in self.options.layouts if spec.layouts is None or lo in spec.layouts]
         value_sets = [
@@ -247,10 +271,44 @@ class Suite:
             for v in value_sets:
                 if values.applies(overload, dtype, v):
                     out += [CaseId(overload, name, "contiguous", p, v) for p in paths]
+        return out + self._mode_cases(overload, dtypes, paths, layouts, probe)
+
+    def _mode_cases(
+        self,
+        overload: str,
+        dtypes: list[torch.dtype],
+        paths: list[str],
+        layouts: list[str],
+        probe: bool = True,
+    ) -> list[CaseId]:
+        """The -grad and -inference cases of one overload (--modes)."""
+        dtypes = [d for d in dtypes if self._has_samples(overload, d)]
+        out = []
+        if "grad" in self.options.modes and self.modes.grad_reason(overload, probe) is None:
+            allowed = (
+                gradients.DECOMPOSITION_GRAD_DTYPES
+                if overload in self.grad_only
+                else gradients.GRAD_DTYPES
+            )
+            for dtype in (d for d in dtypes if d in allowed):
+                grad_layouts = [lo for lo in layouts if lo in gradients.GRAD_CASE_LAYOUTS]
+                out += [
+                    CaseId(overload, dtype_name(dtype), lo, p, "grad")
+                    for lo in grad_layouts
+                    for p in paths
+                ]
+        if overload in self.grad_only:
+            return out
+        if "inference" in self.options.modes and dtypes and "contiguous" in layouts:
+            if self.modes.inference_applies(overload):
+                name = dtype_name(dtypes[0])
+                out += [CaseId(overload, name, "contiguous", p, "inference") for p in paths]
         return out
 
     def calls(self, overload: str, dtype: torch.dtype, value_set: str = "") -> list:
-        """Samples of (overload, dtype, value set), loaded once per process (cases share them)."""
+        """Samples of (overload, dtype, value set), loaded once per process (cases share them);
+        the modes (grad, inference) run the ordinary samples."""
+        value_set = "" if value_set in MODES else value_set
         key = (overload, dtype, value_set)
         if key not in self._calls:
             limit = (
@@ -262,6 +320,46 @@ class Suite:
                 overload, dtype, self.cache_dir, value_set, limit=limit
             )
         return self._calls[key]
+
+    def mode_account(self) -> dict[str, Any]:
+        """Which overloads have -grad and -inference cases and why the others have no -grad
+        ones (run header, run.json "modes")."""
+        if "grad" not in self.options.modes and "inference" not in self.options.modes:
+            return {}
+        tested = self._kept_by_keyword(self.overloads, False) + self._kept_by_keyword(
+            self.fallback_only, True
+        )
+        account: dict[str, Any] = {"modes": list(self.options.modes)}
+        if "grad" in self.options.modes:
+            by_reason = self.modes.account(tested + self.grad_only)
+            with_grad = by_reason.pop("", [])
+            account["grad"] = with_grad
+            account["grad_only"] = [o for o in self.grad_only if o in with_grad]
+            account["no_grad"] = by_reason
+        if "inference" in self.options.modes:
+            account["inference"] = [o for o in tested if self.modes.inference_applies(o)]
+        return account
+
+    def mode_lines(self) -> list[str]:
+        """The mode account as run header lines."""
+        account = self.mode_account()
+        lines = []
+        if "grad" in account:
+            grad, only = account["grad"], account["grad_only"]
+            text = f"modes: -grad cases for {len(grad)} overloads (floating dtypes, layouts "
+            text += f"{'/'.join(gradients.GRAD_CASE_LAYOUTS)}; grad_outputs "
+            text += f"{'/'.join(gradients.GRAD_OUTPUT_LAYOUTS)})"
+            if only:
+                text += f", {len(only)} of them decompositions the models call: {', '.join(only)}"
+            lines.append(text)
+            for reason, names in account["no_grad"].items():
+                lines.append(f"modes: no -grad cases, {reason}: {len(names)} ({', '.join(names)})")
+        if "inference" in account:
+            lines.append(
+                f"modes: -inference cases for {len(account['inference'])} in-place/out=/view "
+                "overloads (contiguous, one dtype)"
+            )
+        return lines
 
     def stale_expectations(self) -> list[Entry]:
         """Manifest entries that match no case of the full matrix (only judged when the run
@@ -363,6 +461,7 @@ class Suite:
             case.path,
             route=route,
             strict_errors=self.options.strict_errors,
+            mode=case.values if case.values in MODES else "",
         )
         expected = self.expectation(case)
         xfail = expected is not None and expected.status == "xfail"
@@ -475,10 +574,13 @@ class Suite:
             case = CaseId.parse(nodeid)
         except ValueError:
             case = None  # a scenario: its options as given
-        if case is not None:
+        if case is not None and case.overload in self.grad_only:
+            override["ops"] = override["fallback_ops"] = None  # a decomposition the models call
+        elif case is not None:
             registered = case.overload in self.registered
             override["ops"] = case.overload if registered else None
             override["fallback_ops"] = None if registered else case.overload
+        if case is not None:
             for name, value in (
                 ("dtypes", case.dtype),
                 ("layouts", case.layout),

@@ -291,3 +291,35 @@ print("SURVIVED")
     assert r.returncode in (-6, -11) and "SURVIVED" not in r.stdout, (r.returncode, r.stderr)
     assert "values" not in r.stderr  # never a wrong value: only the heap is damaged
     assert run_py(code).returncode == 0
+
+
+def test_gelu_has_its_own_autograd_kernel_and_wrong_backward(npu, faults):
+    assert "aten::gelu" in torch._C._dispatch_get_registrations_for_dispatch_key(
+        "AutogradPrivateUse1"
+    )
+    x = torch.linspace(-2.0, 2.0, 8)
+    want = torch.func.grad(lambda t: torch.nn.functional.gelu(t).sum())(x)
+
+    def device_grad() -> torch.Tensor:
+        d = x.to("npu").requires_grad_()
+        y = torch.nn.functional.gelu(d)
+        assert torch.allclose(y.detach().cpu(), torch.nn.functional.gelu(x))  # forward right
+        y.sum().backward()
+        return d.grad.cpu()
+
+    assert torch.allclose(device_grad(), want, atol=1e-6)
+    faults(["gelu_wrong_backward"])
+    assert torch.equal(device_grad(), (x > 0).float())  # relu's derivative
+    faults([])
+
+
+def test_out_returns_new_inference(npu, faults):
+    faults(["out_returns_new_inference"])
+    a = torch.ones(3, device="npu")
+    out = torch.empty(3, device="npu")
+    assert torch.add(a, a, out=out) is out  # ordinary tensors: ADInplaceOrView returns out
+    with torch.inference_mode():
+        a, out = torch.ones(3, device="npu"), torch.empty(3, device="npu")
+        got = torch.add(a, a, out=out)
+    assert got is not out and torch.equal(out.cpu(), torch.full((3,), 2.0))
+    faults([])

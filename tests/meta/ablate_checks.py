@@ -29,6 +29,7 @@ from tests.meta.ablation import ABLATIONS, ENV  # noqa: E402
 SELF_TESTS = [
     "tests/engine/test_verdicts.py",
     "tests/engine/test_random_oracle.py",
+    "tests/engine/test_gradients.py",
     "tests/engine/test_runner.py",
     "tests/engine/test_foundations.py",
     "tests/suite/test_catches_faults.py",

@@ -97,10 +97,12 @@ def test_protocol_doc_table_is_generated_from_the_code() -> None:
 
 def test_results_doc_names_every_check_and_status() -> None:
     from conformance.engine.checks import CHECKS
+    from conformance.engine.gradients import GRAD_CHECKS
     from conformance.record import HARNESS_CHECKS, Status
 
     doc = (ROOT / "docs" / "RESULTS.md").read_text()
-    names = [c.name for c in CHECKS] + list(HARNESS_CHECKS) + ["memory", "leak"]
+    names = [c.name for c in CHECKS] + list(HARNESS_CHECKS) + list(GRAD_CHECKS)
+    names += ["memory", "leak"]
     missing = [n for n in names if not re.search(rf"`{re.escape(n)}`", doc)]
     missing += [s.value for s in Status if f"`{s.value}`" not in doc]
     assert missing == [], f"docs/RESULTS.md does not describe {missing}"

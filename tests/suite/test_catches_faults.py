@@ -40,6 +40,21 @@ FAULTS = {
         "leak",
         "allocated during mul.Tensor still alive",
     ),
+    # training and serving (issue 21): caught only by the -grad / -inference cases
+    "gelu_wrong_backward": (
+        ["-k", "gelu", "--dtypes", "float32", "--layouts", "contiguous", "--values", "ordinary"],
+        {},
+        "gelu-float32-contiguous-native-grad",
+        "grad",
+        "grad of self (grad_output contiguous)",
+    ),
+    "out_returns_new_inference": (
+        ["--ops", "add.out", "--dtypes", "float32", "--layouts", "contiguous"],
+        {},
+        "add.out-float32-contiguous-native-inference",
+        "out",
+        "on inference tensors inside torch.inference_mode()",
+    ),
 }
 
 

@@ -281,8 +281,14 @@ Tensor& add_out(const Tensor& self, const Tensor& other, const Scalar& alpha, Te
   OpScope s("add.out");
   if (use_fallback("add.out", {self, other, out}))
     return fallback<at::_ops::add_out>(self, other, alpha, out);
-  return binary_out<at::_ops::add_out, at::_ops::add_Tensor>(k::BinOp::Add, self, other, out,
-                                                             alpha);
+  Tensor& r = binary_out<at::_ops::add_out, at::_ops::add_Tensor>(k::BinOp::Add, self, other, out,
+                                                                  alpha);
+  if (fault(Fault::OutReturnsNewInference) && out.is_inference()) {
+    static thread_local Tensor holder;  // out is written; the caller gets a copy of it
+    holder = r.clone();
+    return holder;
+  }
+  return r;
 }
 
 Tensor sub_Tensor(const Tensor& self, const Tensor& other, const Scalar& alpha) {

@@ -113,5 +113,7 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward_overrideable(
 
 // ---- autocast (autocast.cpp): AutocastPrivateUse1 policies --------------------------------
 void autocast_kernels(torch::Library& m);
+// echo_npu's own autograd kernels (AutogradPrivateUse1), as NPU backends write for fused ops
+void autograd_kernels(torch::Library& m);
 
 }  // namespace enpu::ops

@@ -132,6 +132,7 @@ void register_kernels(bool with_fallback) {
     // torch.autocast(device_type="npu"): everything falls through but the policies of autocast.cpp
     library("_", c10::DispatchKey::AutocastPrivateUse1).fallback(torch::CppFunction::makeFallthrough());
     ops::autocast_kernels(library("aten", c10::DispatchKey::AutocastPrivateUse1));
+    ops::autograd_kernels(library("aten", c10::DispatchKey::AutogradPrivateUse1));
     if (with_fallback)  // everything else: the boxed cpu_fallback (common.cpp)
       library("_", c10::DispatchKey::PrivateUse1)
           .fallback(torch::CppFunction::makeFromBoxedFunction<&fallback_boxed>());

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import warnings
 from collections import defaultdict
 from functools import cache, lru_cache
@@ -285,6 +286,43 @@ def captured_calls(
     return calls
 
 
+def _capture_in_child(full: str, dtype: torch.dtype) -> dict:
+    """`capture` in a forked child. The capture runs OpInfo backward, and a backward starts
+    autograd's device threads: after that, no forked child of this process (the case runners)
+    can run backward ("Unable to handle autograd's threading in combination with fork-based
+    multiprocessing"), and every -grad case would fail on the harness. Without fork: here."""
+    if not hasattr(os, "fork"):
+        return capture(full, dtype, "samples")
+    fd, tmp = tempfile.mkstemp(suffix=".pt", prefix="capture-")
+    os.close(fd)
+    try:
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            code = 1
+            try:
+                torch.set_num_threads(1)  # an OpenMP pool inherited through fork() would hang
+                try:
+                    result: tuple = ("ok", capture(full, dtype, "samples"))
+                except Exception as exc:  # noqa: BLE001 - sent to the parent
+                    result = ("error", f"{type(exc).__name__}: {exc}")
+                torch.save(result, tmp)
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        if status != 0:
+            raise RuntimeError(
+                f"capturing the OpInfo samples of {full} ({dtype}) in a child process failed "
+                f"(wait status {status})"
+            )
+        kind, value = torch.load(tmp, weights_only=False)
+    finally:
+        os.unlink(tmp)
+    if kind == "error":
+        raise RuntimeError(value)
+    return value
+
+
 @lru_cache(maxsize=64)  # one OpInfo's capture serves its functional, in-place and out= forms
 def _cached_capture(full: str, dtype: torch.dtype, cache_dir: str | None, source: str) -> dict:
     root = _cache_root(cache_dir)
@@ -296,7 +334,10 @@ def _cached_capture(full: str, dtype: torch.dtype, cache_dir: str | None, source
             return torch.load(path, weights_only=False)
         except Exception:
             pass  # a torn or stale cache file: recapture
-    captured = capture(full, dtype, "samples" if source == "samples" else "special")
+    if source == "samples":
+        captured = _capture_in_child(full, dtype)
+    else:
+        captured = capture(full, dtype, "special")
     if path:
         tmp = f"{path}.{os.getpid()}.tmp"
         torch.save(captured, tmp)

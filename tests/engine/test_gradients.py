@@ -1,0 +1,98 @@
+"""The -grad and -inference modes: each check fires on a planted wrong kernel, correct ones pass.
+
+CPU plays the device (tests/engine/fake_kernels.py); the "device" op is a Python function with
+the real schema, here a `torch.autograd.Function` whose forward is right and whose backward is
+wrong in one way per test: what a backend's own autograd kernel (AutogradPrivateUse1) can get
+wrong. tests/meta/ablate_checks.py shows which test catches which check being removed."""
+
+from __future__ import annotations
+
+import torch
+
+from conformance.engine import gradients
+from conformance.engine.calls import Call
+from tests.engine.fake_kernels import run_with_kernel
+
+
+def _gelu_with_backward(backward):
+    class Gelu(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return torch.ops.aten.gelu(x)
+
+        @staticmethod
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            return backward(grad, x)
+
+    return lambda x, approximate="none": Gelu.apply(x)
+
+
+def _right(grad, x):
+    return torch.ops.aten.gelu_backward(grad, x)
+
+
+def _as_if_contiguous(grad, x):
+    """Reads grad_output's memory as if it were contiguous (a kernel that ignores strides)."""
+    flat = torch.as_strided(grad, grad.shape, torch.empty(grad.shape).stride(), 0)
+    return torch.ops.aten.gelu_backward(flat, x)
+
+
+CALLS = [Call("gelu", (torch.linspace(-3, 3, 12).reshape(3, 4),))]
+
+
+def test_a_right_autograd_kernel_passes(monkeypatch):
+    for layout in gradients.GRAD_CASE_LAYOUTS:
+        out = run_with_kernel(
+            monkeypatch, "gelu", _gelu_with_backward(_right), CALLS, layout, mode="grad"
+        )
+        assert out.failure is None and out.samples == 1, out.failure
+
+
+def test_a_wrong_backward_fails_the_grad_case(monkeypatch):
+    wrong = _gelu_with_backward(lambda grad, x: grad * (x > 0))  # relu's derivative
+    out = run_with_kernel(monkeypatch, "gelu", wrong, CALLS, mode="grad")
+    assert out.failure is not None and out.failure.check == "grad"
+    assert "grad of self (grad_output contiguous)" in out.failure.message
+    # the forward is right: the ordinary case passes
+    assert run_with_kernel(monkeypatch, "gelu", wrong, CALLS).failure is None
+
+
+def test_a_backward_that_ignores_grad_output_strides_fails(monkeypatch):
+    wrong = _gelu_with_backward(_as_if_contiguous)
+    out = run_with_kernel(monkeypatch, "gelu", wrong, CALLS, mode="grad")
+    assert out.failure is not None and out.failure.check == "grad"
+    assert "grad_output transposed" in out.failure.message or (
+        "grad_output expanded" in out.failure.message
+    )
+
+
+def test_a_forward_without_autograd_graph_fails(monkeypatch):
+    def detached(x, approximate="none"):
+        return torch.ops.aten.gelu(x.detach())
+
+    out = run_with_kernel(monkeypatch, "gelu", detached, CALLS, mode="grad")
+    assert out.failure is not None and "does not require grad on the device" in (
+        out.failure.message
+    )
+
+
+def test_no_derivative_on_cpu_is_not_applicable_not_a_pass(monkeypatch):
+    calls = [Call("eq.Tensor", (torch.ones(3), torch.ones(3)))]
+    out = run_with_kernel(monkeypatch, "eq.Tensor", None, calls, mode="grad")
+    assert out.failure is None and out.samples == 0
+    assert out.skip_reason and "not differentiable" in out.skip_reason
+
+
+def test_an_out_kernel_returning_a_copy_on_inference_tensors_fails(monkeypatch):
+    def add_out(a, b, alpha=1, out=None):
+        torch.ops.aten.add.out(a, b, alpha=alpha, out=out)
+        return out.clone() if out.is_inference() else out
+
+    calls = [Call("add.out", (torch.ones(3), torch.ones(3)), {"out": torch.empty(3)})]
+    out = run_with_kernel(monkeypatch, "add.out", add_out, calls, mode="inference")
+    assert out.failure is not None and out.failure.check == "out"
+    assert "on inference tensors inside torch.inference_mode()" in out.failure.message
+    # outside inference mode ADInplaceOrView returns out itself: the ordinary case passes
+    assert run_with_kernel(monkeypatch, "add.out", add_out, calls).failure is None
