@@ -27,12 +27,39 @@ def test_cases_are_the_product_of_the_axes(tmp_path) -> None:
         values="ordinary",
     )
     cases = suite.cases()
-    assert len(cases) == 2 * 2 * 2 * 2
+    ordinary = [c for c in cases if not c.values]
+    assert len(ordinary) == 2 * 2 * 2 * 2
     assert CaseId("abs", "int64", "offset", "fallback") in cases
     assert [str(c) for c in cases][:2] == [
         "abs-float32-contiguous-native",
         "abs-float32-contiguous-fallback",
     ]
+    # the modes: -grad for the floating dtype on the contiguous layout (offset is not a grad
+    # layout), both paths; abs and neg write nothing, so no -inference cases
+    assert sorted(str(c) for c in cases if c.values) == [
+        f"{op}-float32-contiguous-{path}-grad"
+        for op in ("abs", "neg")
+        for path in ("fallback", "native")
+    ]
+
+
+def test_modes_none_leaves_only_the_forward_cases(tmp_path) -> None:
+    suite = make_suite(tmp_path, ops="add.out,abs", dtypes="float32", modes="none")
+    assert not [c for c in suite.cases() if c.values in ("grad", "inference")]
+    assert suite.mode_account() == {}
+
+
+def test_inference_cases_for_out_and_inplace_overloads_only(tmp_path) -> None:
+    suite = make_suite(tmp_path, ops="add.out,add_.Tensor,abs", dtypes="float32,int64")
+    inference = sorted(str(c) for c in suite.cases() if c.values == "inference")
+    assert inference == [
+        f"{op}-float32-contiguous-{path}-inference"
+        for op in ("add.out", "add_.Tensor")
+        for path in ("fallback", "native")
+    ]
+    account = suite.mode_account()
+    assert "abs" in account["grad"] and "add.out" not in account["grad"]
+    assert any("add.out" in names for names in account["no_grad"].values())
 
 
 def test_op_specs_restrict_layouts_and_dtypes(tmp_path) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import warnings
 from collections import defaultdict
 from functools import cache, lru_cache
@@ -239,9 +238,44 @@ def _run_backward(op, dtype: torch.dtype, recorder: _Recorder) -> None:
             if not leaves:
                 continue
             with recorder:
-                torch.autograd.backward(leaves, [torch.ones_like(t) for t in leaves])
+                run_graph(leaves, [torch.ones_like(t) for t in leaves])
         except Exception:
             pass
+
+
+def run_graph(outputs: list[torch.Tensor], grads: list[torch.Tensor], limit: int = 64) -> None:
+    """Run the backward graph of `outputs` by calling its nodes, without the autograd engine:
+    the engine's first use starts its device threads, after which no forked child of this
+    process (the case runners) can run backward ("Unable to handle autograd's threading in
+    combination with fork-based multiprocessing"), and every -grad case would fail on the
+    harness. Enough to record the overloads a backward reaches: gradients flowing into one node
+    from several paths are not summed (each path calls it), at most `limit` node calls."""
+    todo = []
+    for t, g in zip(outputs, grads, strict=True):
+        if t.grad_fn is not None:
+            n = len(t.grad_fn._input_metadata) if hasattr(t.grad_fn, "_input_metadata") else 1
+            inputs = [None] * max(n, t.output_nr + 1)
+            inputs[t.output_nr] = g
+            todo.append((t.grad_fn, inputs))
+    calls = 0
+    with torch.no_grad():
+        while todo and calls < limit:
+            node, inputs = todo.pop()
+            if type(node).__name__ == "AccumulateGrad":
+                continue
+            calls += 1
+            try:
+                found = node(*inputs)
+            except Exception:  # noqa: BLE001 - a node that needs what this walk cannot give
+                continue
+            found = found if isinstance(found, tuple) else (found,)
+            for (nxt, nr), g in zip(node.next_functions, found, strict=False):
+                if nxt is None or g is None:
+                    continue
+                n = len(nxt._input_metadata) if hasattr(nxt, "_input_metadata") else 1
+                inputs = [None] * max(n, nr + 1)
+                inputs[nr] = g
+                todo.append((nxt, inputs))
 
 
 def _run_variants(op, sample, recorder: _Recorder) -> None:
@@ -286,43 +320,6 @@ def captured_calls(
     return calls
 
 
-def _capture_in_child(full: str, dtype: torch.dtype) -> dict:
-    """`capture` in a forked child. The capture runs OpInfo backward, and a backward starts
-    autograd's device threads: after that, no forked child of this process (the case runners)
-    can run backward ("Unable to handle autograd's threading in combination with fork-based
-    multiprocessing"), and every -grad case would fail on the harness. Without fork: here."""
-    if not hasattr(os, "fork"):
-        return capture(full, dtype, "samples")
-    fd, tmp = tempfile.mkstemp(suffix=".pt", prefix="capture-")
-    os.close(fd)
-    try:
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child
-            code = 1
-            try:
-                torch.set_num_threads(1)  # an OpenMP pool inherited through fork() would hang
-                try:
-                    result: tuple = ("ok", capture(full, dtype, "samples"))
-                except Exception as exc:  # noqa: BLE001 - sent to the parent
-                    result = ("error", f"{type(exc).__name__}: {exc}")
-                torch.save(result, tmp)
-                code = 0
-            finally:
-                os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        if status != 0:
-            raise RuntimeError(
-                f"capturing the OpInfo samples of {full} ({dtype}) in a child process failed "
-                f"(wait status {status})"
-            )
-        kind, value = torch.load(tmp, weights_only=False)
-    finally:
-        os.unlink(tmp)
-    if kind == "error":
-        raise RuntimeError(value)
-    return value
-
-
 @lru_cache(maxsize=64)  # one OpInfo's capture serves its functional, in-place and out= forms
 def _cached_capture(full: str, dtype: torch.dtype, cache_dir: str | None, source: str) -> dict:
     root = _cache_root(cache_dir)
@@ -334,10 +331,7 @@ def _cached_capture(full: str, dtype: torch.dtype, cache_dir: str | None, source
             return torch.load(path, weights_only=False)
         except Exception:
             pass  # a torn or stale cache file: recapture
-    if source == "samples":
-        captured = _capture_in_child(full, dtype)
-    else:
-        captured = capture(full, dtype, "special")
+    captured = capture(full, dtype, "samples" if source == "samples" else "special")
     if path:
         tmp = f"{path}.{os.getpid()}.tmp"
         torch.save(captured, tmp)
