@@ -26,6 +26,7 @@ def _backward_works_in_a_forked_child() -> bool:
 
 def test_capture_records_backward_overloads_without_the_engine() -> None:
     import echo_npu  # noqa: F401 - with a device registered the engine starts device threads
+
     captured = opinfo.capture("nn.functional.gelu", torch.float32)["samples"]
     assert "gelu_backward" in captured  # the backward was run, node by node
     assert _backward_works_in_a_forked_child()
