@@ -115,9 +115,11 @@ def special_pattern(dtype: torch.dtype, extremes: bool) -> torch.Tensor:
 
 def _fill(t: torch.Tensor, pattern: torch.Tensor, operand: int) -> torch.Tensor:
     """`t`'s shape filled from `pattern`: operand 0 cycles fastest, operand 1 by blocks, so two
-    operands of n^2 elements meet in every pair of special values."""
+    operands of n^2 elements meet in every pair of special values. The phases repeat every
+    three operands (each tensor of a list is an operand: n**20 would overflow)."""
     n = pattern.numel()
     i = torch.arange(t.numel())
+    operand %= 3
     pick = (i // (n**operand)) % n if operand else i % n
     values = pattern[pick].reshape(t.shape)
     return values.to(t.dtype) if t.dtype.is_complex else values
