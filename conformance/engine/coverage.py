@@ -32,6 +32,9 @@ class Coverage:
     fallback_tested: list[str] = field(default_factory=list)
     fallback_set: str = ""  # how the fallback-only overloads were chosen: models, all, globs
     excluded: list[str] = field(default_factory=list)  # model-derived, left out with a reason
+    # model-derived overloads the backend runs through torch's composite kernels, not tested as
+    # ops in this run (what they compute is done by the overloads they call)
+    default_kernels: list[str] = field(default_factory=list)
 
     def missing(self, overload: str, dtype_name: str) -> bool:
         """Whether (overload, dtype) has no samples, so no case is collected for it."""
@@ -84,6 +87,12 @@ class Coverage:
                     "coverage: model-derived fallback overloads left out "
                     f"(conformance/workloads/excluded.toml): {', '.join(self.excluded)}"
                 )
+        if self.default_kernels:
+            lines.append(
+                "coverage: model-derived overloads not tested as ops: this backend runs torch's "
+                "composite kernel for them, which calls the overloads tested above (test them "
+                f"as ops with --fallback-ops GLOBS): {', '.join(self.default_kernels)}"
+            )
         return lines
 
     def to_json(self) -> dict[str, Any]:
@@ -106,6 +115,7 @@ def compute(
     fallback_selected: Sequence[str] = (),
     fallback_set: str = "",
     excluded: Sequence[str] = (),
+    default_kernels: Sequence[str] = (),
 ) -> Coverage:
     """Ask the sample sources about every selected overload x requested dtype."""
     cov = Coverage(
@@ -116,6 +126,7 @@ def compute(
         fallback_only=list(fallback_only),
         fallback_set=fallback_set,
         excluded=list(excluded),
+        default_kernels=list(default_kernels),
     )
     for overload in [*selected, *fallback_selected]:
         allowed = allowed_dtypes(overload)

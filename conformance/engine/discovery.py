@@ -66,17 +66,22 @@ def how_reached(overload: str, dispatch_key: str = DISPATCH_KEY) -> str:
     return "none"
 
 
-def fallback_overloads(known_bases: set[str], dispatch_key: str = DISPATCH_KEY) -> list[str]:
-    """Aten overloads the backend handles only through its boxed fallback, limited to ops whose
-    base name is in `known_bases` (those we have samples for)."""
+FALLBACK = "backend fallback"
+DEFAULT_KERNEL = "default backend kernel"  # torch's CompositeExplicitAutograd(NonFunctional)
+
+
+def fallback_overloads(
+    known_bases: set[str], dispatch_key: str = DISPATCH_KEY, kinds: tuple[str, ...] = (FALLBACK,)
+) -> list[str]:
+    """Aten overloads the backend handles only through its boxed fallback (or, with `kinds`,
+    through torch's default kernel: `DEFAULT_KERNEL`), limited to ops whose base name is in
+    `known_bases` (those we have samples for)."""
     out = set()
     for schema in torch._C._jit_get_all_schemas():
         if not schema.name.startswith("aten::"):
             continue
         name = schema.name[len("aten::") :]
         overload = f"{name}.{schema.overload_name}" if schema.overload_name else name
-        if name.strip("_") in known_bases and how_reached(overload, dispatch_key) == (
-            "backend fallback"
-        ):
+        if name.strip("_") in known_bases and how_reached(overload, dispatch_key) in kinds:
             out.add(overload)
     return sorted(out)

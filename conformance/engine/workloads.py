@@ -153,11 +153,15 @@ def qwen2_generate() -> None:
             model.generate(ids, max_new_tokens=4, do_sample=False, pad_token_id=0, **kwargs)
 
 
-def cnn_train_step() -> None:
-    """A small CNN: forward, cross-entropy, backward, clipping and SGD/AdamW steps; eval."""
+def small_cnn(dropout: bool = True, conv_bias: bool = True) -> torch.nn.Module:
+    """The CNN of `cnn_train_step` (seeded; input [N, 3, 8, 8], 4 classes). Without `dropout`
+    its forward draws no random numbers; without `conv_bias` the first convolution has no bias,
+    whose gradient is rounding noise (batch norm subtracts it right away): an optimizer that
+    normalises updates (Adam) would turn that noise into full steps. The training scenario
+    compares both with CPU."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 8, 3, padding=1),
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1, bias=conv_bias),
         torch.nn.BatchNorm2d(8),
         torch.nn.ReLU(),
         torch.nn.MaxPool2d(2),
@@ -165,9 +169,14 @@ def cnn_train_step() -> None:
         torch.nn.GELU(),
         torch.nn.AdaptiveAvgPool2d(1),
         torch.nn.Flatten(),
-        torch.nn.Dropout(0.1),
+        torch.nn.Dropout(0.1) if dropout else torch.nn.Identity(),
         torch.nn.Linear(8, 4),
     )
+
+
+def cnn_train_step() -> None:
+    """A small CNN: forward, cross-entropy, backward, clipping and SGD/AdamW steps; eval."""
+    model = small_cnn()
     x = torch.randn(4, 3, 8, 8)
     target = torch.tensor([0, 1, 2, 3])
     # foreach=True: what optimizers pick by default for an accelerator (PrivateUse1 included)
@@ -296,24 +305,39 @@ def reached_through_fallback(graph: dict[str, Reach], how: Callable[[str], str])
     workloads. `how(overload)` is discovery.how_reached for the backend: from each overload the
     workloads call, a `kernel` ends the path (tested natively), a `backend fallback` ends it in
     the set, any other (composite) kernel continues into what that kernel calls."""
+    return _walk(graph, how)[0]
+
+
+def reached_through_default_kernels(
+    graph: dict[str, Reach], how: Callable[[str], str]
+) -> list[str]:
+    """The overloads of `graph` the backend runs through torch's own composite kernels (a
+    `default backend kernel` or a `math kernel`) on the way from the workloads to its kernels
+    and fallback: what they compute is done by the overloads they call."""
+    return _walk(graph, how)[1]
+
+
+def _walk(graph: dict[str, Reach], how: Callable[[str], str]) -> tuple[list[str], list[str]]:
     callees: dict[str, set[str]] = {}
     for name, reach in graph.items():
         for caller in reach.inside:
             callees.setdefault(caller, set()).add(name)
     todo = [name for name, reach in graph.items() if reach.workloads]
     seen = set(todo)
-    out = set()
+    fallback, composite = set(), set()
     while todo:
         name = todo.pop()
         kind = how(name)
         if kind == "backend fallback":
-            out.add(name)
+            fallback.add(name)
         elif kind != "kernel":
+            if kind != "none":
+                composite.add(name)
             for callee in callees.get(name, ()):
                 if callee not in seen:
                     seen.add(callee)
                     todo.append(callee)
-    return sorted(out)
+    return sorted(fallback), sorted(composite)
 
 
 def minor_of(version: str) -> tuple[int, int]:
@@ -372,6 +396,14 @@ def model_composite_overloads(version: str | None = None) -> list[str]:
         for name, reach in graph.items()
         if reach.workloads and how_reached(name) not in ("kernel", "backend fallback")
     )
+
+
+def model_default_kernel_overloads(version: str | None = None) -> list[str]:
+    """The overloads the representative models reach that the loaded backend runs through
+    torch's own composite kernels (it registered no kernel for them, and no fallback runs)."""
+    from conformance.engine.discovery import how_reached
+
+    return reached_through_default_kernels(read_golden(nearest_golden_path(version)), how_reached)
 
 
 def excluded(path: str = EXCLUDED_FILE) -> dict[str, str]:

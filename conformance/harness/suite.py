@@ -109,9 +109,7 @@ class Suite:
     def _coverage(self) -> coverage.Coverage:
         reachable: list[str] = []
         if self.has_fallback:
-            from conformance.engine.samples.opinfo import opinfo_index
-
-            reachable = discovery.fallback_overloads(set(opinfo_index(self.cache_dir)))
+            reachable = discovery.fallback_overloads(samples.known_bases(self.cache_dir))
         return coverage.compute(
             self.registered,
             self._kept_by_keyword(self.overloads, False),
@@ -125,7 +123,24 @@ class Suite:
             fallback_selected=self._kept_by_keyword(self.fallback_only, True),
             fallback_set=",".join(self.options.fallback_ops or ["models"]),
             excluded=list(self.excluded),
+            default_kernels=self._model_default_kernels(),
         )
+
+    def _model_default_kernels(self) -> list[str]:
+        """Model-derived overloads this backend runs through torch's composite kernels and that
+        this run does not test as ops (the coverage account names them)."""
+        wanted = self.options.fallback_ops
+        if (wanted if wanted is not None else [] if self.options.ops else ["models"]) != ["models"]:
+            return []
+        chosen = set(self.fallback_only)
+        return [o for o in workloads.model_default_kernel_overloads() if o not in chosen]
+
+    def _unregistered_path(self, overload: str) -> str:
+        """The path of an overload this backend registered no kernel for: "fallback" when the
+        boxed fallback serves it, "native" when torch's default (composite) kernel runs on the
+        device (nothing is rerouted)."""
+        kind = discovery.how_reached(overload)
+        return "native" if kind == discovery.DEFAULT_KERNEL else "fallback"
 
     def _kept_by_keyword(self, overloads: list[str], fallback_only: bool) -> list[str]:
         """The overloads with a case that -k keeps (all without -k): the coverage account
@@ -133,13 +148,17 @@ class Suite:
         keep = self.keep
         if keep is None:
             return list(overloads)
-        paths = ["fallback"] if fallback_only else list(self.options.paths)
         return [
             o
             for o in overloads
             if any(
                 keep(str(c))
-                for c in self._cases_of(o, self._dtypes(o, fallback_only), paths, probe=False)
+                for c in self._cases_of(
+                    o,
+                    self._dtypes(o, fallback_only),
+                    [self._unregistered_path(o)] if fallback_only else list(self.options.paths),
+                    probe=False,
+                )
             )
         ]
 
@@ -186,11 +205,15 @@ class Suite:
             )
         if wanted == ["models"]:
             return [o for o in workloads.model_fallback_overloads() if o not in self.excluded]
-        from conformance.engine.samples.opinfo import opinfo_index
-
-        reachable = discovery.fallback_overloads(set(opinfo_index(self.cache_dir)))
+        known = samples.known_bases(self.cache_dir)
+        reachable = discovery.fallback_overloads(known)
         if wanted == ["all"]:
             return reachable
+        # a glob also reaches overloads torch's composite kernels serve on this backend
+        # (`_foreach_*`: tested as ops on the device, the "native" path)
+        reachable = discovery.fallback_overloads(
+            known, kinds=(discovery.FALLBACK, discovery.DEFAULT_KERNEL)
+        )
         chosen = [o for o in reachable if any(fnmatch.fnmatchcase(o, w) for w in wanted)]
         unknown = [w for w in wanted if not any(fnmatch.fnmatchcase(o, w) for o in reachable)]
         if unknown:
@@ -228,9 +251,10 @@ class Suite:
         for overload in sorted(self.overloads, key=lambda o: rank.get(o, len(rank))):
             routes = [p for p in paths if p == "native" or self.backend.fallback_routable(overload)]
             out += self._cases_of(overload, self._dtypes(overload, False), routes)
-        if "fallback" in self.options.paths:
-            for overload in self.fallback_only:
-                out += self._cases_of(overload, self._dtypes(overload, True), ["fallback"])
+        for overload in self.fallback_only:
+            path = self._unregistered_path(overload)
+            if path in self.options.paths:
+                out += self._cases_of(overload, self._dtypes(overload, True), [path])
         layouts = list(self.options.layouts)
         for overload in self.grad_only:  # as the device runs them: no route of their own
             out += self._mode_cases(overload, self._dtypes(overload, True), ["native"], layouts)

@@ -69,6 +69,12 @@ def spec_for(overload: str) -> OpSpec:
     return SPECS.get(overload) or OpSpec(overload)
 
 
+def specs_with_samples() -> list[str]:
+    """The overloads whose spec gives samples of its own."""
+    _load_all()
+    return sorted(o for o, s in SPECS.items() if s.samples is not None)
+
+
 _loaded = False
 
 

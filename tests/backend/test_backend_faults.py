@@ -323,3 +323,30 @@ def test_out_returns_new_inference(npu, faults):
         got = torch.add(a, a, out=out)
     assert got is not out and torch.equal(out.cpu(), torch.full((3,), 2.0))
     faults([])
+
+
+def test_foreach_mul_skips_last(npu, faults):
+    xs = [torch.arange(1.0, 4.0), torch.arange(4.0, 6.0)]
+    ds = [x.to("npu") for x in xs]
+    faults(["foreach_mul_skips_last"])
+    torch._foreach_mul_(ds, 2.0)
+    assert torch.equal(ds[0].cpu(), xs[0] * 2) and torch.equal(ds[1].cpu(), xs[1])
+    faults([])
+    torch._foreach_mul_(ds, 2.0)
+    assert torch.equal(ds[1].cpu(), xs[1] * 2)
+
+
+def test_fused_sgd_wrong_momentum(npu, faults):
+    def run(device: str) -> list[torch.Tensor]:
+        p, g, buf = torch.ones(3, device=device), torch.full((3,), 0.5, device=device), None
+        buf = torch.full((3,), 2.0, device=device)
+        kwargs = dict(weight_decay=0.0, momentum=0.9, lr=0.1, dampening=0.0, nesterov=False)
+        torch._fused_sgd_([p], [g], [buf], maximize=False, is_first_step=False, **kwargs)
+        return [p.cpu(), buf.cpu()]
+
+    expected = run("cpu")
+    assert all(torch.allclose(a, b) for a, b in zip(run("npu"), expected, strict=True))
+    faults(["fused_sgd_wrong_momentum"])
+    p, buf = run("npu")
+    assert torch.allclose(buf, torch.full((3,), 0.45 * 2.0 + 0.5))  # momentum 0.45, not 0.9
+    assert not torch.allclose(p, expected[0])

@@ -46,6 +46,16 @@ FAULTS = {
         "test_mutate_after_use[mul-functional]",
         ["[leak]", "allocated by mul.Tensor"],
     ),
+    "foreach_mul_skips_last": (
+        "optimizer_step and SGD and momentum and foreach",
+        "test_optimizer_step[SGD-momentum-foreach]",
+        ["SGD(lr=0.1, momentum=0.9, foreach=True) step 2: parameter 3"],
+    ),
+    "fused_sgd_wrong_momentum": (
+        "optimizer_step and SGD and momentum and fused",
+        "test_optimizer_step[SGD-momentum-fused]",
+        ["SGD(lr=0.1, momentum=0.9, fused=True) step 2: parameter"],
+    ),
     "segfault_empty": (
         "attention_mask_pipeline",
         "test_attention_mask_pipeline[empty_batch]",

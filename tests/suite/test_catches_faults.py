@@ -55,6 +55,22 @@ FAULTS = {
         "out",
         "on inference tensors inside torch.inference_mode()",
     ),
+    # caught only because the optimizer kernels now have samples (OpInfo's foreach databases,
+    # conformance/ops/foreach.py): without them these overloads had no case at all
+    "foreach_mul_skips_last": (
+        ["--ops", "_foreach_mul_.Scalar", "--dtypes", "float32", "--layouts", "contiguous"],
+        {},
+        "_foreach_mul_.Scalar-float32-contiguous-native",
+        "inplace",
+        "version counter of self not bumped by the write",
+    ),
+    "fused_sgd_wrong_momentum": (
+        ["--ops", "_fused_sgd_", "--dtypes", "float32", "--layouts", "contiguous"],
+        {},
+        "_fused_sgd_-float32-contiguous-native",
+        "values",
+        "self: ",
+    ),
 }
 
 

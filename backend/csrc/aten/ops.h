@@ -111,6 +111,13 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward_overrideable(
     at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
     at::IntArrayRef output_padding, int64_t groups, std::array<bool, 3> mask);
 
+// ---- optimizers (optim.cpp) ----------------------------------------------------------------
+void _foreach_mul__Scalar(at::TensorList self, const Scalar& scalar);
+void _fused_sgd_(at::TensorList self, at::TensorList grads, at::TensorList momentum_buffer_list,
+                 double weight_decay, double momentum, double lr, double dampening, bool nesterov,
+                 bool maximize, bool is_first_step, const std::optional<Tensor>& grad_scale,
+                 const std::optional<Tensor>& found_inf);
+
 // ---- autocast (autocast.cpp): AutocastPrivateUse1 policies --------------------------------
 void autocast_kernels(torch::Library& m);
 // echo_npu's own autograd kernels (AutogradPrivateUse1), as NPU backends write for fused ops

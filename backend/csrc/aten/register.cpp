@@ -105,6 +105,9 @@ void aten_kernels(torch::Library& m) {
   ENPU_KERNEL(m, "index_select", ops::index_select);
   ENPU_PRIMITIVE(m, "convolution_overrideable", ops::convolution_overrideable);
   ENPU_PRIMITIVE(m, "convolution_backward_overrideable", ops::convolution_backward_overrideable);
+  // optimizers: torch.optim's foreach and fused paths (optim.cpp)
+  ENPU_KERNEL(m, "_foreach_mul_.Scalar", ops::_foreach_mul__Scalar);
+  ENPU_KERNEL(m, "_fused_sgd_", ops::_fused_sgd_);
 }
 
 // _copy_from handles conj/neg bits itself: let it through the Conjugate/Negative fallbacks

@@ -7,7 +7,7 @@ import torch
 
 from conformance.engine.calls import Call
 from conformance.engine.samples import opinfo, twins, values
-from conformance.ops import spec_for
+from conformance.ops import spec_for, specs_with_samples
 
 MAX_OPINFO_SAMPLES = 8
 # an overload reached only through the boxed fallback runs CPU's own kernel: its cases test how
@@ -52,6 +52,12 @@ def _ordinary(overload: str, dtype: torch.dtype, cache_dir: str | None, limit: i
             captured = derived_calls(overload, dtype, cache_dir)
     small_first = limit < MAX_OPINFO_SAMPLES  # a cut-down selection: keep the cheap ones
     return dedupe(own) + widest_first(dedupe(captured), small_first)[:limit]
+
+
+def known_bases(cache_dir: str | None) -> set[str]:
+    """Base names with samples: OpInfo's and those of op specs that give their own (the fused
+    optimizers), so that an overload reached only through a fallback can be selected."""
+    return set(opinfo.opinfo_index(cache_dir)) | {opinfo.base_name(o) for o in specs_with_samples()}
 
 
 def derived_calls(overload: str, dtype: torch.dtype, cache_dir: str | None) -> list[Call]:

@@ -26,7 +26,8 @@ from torch.utils._pytree import tree_flatten, tree_map
 from conformance.engine.calls import Call, clone_tree
 from conformance.engine.discovery import overload_name
 
-CACHE_SALT = "v3"
+CACHE_SALT = "v3"  # of the captures
+INDEX_SALT = "v4"  # of the index alone (v4: the foreach databases joined op_db)
 KINDS = ("samples", "special", "promotion")
 REFERENCE_SCAN = 400  # reference samples looked at per (OpInfo, dtype)
 SAMPLES_PER_OPINFO = 16
@@ -73,11 +74,25 @@ def _cache_root(cache_dir: str | None) -> str | None:
     return root
 
 
+# OpInfo keeps the `_foreach_*` ops (what torch.optim reaches on an accelerator) in databases of
+# their own; their samples are lists of tensors, captured like any other
+FOREACH_DBS = (
+    "foreach_unary_op_db",
+    "foreach_binary_op_db",
+    "foreach_pointwise_op_db",
+    "foreach_reduce_op_db",
+    "foreach_other_op_db",
+)
+
+
 @cache
 def _op_db() -> dict[str, object]:
-    from torch.testing._internal.common_methods_invocations import op_db
+    from torch.testing._internal import common_methods_invocations as cmi
 
-    return {_full_name(op): op for op in op_db}
+    ops = list(cmi.op_db)
+    for db in FOREACH_DBS:  # absent from an older torch: nothing to add
+        ops += getattr(cmi, db, [])
+    return {_full_name(op): op for op in ops}
 
 
 def _full_name(op) -> str:
@@ -89,7 +104,7 @@ def _index(cache_dir: str | None) -> dict[str, dict[str, list[str]]]:
     """{"bases": {base name: [OpInfo full names]}, "dtypes": {full name: [CPU dtype names]}},
     cached as JSON."""
     root = _cache_root(cache_dir)
-    path = os.path.join(root, "index.json") if root else None
+    path = os.path.join(root, f"index-{INDEX_SALT}.json") if root else None
     if path and os.path.exists(path):
         with open(path) as f:
             return json.load(f)

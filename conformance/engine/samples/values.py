@@ -115,10 +115,13 @@ def special_pattern(dtype: torch.dtype, extremes: bool) -> torch.Tensor:
 
 def _fill(t: torch.Tensor, pattern: torch.Tensor, operand: int) -> torch.Tensor:
     """`t`'s shape filled from `pattern`: operand 0 cycles fastest, operand 1 by blocks, so two
-    operands of n^2 elements meet in every pair of special values."""
+    operands of n^2 elements meet in every pair of special values. A block longer than the
+    tensor is its first value throughout (each tensor of a list is an operand: n**20 would
+    overflow a tensor division)."""
     n = pattern.numel()
     i = torch.arange(t.numel())
-    pick = (i // (n**operand)) % n if operand else i % n
+    block = n**operand
+    pick = (i // block) % n if block <= max(t.numel(), 1) else torch.zeros_like(i)
     values = pattern[pick].reshape(t.shape)
     return values.to(t.dtype) if t.dtype.is_complex else values
 
