@@ -11,6 +11,8 @@ over 2 is what the run would take on 2 idle cores).
 - harness overhead <= 1.5x the bare device + CPU op pair (add.Tensor float32, every layout)
 - the default run (`-n 2`: registered overloads, the model-derived fallback set, the values
   axis) <= 2 min
+- the modes (`-grad`, `-inference` cases, issue 21): the default run <= 1.5x the same run with
+  `--modes none` (both timed in this run)
 - `--fallback-ops all -n 2` <= 5 min (with --all: takes minutes)
 - echo_npu: every registered overload has samples (from the suite's own account)
 """
@@ -122,7 +124,8 @@ def overhead(backend: str, rounds: int) -> None:
     )
 
 
-def full_run(name: str, args: list[str], env: dict[str, str], target_min: float) -> None:
+def full_run(name: str, args: list[str], env: dict[str, str], target_min: float) -> float:
+    """Time one run; returns its CPU seconds (a load-independent measure of its work)."""
     results = tempfile.mkdtemp()
     run(pytest_cmd(*args, "--results", results, "--collect-only"), env)  # import caches
     wall, cpu, summary = run(pytest_cmd(*args, "--results", results), env)
@@ -131,6 +134,20 @@ def full_run(name: str, args: list[str], env: dict[str, str], target_min: float)
         f"{name}: {wall / 60:.2f} min wall (target <= {target_min:g} min: "
         f"{verdict(wall, target_min * 60)}); {cpu:.0f} s CPU, i.e. {cpu / 2 / 60:.2f} min on 2 "
         f"idle cores  [{summary}] [{load()}]"
+    )
+    return cpu
+
+
+def modes_ratio(env: dict[str, str], with_modes_cpu: float) -> None:
+    """The default run against the same run without the -grad/-inference cases (CPU seconds:
+    the two runs are sequential, so wall time would compare two different loads)."""
+    without = full_run(
+        "default run without modes (-n 2 --modes none)", ["-n", "2", "--modes", "none"], env, 2
+    )
+    ratio = with_modes_cpu / without
+    print(
+        f"modes: the default run costs {ratio:.2f}x the run without them (CPU seconds; "
+        f"target <= 1.5x: {verdict(ratio, 1.5)})"
     )
 
 
@@ -167,7 +184,7 @@ def main() -> None:
     masked_fill_ratio(env, opts.rounds)
     overhead(opts.backend, opts.rounds)
     if not opts.skip_default:
-        full_run("default run (-n 2)", ["-n", "2"], env, 2)
+        modes_ratio(env, full_run("default run (-n 2)", ["-n", "2"], env, 2))
     if opts.all:
         full_run("--fallback-ops all (-n 2)", ["-n", "2", "--fallback-ops", "all"], env, 5)
 
