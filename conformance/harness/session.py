@@ -583,7 +583,7 @@ class ConformanceRun:
         records = [r.to_json() for r in self.records]
         findings = group_findings(records)
         write_findings(terminalreporter, records, findings)
-        if self.collected:
+        if self.collected and not config.option.collectonly:  # --collect-only records nothing
             counts = self.accounting()
             line = (
                 f"conformance: {counts['collected']} collected = {counts['recorded']} recorded"
