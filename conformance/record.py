@@ -188,6 +188,12 @@ class CaseRecord:
     def failing(self) -> bool:
         return self.status in FAILING
 
+    @property
+    def axis(self) -> str:
+        """``ordinary``, a value set (``special``, ``promotion``) or a mode (``grad``,
+        ``inference``): what part of a case id follows the path."""
+        return str(self.extra.get("values") or "ordinary")
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         extra = data.pop("extra")

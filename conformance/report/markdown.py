@@ -2,7 +2,8 @@
 
 Layout: one overview table (a row per session), then the failures of every session with message
 and repro command (crashes first), then per-session status counts per layout and per op (ops with
-problems first; the full per-op table is folded in a ``<details>`` block).
+problems first; the full per-op table is folded in a ``<details>`` block), and per axis (ordinary
+samples, the value sets, the -grad and -inference modes).
 """
 
 from __future__ import annotations
@@ -226,6 +227,10 @@ def render_markdown(
         out += coverage_lines(run.meta.get("coverage"))
         out += ["### Per layout", ""]
         out += _count_table("layout", counts_by(run.op_cases(), "layout"))
+        axes = counts_by(run.op_cases(), "axis")
+        if set(axes) != {"ordinary"}:  # value sets (-special, -promotion), modes (-grad, ...)
+            out += ["", "### Per axis", ""]
+            out += _count_table("axis", axes)
         per_op = counts_by(run.op_cases(), "op_name")
         problems = {k: v for k, v in per_op.items() if any(s in FAILING for s in v)}
         out += ["", "### Per op", ""]

@@ -99,3 +99,32 @@ def test_cli_errors_and_help(tmp_path: Path) -> None:
     assert helped.returncode == 0
     for word in ("RESULTS_DIR", "--markdown", "--html", "run.json", "GITHUB_STEP_SUMMARY"):
         assert word in helped.stdout
+
+
+def test_markdown_counts_the_modes_per_axis(tmp_path: Path) -> None:
+    import json
+
+    from tests.report.report_fixtures import make_case
+
+    out = tmp_path / "run"
+    out.mkdir()
+    cases = [
+        make_case("gelu", "default", "float32", "contiguous", "native", status="passed"),
+        {
+            **make_case("gelu", "default", "float32", "contiguous", "native", status="failed"),
+            "id": "test_matches_cpu[gelu-float32-contiguous-native-grad]",
+            "values": "grad",
+            "check": "grad",
+        },
+        {
+            **make_case("add", "out", "float32", "contiguous", "native", status="passed"),
+            "values": "inference",
+        },
+    ]
+    (out / "cases-main.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
+    (out / "run.json").write_text(json.dumps({"torch": "2.13.0", "backend": "echo_npu"}))
+    md = render_markdown(load_results([out]))
+    assert "### Per axis" in md
+    row = next(ln for ln in md.splitlines() if ln.startswith("| grad |"))
+    assert [c.strip() for c in row.strip("|").split("|")][1:3] == ["", "1"]  # 1 failed
+    assert "| inference |" in md and "| ordinary |" in md
