@@ -207,30 +207,44 @@ def run_grad_sample(
             )
         _compare("grad", f"output {i} of the forward with requires_grad", a, e, scale, stats, 1.0)
         dev_outs.append(a)
-    names = [n for n, _ in cpu_leaves]
     for layout in GRAD_OUTPUT_LAYOUTS:
         cpu_g = placed_grad_outputs(cpu_outs, layout, "cpu")
         if cpu_g is None:
             continue
-        dev_g = placed_grad_outputs(cpu_outs, layout, device)
-        want, exc = _grads([e for _, e in cpu_outs], [x for _, x in cpu_leaves], cpu_g)
-        if exc is not None:
-            _raised("backward", exc, None)
-        with on_device():
-            got, exc = _grads(dev_outs, [x for _, x in dev_leaves], dev_g)
-        _raised(f"backward (grad_output {layout})", None, exc)
-        assert want is not None and got is not None
-        for name, a, e in zip(names, got, want, strict=True):
-            what = f"grad of {name} (grad_output {layout})"
-            if (a is None) != (e is None):
-                raise Mismatch(
-                    "grad",
-                    f"{what}: {'none' if a is None else 'a tensor'} on the device, "
-                    f"{'none' if e is None else 'a tensor'} on cpu",
-                )
-            if a is not None:
-                _compare("grad", what, a, e, scale, stats, GRAD_TOLERANCE)
+        try:
+            _compare_grads(
+                cpu_outs, cpu_leaves, dev_outs, dev_leaves, cpu_g, layout, device, scale, stats,
+                on_device,
+            )  # fmt: skip
+        except Mismatch as m:
+            m.layout = layout  # type: ignore[attr-defined]  # where blame looks for evidence
+            raise
     _accumulated(cpu_outs, cpu_leaves, dev_outs, dev_leaves, device, scale, stats, on_device)
+
+
+def _compare_grads(
+    cpu_outs, cpu_leaves, dev_outs, dev_leaves, cpu_g, layout, device, scale, stats, on_device
+) -> None:
+    """Every input's gradient for the grad_outputs placed in `layout`, against CPU's."""
+    names = [n for n, _ in cpu_leaves]
+    dev_g = placed_grad_outputs(cpu_outs, layout, device)
+    want, exc = _grads([e for _, e in cpu_outs], [x for _, x in cpu_leaves], cpu_g)
+    if exc is not None:
+        _raised("backward", exc, None)
+    with on_device():
+        got, exc = _grads(dev_outs, [x for _, x in dev_leaves], dev_g)
+    _raised(f"backward (grad_output {layout})", None, exc)
+    assert want is not None and got is not None
+    for name, a, e in zip(names, got, want, strict=True):
+        what = f"grad of {name} (grad_output {layout})"
+        if (a is None) != (e is None):
+            raise Mismatch(
+                "grad",
+                f"{what}: {'none' if a is None else 'a tensor'} on the device, "
+                f"{'none' if e is None else 'a tensor'} on cpu",
+            )
+        if a is not None:
+            _compare("grad", what, a, e, scale, stats, GRAD_TOLERANCE)
 
 
 def _accumulated(

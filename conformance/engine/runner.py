@@ -186,6 +186,8 @@ def blame(outcome: CaseOutcome, foundations: Foundations, layout: str) -> Blame:
         calls: Callable[[], set[str]] = set  # only what the harness itself needs is evidence
     else:
         calls = lambda: _ops_called(ctx, placed)  # noqa: E731
+    # a -grad failure names the layout of the grad_outputs it failed with: the memory it used
+    layout = getattr(failure, "layout", None) or layout
     return foundations.blame(ctx.overload, dtype, layout, calls, ctx.via_fallback)
 
 
@@ -194,12 +196,25 @@ def _ops_called(ctx: RunContext, placed: PlacedCall) -> set[str]:
     profiler without kineto (milliseconds; kineto's first use costs seconds per process)."""
     from torch.autograd.profiler import profile
 
-    dev = placed.materialize(ctx.backend.device)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with profile(use_kineto=False) as prof:
-            with ctx.backend.routed_through_fallback(ctx.route):
-                invoke(ctx.op, dev, seeded=ctx.nondeterministic)
+            if ctx.mode == "grad":  # forward and backward: the gradient's ops are evidence too
+                try:
+                    gradients.run_grad_sample(
+                        ctx.op,
+                        placed,
+                        ctx.backend.device,
+                        ctx.spec.tol_scale,
+                        ErrorStats(),
+                        on_device=lambda: ctx.backend.routed_through_fallback(ctx.route),
+                    )
+                except Exception:  # noqa: BLE001 - the failure is known; the ops are wanted
+                    pass
+            else:
+                dev = placed.materialize(ctx.backend.device)
+                with ctx.backend.routed_through_fallback(ctx.route), mode_context(ctx.mode)():
+                    invoke(ctx.op, dev, seeded=ctx.nondeterministic)
     return {e.name.removeprefix("aten::") for e in prof.function_events}
 
 

@@ -20,6 +20,8 @@ class TestInventory(expecttest.TestCase):
             """\
 _copy_from
 _copy_from_and_resize
+_foreach_mul_.Scalar
+_fused_sgd_
 _local_scalar_dense
 _reshape_alias
 _softmax

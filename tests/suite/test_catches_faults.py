@@ -42,14 +42,16 @@ FAULTS = {
     ),
     # training and serving (issue 21): caught only by the -grad / -inference cases
     "gelu_wrong_backward": (
-        ["-k", "gelu", "--dtypes", "float32", "--layouts", "contiguous", "--values", "ordinary"],
+        ["-k", "gelu", "--dtypes", "float32", "--layouts", "contiguous", "--values", "ordinary"]
+        + ["--modes", "grad"],
         {},
         "gelu-float32-contiguous-native-grad",
         "grad",
         "grad of self (grad_output contiguous)",
     ),
     "out_returns_new_inference": (
-        ["--ops", "add.out", "--dtypes", "float32", "--layouts", "contiguous"],
+        ["--ops", "add.out", "--dtypes", "float32", "--layouts", "contiguous"]
+        + ["--modes", "inference"],
         {},
         "add.out-float32-contiguous-native-inference",
         "out",
