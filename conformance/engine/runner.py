@@ -188,7 +188,9 @@ def blame(outcome: CaseOutcome, foundations: Foundations, layout: str) -> Blame:
         calls = lambda: _ops_called(ctx, placed)  # noqa: E731
     # a -grad failure names the layout of the grad_outputs it failed with: the memory it used
     layout = getattr(failure, "layout", None) or layout
-    return foundations.blame(ctx.overload, dtype, layout, calls, ctx.via_fallback)
+    # a backward reaches more than the op's own foundations: no rank limit for -grad cases
+    overload = "" if ctx.mode == "grad" else ctx.overload
+    return foundations.blame(overload, dtype, layout, calls, ctx.via_fallback)
 
 
 def _ops_called(ctx: RunContext, placed: PlacedCall) -> set[str]:

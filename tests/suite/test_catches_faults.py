@@ -42,8 +42,8 @@ FAULTS = {
     ),
     # training and serving (issue 21): caught only by the -grad / -inference cases
     "gelu_wrong_backward": (
-        ["-k", "gelu", "--dtypes", "float32", "--layouts", "contiguous", "--values", "ordinary"]
-        + ["--modes", "grad"],
+        ["--ops", "abs", "--fallback-ops", "gelu", "-k", "gelu", "--dtypes", "float32"]
+        + ["--layouts", "contiguous", "--values", "ordinary", "--modes", "grad"],
         {},
         "gelu-float32-contiguous-native-grad",
         "grad",
