@@ -57,38 +57,31 @@ def parse_dtypes(text: str) -> list[torch.dtype]:
     return out
 
 
-def parse_modes(text: str) -> list[str]:
+def _names(text: str, valid: tuple[str, ...], what: str, none: bool = False) -> list[str]:
+    """A comma-separated list of names out of `valid` (`none`: the word "none" is the empty
+    list); a one-line usage error naming the valid ones otherwise."""
     names = [n.strip() for n in text.split(",") if n.strip()]
-    if names == ["none"]:
+    if none and names == ["none"]:
         return []
-    bad = [n for n in names if n not in MODES]
+    bad = [n for n in names if n not in valid]
     if bad or not names:
         raise ConformanceUsageError(
-            f"--modes: unknown mode(s) {', '.join(bad) or '(none)'}; "
-            f"valid: {', '.join(MODES)} or none"
+            f"{what} {', '.join(bad) or '(none)'}; valid: {', '.join(valid)}"
+            + (" or none" if none else "")
         )
     return names
+
+
+def parse_modes(text: str) -> list[str]:
+    return _names(text, MODES, "--modes: unknown mode(s)", none=True)
 
 
 def parse_paths(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    bad = [n for n in names if n not in PATHS]
-    if bad or not names:
-        raise ConformanceUsageError(
-            f"unknown path(s) {', '.join(bad) or '(none)'}; valid: {', '.join(PATHS)}"
-        )
-    return names
+    return _names(text, PATHS, "unknown path(s)")
 
 
 def parse_values(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    bad = [n for n in names if n not in VALUE_SETS]
-    if bad or not names:
-        raise ConformanceUsageError(
-            f"--values: unknown value set(s) {', '.join(bad) or '(none)'}; "
-            f"valid: {', '.join(VALUE_SETS)}"
-        )
-    return names
+    return _names(text, VALUE_SETS, "--values: unknown value set(s)")
 
 
 def _choice(flag: str, value: str, valid: tuple[str, ...]) -> str:
