@@ -385,17 +385,13 @@ def model_fallback_overloads(version: str | None = None) -> list[str]:
 
 
 def model_composite_overloads(version: str | None = None) -> list[str]:
-    """Overloads the workloads call directly that the loaded backend runs as a composite (a
-    decomposition into other ops, e.g. gelu into gelu.out): no case of their own, but their
-    gradients are what training computes on the device (the -grad cases)."""
+    """Of `model_default_kernel_overloads`, those the workloads call directly (e.g. gelu, run as
+    gelu.out): no case of their own, but their gradients are what training computes on the
+    device (the -grad cases)."""
     from conformance.engine.discovery import how_reached
 
     graph = read_golden(nearest_golden_path(version))
-    return sorted(
-        name
-        for name, reach in graph.items()
-        if reach.workloads and how_reached(name) not in ("kernel", "backend fallback")
-    )
+    return [o for o in reached_through_default_kernels(graph, how_reached) if graph[o].workloads]
 
 
 def model_default_kernel_overloads(version: str | None = None) -> list[str]:

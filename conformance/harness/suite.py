@@ -129,8 +129,7 @@ class Suite:
     def _model_default_kernels(self) -> list[str]:
         """Model-derived overloads this backend runs through torch's composite kernels and that
         this run does not test as ops (the coverage account names them)."""
-        wanted = self.options.fallback_ops
-        if (wanted if wanted is not None else [] if self.options.ops else ["models"]) != ["models"]:
+        if self._fallback_wanted() != ["models"]:
             return []
         chosen = set(self.fallback_only)
         return [o for o in workloads.model_default_kernel_overloads() if o not in chosen]
@@ -187,13 +186,18 @@ class Suite:
             )
         return chosen
 
+    def _fallback_wanted(self) -> list[str]:
+        """--fallback-ops as given, or its default: the model-derived set, none with --ops."""
+        wanted = self.options.fallback_ops
+        if wanted is None:
+            return [] if self.options.ops else ["models"]
+        return wanted
+
     def selected_fallback_overloads(self) -> list[str]:
         """--fallback-ops: overloads reached only through the boxed fallback. By default (no
         --ops) the model-derived set: what the workloads of engine/workloads.py reach through
         this backend's fallback, less conformance/workloads/excluded.toml."""
-        wanted = self.options.fallback_ops
-        if wanted is None:
-            wanted = [] if self.options.ops else ["models"]
+        wanted = self._fallback_wanted()
         if not wanted or wanted == ["none"]:
             return []
         if not self.has_fallback:
@@ -227,8 +231,9 @@ class Suite:
     def selected_grad_only_overloads(self) -> list[str]:
         """Overloads with -grad cases only: with the model-derived default, what the workloads
         call that this backend runs as a decomposition (engine/workloads.py)."""
-        wanted = self.options.fallback_ops
-        if self.options.ops or "grad" not in self.options.modes or wanted not in (None, ["models"]):
+        if self.options.ops or "grad" not in self.options.modes:
+            return []
+        if self._fallback_wanted() != ["models"]:
             return []
         known = set(self.registered) | self._fallback_only_set | set(self.excluded)
         return [

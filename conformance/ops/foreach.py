@@ -114,25 +114,22 @@ register(
         notes="no OpInfo sample adds a 0-dim tensor to a list",
     )
 )
-for _name in ("_fused_sgd_", "_fused_sgd_.tensor_lr"):
-    register(
-        OpSpec(
-            _name,
-            samples=_fused_sgd(_name, _name.endswith("tensor_lr")),
-            use_opinfo=False,
-            dtypes=FLOATS,
-            value_sets=(),
-            notes="torch.optim.SGD(fused=True)",
+for _names, _build, _notes in (
+    (("_fused_sgd_", "_fused_sgd_.tensor_lr"), _fused_sgd, "torch.optim.SGD(fused=True)"),
+    (
+        ("_fused_adam_", "_fused_adam_.tensor_lr", "_fused_adamw_", "_fused_adamw_.tensor_lr"),
+        _fused_adam,
+        "torch.optim.Adam/AdamW(fused=True)",
+    ),
+):
+    for _name in _names:
+        register(
+            OpSpec(
+                _name,
+                samples=_build(_name, _name.endswith("tensor_lr")),
+                use_opinfo=False,
+                dtypes=FLOATS,
+                value_sets=(),
+                notes=_notes,
+            )
         )
-    )
-for _name in ("_fused_adam_", "_fused_adam_.tensor_lr", "_fused_adamw_", "_fused_adamw_.tensor_lr"):
-    register(
-        OpSpec(
-            _name,
-            samples=_fused_adam(_name, _name.endswith("tensor_lr")),
-            use_opinfo=False,
-            dtypes=FLOATS,
-            value_sets=(),
-            notes="torch.optim.Adam/AdamW(fused=True)",
-        )
-    )

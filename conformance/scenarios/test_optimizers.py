@@ -127,6 +127,11 @@ def test_optimizer_step(cls, options: dict, implementation: str, device: torch.d
                 )
 
 
+def _skip_unless_foreach(foreach: bool, device: torch.device) -> None:
+    if foreach and device.type not in _foreach_utils._get_foreach_kernels_supported_devices():
+        pytest.skip(f"not applicable: torch enables no foreach kernels for '{device.type}'")
+
+
 def _clip_inputs(device: torch.device) -> list[torch.Tensor]:
     params = _parameters(device)
     for p, g in zip(params, _gradients(0), strict=True):
@@ -138,8 +143,7 @@ def _clip_inputs(device: torch.device) -> list[torch.Tensor]:
 @pytest.mark.parametrize("norm_type", [2.0, float("inf")], ids=["norm2", "norminf"])
 def test_clip_grad_norm(norm_type: float, foreach: bool, device: torch.device) -> None:
     """clip_grad_norm_: the returned total norm and every clipped gradient equal CPU's."""
-    if foreach and device.type not in _foreach_utils._get_foreach_kernels_supported_devices():
-        pytest.skip(f"not applicable: torch enables no foreach kernels for '{device.type}'")
+    _skip_unless_foreach(foreach, device)
     name = f"clip_grad_norm_(max_norm=1.0, norm_type={norm_type}, foreach={foreach})"
     results = {}
     for where in (torch.device("cpu"), device):
@@ -157,8 +161,7 @@ def test_clip_grad_norm(norm_type: float, foreach: bool, device: torch.device) -
 @pytest.mark.parametrize("foreach", [False, True], ids=["forloop", "foreach"])
 def test_clip_grad_value(foreach: bool, device: torch.device) -> None:
     """clip_grad_value_ clamps every gradient exactly as on CPU (no rounding: equal bits)."""
-    if foreach and device.type not in _foreach_utils._get_foreach_kernels_supported_devices():
-        pytest.skip(f"not applicable: torch enables no foreach kernels for '{device.type}'")
+    _skip_unless_foreach(foreach, device)
     name = f"clip_grad_value_(clip_value=0.5, foreach={foreach})"
     results = {}
     for where in (torch.device("cpu"), device):
