@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,73 @@ class Call:
                 args[i] = tree_map(lambda x: f"{x}@cpu", args[i])
         kwargs = tree_map(describe, self.kwargs)
         return format_call(self.overload, args, kwargs)
+
+
+# torch.memory_format does not pickle (torch.save raises "cannot pickle 'module' object"): a
+# saved call names it instead, as a ("__memory_format__", name) pair a standalone script can read
+MEMORY_FORMAT_TAG = "__memory_format__"
+
+
+def portable(tree: Any) -> Any:
+    """`tree` with every torch.memory_format replaced by its picklable name tag."""
+    return tree_map(
+        lambda x: (
+            (MEMORY_FORMAT_TAG, str(x).removeprefix("torch."))
+            if isinstance(x, torch.memory_format)
+            else x
+        ),
+        tree,
+    )
+
+
+def restored(tree: Any) -> Any:
+    """The inverse of `portable` (tags become torch.memory_format values again)."""
+
+    def value(x: Any) -> Any:
+        if isinstance(x, tuple) and len(x) == 2 and x[0] == MEMORY_FORMAT_TAG:
+            return getattr(torch, x[1])
+        return x
+
+    return tree_map(
+        value,
+        tree,
+        is_leaf=lambda x: isinstance(x, tuple) and len(x) == 2 and x[0] == MEMORY_FORMAT_TAG,
+    )
+
+
+def save_calls(captured: dict[str, dict[str, list[Call]]], path: str) -> None:
+    """Write {kind: {overload: [Call]}} atomically (a torn write never leaves a cache file)."""
+    data = {
+        kind: {
+            overload: [
+                (c.overload, portable(c.args), portable(c.kwargs), c.cpu_args) for c in calls
+            ]
+            for overload, calls in by_overload.items()
+        }
+        for kind, by_overload in captured.items()
+    }
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        torch.save(data, tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def load_calls(path: str) -> dict[str, dict[str, list[Call]]]:
+    """What `save_calls` wrote."""
+    data = torch.load(path, weights_only=False)
+    return {
+        kind: {
+            overload: [
+                Call(name, restored(args), restored(kwargs), cpu_args)
+                for name, args, kwargs, cpu_args in calls
+            ]
+            for overload, calls in by_overload.items()
+        }
+        for kind, by_overload in data.items()
+    }
 
 
 def clone_tree(tree: Any) -> Any:

@@ -18,6 +18,7 @@ import re
 
 import torch
 
+from conformance.engine.calls import MEMORY_FORMAT_TAG, portable
 from conformance.engine.placing import Leaf, PlacedCall
 from conformance.ops import OpSpec
 
@@ -50,6 +51,8 @@ def build(where):
             base = p["base"].clone() if on_cpu else p["base"].to(where)  # never shared by runs
             bases.append(base)
             return base.as_strided(p["size"], p["stride"], p["offset"])
+        if isinstance(x, tuple) and len(x) == 2 and x[0] == "{memory_format_tag}":
+            return getattr(torch, x[1])  # torch.memory_format does not pickle: saved by name
         if isinstance(x, torch.device):
             return torch.device(where)
         if isinstance(x, list):
@@ -162,7 +165,7 @@ def write_repro(
     values = [marker(x) if isinstance(x, Leaf) else x for x in placed.leaves]
     args, kwargs = tree_unflatten(values, placed.spec)
     torch.save(
-        {"args": list(args), "kwargs": dict(kwargs), "tensors": tensors},
+        {"args": portable(list(args)), "kwargs": portable(dict(kwargs)), "tensors": tensors},
         os.path.join(directory, name + ".pt"),
     )
     overload = placed.call.overload
@@ -187,6 +190,7 @@ def write_repro(
         script_name=name + ".py",
         backend=backend,
         data_name=name + ".pt",
+        memory_format_tag=MEMORY_FORMAT_TAG,
         packet=packet,
         overload_attr=attr or "default",
     )

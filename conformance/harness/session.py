@@ -10,6 +10,7 @@ hung; a runner only runs cases and sends its reports to its parent.
 from __future__ import annotations
 
 import faulthandler
+import gc
 import json
 import os
 import shutil
@@ -502,6 +503,11 @@ class ConformanceRun:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if self.started and self.role is Role.SINGLE:
             self.collected = [i.nodeid for i in session.items if case_of(i) or is_scenario(i)]
+        if self.started:
+            # torch, OpInfo's op_db and the case list are alive for the whole run: leave them out
+            # of every later collection (the leak check's gc.collect, pytest's collections at
+            # exit: seconds each over that heap) and out of copy-on-write in forked runners
+            gc.freeze()
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node, ids: list[str]) -> None:

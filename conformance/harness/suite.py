@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
 import shlex
 from typing import Any
@@ -350,24 +351,29 @@ class Suite:
             )
         return self._calls[key]
 
-    def mode_account(self) -> dict[str, Any]:
-        """Which overloads have -grad and -inference cases and why the others have no -grad
-        ones (run header, run.json "modes")."""
+    @functools.cached_property
+    def _mode_account(self) -> dict[str, Any]:
         if "grad" not in self.options.modes and "inference" not in self.options.modes:
             return {}
         tested = self._kept_by_keyword(self.overloads, False) + self._kept_by_keyword(
             self.fallback_only, True
         )
+        grad_only = self._kept_by_keyword(self.grad_only, True)
         account: dict[str, Any] = {"modes": list(self.options.modes)}
         if "grad" in self.options.modes:
-            by_reason = self.modes.account(tested + self.grad_only)
+            by_reason = self.modes.account(tested + grad_only)
             with_grad = by_reason.pop("", [])
             account["grad"] = with_grad
-            account["grad_only"] = [o for o in self.grad_only if o in with_grad]
+            account["grad_only"] = [o for o in grad_only if o in with_grad]
             account["no_grad"] = by_reason
         if "inference" in self.options.modes:
             account["inference"] = [o for o in tested if self.modes.inference_applies(o)]
         return account
+
+    def mode_account(self) -> dict[str, Any]:
+        """Which overloads have -grad and -inference cases and why the others have no -grad
+        ones (run header, run.json "modes"), for the overloads -k keeps; computed once."""
+        return self._mode_account
 
     def mode_lines(self) -> list[str]:
         """The mode account as run header lines."""

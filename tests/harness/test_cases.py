@@ -139,3 +139,16 @@ def test_coverage_is_computed_for_what_k_keeps(tmp_path) -> None:
     assert suite.coverage.header_lines()[0] == (
         f"coverage: 2 of {n} registered overloads tested, {n - 2} not selected (--ops or -k)"
     )
+
+
+def test_a_keyword_run_accounts_for_and_probes_only_the_overloads_it_keeps(tmp_path) -> None:
+    """-k masked_fill builds no float32 samples of the decompositions the models call (gelu,
+    addmm, ...): their -grad probe is paid only by runs that keep them; computed once."""
+    options = read_options(FakeConfig(expectations="none", results="none", dtypes="float32"))
+    suite = Suite(options, str(tmp_path), "main", keyword="masked_fill")
+    assert "gelu" in suite.grad_only  # the default run has it: this run does not keep it
+    account = suite.mode_account()
+    assert account["grad"] and all("masked_fill" in o for o in account["grad"])
+    assert account["grad_only"] == []
+    assert not [key for key in suite._calls if key[0] == "gelu"]
+    assert suite.mode_account() is account

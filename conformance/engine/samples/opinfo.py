@@ -23,10 +23,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from conformance.engine.calls import Call, clone_tree
+from conformance.engine.calls import Call, clone_tree, load_calls, save_calls
 from conformance.engine.discovery import overload_name
 
-CACHE_SALT = "v3"  # of the captures
+CACHE_SALT = "v4"  # of the captures (v4: memory formats saved as tags, calls as tuples)
 INDEX_SALT = "v4"  # of the index alone (v4: the foreach databases joined op_db)
 KINDS = ("samples", "special", "promotion")
 REFERENCE_SCAN = 400  # reference samples looked at per (OpInfo, dtype)
@@ -343,12 +343,10 @@ def _cached_capture(full: str, dtype: torch.dtype, cache_dir: str | None, source
     path = os.path.join(root, f"{full}-{dname}{suffix}.pt") if root else None
     if path and os.path.exists(path):
         try:
-            return torch.load(path, weights_only=False)
+            return load_calls(path)
         except Exception:
             pass  # a torn or stale cache file: recapture
     captured = capture(full, dtype, "samples" if source == "samples" else "special")
     if path:
-        tmp = f"{path}.{os.getpid()}.tmp"
-        torch.save(captured, tmp)
-        os.replace(tmp, path)
+        save_calls(captured, path)
     return captured

@@ -1,0 +1,76 @@
+"""The on-disk sample cache and repro data hold every argument a captured call can have.
+
+`torch.memory_format` does not pickle (torch.save raises "cannot pickle 'module' object"): before
+the portable encoding, `to`'s captures never reached the cache, so every pytest process, xdist
+worker and spawned runner imported OpInfo's op_db again (5-17 s each) and left a `.tmp` file.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conformance.engine.calls import Call, load_calls, save_calls
+from conformance.engine.discovery import resolve
+from conformance.engine.placing import place
+from conformance.engine.repro import write_repro
+from conformance.engine.samples import opinfo
+
+
+def _to_copy_call() -> Call:
+    x = torch.arange(6.0).reshape(2, 3)
+    kwargs = {"dtype": torch.float64, "memory_format": torch.channels_last}
+    return Call("_to_copy.default", (x.unsqueeze(0).unsqueeze(0),), kwargs)
+
+
+def test_calls_with_a_memory_format_round_trip_through_the_cache(tmp_path):
+    call = _to_copy_call()
+    path = str(tmp_path / "to-float32.pt")
+    save_calls({"samples": {"_to_copy.default": [call]}}, path)
+    loaded = load_calls(path)["samples"]["_to_copy.default"][0]
+    assert loaded.kwargs["memory_format"] is torch.channels_last
+    assert torch.equal(loaded.args[0], call.args[0])
+    assert os.listdir(tmp_path) == ["to-float32.pt"]  # no temporary file left behind
+
+
+def test_a_captured_opinfo_is_read_from_disk_by_the_next_process(tmp_path, monkeypatch):
+    cache = str(tmp_path)
+    opinfo._cached_capture.cache_clear()
+    first = opinfo.captured_calls("_to_copy", torch.float32, ("to",), cache)
+    assert any("memory_format" in c.kwargs for c in first)
+    opinfo._cached_capture.cache_clear()  # as in a fresh process
+
+    def no_capture(*args, **kwargs):
+        raise AssertionError("captured again: the cache file was not written or not read")
+
+    monkeypatch.setattr(opinfo, "capture", no_capture)
+    again = opinfo.captured_calls("_to_copy", torch.float32, ("to",), cache)
+    assert [c.signature() for c in again] == [c.signature() for c in first]
+    opinfo._cached_capture.cache_clear()
+
+
+@pytest.mark.timeout(180)
+def test_a_repro_of_a_call_with_a_memory_format_runs(tmp_path):
+    import echo_npu  # noqa: F401  (the repro runs on the bundled device)
+
+    call = _to_copy_call()
+    op = resolve(call.overload)
+    placed = place(call, "contiguous", op._schema)
+    assert placed is not None
+    script = write_repro(
+        str(tmp_path),
+        "_to_copy.default-float32-contiguous-native",
+        placed,
+        backend="echo_npu",
+        headline="example",
+        routed=False,
+        env_prefix="",
+    )
+    proc = subprocess.run(
+        [sys.executable, script], capture_output=True, text=True, timeout=170, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
