@@ -74,3 +74,26 @@ def test_a_repro_of_a_call_with_a_memory_format_runs(tmp_path):
         [sys.executable, script], capture_output=True, text=True, timeout=170, cwd=tmp_path
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_value_set_calls_are_built_once_then_read_from_disk(tmp_path, monkeypatch):
+    """Special-value calls run on CPU in a forked child before use (cpu_survivors): a fork of
+    the whole process per (overload, dtype, value set), once per torch version, not per run."""
+    from conformance.engine.samples import calls_for, cpu_survivors
+
+    cache = str(tmp_path)
+    first = calls_for("add.Tensor", torch.float32, cache, "special")
+    assert first
+
+    def no_fork(*args, **kwargs):
+        raise AssertionError("built again: the value-set cache was not written or not read")
+
+    monkeypatch.setattr(cpu_survivors, "_run_batch", no_fork)
+    again = calls_for("add.Tensor", torch.float32, cache, "special")
+    assert [c.signature() for c in again] == [c.signature() for c in first]
+    for a, b in zip(first, again, strict=True):
+        for x, y in zip(a.tensors(), b.tensors(), strict=True):
+            torch.testing.assert_close(x, y, rtol=0, atol=0, equal_nan=True)
+    # without a cache folder nothing is cached: the calls are built (and run on CPU) each time
+    with pytest.raises(AssertionError, match="built again"):
+        calls_for("add.Tensor", torch.float32, None, "special")

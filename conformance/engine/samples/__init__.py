@@ -3,9 +3,11 @@ derived from a sibling overload (twins.py) and the values axis (values.py)."""
 
 from __future__ import annotations
 
+import os
+
 import torch
 
-from conformance.engine.calls import Call
+from conformance.engine.calls import Call, load_calls, save_calls
 from conformance.engine.samples import opinfo, twins, values
 from conformance.ops import spec_for, specs_with_samples
 
@@ -37,9 +39,33 @@ def calls_for(
         if spec.use_opinfo
         else []
     )
-    make = values.special_calls if value_set == "special" else values.promotion_calls
-    generated = make(ordinary, dtype)
+    # OpInfo's calls are the same in every process (cached captures); a spec's own may not be
+    cacheable = spec.samples is None
+    generated = _generated(overload, dtype, ordinary, value_set, cache_dir if cacheable else None)
     return dedupe(from_opinfo)[: MAX_VALUE_SAMPLES // 2] + dedupe(generated)[:MAX_VALUE_SAMPLES]
+
+
+def _generated(
+    overload: str, dtype: torch.dtype, ordinary: list[Call], value_set: str, cache_dir: str | None
+) -> list[Call]:
+    """The value set's calls built from the ordinary ones, cached on disk beside the captures:
+    building them runs every candidate on CPU in a forked child first (cpu_survivors.py), which
+    costs a fork of the whole process per (overload, dtype, value set)."""
+    make = values.special_calls if value_set == "special" else values.promotion_calls
+    root = opinfo.cache_root(cache_dir)
+    if root is None:
+        return make(ordinary, dtype)
+    name = f"{overload}-{str(dtype).removeprefix('torch.')}-{value_set}-{len(ordinary)}"
+    path = os.path.join(root, f"values-{values.GENERATOR_VERSION}", f"{name}.pt")
+    if os.path.exists(path):
+        try:
+            return load_calls(path)[value_set][overload]
+        except Exception:  # noqa: BLE001 - a torn or stale file: build again
+            pass
+    generated = make(ordinary, dtype)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    save_calls({value_set: {overload: generated}}, path)
+    return generated
 
 
 def _ordinary(overload: str, dtype: torch.dtype, cache_dir: str | None, limit: int) -> list[Call]:

@@ -66,7 +66,8 @@ class _Recorder(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
-def _cache_root(cache_dir: str | None) -> str | None:
+def cache_root(cache_dir: str | None) -> str | None:
+    """The folder of this torch version's cached sample calls (None: no disk cache)."""
     if cache_dir is None:
         return None
     root = os.path.join(cache_dir, f"opinfo-{torch.__version__}-{CACHE_SALT}")
@@ -103,7 +104,7 @@ def _full_name(op) -> str:
 def _index(cache_dir: str | None) -> dict[str, dict[str, list[str]]]:
     """{"bases": {base name: [OpInfo full names]}, "dtypes": {full name: [CPU dtype names]}},
     cached as JSON."""
-    root = _cache_root(cache_dir)
+    root = cache_root(cache_dir)
     path = os.path.join(root, f"index-{INDEX_SALT}.json") if root else None
     if path and os.path.exists(path):
         with open(path) as f:
@@ -337,7 +338,7 @@ def captured_calls(
 
 @lru_cache(maxsize=64)  # one OpInfo's capture serves its functional, in-place and out= forms
 def _cached_capture(full: str, dtype: torch.dtype, cache_dir: str | None, source: str) -> dict:
-    root = _cache_root(cache_dir)
+    root = cache_root(cache_dir)
     suffix = "" if source == "samples" else f"-{source}"
     dname = str(dtype).removeprefix("torch.")
     path = os.path.join(root, f"{full}-{dname}{suffix}.pt") if root else None

@@ -27,6 +27,9 @@ from conformance.engine.samples.twins import _is_out, _kind, functional_of, sche
 from conformance.ops import spec_for
 
 VALUE_SETS = ("special", "promotion")
+# the disk cache of generated calls (samples/__init__.py) is keyed by this: change it when the
+# calls this module builds change
+GENERATOR_VERSION = "v1"
 # schema argument names that are never data operands
 NOT_DATA = frozenset(
     {
