@@ -59,18 +59,9 @@ def test_generated_kernels_are_registered_and_compute_as_cpu() -> None:
 
 
 def test_the_suite_discovers_and_passes_generated_overloads(run_suite) -> None:
+    args = "--backend scale_backend --ops sin.out,cumsum --dtypes float32 --values ordinary"
     run = run_suite(
-        "--backend",
-        "scale_backend",
-        "--ops",
-        "sin.out,cumsum",
-        "--dtypes",
-        "float32",
-        "--layouts",
-        "contiguous,transposed",
-        "--values",
-        "ordinary",
-        env={"PYTHONPATH": BACKENDS},
+        *args.split(), "--layouts", "contiguous,transposed", env={"PYTHONPATH": BACKENDS}
     )
     assert run.returncode == 0, run.output[-3000:]
     coverage = run.info["coverage"]
