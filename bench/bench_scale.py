@@ -2,7 +2,7 @@
 registered overloads) and for `tests/backends/scale_backend.py` (echo_npu plus generated
 CPU-as-device kernels, about 1,400 registered overloads with samples), side by side.
 
-    python bench/bench_scale.py [--skip-cold] [--slice 30] [--backends echo_npu,scale_backend]
+    python bench/bench_scale.py [--skip-cold] [--slice 10] [--backends echo_npu,scale_backend]
 
 echo_npu must be importable (built); the bench puts bench/ and tests/backends/ on PYTHONPATH
 itself. Takes about 10 minutes with warm caches on 2 idle cores, more with cold ones. Printed per
@@ -187,7 +187,7 @@ def main() -> None:
     )
     parser.add_argument("--backends", default="echo_npu,scale_backend")
     parser.add_argument("--skip-cold", action="store_true", help="warm caches only")
-    parser.add_argument("--slice", type=int, default=30, help="overloads in the timed run")
+    parser.add_argument("--slice", type=int, default=10, help="overloads in the timed run")
     parser.add_argument(
         "--cache-dir", help="pytest cache dir to use (default: a fresh one, removed after)"
     )
