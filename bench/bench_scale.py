@@ -17,8 +17,9 @@ backend, each figure against its target:
 - cases/s of a run of a slice: --slice overloads evenly spaced in the sorted registered list,
   every dtype, layout, path, value set and mode, one pytest process with forked runners (no -n);
   no target (the scale backend's kernels copy every argument to CPU: slower than echo_npu's)
-- growth: each figure per registered overload, the scale backend's over echo_npu's (1.0x:
-  linear in the number of overloads; below: a fixed cost shared)
+- growth: each cost in all and per overload with cases (the default run's: registered ones with
+  samples, the model-derived fallback set, -grad-only decompositions), the scale backend's over
+  echo_npu's (1.0x: linear in the overloads; below: a fixed cost shared)
 
 Wall seconds on a machine others may load: the load average is printed.
 """
@@ -39,7 +40,16 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PATHS = [os.path.join(REPO, "bench"), os.path.join(REPO, "tests", "backends")]
 STARTUP_TARGET_S = 20.0
 RSS_TARGET_MIB = 2048.0
-STAGES = ("import", "discovery", "coverage", "isolation", "collection", "cases", "startup")
+STAGES = (
+    "import",
+    "discovery",
+    "coverage",
+    "isolation",
+    "collection",
+    "cases",
+    "startup",
+    "startup_cpu",
+)
 STAGE_NAMES = {
     "import": "import (interpreter, pytest, torch, suite, backend)",
     "discovery": "discovery (registrations, selections)",
@@ -48,6 +58,7 @@ STAGE_NAMES = {
     "collection": "collection (items)",
     "cases": "  of which the case list",
     "startup": "start-up total",
+    "startup_cpu": "  CPU seconds of the pytest process",
 }
 
 
@@ -133,12 +144,11 @@ def verdict(value: float, target: float) -> str:
 
 
 def growth(small: Figures, large: Figures, a: float, b: float) -> str:
-    """Per registered overload, large over small ("1.00x": linear), and the marginal cost."""
-    n, m = len(small.registered), len(large.registered)
-    if not a or m == n:
+    """Large over small, in all and per overload with cases ("1.00x": linear in them)."""
+    n, m = small.overloads, large.overloads
+    if not a or not n or m == n:
         return ""
-    ratio = (b / m) / (a / n)
-    return f"{b / a:6.1f}x total, {ratio:5.2f}x per overload"
+    return f"{b / a:6.1f}x total, {(b / m) / (a / n):5.2f}x per overload"
 
 
 def report(figs: list[Figures]) -> None:
@@ -146,9 +156,9 @@ def report(figs: list[Figures]) -> None:
     print(f"{'figure':52}{head}   growth / target")
     pair = len(figs) == 2
 
-    def row(name: str, values: list[float], unit: str, target: str = "") -> None:
+    def row(name: str, values: list[float], unit: str, target: str = "", grows=True) -> None:
         cells = "".join(f"{v:>20.2f} {unit:3}" for v in values)
-        grow = growth(figs[0], figs[1], values[0], values[1]) if pair else ""
+        grow = growth(figs[0], figs[1], values[0], values[1]) if pair and grows else ""
         print(f"{name:52}{cells}   {grow}{'; ' if grow and target else ''}{target}")
 
     for kind in ("cold", "warm"):
@@ -167,7 +177,12 @@ def report(figs: list[Figures]) -> None:
                 )
             row(STAGE_NAMES[stage], values, "s", target)
     print("-- size and memory")
-    row("overloads with cases (registered, fallback, -grad)", [f.overloads for f in figs], "")
+    row(
+        "overloads with cases (registered, fallback, -grad)",
+        [f.overloads for f in figs],
+        "",
+        grows=False,
+    )
     row("collected cases (default run)", [f.collected for f in figs], "")
     memory = (("peak RSS, pytest process", "rss_mib"), ("peak RSS, runners", "runner_rss_mib"))
     for name, attr in memory:
@@ -175,9 +190,9 @@ def report(figs: list[Figures]) -> None:
         over = "/".join(verdict(v, RSS_TARGET_MIB) for v in values)
         row(name, values, "MiB", f"target <= {RSS_TARGET_MIB:g} MiB: {over}")
     print("-- run of a slice (one process, forked runners)")
-    row("overloads in the slice", [f.slice_ops for f in figs], "")
-    row("cases in the slice", [f.slice_cases for f in figs], "")
-    row("cases/s", [f.cases_per_s for f in figs], "", "no target")
+    row("overloads in the slice", [f.slice_ops for f in figs], "", grows=False)
+    row("cases in the slice", [f.slice_cases for f in figs], "", grows=False)
+    row("cases/s", [f.cases_per_s for f in figs], "", "no target", grows=False)
     print(f"load avg {os.getloadavg()[0]:.1f}/{os.getloadavg()[1]:.1f}, {os.cpu_count()} cores")
 
 

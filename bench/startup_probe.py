@@ -10,6 +10,8 @@ peak memory. Loaded with `-p startup_probe` (bench/ on PYTHONPATH); writes JSON 
 - isolation: `plan_isolation` (the device probe in a child process) and the results folder
 - collection: from then until pytest's collection is finished (`cases`: the case list alone)
 - run: from the end of collection to the end of the session (cases executed)
+- startup_cpu: CPU seconds of this process until collection ended (steadier than wall seconds
+  on a machine others load)
 
 Peak memory is `ru_maxrss` of this process, and of its largest reaped child (runners, probes).
 """
@@ -38,6 +40,7 @@ class StartupProbe:
         self.spent: dict[str, float] = {}
         self.collected = 0
         self.suite: Any = None
+        self.startup_cpu = 0.0  # CPU seconds of this process until collection ended
         self.pid = os.getpid()
         self._wrap(suite, "load_backend", "backend")
         self._wrap(suite.Suite, "__init__", "suite", keep=True)
@@ -66,6 +69,8 @@ class StartupProbe:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.marks["collected"] = time.time()
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        self.startup_cpu = usage.ru_utime + usage.ru_stime
         self.collected = len(session.items)
 
     @pytest.hookimpl(trylast=True)
@@ -86,6 +91,7 @@ class StartupProbe:
             "cases": s.get("cases", 0.0),
         }
         out["startup"] = m["collected"] - self.t0
+        out["startup_cpu"] = self.startup_cpu
         if "finished" in m:
             out["run"] = m["finished"] - m["collected"]
         return out
