@@ -165,6 +165,15 @@ def test_four_shards_per_cell_report_what_one_does(project: Path) -> None:
     assert merged in (report / "report.md").read_text()
 
 
+def test_one_folder_matched_by_a_wildcard_keeps_its_name_in_the_artifact(project: Path) -> None:
+    """upload-artifact keeps the hierarchy after a path's first wildcard: `results/conformance-*`
+    matching one folder uploads that folder, not its contents (the report names the run by it)."""
+    assert _run(project, "--sessions", "conformance-2.13", "--input", "shards=1") == 0
+    art = project / "results" / "rehearsal" / "artifacts"
+    assert (art / "nightly-results" / "conformance-2.13-shard-1-of-1" / "run.json").is_file()
+    assert (art / "conformance-2.13-shard-1-of-1" / "run.json").is_file()  # a plain path: its files
+
+
 def test_failing_cell_fails_the_rehearsal_but_the_report_still_runs(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
