@@ -261,7 +261,8 @@ class Options:
         parse=_results,
     )
     shard: Shard | None = option(
-        "run shard K of N (K/N, 1 <= K <= N): the same partition of the cases in every shard, "
+        "run shard K of N (K/N or K-of-N, 1 <= K <= N): the same partition of the cases in "
+        "every shard, "
         "items built only for this one; each shard writes its own --results and the report "
         "merges them (docs/MATRIX.md)",
         parse=_shard,
