@@ -31,10 +31,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     except pytest.UsageError as exc:
         pytest.exit(str(exc), returncode=pytest.ExitCode.USAGE_ERROR)
     params = []
-    keep = suite.keep
-    for case in suite.cases():
-        if keep is not None and not keep(str(case)):
-            continue  # -k would deselect it: never build the item (harness/keyword.py)
+    # only what -k keeps (harness/keyword.py) and this shard runs (--shard): no item is built
+    # for a case another shard runs or -k would deselect
+    for case in suite.collected_cases():
         entry = suite.expectation(case)
         marks = []
         if entry is not None and entry.status in ("skip", "crash"):

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 from conformance.engine.layout_names import LAYOUT_HELP, parse_layouts
 from conformance.errors import ConformanceUsageError
+from conformance.sharding import Shard
 
 DEFAULT_DTYPES = "float32,float64,float16,bfloat16,int32,int64,bool"
 PATHS = ("native", "fallback")
@@ -100,6 +101,10 @@ def _expectations(text: str | None) -> list[str] | None:
 
 def _results(text: str | None) -> str | None:
     return None if text in (None, "", "none") else text
+
+
+def _shard(text: str | None) -> Shard | None:
+    return None if text in (None, "") else Shard.parse(text)
 
 
 def _count(flag: str, text: str) -> int:
@@ -254,6 +259,18 @@ class Options:
         "directory for per-case JSON lines and run.json ('none' to disable)",
         default="results",
         parse=_results,
+    )
+    shard: Shard | None = option(
+        "run shard K of N (K/N or K-of-N, 1 <= K <= N): the same partition of the cases in "
+        "every shard, "
+        "items built only for this one; each shard writes its own --results and the report "
+        "merges them (docs/MATRIX.md)",
+        parse=_shard,
+    )
+    shard_durations: str | None = option(
+        "balance the shards by the case durations of an earlier run: its results folder (or a "
+        "folder of them, e.g. its shards); every shard must be given the same one",
+        parse=lambda v: v or None,
     )
     # not an option: the raw text of every option the user set (flag or environment), by name
     given: dict[str, str] = field(default_factory=dict, compare=False)

@@ -183,6 +183,12 @@ class ConformanceRun:
                 suite.allocator,
             )
             self.info["header"] = self.header_lines()
+            # what makes shards of one run (the report merges those that agree on all of it)
+            self.info["environment"] = suite.environment()
+            self.info["checkers"] = suite.checkers()
+            shard = suite.shard_account()
+            if shard is not None:
+                self.info["shard"] = shard
             if suite.coverage is not None:
                 self.info["coverage"] = suite.coverage.to_json()
             self.info["modes"] = suite.mode_account()
@@ -262,7 +268,7 @@ class ConformanceRun:
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]):
         """Foundation cases run first and the scenarios last (so the first failure of a run
         names the op that is wrong); --ops/--fallback-ops name the overloads to test: the
-        scenarios then stay out."""
+        scenarios then stay out; with --shard each runs in one shard."""
         if not self.started:
             return
         from conformance.engine.foundations import ORDER
@@ -275,9 +281,12 @@ class ConformanceRun:
             return 0 if first(item) else 2 if is_scenario(item) else 1
 
         items.sort(key=rank)  # stable: foundations, op cases, then the scenarios
-        if not (self.suite.options.ops or self.suite.options.fallback_ops):
-            return
-        dropped = [item for item in items if is_scenario(item)]
+        scenarios = [item for item in items if is_scenario(item)]
+        if self.suite.options.ops or self.suite.options.fallback_ops:
+            dropped = scenarios
+        else:  # --shard: each scenario runs in one shard
+            keeps = self.suite.shard_keeps([record_id(item.nodeid) for item in scenarios])
+            dropped = [item for item, keep in zip(scenarios, keeps, strict=True) if not keep]
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = [item for item in items if item not in dropped]
@@ -309,6 +318,9 @@ class ConformanceRun:
         checks["fallback path"] = self._fallback_source()
         checks["seeding"] = self._seeding_source()
         lines.append("checks: " + "; ".join(f"{k}: {v}" for k, v in checks.items()))
+        shard = suite.shard_line()
+        if shard is not None:
+            lines.append(shard)
         if suite.coverage is not None:
             lines += suite.coverage.header_lines()
         lines += suite.mode_lines()

@@ -26,7 +26,8 @@ from conformance.harness.modes import ModeAccount
 from conformance.harness.options import MODES, ORDINARY, Options
 from conformance.harness.rundir import RunDir
 from conformance.ops import spec_for
-from conformance.record import CaseId, CaseRecord, Status
+from conformance.record import TEST_NAME, CaseId, CaseRecord, Status
+from conformance.sharding import Partition, digest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -79,6 +80,12 @@ class Suite:
         # a spawned case runner collects every case (the parent chose which ones run)
         self.coverage: coverage.Coverage | None = None
         self.coverage = self._coverage() if with_coverage else None
+        # --shard: a spawned runner collects every case (its parent chose which ones run; its
+        # case list, without the coverage account, is not the parent's anyway)
+        self.shard = options.shard if with_coverage else None
+        self.partition = self._partition() if with_coverage else None
+        self._collected: list[CaseId] | None = None
+        self._shard_account: dict[str, Any] | None = None  # set with the collected cases
         # where processes of this run share what they found (set by the session; None: alone)
         self.run_dir: RunDir | None = None
         self.foundations = Foundations(
@@ -100,6 +107,33 @@ class Suite:
 
         found = self.run_dir.shared(f"foundation-{name}.json", compute) if self.run_dir else None
         return [Probe(**p) for p in (found if found is not None else compute())]
+
+    def _partition(self) -> Partition | None:
+        """--shard's partition, weighted by --shard-durations when given."""
+        options = self.options
+        if options.shard is None:
+            if options.shard_durations:
+                raise ConformanceUsageError(
+                    "--shard-durations balances shards: give --shard K/N too"
+                )
+            return None
+        if not options.shard_durations:
+            return Partition(options.shard.count)
+        same = options.results and os.path.realpath(options.results) == os.path.realpath(
+            options.shard_durations
+        )
+        if same:
+            raise ConformanceUsageError(
+                f"--shard-durations {options.shard_durations}: that is this run's --results "
+                "folder, which the run clears at its start; give an earlier run's folder (a copy)"
+            )
+        from conformance.report.load import load_durations
+
+        try:
+            durations = load_durations(options.shard_durations)
+        except ConformanceUsageError as exc:
+            raise ConformanceUsageError(f"--shard-durations: {exc}") from None
+        return Partition(options.shard.count, durations, options.shard_durations)
 
     def _manifest(self) -> Manifest:
         paths = self.options.expectations
@@ -265,6 +299,55 @@ class Suite:
         for overload in self.grad_only:  # as the device runs them: no route of their own
             out += self._mode_cases(overload, self._dtypes(overload, True), ["native"], layouts)
         return out
+
+    def collected_cases(self) -> list[CaseId]:
+        """The cases this process builds items for: `cases()` that -k keeps, then this shard's
+        part of them (--shard): computed once."""
+        if self._collected is None:
+            cases = [c for c in self.cases() if self.keep is None or self.keep(str(c))]
+            shard, partition = self.shard, self.partition
+            if shard is not None and partition is not None:
+                ids = [f"{TEST_NAME}[{c}]" for c in cases]
+                mine = [s == shard.index - 1 for s in partition.assign(ids)]
+                self._shard_account = {
+                    "index": shard.index,
+                    "count": shard.count,
+                    "cases": sum(mine),
+                    "total": len(ids),
+                    "balanced_by": partition.describe(),
+                    # fingerprints every shard of one run shares (the report checks them)
+                    "case_list": digest(ids),
+                    "partition": partition.last_digest,
+                }
+                cases = [c for c, keep in zip(cases, mine, strict=True) if keep]
+            self._collected = cases
+        return self._collected
+
+    def shard_keeps(self, record_ids: list[str]) -> list[bool]:
+        """Which of these (the scenarios) this shard runs; all of them without --shard. Called
+        after the cases were assigned, so the loads of the cases count."""
+        if self.shard is None or self.partition is None:
+            return [True] * len(record_ids)
+        self.collected_cases()
+        return [s == self.shard.index - 1 for s in self.partition.assign(record_ids)]
+
+    def shard_account(self) -> dict[str, Any] | None:
+        """Which shard this run is (run.json `shard`; the report merges shards by it)."""
+        if self.shard is None:
+            return None
+        self.collected_cases()
+        return self._shard_account
+
+    def shard_line(self) -> str | None:
+        """The run header's line about --shard."""
+        account = self.shard_account()
+        if account is None:
+            return None
+        return (
+            f"shard {self.shard}: {account['cases']} of {account['total']} cases, balanced by "
+            f"{account['balanced_by']}; scenarios split alike; coverage and modes below are the "
+            "whole run's"
+        )
 
     def _dtypes(self, overload: str, fallback_only: bool) -> list[torch.dtype]:
         """The requested dtypes the op's spec allows; for fallback-only overloads also only
@@ -580,17 +663,26 @@ class Suite:
             has_check_memory=self.backend.hook("check_memory") is not None,
         )
 
-    def _env_prefix(self) -> str:
-        """The environment a repro needs: the variables of the backend module and of the module
-        that registered the device module (`ECHO_NPU_*` for echo_npu and wrappers of it), and
-        whether torch autoloads backends."""
+    def environment(self) -> dict[str, str]:
+        """The environment a case depends on (repros, run.json): the variables of the backend
+        module and of the module that registered the device module (`ECHO_NPU_*` for echo_npu
+        and wrappers of it), and whether torch autoloads backends."""
         from conformance.engine.backend import owner_of
 
         modules = {self.backend_name, owner_of(self.backend.device_type) or self.backend_name}
         prefixes = tuple(m.split(".")[0].upper() + "_" for m in sorted(modules))
         prefixes += ("TORCH_DEVICE_BACKEND_AUTOLOAD",)
-        env = {k: v for k, v in os.environ.items() if k.startswith(prefixes)}
-        return " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
+        return {k: v for k, v in sorted(os.environ.items()) if k.startswith(prefixes)}
+
+    def _env_prefix(self) -> str:
+        return " ".join(f"{k}={shlex.quote(v)}" for k, v in self.environment().items())
+
+    @staticmethod
+    def checkers() -> list[str]:
+        """The preloaded memory checkers the run is under, as `tools/launch.py` flags."""
+        preload = os.environ.get("LD_PRELOAD", "")
+        pairs = (("libasan", "--asan"), ("malloc_debug", "--malloc-check"))
+        return [flag for lib, flag in pairs if lib in preload]
 
     def _target(self, nodeid: str) -> str:
         """The node id as a path from the directory pytest was started in."""
@@ -604,7 +696,10 @@ class Suite:
         """One command that runs exactly this case again with every option that created it:
         the options the user set (flags or CONFORMANCE_* variables, as flags), --ops or
         --fallback-ops narrowed to the case's overload, the backend's environment."""
-        override: dict[str, str | None] = {"results": None, "repro_dir": None}
+        # one case runs alone: the shard it was in does not apply to it
+        override: dict[str, str | None] = dict.fromkeys(
+            ("results", "repro_dir", "shard", "shard_durations")
+        )
         try:
             case = CaseId.parse(nodeid)
         except ValueError:
@@ -625,12 +720,7 @@ class Suite:
                     override[name] = value
         flags = [shlex.quote(f) for f in self.options.flags(**override)]
         cmd = " ".join(["pytest", shlex.quote(self._target(nodeid)), *flags, "--results", "none"])
-        preload = os.environ.get("LD_PRELOAD", "")
-        checkers = [
-            flag
-            for lib, flag in (("libasan", "--asan"), ("malloc_debug", "--malloc-check"))
-            if lib in preload
-        ]
+        checkers = self.checkers()
         if checkers:  # the run was under a preloaded checker: so is the repro
             cmd = f"python -m conformance.tools.launch {' '.join(checkers)} -- {cmd}"
         return f"{self._env_prefix()} {cmd}".strip()

@@ -5,6 +5,12 @@ killed mid-write leaves a truncated last line: it is skipped with a warning, nev
 folder without results of its own but with result subfolders (``results/`` of several nox
 sessions, or downloaded CI artifacts) yields one run per subfolder, so one report can hold several
 sessions (torch versions, allocators, sanitizers).
+
+The shards of one run (``--shard K/N``: run.json ``shard``) are merged into one :class:`Run` when
+they agree on what makes a run: torch, backend, device, allocator, python, the backend's
+environment, preloaded checkers, the shard count and the case list. Shards that agree on that but
+were partitioned differently, a shard given twice or a case recorded by two shards are a
+:class:`ReportError`; a missing shard is a warning on the merged run.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from conformance.record import (
     status_rank,
     worst_status,
 )
+from conformance.sharding import session_name
 
 __all__ = [
     "STATUSES",
@@ -33,6 +40,7 @@ __all__ = [
     "Case",
     "ReportError",
     "Run",
+    "load_durations",
     "load_results",
     "load_run",
     "status_rank",
@@ -64,8 +72,15 @@ class Run:
 
     @property
     def name(self) -> str:
-        """The session name: the folder's name (``conformance-2.8-guard``)."""
-        return self.path.name
+        """The session name: the folder's name (``conformance-2.8-guard``), without the
+        ``-shard-K-of-N`` of a shard's folder."""
+        return session_name(self.path.name) if self.shard else self.path.name
+
+    @property
+    def shard(self) -> dict[str, Any]:
+        """run.json ``shard`` (empty for a run that was not sharded)."""
+        value = self.meta.get("shard")
+        return value if isinstance(value, dict) else {}
 
     @property
     def torch(self) -> str:
@@ -89,8 +104,10 @@ class Run:
 
     @property
     def label(self) -> str:
-        """A short title: ``conformance-2.8-guard (torch 2.8.0, guard)``."""
-        return f"{self.name} (torch {self.torch}, {self.allocator})"
+        """A short title: ``conformance-2.8-guard (torch 2.8.0, guard)``, ``, 4 shards``."""
+        merged, count = self.shard.get("merged"), self.shard.get("count")
+        shards = f", {len(merged)} of {count} shards" if merged else ""
+        return f"{self.name} (torch {self.torch}, {self.allocator}{shards})"
 
     def _from_cases(self, key: str) -> str:
         for case in self.cases:
@@ -171,26 +188,113 @@ def load_run(path: str | os.PathLike[str]) -> Run:
     return run
 
 
+def _folders(path: Path) -> list[Path]:
+    """The results folders ``path`` stands for: its subfolders with results, else itself."""
+    if not path.is_dir():
+        raise ReportError(f"results folder {path} does not exist")
+    subdirs = [p for p in sorted(path.iterdir()) if p.is_dir() and _has_results(p)]
+    if subdirs:  # a folder of sessions; its own loose files (plain `pytest`) are not one
+        return subdirs
+    if not _has_results(path):
+        raise ReportError(
+            f"no results in {path} (expected run.json or cases-*.jsonl in it or its "
+            "subfolders; run the suite with --results DIR first)"
+        )
+    return [path]
+
+
+def load_durations(path: str | os.PathLike[str]) -> dict[str, float]:
+    """Seconds per case id in the results under ``path`` (a run, or a folder of runs: the
+    longest where several recorded a case), for ``--shard-durations``."""
+    out: dict[str, float] = {}
+    for folder in _folders(Path(path)):
+        for case in load_run(folder).cases:
+            if case.duration is not None:
+                out[case.id] = max(case.duration, out.get(case.id, 0.0))
+    return out
+
+
+def _shard_key(run: Run) -> tuple[str, ...]:
+    """What the shards of one run agree on (run.json)."""
+    meta = run.meta
+    same = [meta.get(k) for k in ("torch", "backend", "device", "allocator", "python")]
+    same += [meta.get("environment"), meta.get("checkers")]
+    same += [run.shard.get("count"), run.shard.get("case_list")]
+    return tuple(json.dumps(v, sort_keys=True) for v in same)
+
+
+def merge_shards(shards: list[Run]) -> Run:
+    """One run from the shards of one run (see the module's docstring)."""
+    shards = sorted(shards, key=lambda r: r.shard.get("index", 0))
+    first = shards[0]
+    name, count = first.name, first.shard.get("count")
+    by_index: dict[object, Run] = {}
+    for run in shards:
+        index = run.shard.get("index")
+        if index in by_index:
+            raise ReportError(
+                f"{name}: shard {index}/{count} given twice ({by_index[index].path}, {run.path})"
+            )
+        by_index[index] = run
+        if run.shard.get("partition") != first.shard.get("partition"):
+            raise ReportError(
+                f"{name}: shards {first.shard.get('index')}/{count} ({first.path}) and "
+                f"{index}/{count} ({run.path}) were partitioned differently: run every shard "
+                "with the same --shard-durations"
+            )
+    owner: dict[str, Path] = {}
+    for run in shards:
+        for case in run.cases:
+            if case.id in owner:
+                raise ReportError(
+                    f"{name}: case {case.id} recorded by two shards ({owner[case.id]}, {run.path})"
+                )
+            owner[case.id] = run.path
+    meta = dict(first.meta)
+    meta.pop("findings", None)  # a shard's own: the merged run's are computed from its cases
+    finished = all(r.finished for r in shards)
+    meta["finished"] = max(str(r.meta["finished"]) for r in shards) if finished else None
+    for key in ("counts", "statuses", "accounting"):
+        total: Counter[str] = Counter()
+        for run in shards:
+            total.update(run.meta.get(key) or {})
+        meta[key] = dict(total)
+    merged = [r.shard.get("index") for r in shards]
+    own = {k: v for k, v in first.shard.items() if k not in ("index", "cases")}
+    meta["shard"] = {**own, "merged": merged, "cases": len(owner)}
+    warnings = [f"{r.path.name}: {w}" for r in shards for w in r.warnings]
+    missing = [i for i in range(1, int(count or 0) + 1) if i not in merged]
+    if missing:
+        warnings.append(
+            f"shard(s) {', '.join(map(str, missing))} of {count} missing: "
+            f"{sum(r.shard.get('cases', 0) for r in shards)} of {first.shard.get('total')} cases"
+        )
+    cases = [case for run in shards for case in run.cases]
+    return Run(path=first.path, meta=meta, cases=cases, warnings=warnings)
+
+
+def _merge_sharded(runs: list[Run]) -> list[Run]:
+    """Runs with the shards of each run merged, in the place of its first shard."""
+    groups: dict[tuple[str, ...], list[Run]] = {}
+    out: list[Run | tuple[str, ...]] = []
+    for run in runs:
+        if not run.shard:
+            out.append(run)
+            continue
+        key = _shard_key(run)
+        if key not in groups:
+            out.append(key)
+        groups.setdefault(key, []).append(run)
+    return [merge_shards(groups[r]) if isinstance(r, tuple) else r for r in out]
+
+
 def load_results(paths: Iterable[str | os.PathLike[str]]) -> list[Run]:
     """Read every results folder under ``paths`` (each a run, or a parent of runs).
 
     A folder with result subfolders stands for those (loose results of its own, e.g. from a plain
     ``pytest conformance`` into ``results/``, are left out). Runs are ordered as given, subfolders
-    by name. Raises :class:`ReportError` when a path does not exist or holds no results.
+    by name; the shards of one run become one run, where its first shard was. Raises
+    :class:`ReportError` when a path does not exist or holds no results, or when shards clash.
     """
-    runs: list[Run] = []
-    for raw in paths:
-        path = Path(raw)
-        if not path.is_dir():
-            raise ReportError(f"results folder {path} does not exist")
-        subdirs = [p for p in sorted(path.iterdir()) if p.is_dir() and _has_results(p)]
-        if subdirs:  # a folder of sessions; its own loose files (plain `pytest`) are not one
-            runs.extend(load_run(p) for p in subdirs)
-            continue
-        if not _has_results(path):
-            raise ReportError(
-                f"no results in {path} (expected run.json or cases-*.jsonl in it or its "
-                "subfolders; run the suite with --results DIR first)"
-            )
-        runs.append(load_run(path))
-    return runs
+    runs = [load_run(folder) for raw in paths for folder in _folders(Path(raw))]
+    return _merge_sharded(runs)

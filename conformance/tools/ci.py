@@ -1,13 +1,15 @@
 """Small steps of the CI workflows, kept in Python so that the workflows stay thin and the local
 rehearsal (:mod:`conformance.tools.rehearse`) runs exactly the same code.
 
-    python -m conformance.tools.ci sessions [--filter REGEX]    # job matrix -> $GITHUB_OUTPUT
+    python -m conformance.tools.ci sessions [--filter REGEX] [--shards N] [--matrix FILE]
     python -m conformance.tools.ci summary FILE...              # -> $GITHUB_STEP_SUMMARY, capped
 
 ``sessions`` lists the ``conformance-*`` nox sessions (``nox -l --json -t conformance``: the cells
 of the matrix file the noxfile registers), keeps those matching ``--filter`` and writes
-``sessions=<JSON list>`` to ``$GITHUB_OUTPUT`` (stdout too). ``summary`` appends files to the step
-summary, each cut at a line boundary so the whole stays under GitHub's 1 MiB limit per step.
+``sessions=<JSON list>`` to ``$GITHUB_OUTPUT`` (stdout too), with the shards each cell runs as:
+``shards=["1-of-N", ..., "N-of-N"]`` (``--shards``, else ``[nightly].shards`` of the matrix file:
+``$CONFORMANCE_MATRIX``, else ``--matrix``). ``summary`` appends files to the step summary,
+each cut at a line boundary so the whole stays under GitHub's 1 MiB limit per step.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+from conformance.sharding import Shard
+from conformance.tools.matrix import CONFORMANCE_MATRIX_ENV, MatrixError, load_matrix, parse_shards
 
 SUMMARY_LIMIT = 1_000_000  # bytes per step (GitHub refuses more than 1 MiB)
 
@@ -71,19 +76,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p_sessions = sub.add_parser("sessions", help="the nightly's job matrix -> $GITHUB_OUTPUT")
     p_sessions.add_argument("--filter", default="", help="Python regex over session names")
+    p_sessions.add_argument(
+        "--shards", default="", help="jobs per cell (empty: [nightly].shards of the matrix file)"
+    )
+    p_sessions.add_argument("--matrix", default=None, help="the matrix file the noxfile registers")
     p_summary = sub.add_parser("summary", help="append files to $GITHUB_STEP_SUMMARY, capped")
     p_summary.add_argument("files", nargs="+")
     args = parser.parse_args(argv)
     if args.command == "sessions":
+        try:
+            count = (
+                parse_shards(args.shards, "--shards")
+                if args.shards.strip()
+                else load_matrix(os.environ.get(CONFORMANCE_MATRIX_ENV) or args.matrix).shards
+            )
+        except MatrixError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         names = list_sessions(args.filter)
         if not names:
             print(f"no conformance session matches the filter {args.filter!r}", file=sys.stderr)
             return 1
+        shards = [Shard(k, count).name for k in range(1, count + 1)]
+        lines = [f"sessions={json.dumps(names)}", f"shards={json.dumps(shards)}"]
         output = os.environ.get("GITHUB_OUTPUT")
         if output:
             with open(output, "a", encoding="utf-8") as fh:
-                fh.write("sessions=" + json.dumps(names) + "\n")
+                fh.write("".join(line + "\n" for line in lines))
         print("\n".join(names))
+        print(f"{count} shard(s) per session")
         return 0
     append_summary(args.files)
     return 0

@@ -22,6 +22,8 @@ _TOKEN = re.compile(
     r"(?P<op>==|!=|<=|>=|&&|\|\||[!<>()\[\].,])|(?P<name>[A-Za-z_][A-Za-z0-9_-]*))"
 )
 _INTERPOLATION = re.compile(r"\$\{\{(.*?)\}\}", re.DOTALL)
+# a string that is one expression: `${{ a }}-${{ b }}` is two, not one from `a` to `b`
+_WHOLE = re.compile(r"\$\{\{((?:(?!\}\}).)*)\}\}", re.DOTALL)
 STATUS_FUNCTIONS = ("always(", "success(", "failure(", "cancelled(")
 
 
@@ -233,7 +235,7 @@ def interpolate(text: Any, contexts: Mapping[str, Any]) -> Any:
     the expression's value (a list stays a list); non-strings are returned as they are."""
     if not isinstance(text, str):
         return text
-    whole = _INTERPOLATION.fullmatch(text.strip())
+    whole = _WHOLE.fullmatch(text.strip())
     if whole:
         return evaluate(whole.group(1), contexts)
     return _INTERPOLATION.sub(lambda m: to_text(evaluate(m.group(1), contexts)), text)
@@ -246,7 +248,7 @@ def condition(text: Any, contexts: Mapping[str, Any], status: Mapping[str, bool]
     if isinstance(text, bool):
         return text and status["success"]
     expr = str(text).strip()
-    whole = _INTERPOLATION.fullmatch(expr)
+    whole = _WHOLE.fullmatch(expr)
     if whole:
         expr = whole.group(1).strip()
     value = truthy(evaluate(expr, contexts, status))

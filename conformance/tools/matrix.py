@@ -63,6 +63,7 @@ _MINOR_RE = re.compile(r"^\d+\.\d+$")
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_SHARDS = 64  # jobs per cell in the nightly (GitHub allows 256 jobs per matrix)
 
 
 class MatrixError(ConformanceUsageError, ValueError):
@@ -250,6 +251,7 @@ class Matrix:
     python: str | None
     backend: Backend
     exclusions: tuple[Exclusion, ...] = ()
+    shards: int = 1  # [nightly].shards: jobs per cell in the nightly, merged by its report
     source: str = field(default="matrices/matrix.toml", compare=False)
     path: Path | None = field(default=None, compare=False)
 
@@ -393,6 +395,23 @@ def _str_list(value: Any, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not value:
         raise MatrixError(f"{where}: expected a string or a non-empty list of strings")
     return tuple(_str(v, where) for v in value)
+
+
+def parse_shards(value: Any, where: str) -> int:
+    """A number of shards: a whole number from 1 to MAX_SHARDS."""
+    text = str(value).strip()
+    if isinstance(value, bool) or not text.isdigit() or not 1 <= int(text) <= MAX_SHARDS:
+        raise MatrixError(f"{where}: give a whole number from 1 to {MAX_SHARDS}, got {value!r}")
+    return int(text)
+
+
+def _nightly(data: Mapping[str, Any], src: str) -> int:
+    """[nightly]: how many shards (jobs) each cell runs as; 1 without the table."""
+    table = data.get("nightly", {})
+    if not isinstance(table, Mapping):
+        raise MatrixError(f"{src}: 'nightly' must be a table ([nightly])")
+    _check_keys(table, ["shards"], f"{src} [nightly]")
+    return parse_shards(table.get("shards", 1), f"{src} [nightly].shards")
 
 
 def _release(entry: Any, index: int, src: str) -> Release:
@@ -639,7 +658,7 @@ def parse_matrix(
     """
     src = source
     base = Path(base_dir) if base_dir is not None else DEFAULT_MATRIX_PATH.parent
-    _check_keys(data, ["schema", "torch", "backend", "exclude"], src)
+    _check_keys(data, ["schema", "torch", "backend", "exclude", "nightly"], src)
     if data.get("schema") != SCHEMA:
         hint = ""
         if data.get("schema") == 1:
@@ -683,6 +702,7 @@ def parse_matrix(
         python=python,
         backend=backend,
         exclusions=exclusions,
+        shards=_nightly(data, src),
         source=src,
     )
     if matrix.exclusion(default, matrix.default_allocator, NO_SANITIZER) is not None:

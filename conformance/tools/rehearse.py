@@ -93,6 +93,17 @@ def _parse_kv_file(path: Path) -> dict[str, str]:
     return out
 
 
+def _search_root(ws: Path, pattern: str) -> Path:
+    """Where upload-artifact roots the files of a path: the folders before its first wildcard
+    (the hierarchy after it is kept, even for one match), else the folder itself or a file's."""
+    parts = Path(pattern).parts
+    for i, part in enumerate(parts):
+        if any(c in part for c in "*?["):
+            return ws.joinpath(*parts[:i])
+    path = ws / pattern
+    return path if path.is_dir() else path.parent
+
+
 def _as_list(value: Any) -> list[Any]:
     if value is None:
         return []
@@ -479,14 +490,16 @@ class Rehearsal:
         files: list[Path] = []
         roots: list[Path] = []
         for pattern in patterns:
+            found = []
             for match in sorted(glob.glob(str(ws / pattern), recursive=True)):
                 path = Path(match)
                 if path.is_dir():
-                    roots.append(path)
-                    files += [p for p in path.rglob("*") if p.is_file()]
+                    found += [p for p in path.rglob("*") if p.is_file()]
                 elif path.is_file():
-                    roots.append(path.parent)
-                    files.append(path)
+                    found.append(path)
+            if found:
+                files += found
+                roots.append(_search_root(ws, pattern))
         dest = self.out / "artifacts" / name
         if not files:
             mode = with_.get("if-no-files-found", "warn")

@@ -12,12 +12,14 @@ Sessions (``nox -l``):
   torch, the suite's requirements and the backend's ``requires``; the backend built by its
   ``[backend.build] command`` in a fresh copy of its sources unless the venv's build stamp holds
   the same build key (torch + build settings + watched sources; ``CONFORMANCE_REBUILD=1`` forces);
-  the suite staged next to the venv and run into ``results/<session>/``.
+  the suite staged next to the venv and run into ``results/<session>/`` (a shard, ``--shard K/N``
+  after ``--`` or ``$CONFORMANCE_SHARD``, into ``results/<session>-shard-K-of-N/``: the report
+  merges the shards).
 - ``conformance -- <cell> [pytest args]``: any cell by name.
 - ``report``: Markdown + HTML + torch-version report over ``results/``.
 - ``bisect -- EXPR --good A --bad B``: ``python -m conformance.bisect`` on the same matrix.
-- ``nightly -- <cell>...``: a local rehearsal of the nightly workflow
-  (:mod:`conformance.tools.rehearse`): its own steps, with those cells.
+- ``nightly -- <cell>... [--shards N]``: a local rehearsal of the nightly workflow
+  (:mod:`conformance.tools.rehearse`): its own steps, with those cells (as N shards each).
 
 Paths (``results/``, ``.nox/``) are relative to ``root``, the noxfile's folder.
 """
@@ -27,10 +29,13 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import nox
 
+from conformance.errors import ConformanceUsageError
+from conformance.sharding import Shard
 from conformance.tools.build import (
     SUITE_PACKAGE,
     build_environment,
@@ -102,9 +107,41 @@ def install_and_build(session: nox.Session, cell: Cell) -> None:
     write_stamp(venv, key, cell)
 
 
+def option_value(args: list[str], flag: str) -> str | None:
+    """The value of ``flag`` in ``args`` (``--flag V`` or ``--flag=V``; the last one wins)."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def shard_of(pytest_args: list[str], environ: Mapping[str, str]) -> Shard | None:
+    """The shard a cell run is (``--shard`` among its pytest arguments, else
+    ``$CONFORMANCE_SHARD``, as the suite reads it), or None."""
+    text = option_value(pytest_args, "--shard") or environ.get("CONFORMANCE_SHARD")
+    return Shard.parse(text) if text else None
+
+
+def nightly_args(args: list[str]) -> tuple[list[str], str | None]:
+    """``nox -s nightly -- <cell>... [--shards N]``: the cells, and N if given."""
+    cells = [
+        a
+        for i, a in enumerate(args)
+        if not a.startswith("--shards") and args[i - 1 : i] != ["--shards"]
+    ]
+    return cells, option_value(args, "--shards")
+
+
 def _run_cell(session: nox.Session, cell: Cell, pytest_args: list[str], root: Path) -> None:
+    try:
+        shard = shard_of(pytest_args, os.environ)
+    except ConformanceUsageError as exc:
+        session.error(str(exc))
     install_and_build(session, cell)
-    out = root / "results" / cell.session
+    out = root / "results" / (cell.session + (shard.suffix if shard else ""))
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     try:
@@ -221,13 +258,14 @@ def register(
 
     @nox.session(venv_backend="none", default=False)
     def nightly(session: nox.Session) -> None:
-        """Rehearse the nightly workflow locally: nox -s nightly -- 2.12 2.13 (or 'all')."""
-        if not session.posargs:
+        """Rehearse the nightly workflow locally: nox -s nightly -- 2.12 2.13 (or 'all'),
+        --shards N for N jobs per cell (default: the matrix file's [nightly].shards)."""
+        cells, shards = nightly_args(list(session.posargs))
+        if not cells:
             session.error(
                 "name the cells to rehearse: nox -s nightly -- "
-                f"{' '.join(loaded.minors[-2:])} (or 'all' for every cell)"
+                f"{' '.join(loaded.minors[-2:])} (or 'all' for every cell) [--shards N]"
             )
-        cells = list(session.posargs)
         if cells != ["all"]:
             try:
                 cells = [loaded.cell(name).session for name in cells]
@@ -242,6 +280,7 @@ def register(
             "--root",
             str(root_dir),
             *(["--sessions", ",".join(cells)] if cells != ["all"] else []),
+            *(["--input", f"shards={shards}"] if shards else []),
             env=_suite_pythonpath(),
             external=True,
         )

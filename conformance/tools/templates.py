@@ -36,9 +36,10 @@ def render(template: str, values: Mapping[str, str]) -> str:
 NIGHTLY_YML = """\
 # Nightly conformance of @@BACKEND@@: every cell of @@MATRIX@@ (torch x allocator x sanitizer).
 # The job matrix is the list of conformance-* nox sessions, so adding a torch version to the
-# matrix file adds its jobs here. A last job merges all results into one report: findings per
-# torch version. Rehearse it locally, without GitHub: `nox -s nightly -- 2.12 2.13` runs these
-# same steps (conformance/tools/rehearse.py). Rendered from conformance/tools/templates.py.
+# matrix file adds its jobs here; each cell runs as [nightly].shards jobs (`--shard K/N`). A last
+# job merges all results (the shards of a cell into one run) into one report: findings per torch
+# version. Rehearse it locally, without GitHub: `nox -s nightly -- 2.12 2.13` runs these same
+# steps (conformance/tools/rehearse.py). Rendered from conformance/tools/templates.py.
 name: @@NAME@@
 
 on:
@@ -48,6 +49,11 @@ on:
     inputs:
       filter:
         description: "Python regex over session names (empty: every cell), e.g. 2\\\\.13|asan"
+        required: false
+        default: ""
+        type: string
+      shards:
+        description: "jobs per cell (empty: [nightly].shards of the matrix file)"
         required: false
         default: ""
         type: string
@@ -65,6 +71,7 @@ jobs:
     timeout-minutes: 10
     outputs:
       sessions: ${{ steps.matrix.outputs.sessions }}
+      shards: ${{ steps.matrix.outputs.shards }}
     steps:
       - uses: actions/checkout@v4
       - uses: actions/setup-python@v5
@@ -76,7 +83,11 @@ jobs:
       - id: matrix
         env:
           FILTER: ${{ inputs.filter }}
-        run: python -m conformance.tools.ci sessions --filter "$FILTER"
+          SHARDS: ${{ inputs.shards }}
+          MATRIX: @@MATRIX@@
+        run: |
+          python -m conformance.tools.ci sessions --filter "$FILTER" --shards "$SHARDS" \\
+            --matrix "$MATRIX"
 
   conformance:
     needs: sessions
@@ -87,6 +98,10 @@ jobs:
       max-parallel: 20
       matrix:
         session: ${{ fromJSON(needs.sessions.outputs.sessions) }}
+        shard: ${{ fromJSON(needs.sessions.outputs.shards) }}
+    env:
+      # K-of-N: the suite's --shard; the session writes results/<session>-shard-K-of-N
+      CONFORMANCE_SHARD: ${{ matrix.shard }}
     steps:
       - uses: actions/checkout@v4
       - uses: actions/setup-python@v5
@@ -99,8 +114,8 @@ jobs:
       - uses: actions/upload-artifact@v4
         if: always()
         with:
-          name: ${{ matrix.session }}
-          path: results/${{ matrix.session }}
+          name: ${{ matrix.session }}-shard-${{ matrix.shard }}
+          path: results/${{ matrix.session }}-shard-${{ matrix.shard }}
           if-no-files-found: warn
 
   report:
@@ -242,6 +257,11 @@ default = "@@DEFAULT@@"
 python = "3.11"
 
 @@RELEASES@@
+# The nightly workflow runs each cell as `shards` jobs (--shard K/N, one machine each) and its
+# report job merges them: more shards, sooner done on more machines.
+[nightly]
+shards = 2
+
 [backend]
 module = "@@MODULE@@"               # `import @@MODULE@@` registers the PrivateUse1 device
 @@DEVICE@@requires = @@REQUIRES@@   # installed into every session venv before the build

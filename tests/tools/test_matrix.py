@@ -121,6 +121,10 @@ def test_adding_a_release_in_one_place_adds_its_sessions() -> None:
         (_with(torch__release=[]), "at least one [[torch.release]]"),
         (_with(torch__release=[{"minor": "2.8", "version": "2.9.0"}]), "does not belong"),
         (_with(torch__release=[{"minor": "2.x", "version": "2.9.0"}]), "major.minor"),
+        (_with(nightly={"shards": 0}), "[nightly].shards: give a whole number from 1 to 64"),
+        (_with(nightly={"shards": "two"}), "[nightly].shards: give a whole number from 1 to"),
+        (_with(nightly={"shard": 2}), "[nightly]: unknown key 'shard' (expected one of: shards)"),
+        (_with(nightly=2), "'nightly' must be a table"),
     ],
 )
 def test_bad_matrix_is_one_line_error(data: dict, fragment: str) -> None:
@@ -169,6 +173,12 @@ def test_bad_backend_is_one_line_naming_key_and_fix(data: dict, fragment: str) -
         parse_matrix(data)
     assert fragment in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_nightly_shards() -> None:
+    assert parse_matrix(RAW).shards == 2  # echo_npu's nightly: two jobs per cell
+    assert parse_matrix(_with(nightly=None)).shards == 1  # without [nightly]: not sharded
+    assert parse_matrix(_with(nightly={"shards": 8})).shards == 8
 
 
 def test_minimal_user_backend(tmp_path: Path) -> None:

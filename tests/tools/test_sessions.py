@@ -92,6 +92,34 @@ def test_cell_installs_builds_and_runs_the_described_backend(repo: Path, tmp_pat
     assert env == {"CONFORMANCE_BACKEND": "mynpu", "MYNPU_LOG": "1", "MYNPU_ALLOCATOR": "guard"}
 
 
+def test_a_shard_runs_into_a_folder_of_its_own(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--shard (after --) or $CONFORMANCE_SHARD (the nightly's jobs): results/<cell>-shard-K-of-N,
+    so shards of one cell never overwrite each other and the report merges them."""
+    cell = load_matrix(repo / "conformance-matrix.toml").cell("2.12")
+    monkeypatch.setenv("CONFORMANCE_SHARD", "2-of-3")
+    session = FakeSession(tmp_path / "venv")
+    sessions._run_cell(session, cell, [], repo)
+    assert (
+        f"--results={repo / 'results' / 'conformance-2.12-shard-2-of-3'}" in session.of("run")[0][1]
+    )
+    session = FakeSession(tmp_path / "venv")
+    sessions._run_cell(session, cell, ["--shard", "1/3"], repo)  # the argument wins
+    assert (
+        f"--results={repo / 'results' / 'conformance-2.12-shard-1-of-3'}" in session.of("run")[0][1]
+    )
+    monkeypatch.setenv("CONFORMANCE_SHARD", "4/3")
+    with pytest.raises(RuntimeError, match=r"--shard '4/3': give K/N"):
+        sessions._run_cell(FakeSession(tmp_path / "venv"), cell, [], repo)
+
+
+def test_nightly_rehearsal_arguments() -> None:
+    assert sessions.nightly_args(["2.12", "--shards", "4", "2.13"]) == (["2.12", "2.13"], "4")
+    assert sessions.nightly_args(["--shards=3", "all"]) == (["all"], "3")
+    assert sessions.nightly_args(["2.13"]) == (["2.13"], None)
+
+
 def test_rebuild_only_when_a_watched_source_changes(
     repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

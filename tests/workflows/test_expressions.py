@@ -44,6 +44,8 @@ def test_interpolate_keeps_a_whole_expression_value() -> None:
     assert interpolate("${{ fromJSON(needs.sessions.outputs.sessions) }}", CTX) == ["a", "b"]
     assert interpolate('nox -s "${{ matrix.session }}"', CTX) == 'nox -s "conformance-2.13"'
     assert interpolate("a ${{ !env.ACT }} b", CTX) == "a false b"
+    # two expressions around text are two, not one from the first `${{` to the last `}}`
+    assert interpolate("${{ matrix.session }}-x-${{ env.ACT }}", CTX) == "conformance-2.13-x-true"
 
 
 def test_conditions_imply_success_unless_a_status_function_is_used() -> None:

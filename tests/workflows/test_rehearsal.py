@@ -4,6 +4,7 @@ artifacts, the report job) against a project whose nox cells are fakes that writ
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from pathlib import Path
 
@@ -16,20 +17,31 @@ pytest.importorskip("nox")
 pytest.importorskip("yaml")
 
 NOXFILE = '''
-"""Fake cells: each writes one run (8 cases; 2.13 fails 5 of them the same way)."""
+"""Fake cells: each writes one run (8 cases; 2.13 fails 5 of them the same way), or its part of
+them as the suite's --shard does ($CONFORMANCE_SHARD, set by the nightly's jobs)."""
 import json, os, pathlib, sys
 import nox
+from conformance.sharding import Partition, Shard, digest
 
 ROOT = pathlib.Path(__file__).resolve().parent
 
 
 def cell(minor, version, failing):
     def run(session):
-        out = ROOT / "results" / f"conformance-{minor}"
+        shard = Shard.parse(os.environ.get("CONFORMANCE_SHARD") or "1/1")
+        out = ROOT / "results" / f"conformance-{minor}{shard.suffix}"
         out.mkdir(parents=True, exist_ok=True)
-        (out / "run.json").write_text(json.dumps({"torch": version, "finished": "t"}))
+        ids = [f"test_matches_cpu[op{i}.Tensor-float32-transposed-native]" for i in range(8)]
+        part = Partition(shard.count)
+        mine = [s == shard.index - 1 for s in part.assign(ids)]
+        meta = {"index": shard.index, "count": shard.count, "cases": sum(mine), "total": 8}
+        meta.update(case_list=digest(ids), partition=part.last_digest)
+        info = {"torch": version, "finished": "t", "shard": meta}
+        (out / "run.json").write_text(json.dumps(info))
         lines = []
         for i in range(8):
+            if not mine[i]:
+                continue
             bad = failing and i < 5
             lines.append(json.dumps({
                 "id": f"test_matches_cpu[op{i}.Tensor-float32-transposed-native]",
@@ -62,13 +74,34 @@ def report(session):
 '''
 
 
+MATRIX = """schema = 2
+[torch]
+[[torch.release]]
+minor = "2.13"
+version = "2.13.0"
+[backend]
+module = "mynpu"
+[backend.build]
+source = "."
+command = "true"
+[nightly]
+shards = 2
+"""
+
+
 @pytest.fixture
-def project(tmp_path: Path) -> Path:
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "mynpu"
     flows = root / ".github" / "workflows"
     flows.mkdir(parents=True)
     (flows / "conformance-nightly.yml").write_text(user_nightly("mynpu", "m.toml"))
     (root / "noxfile.py").write_text(NOXFILE)
+    (root / "m.toml").write_text(MATRIX)
+    suite = str(Path(__file__).resolve().parents[2])  # the fake noxfile imports conformance
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [suite, os.environ.get("PYTHONPATH")]))
+    )
+    monkeypatch.delenv("CONFORMANCE_MATRIX", raising=False)
     return root
 
 
@@ -85,22 +118,31 @@ def test_rehearsal_runs_the_nightly_jobs_and_builds_the_version_report(
     data = json.loads((out / "rehearsal.json").read_text())
     assert [(j["label"], j["result"]) for j in data["jobs"]] == [
         ("sessions", "success"),
-        ("conformance (conformance-2.12)", "success"),
-        ("conformance (conformance-2.13)", "success"),
+        ("conformance (conformance-2.12, 1-of-2)", "success"),  # [nightly].shards of m.toml
+        ("conformance (conformance-2.12, 2-of-2)", "success"),
+        ("conformance (conformance-2.13, 1-of-2)", "success"),
+        ("conformance (conformance-2.13, 2-of-2)", "success"),
         ("report", "success"),
     ]
-    assert data["inputs"] == {"filter": "^(conformance\\-2\\.12|conformance\\-2\\.13)$"}
+    assert data["inputs"] == {
+        "filter": "^(conformance\\-2\\.12|conformance\\-2\\.13)$",
+        "shards": "",
+    }
     assert data["artifacts"] == [
-        "conformance-2.12",
-        "conformance-2.13",
+        "conformance-2.12-shard-1-of-2",
+        "conformance-2.12-shard-2-of-2",
+        "conformance-2.13-shard-1-of-2",
+        "conformance-2.13-shard-2-of-2",
         "nightly-results",
         "report",
     ]
     art = out / "artifacts"
-    assert (art / "conformance-2.13" / "cases-main.jsonl").is_file()  # v4 layout: no parent dirs
-    assert (art / "nightly-results" / "conformance-2.12" / "run.json").is_file()
+    # v4 layout: no parent dirs
+    assert (art / "conformance-2.13-shard-2-of-2" / "cases-main.jsonl").is_file()
+    assert (art / "nightly-results" / "conformance-2.12-shard-1-of-2" / "run.json").is_file()
     versions = (art / "report" / "versions.md").read_text()
-    assert "**first fails in 2.13.0 (5 cases)**" in versions  # one finding, not five rows
+    # the shards of a cell merged: one finding of 5 cases, not five rows or two half findings
+    assert "**first fails in 2.13.0 (5 cases)**" in versions
     assert "Findings across versions: 1" in versions
     summary = (out / "summary.md").read_text()
     assert "Findings across versions: 1" in summary
@@ -112,6 +154,26 @@ def test_rehearsal_runs_the_nightly_jobs_and_builds_the_version_report(
     )  # workspaces are removed
 
 
+def test_four_shards_per_cell_report_what_one_does(project: Path) -> None:
+    assert _run(project, "--sessions", "conformance-2.13", "--input", "shards=4") == 0
+    data = json.loads((project / "results" / "rehearsal" / "rehearsal.json").read_text())
+    labels = [j["label"] for j in data["jobs"] if j["job"] == "conformance"]
+    assert labels == [f"conformance (conformance-2.13, {k}-of-4)" for k in range(1, 5)]
+    report = project / "results" / "rehearsal" / "artifacts" / "report"
+    assert "Findings across versions: 1" in (report / "versions.md").read_text()
+    merged = "conformance-2.13 (torch 2.13.0, ?, 4 of 4 shards): 5 failing cases = 1 findings"
+    assert merged in (report / "report.md").read_text()
+
+
+def test_one_folder_matched_by_a_wildcard_keeps_its_name_in_the_artifact(project: Path) -> None:
+    """upload-artifact keeps the hierarchy after a path's first wildcard: `results/conformance-*`
+    matching one folder uploads that folder, not its contents (the report names the run by it)."""
+    assert _run(project, "--sessions", "conformance-2.13", "--input", "shards=1") == 0
+    art = project / "results" / "rehearsal" / "artifacts"
+    assert (art / "nightly-results" / "conformance-2.13-shard-1-of-1" / "run.json").is_file()
+    assert (art / "conformance-2.13-shard-1-of-1" / "run.json").is_file()  # a plain path: its files
+
+
 def test_failing_cell_fails_the_rehearsal_but_the_report_still_runs(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -119,9 +181,9 @@ def test_failing_cell_fails_the_rehearsal_but_the_report_still_runs(
     assert _run(project, "--sessions", "conformance-2.12,conformance-2.13") == 1
     data = json.loads((project / "results" / "rehearsal" / "rehearsal.json").read_text())
     results = {j["label"]: j["result"] for j in data["jobs"]}
-    assert results["conformance (conformance-2.12)"] == "failure"
+    assert results["conformance (conformance-2.12, 1-of-2)"] == "failure"
     assert results["report"] == "success"  # if: always()
-    assert "conformance-2.12" in data["artifacts"]  # uploaded although the step failed
+    assert "conformance-2.12-shard-1-of-2" in data["artifacts"]  # uploaded although it failed
 
 
 def test_filter_that_matches_nothing_fails_the_sessions_job(project: Path) -> None:

@@ -122,6 +122,8 @@ def test_nightly_matrix_step_emits_every_conformance_session(tmp_path: Path) -> 
         "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
         "GITHUB_OUTPUT": str(out),
         "FILTER": "",
+        "SHARDS": "",  # workflow_dispatch input; empty on the schedule: the matrix file says
+        "MATRIX": step["env"]["MATRIX"],
     }
     workdir = tmp_path / "work"
     shutil.copytree(
@@ -137,9 +139,12 @@ def test_nightly_matrix_step_emits_every_conformance_session(tmp_path: Path) -> 
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    line = out.read_text(encoding="utf-8").strip()
-    assert line.startswith("sessions=")
-    assert json.loads(line[len("sessions=") :]) == load_matrix().sessions()
+    outputs = dict(line.split("=", 1) for line in out.read_text(encoding="utf-8").splitlines())
+    assert json.loads(outputs["sessions"]) == load_matrix().sessions()
+    assert json.loads(outputs["shards"]) == ["1-of-2", "2-of-2"]  # [nightly].shards = 2
+    job = nightly["jobs"]["conformance"]
+    assert job["strategy"]["matrix"]["shard"] == "${{ fromJSON(needs.sessions.outputs.shards) }}"
+    assert job["env"]["CONFORMANCE_SHARD"] == "${{ matrix.shard }}"
     # the report job merges every artifact, runs the report session, fills the step summary
     report = " ".join(str(s.get("run", "")) for s in nightly["jobs"]["report"]["steps"])
     assert "nox -s report" in report and "conformance.tools.ci summary" in report
