@@ -49,6 +49,7 @@ __all__ = [
     "crash_signature",
     "finding_key",
     "group_findings",
+    "category_of",
     "normalise_message",
     "unsupported_by_op",
 ]
@@ -263,7 +264,7 @@ class Finding:
     def title(self) -> str:
         """One line: ``check: message`` (crash signature, blocker), shortened."""
         k = self.key
-        message = k.message.removeprefix("[crash] ")
+        message = k.message.removeprefix("[crash] ").removeprefix(f"[{k.check}] ")
         text = f"{k.check or 'failure'}: {message or '(no message)'}"
         if k.crash:  # the class, and who corrupted memory
             text = f"{k.check}: {k.crash}, {message or self._where()}"
@@ -479,3 +480,15 @@ def unsupported_by_op(records: Iterable[Mapping[str, Any]]) -> dict[str, int]:
         op_name(r) for r in records if _text(r.get("status")) == "unsupported"
     )
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def category_of(record: Mapping[str, Any]) -> str:
+    """The manifest category (conformance/harness/expectations.py) of a case that is not a
+    pass: the manifest's own for an expected one, else `unsupported` for a kernel the device
+    lacks, `harness` for the suite's own errors, `backend-bug` for any other failure."""
+    expected = _text(record.get("status")) in ("xfailed", "unsupported", "skipped")
+    if expected and record.get("category"):
+        return _text(record.get("category"))
+    if _text(record.get("check")) == "unsupported" or _text(record.get("status")) == "unsupported":
+        return "unsupported"
+    return "harness" if _text(record.get("status")) == "error" else "backend-bug"

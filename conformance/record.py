@@ -26,7 +26,7 @@ class Status(str, Enum):
     FAILED = "failed"  # a check failed
     BLOCKED = "blocked"  # failed, but depends on a foundation op that failed first (blocked_by)
     XPASSED = "xpassed"  # an expected failure passed: the manifest entry must go (strict)
-    UNSUPPORTED = "unsupported"  # the device raised "not implemented": counted, never a pass
+    UNSUPPORTED = "unsupported"  # the device raised "not implemented", declared (or CPU raises)
     TORCH_BUG = "torch-bug"  # CPU disagrees with itself across layouts; the device agrees
     XFAILED = "xfailed"  # failed as a manifest entry expects
     PASSED = "passed"  # compared, and every check held
@@ -82,9 +82,12 @@ def worst_status(statuses: Iterable[str | Status]) -> Status:
 
 
 #: Check names a result can carry besides those of the engine's per-sample checks
-#: (conformance.engine.checks.CHECKS): failures of the process or the harness, not of an op.
+#: (conformance.engine.checks.CHECKS): failures of the process or the harness, a missing kernel
+#: (set by the harness from the manifest), a scenario.
 HARNESS_CHECKS = MappingProxyType(
     {
+        "unsupported": "the device raised 'not implemented' where CPU computes (status "
+        "`unsupported` when the expectations manifest declares it, else `failed`)",
         "crash": "the process died while running the case",
         "hang": "the case ran past its time limit",
         "harness": "the suite itself failed while building inputs or checking (not the backend)",

@@ -40,10 +40,13 @@ from conformance.ops import OpSpec
 
 
 class Unsupported(Mismatch):
-    """The device raised "not implemented": never a pass, reported as `unsupported`."""
+    """The device raised "not implemented": never a pass, reported as `unsupported`.
+    `cpu_computes`: CPU returned a result for the same sample (the device lacks something CPU
+    has: a failure unless the expectations manifest declares it)."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, cpu_computes: bool = True) -> None:
         super().__init__("error", message)
+        self.cpu_computes = cpu_computes
 
 
 class NotApplicable(Exception):
@@ -190,7 +193,7 @@ def check_errors(s: Sample) -> None:
         )
     if got is not None and got.kind == errorclass.NOT_IMPLEMENTED:
         where = f"cpu raised {want.describe()}" if want else "cpu computes"
-        raise Unsupported(f"device raised {got.describe()} where {where}")
+        raise Unsupported(f"device raised {got.describe()} where {where}", want is None)
     if want is not None and got is None:
         raise Mismatch("error", f"cpu raised {want.describe()}; the device returned normally")
     if want is None and got is not None:

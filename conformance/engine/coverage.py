@@ -35,6 +35,9 @@ class Coverage:
     # model-derived overloads the backend runs through torch's composite kernels, not tested as
     # ops in this run (what they compute is done by the overloads they call)
     default_kernels: list[str] = field(default_factory=list)
+    # what the representative models need of this backend: the overloads they reach that end on
+    # one of its kernels or its boxed fallback (engine/workloads.py); the scorecard's model set
+    models: list[str] = field(default_factory=list)
 
     def missing(self, overload: str, dtype_name: str) -> bool:
         """Whether (overload, dtype) has no samples, so no case is collected for it."""
@@ -95,6 +98,27 @@ class Coverage:
             )
         return lines
 
+    def summary_line(self) -> str:
+        """One line for the end of a run: what is tested, and how many gaps of each kind (the
+        run header and run.json `coverage` name them)."""
+        text = f"coverage: {len(self.tested)} of {len(self.registered)} registered overloads"
+        if self.has_fallback:
+            tested = len(self.fallback_tested)
+            how = f" (--fallback-ops {self.fallback_set})" if tested else ""
+            text += f", {tested} of {len(self.fallback_only)} fallback-only{how} tested"
+        else:
+            text += " tested (no boxed fallback)"
+        partial = [o for o in self.no_samples if o not in self.untested]
+        gaps = [
+            (len(self.untested), "untested"),
+            (len(self.registered) - len(self.selected), "not selected"),
+            (len(partial), "lack samples in some dtypes"),
+            (len(self.sample_errors), "failed to build samples"),
+            (len(self.schemaless), "schema-less"),
+        ]
+        listed = ", ".join(f"{n} {what}" for n, what in gaps if n)
+        return text + (f"; {listed} (see the header)" if listed else "")
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["tested"] = self.tested
@@ -116,6 +140,7 @@ def compute(
     fallback_set: str = "",
     excluded: Sequence[str] = (),
     default_kernels: Sequence[str] = (),
+    models: Sequence[str] = (),
 ) -> Coverage:
     """Ask the sample sources about every selected overload x requested dtype."""
     cov = Coverage(
@@ -127,6 +152,7 @@ def compute(
         fallback_set=fallback_set,
         excluded=list(excluded),
         default_kernels=list(default_kernels),
+        models=list(models),
     )
     for overload in [*selected, *fallback_selected]:
         allowed = allowed_dtypes(overload)

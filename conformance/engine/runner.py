@@ -40,6 +40,8 @@ class CaseOutcome:
     failed_call: PlacedCall | None = None  # for standalone repro scripts
     skip_reason: str | None = None
     unsupported: str | None = None  # the first "not implemented" of the device
+    # whether CPU computed a sample the device said "not implemented" for (else CPU raised too)
+    unsupported_cpu_computes: bool = False
     not_applicable: str | None = None  # the first sample that says nothing about this case
     torch_bugs: list[str] = field(default_factory=list)  # CPU disagreed with itself
     blocked_by: Probe | None = None  # a broken foundation this failure depends on
@@ -135,9 +137,12 @@ def run_case(
             values_compared += not raised
         except NotApplicable as exc:
             outcome.not_applicable = outcome.not_applicable or str(exc)
-        except Unsupported as exc:
-            if outcome.unsupported is None:
+        except Unsupported as exc:  # the first, preferring one where CPU computes
+            if outcome.unsupported is None or (
+                exc.cpu_computes and not outcome.unsupported_cpu_computes
+            ):
                 outcome.unsupported = exc.message
+                outcome.unsupported_cpu_computes = exc.cpu_computes
                 outcome.failed_sample, outcome.failed_call = placed.signature(), placed
         except Mismatch as exc:
             failure = exc

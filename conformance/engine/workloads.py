@@ -317,27 +317,31 @@ def reached_through_default_kernels(
     return _walk(graph, how)[1]
 
 
-def _walk(graph: dict[str, Reach], how: Callable[[str], str]) -> tuple[list[str], list[str]]:
+def _walk(
+    graph: dict[str, Reach], how: Callable[[str], str]
+) -> tuple[list[str], list[str], list[str]]:
     callees: dict[str, set[str]] = {}
     for name, reach in graph.items():
         for caller in reach.inside:
             callees.setdefault(caller, set()).add(name)
     todo = [name for name, reach in graph.items() if reach.workloads]
     seen = set(todo)
-    fallback, composite = set(), set()
+    fallback, composite, kernels = set(), set(), set()
     while todo:
         name = todo.pop()
         kind = how(name)
         if kind == "backend fallback":
             fallback.add(name)
-        elif kind != "kernel":
+        elif kind == "kernel":
+            kernels.add(name)
+        else:
             if kind != "none":
                 composite.add(name)
             for callee in callees.get(name, ()):
                 if callee not in seen:
                     seen.add(callee)
                     todo.append(callee)
-    return sorted(fallback), sorted(composite)
+    return sorted(fallback), sorted(composite), sorted(kernels)
 
 
 def minor_of(version: str) -> tuple[int, int]:
@@ -392,6 +396,16 @@ def model_composite_overloads(version: str | None = None) -> list[str]:
 
     graph = read_golden(nearest_golden_path(version))
     return [o for o in reached_through_default_kernels(graph, how_reached) if graph[o].workloads]
+
+
+def model_overloads(version: str | None = None) -> list[str]:
+    """What the representative models need of the loaded backend: the overloads they reach
+    that end on one of its kernels or on its boxed fallback."""
+    from conformance.engine.discovery import how_reached
+
+    graph = read_golden(nearest_golden_path(version))
+    fallback, _, kernels = _walk(graph, how_reached)
+    return sorted({*fallback, *kernels})
 
 
 def model_default_kernel_overloads(version: str | None = None) -> list[str]:

@@ -1,8 +1,11 @@
 """Expected-failure manifests: TOML files of case-id patterns with a status and a reason.
 
+    unsupported_dtypes = ["float64"]        # optional: the device has no kernels in these dtypes
+
     [[entry]]
-    pattern = "sum.dim_IntList-float16-*"   # fnmatch over the case id (the part in [...])
-    status = "xfail"                        # xfail | skip | crash
+    pattern = "sum.dim_IntList-float16-*"   # fnmatch over the case id (the part in [...]),
+                                            # or a list of them: one entry, one root cause
+    status = "xfail"                        # xfail | unsupported | skip | crash
     category = "backend-bug"  # backend-bug | torch-bug | unsupported | flaky | harness
     reason = "accumulates in half precision"
     link = "https://github.com/..."         # optional
@@ -14,6 +17,14 @@ with `check` whose case fails another check fails the run (a second bug must not
 the first); an entry that matches no collected case is reported at the end of the run. `check`
 is one check name or a list (the names in the case's `[check]`: values, error, view, strides,
 ...); an xfail entry without it is accepted, and listed at the end of the run as not pinned.
+
+`unsupported`: the device raising "not implemented" where CPU computes fails a case unless the
+manifest declares it: an entry with `status = "unsupported"` (its cases may be unsupported; a case
+of it that passes fails with "remove this entry", any other failure still fails), or, for a
+device that lacks a whole dtype, the one line `unsupported_dtypes = ["float64", ...]` (any case of
+those dtypes may be unsupported; cases that pass, e.g. through cpu_fallback, are fine; the
+declaration is reported at the end of a full run when no case of the dtype was unsupported).
+`python -m conformance.tools.baseline RESULTS` writes such a manifest from a run.
 """
 
 from __future__ import annotations
@@ -25,15 +36,17 @@ from dataclasses import dataclass, field
 import tomllib
 
 from conformance.errors import ConformanceUsageError
+from conformance.harness.options import ALL_DTYPES
 
-STATUSES = ("xfail", "skip", "crash")
+STATUSES = ("xfail", "unsupported", "skip", "crash")
 CATEGORIES = ("backend-bug", "torch-bug", "unsupported", "flaky", "harness")
 KEYS = frozenset({"pattern", "status", "category", "reason", "link", "allocator", "check"})
+TOP_LEVEL = frozenset({"entry", "unsupported_dtypes"})
 
 
 @dataclass
 class Entry:
-    pattern: str
+    patterns: tuple[str, ...]
     status: str
     category: str
     reason: str
@@ -41,6 +54,15 @@ class Entry:
     link: str = ""
     allocator: str = ""
     checks: tuple[str, ...] = ()  # xfail: the checks the case may fail (empty: not pinned)
+
+    @property
+    def pattern(self) -> str:
+        """The pattern, or the patterns joined, for messages."""
+        return " ".join(self.patterns)
+
+    def matching(self, case_id: str) -> str | None:
+        """The first pattern of the entry that matches `case_id`."""
+        return next((p for p in self.patterns if fnmatch.fnmatchcase(case_id, p)), None)
 
     def expects(self, check: str | None) -> bool:
         """Whether a failure of `check` is the one this entry expects."""
@@ -55,12 +77,13 @@ class Entry:
 class Manifest:
     entries: list[Entry] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    unsupported_dtypes: dict[str, str] = field(default_factory=dict)  # dtype -> "file:line"
 
     def match(self, case_id: str, allocator: str = "") -> Entry | None:
         for entry in self.entries:
             if entry.allocator and entry.allocator != allocator:
                 continue
-            if fnmatch.fnmatchcase(case_id, entry.pattern):
+            if entry.matching(case_id) is not None:
                 return entry
         return None
 
@@ -85,22 +108,42 @@ def load_manifest(paths: list[str]) -> Manifest:
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConformanceUsageError(f"{path}: malformed TOML ({exc})") from None
         text = raw.decode()
-        unknown_tables = set(data) - {"entry"}
+        unknown_tables = set(data) - TOP_LEVEL
         if unknown_tables:
             raise ConformanceUsageError(
-                f"{path}: unknown top-level key(s) {sorted(unknown_tables)}; use [[entry]] tables"
+                f"{path}: unknown top-level key(s) {sorted(unknown_tables)}; use [[entry]] tables "
+                "(or unsupported_dtypes = [...])"
             )
         for item in data.get("entry", []):
             manifest.entries.append(_entry(path, text, item))
+        for dtype in _dtypes(path, data.get("unsupported_dtypes", [])):
+            manifest.unsupported_dtypes[dtype] = f"{path}:{_line_of(text, 'unsupported_dtypes')}"
         manifest.files.append(path)
     return manifest
 
 
+def _dtypes(path: str, value: object) -> list[str]:
+    """The dtype names of `unsupported_dtypes`, checked against the dtypes the suite knows."""
+    names = value if isinstance(value, list) else [value]
+    bad = [d for d in names if not isinstance(d, str) or d.removeprefix("torch.") not in ALL_DTYPES]
+    if bad or not isinstance(value, list):
+        raise ConformanceUsageError(
+            f"{path}: unsupported_dtypes must list dtype names ({', '.join(ALL_DTYPES)}), e.g. "
+            f'unsupported_dtypes = ["float64"]; got {bad or value!r}'
+        )
+    return [d.removeprefix("torch.") for d in names]
+
+
 def _entry(path: str, text: str, item: dict) -> Entry:
     pattern = item.get("pattern")
-    where = f"{path}:{_line_of(text, str(pattern))}"
-    if not isinstance(pattern, str) or not pattern:
-        raise ConformanceUsageError(f"{where}: an [[entry]] needs a non-empty 'pattern' string")
+    patterns = [pattern] if isinstance(pattern, str) else pattern
+    valid = isinstance(patterns, list) and patterns and all(isinstance(p, str) for p in patterns)
+    first = patterns[0] if valid else pattern
+    where = f"{path}:{_line_of(text, str(first))}"
+    if not valid or not all(patterns):
+        raise ConformanceUsageError(
+            f"{where}: an [[entry]] needs a non-empty 'pattern' string (or a list of them)"
+        )
     extra = set(item) - KEYS
     if extra:
         raise ConformanceUsageError(
@@ -111,14 +154,14 @@ def _entry(path: str, text: str, item: dict) -> Entry:
         raise ConformanceUsageError(
             f"{where}: status '{status}' is not one of {', '.join(STATUSES)}"
         )
-    category = item.get("category", "")
+    category = item.get("category", "unsupported" if status == "unsupported" else "")
     if category not in CATEGORIES:
         raise ConformanceUsageError(
             f"{where}: category '{category}' is not one of {', '.join(CATEGORIES)}"
         )
     reason = item.get("reason", "")
     if not isinstance(reason, str) or not reason.strip():
-        raise ConformanceUsageError(f"{where}: entry '{pattern}' needs a 'reason'")
+        raise ConformanceUsageError(f"{where}: entry '{first}' needs a 'reason'")
     checks = item.get("check", ())
     checks = (checks,) if isinstance(checks, str) else checks
     if not isinstance(checks, list | tuple) or not all(isinstance(c, str) and c for c in checks):
@@ -126,7 +169,7 @@ def _entry(path: str, text: str, item: dict) -> Entry:
             f"{where}: 'check' must be a check name or a list of them (e.g. check = \"values\")"
         )
     return Entry(
-        pattern,
+        tuple(patterns),
         status,
         category,
         reason,

@@ -272,6 +272,14 @@ class Options:
         "folder of them, e.g. its shards); every shard must be given the same one",
         parse=lambda v: v or None,
     )
+    write_expectations: str | None = option(
+        "at the end of the run, write an expectations manifest to this file that expects what "
+        "the run found (a baseline): one entry per finding and per group of unsupported cases, "
+        "plus the entries of the manifest in use that its cases still need; the next run with "
+        "--expectations FILE has no unexpected failure (python -m conformance.tools.baseline "
+        "writes the same from results folders)",
+        parse=lambda v: v or None,
+    )
     # not an option: the raw text of every option the user set (flag or environment), by name
     given: dict[str, str] = field(default_factory=dict, compare=False)
 

@@ -25,10 +25,11 @@ import pytest
 
 from conformance.engine.foundations import Blame
 from conformance.errors import ConformanceUsageError
-from conformance.findings import Finding, group_findings, unsupported_by_op
+from conformance.findings import group_findings
 from conformance.harness.options import read_options
 from conformance.harness.recorder import Recorder, now, run_info
 from conformance.harness.rundir import RunDir
+from conformance.harness.terminal import Summary, Terminal
 from conformance.record import TEST_NAME, CaseId, CaseRecord, Status
 
 if TYPE_CHECKING:
@@ -107,6 +108,8 @@ class ConformanceRun:
         self.records: list[CaseRecord] = []  # every case and scenario logged by this process
         self.run_dir = RunDir.for_process(config)
         self.collected: list[str] = []  # node ids of the conformance items of the run
+        self.terminal = Terminal(config, self.end_summary)
+        config.pluginmanager.register(self.terminal, "conformance-terminal")
 
     @property
     def role(self) -> Role:
@@ -192,6 +195,7 @@ class ConformanceRun:
             if suite.coverage is not None:
                 self.info["coverage"] = suite.coverage.to_json()
             self.info["modes"] = suite.mode_account()
+            self.info["selection"] = suite.selection()
             self.recorder.write_run_info(self.info)
 
     def _targets_conformance(self) -> bool:
@@ -228,6 +232,11 @@ class ConformanceRun:
         if self._targets_conformance():
             self.suite  # noqa: B018 - creates it
             self._drop_log_capture()
+            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+            quiet = self.config.get_verbosity() < 0  # pytest shows no header under -q
+            if quiet and reporter is not None and self.role in (Role.SINGLE, Role.XDIST_CONTROLLER):
+                for line in self.key_header_lines():
+                    reporter.write_line(line)
 
     def _drop_log_capture(self) -> None:
         """Cases log nothing, but pytest's log capture attaches its handler to every
@@ -327,6 +336,25 @@ class ConformanceRun:
         lines.append(f"expectations: {files}; results: {suite.options.results or 'off'}")
         return lines
 
+    def key_header_lines(self) -> list[str]:
+        """The header's key lines (backend, isolation, coverage, expectations): shown under -q
+        too, the first one again in the summary."""
+        import torch
+
+        suite = self.suite
+        b = suite.backend
+        lines = [
+            f"backend {b.module_name} ({b.how_loaded}; device '{b.device_type}', allocator "
+            f"{suite.allocator}), torch {torch.__version__}"
+        ]
+        if self.plan is not None:
+            lines.append(self.plan.describe(suite.options.case_timeout))
+        if suite.coverage is not None:
+            lines.append(suite.coverage.header_lines()[0])
+        files = ", ".join(suite.manifest.files) or "none"
+        lines.append(f"expectations: {files}; results: {suite.options.results or 'off'}")
+        return ["conformance: " + line for line in lines]
+
     def _fallback_source(self) -> str:
         b = self.suite.backend
         if not b.can_route_fallback:
@@ -377,6 +405,9 @@ class ConformanceRun:
         elif record is None:  # never ran: skipped by a manifest entry
             reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else None
             record = self.record_for(item, Status.SKIPPED, message=reason)
+            entry = self.suite.expectation(case_of(item)) if record is not None else None
+            if record is not None and entry is not None:
+                record.extra.update(expected_by=entry.source, category=entry.category)
         report.user_properties.append((RECORD_PROPERTY, record.to_json()))
 
     def scenario_record(self, item: pytest.Item, report: pytest.TestReport) -> CaseRecord:
@@ -582,36 +613,27 @@ class ConformanceRun:
         not_run = sum(1 for r in self.records if r.status is Status.NOT_RUN)
         return {"collected": len(self.collected), "recorded": len(recorded), "not_run": not_run}
 
-    def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config) -> None:
+    def end_summary(self, terminalreporter, exitstatus: int) -> Summary | None:
+        """At the end of the run (after pytest's own summary, harness/terminal.py): findings,
+        run.json's end, the baseline (--write-expectations), and what the summary says."""
         if not self.started or self.role in (Role.XDIST_WORKER, Role.FORKED_CHILD):
-            return
-        write_entries(
-            terminalreporter,
-            "stale expectations",
-            self.suite.stale_expectations(),
-            "matches no case of the matrix; remove it or fix the pattern",
-        )
-        write_entries(
-            terminalreporter,
-            "expectations not pinned",
-            [e for e in self.suite.manifest.entries if e.status == "xfail" and not e.checks],
-            'does not say which check fails (add e.g. check = "values"): a second bug in its '
-            "cases would hide",
-        )
+            return None
+        suite = self.suite
         records = [r.to_json() for r in self.records]
         findings = group_findings(records)
-        write_findings(terminalreporter, records, findings)
-        if self.collected and not config.option.collectonly:  # --collect-only records nothing
-            counts = self.accounting()
-            line = (
-                f"conformance: {counts['collected']} collected = {counts['recorded']} recorded"
-                if counts["collected"] == counts["recorded"]
-                else f"conformance: {counts['collected']} collected, {counts['recorded']} "
-                "recorded (a case without a record is a bug of the suite: please report it)"
-            )
-            if counts["not_run"]:
-                line += f"; {counts['not_run']} not run (the run fails)"
-            terminalreporter.write_line(line, red=bool(counts["not_run"]))
+        collect_only = self.config.option.collectonly  # --collect-only records nothing
+        summary = Summary(
+            records,
+            findings,
+            identity=self.key_header_lines()[0].removeprefix("conformance: "),
+            coverage=suite.coverage.summary_line() if suite.coverage is not None else "",
+            accounting=self.accounting() if self.collected and not collect_only else None,
+            results=self.recorder.directory if self.recorder is not None else None,
+            stale=suite.stale_expectations(self.records),
+            unpinned=[e for e in suite.manifest.entries if e.status == "xfail" and not e.checks],
+        )
+        if suite.options.write_expectations and not collect_only:
+            summary.notes.append(self._write_baseline(records))
         if self.info is not None and self.recorder is not None:
             stats = terminalreporter.stats
             self.info["finished"] = now()
@@ -619,12 +641,26 @@ class ConformanceRun:
             self.info["statuses"] = dict(Counter(r.status.value for r in self.records))
             self.info["accounting"] = self.accounting()
             self.info["findings"] = [f.to_json() for f in findings]
-            self.info["relies_on"] = self.suite.relies_on()
+            self.info["relies_on"] = suite.relies_on()
             self.info["exitstatus"] = int(exitstatus)
             self.recorder.write_run_info(self.info)
-            terminalreporter.write_line(
-                f"conformance: per-case results in {os.path.join(self.recorder.directory, '')}"
-            )
+        return None if collect_only and not summary.stale else summary
+
+    def _write_baseline(self, records: list[dict[str, Any]]) -> str:
+        """--write-expectations FILE: a manifest expecting what this run found."""
+        from conformance.tools.baseline import baseline, write
+
+        path = self.suite.options.write_expectations
+        info = self.info or {}
+        result = baseline([(info, records)], self.suite.manifest, source="this run")
+        not_run = self.accounting()["not_run"]
+        if not_run:
+            result.warnings.append(f"{not_run} case(s) did not run: nothing expects them")
+        write(result, path, None)
+        return (
+            f"conformance: wrote {path} ({result.describe()}); run again with --expectations "
+            f"{path}" + "".join(f"\nconformance: warning: {w}" for w in result.warnings)
+        )
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self.recorder is not None:
@@ -658,49 +694,6 @@ def is_conformance_nodeid(nodeid: str) -> bool:
 def record_id(nodeid: str) -> str:
     """The `id` of the record of a node: its name within the file."""
     return nodeid.split("::", 1)[-1]
-
-
-def write_entries(tr, title: str, entries: list, problem: str) -> None:
-    """A yellow terminal section listing manifest entries with one problem, if any."""
-    if not entries:
-        return
-    tr.section(f"conformance: {title}", yellow=True)
-    for entry in entries:
-        tr.write_line(f"{entry.status} entry {entry.pattern!r} at {entry.source} {problem}")
-
-
-def write_findings(tr, records: list[dict[str, Any]], findings: list[Finding]) -> None:
-    """The terminal section: failing cases grouped into root causes, then what is not a pass."""
-    if not records:
-        return
-    failing = sum(f.count for f in findings)
-    unsupported = unsupported_by_op(records)
-    bugs = [r["id"] for r in records if r["status"] == Status.TORCH_BUG.value]
-    tr.section("conformance: findings", red=bool(findings), green=not findings)
-    tr.write_line(
-        f"{failing} failing cases = {len(findings)} finding(s) "
-        f"(one per root cause; {len(records)} cases and scenarios in all)"
-    )
-    for i, f in enumerate(findings, 1):
-        tr.write_line(f"{i:3d}. {f.title} -- {f.count} case(s) in {', '.join(f.ops[:6])}")
-        rep = f.representative
-        tr.write_line(f"     e.g. {rep.get('id')}")
-        if f.related:
-            tr.write_line(f"     might be related (not blocking): {', '.join(f.related[:3])}")
-        if rep.get("repro"):
-            tr.write_line(f"     repro: {rep.get('repro')}")
-    if unsupported:
-        ops = ", ".join(f"{op} ({n})" for op, n in list(unsupported.items())[:12])
-        more = ", ..." if len(unsupported) > 12 else ""
-        tr.write_line(
-            f"unsupported (device raised 'not implemented'): {sum(unsupported.values())} cases "
-            f"in {len(unsupported)} op(s): {ops}{more}"
-        )
-    if bugs:
-        tr.write_line(
-            f"torch-bug (CPU disagrees with itself across layouts, the device agrees): "
-            f"{len(bugs)} case(s): {', '.join(bugs[:6])}" + (", ..." if len(bugs) > 6 else "")
-        )
 
 
 def case_of(item: pytest.Item) -> CaseId | None:

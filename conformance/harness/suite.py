@@ -13,6 +13,7 @@ import torch
 
 from conformance.engine import coverage, discovery, gradients, samples, workloads
 from conformance.engine.backend import Backend, load_backend
+from conformance.engine.compare import Mismatch
 from conformance.engine.foundations import ORDER as FOUNDATION_ORDER
 from conformance.engine.foundations import Blame, Foundations, Probe
 from conformance.engine.layout_names import LAYOUT_HELP
@@ -40,6 +41,15 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def undeclared(unsupported: str) -> str:
+    """The failure message of a case the device lacks where CPU computes, undeclared."""
+    return (
+        f"{unsupported}; not declared: add the kernel, or declare it in the expectations "
+        'manifest (an entry with status = "unsupported", or unsupported_dtypes = [...] for a '
+        "whole dtype; python -m conformance.tools.baseline RESULTS writes them)"
+    )
+
+
 class Suite:
     """Created lazily when conformance cases are collected (other pytest runs never pay)."""
 
@@ -58,6 +68,7 @@ class Suite:
         # pytest -k as a case-id predicate (None: keep all): the plugin builds only the cases it
         # keeps, and the coverage account is computed for them
         self.keep = keyword_filter(keyword)
+        self.keyword = keyword or ""
         self.cache_dir = cache_dir
         self.worker = worker
         self.rootdir = rootdir
@@ -159,6 +170,7 @@ class Suite:
             fallback_set=",".join(self.options.fallback_ops or ["models"]),
             excluded=list(self.excluded),
             default_kernels=self._model_default_kernels(),
+            models=workloads.model_overloads(),
         )
 
     def _model_default_kernels(self) -> list[str]:
@@ -434,6 +446,20 @@ class Suite:
             )
         return self._calls[key]
 
+    def selection(self) -> dict[str, Any]:
+        """What the options selected of each dimension of a case id (run.json "selection"): a
+        baseline widens a pattern to `*` only over dimensions the run did not narrow."""
+        o = self.options
+        return {
+            "ops": o.ops,
+            "dtypes": [dtype_name(d) for d in o.dtypes],
+            "layouts": list(o.layouts),
+            "paths": list(o.paths),
+            "values": list(o.values),
+            "modes": list(o.modes),
+            "keyword": self.keyword,
+        }
+
     @functools.cached_property
     def _mode_account(self) -> dict[str, Any]:
         if "grad" not in self.options.modes and "inference" not in self.options.modes:
@@ -479,9 +505,10 @@ class Suite:
             )
         return lines
 
-    def stale_expectations(self) -> list[Entry]:
-        """Manifest entries that match no case of the full matrix (only judged when the run
-        was not narrowed by --ops/--dtypes/--layouts/--paths)."""
+    def stale_expectations(self, records: list[CaseRecord]) -> list[str]:
+        """Manifest patterns that match no case of the full matrix, and unsupported_dtypes that
+        no case of the run needed (only judged when the run was not narrowed by
+        --ops/--dtypes/--layouts/--paths), one line each."""
         from conformance.harness.options import DEFAULT_DTYPES, PATHS, parse_dtypes
 
         o = self.options
@@ -498,21 +525,29 @@ class Suite:
         run = set(self.registered) | set(self.fallback_only)
         reachable = set(self.coverage.fallback_only) if self.coverage is not None else set()
 
-        def judged(entry: Entry) -> bool:
+        def judged(pattern: str) -> bool:
             """Fallback-only overloads outside this run's set (--fallback-ops) are not run, so
             their entries cannot be judged; entries naming any other op can."""
-            op = entry.pattern.split("-")[0]
+            op = pattern.split("-")[0]
             if any(fnmatch.fnmatchcase(r, op) for r in run):
                 return True
             return not any(fnmatch.fnmatchcase(r, op) for r in reachable)
 
-        return [
-            e
+        stale = [
+            f"{e.status} entry {p!r} at {e.source} matches no case of the matrix; remove it or "
+            "fix the pattern"
             for e in self.manifest.entries
-            if (not e.allocator or e.allocator == self.allocator)
-            and judged(e)
-            and not any(fnmatch.fnmatchcase(i, e.pattern) for i in ids)
+            if not e.allocator or e.allocator == self.allocator
+            for p in e.patterns
+            if judged(p) and not any(fnmatch.fnmatchcase(i, p) for i in ids)
         ]
+        needed = {r.dtype for r in records if r.status is Status.UNSUPPORTED}
+        stale += [
+            f"unsupported_dtypes {d!r} at {source}: no {d} case was unsupported; remove it"
+            for d, source in self.manifest.unsupported_dtypes.items()
+            if d not in needed and any(dtype_name(x) == d for x in o.dtypes)
+        ]
+        return stale
 
     def scenario_blame(self) -> Blame:
         """A failed scenario is blocked only by what every scenario uses by construction: the
@@ -552,6 +587,13 @@ class Suite:
     def expectation(self, case: CaseId) -> Entry | None:
         return self.manifest.match(str(case), self.allocator)
 
+    def declared_unsupported(self, case: CaseId, entry: Entry | None) -> str:
+        """Where the manifest declares that `case` may be unsupported ("file:line": an entry
+        with status "unsupported", or its dtype in unsupported_dtypes), else ""."""
+        if entry is not None and entry.status == "unsupported":
+            return entry.source
+        return self.manifest.unsupported_dtypes.get(case.dtype, "")
+
     # ---- running ----------------------------------------------------------------------------
     def run(self, case: CaseId, item: pytest.Item) -> None:
         """Run the case; leave its result record on `item`; raise pytest outcomes."""
@@ -586,12 +628,20 @@ class Suite:
         if xfail and outcome.failure is not None and not expected.expects(outcome.failure.check):
             xfail = False  # another failure than the entry expects: a second bug, never excused
             outcome.failure.message += (
-                f" (the manifest entry {expected.pattern!r} at {expected.source} expects a "
-                f"[{'/'.join(expected.checks)}] failure: this is another one)"
+                f" (the manifest entry {expected.matching(str(case))!r} at {expected.source} "
+                f"expects a [{'/'.join(expected.checks)}] failure: this is another one)"
             )
+        declared = self.declared_unsupported(case, expected)
+        if outcome.unsupported and outcome.failure is None and not xfail and not declared:
+            if outcome.unsupported_cpu_computes:  # the device lacks what CPU has: a verdict
+                outcome.failure = Mismatch("unsupported", undeclared(outcome.unsupported))
         if outcome.failure is not None or outcome.unsupported:
             self._diagnose(case, outcome, nodeid, xfail)
         record = self._record(case, outcome, nodeid)
+        if expected is not None and expected.status in ("xfail", "unsupported"):
+            record.extra.update(expected_by=expected.source, category=expected.category)
+        elif declared and outcome.unsupported:
+            record.extra.update(unsupported_dtype=declared, category="unsupported")
         item.stash[RECORD_KEY] = record
         if outcome.skip_reason:
             pytest.skip(outcome.skip_reason)
@@ -609,14 +659,19 @@ class Suite:
             elif outcome.failure is not None and outcome.failure.check == "harness":
                 record.status = Status.ERROR  # the suite broke, not a verdict on the backend
             pytest.fail(message, pytrace=False)
-        if xfail:
+        strict = expected is not None and expected.status == "unsupported" and outcome.samples
+        if xfail or (strict and not outcome.unsupported):
             assert expected is not None
             record.status = Status.XPASSED
-            pytest.fail(
-                f"unexpected pass: the case {case} passes now; remove this entry "
-                f"({expected.pattern!r}) from {expected.source}",
-                pytrace=False,
+            pattern = expected.matching(str(case))
+            one = len(expected.patterns) == 1
+            what = "this entry" if one else "this entry's pattern"
+            whole = "" if one else " (the whole entry once none of its cases fails)"
+            record.message = (
+                f"unexpected pass: the case {case} passes now; remove {what} ({pattern!r}) "
+                f"from {expected.source}{whole}"
             )
+            pytest.fail(record.message, pytrace=False)
         if outcome.unsupported:
             record.status = Status.UNSUPPORTED
             pytest.skip(f"unsupported: {outcome.unsupported}")
@@ -696,9 +751,9 @@ class Suite:
         """One command that runs exactly this case again with every option that created it:
         the options the user set (flags or CONFORMANCE_* variables, as flags), --ops or
         --fallback-ops narrowed to the case's overload, the backend's environment."""
-        # one case runs alone: the shard it was in does not apply to it
+        # one case runs alone: the shard it was in does not apply to it, nor does the baseline
         override: dict[str, str | None] = dict.fromkeys(
-            ("results", "repro_dir", "shard", "shard_durations")
+            ("results", "repro_dir", "shard", "shard_durations", "write_expectations")
         )
         try:
             case = CaseId.parse(nodeid)
@@ -772,7 +827,7 @@ class Suite:
             case,
             Status.PASSED,
             nodeid,
-            check=failure.check if failure else ("error" if outcome.unsupported else None),
+            check=failure.check if failure else ("unsupported" if outcome.unsupported else None),
             max_abs_err=outcome.stats.max_abs if outcome.samples else None,
             max_rel_err=outcome.stats.max_rel if outcome.samples else None,
             samples=outcome.samples,

@@ -1,4 +1,5 @@
-"""Command line: ``python -m conformance.report RESULTS_DIR... [--markdown FILE] [--html FILE]``."""
+"""Command line: ``python -m conformance.report RESULTS_DIR... [--markdown FILE] [--html FILE]
+[--scorecard DIR]``."""
 
 from __future__ import annotations
 
@@ -27,8 +28,9 @@ examples:
   python -m conformance.report results/conformance-2.8 --markdown -
   python -m conformance.report results --markdown report.md --html report.html
   python -m conformance.report results --step-summary      # append to $GITHUB_STEP_SUMMARY
+  python -m conformance.report results --scorecard site     # site/scorecard.md + badge.svg
 
-With neither --markdown, --html nor --step-summary, the Markdown goes to stdout.
+With neither --markdown, --html, --step-summary nor --scorecard, the Markdown goes to stdout.
 Exit status: 0 (also when cases failed: use --fail-on-failures to change that), 1 with
 --fail-on-failures if any case crashed/failed/errored/xpassed, 2 on unreadable input."""
 
@@ -61,6 +63,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--fail-on-failures",
         action="store_true",
         help="exit 1 if any case crashed, failed, errored or xpassed",
+    )
+    card = parser.add_argument_group("scorecard (conformance/report/scorecard.py)")
+    card.add_argument(
+        "--scorecard",
+        metavar="DIR",
+        help="write DIR/scorecard.md and DIR/badge.svg: a page and a badge to publish",
+    )
+    card.add_argument(
+        "--bisect",
+        action="append",
+        default=[],
+        metavar="JSON",
+        help="a `python -m conformance.bisect --json` result: its first bad torch for the "
+        "finding that holds its case (repeatable)",
     )
     versions = parser.add_argument_group("torch-version report (conformance/report/versions.py)")
     versions.add_argument("--versions-md", metavar="FILE", help="op x torch-version Markdown")
@@ -126,13 +142,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.versions_html:
             stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")  # noqa: UP017
             _write(args.versions_html, render_versions_html(grid, comparison, generated=stamp))
+    if args.scorecard:
+        from conformance.report.scorecard import write_scorecard
+
+        report = os.path.relpath(args.html, args.scorecard) if args.html else ""
+        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")  # noqa: UP017
+        try:
+            paths = write_scorecard(
+                runs, args.scorecard, bisect=args.bisect, report=report, generated=stamp
+            )
+        except (OSError, ValueError) as exc:
+            print(f"error: --scorecard: {exc}", file=sys.stderr)
+            return 2
+        for path in paths:
+            print(f"wrote {path}", file=sys.stderr)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if args.step_summary and summary:
         with open(summary, "a", encoding="utf-8") as fh:
             fh.write(markdown)
-    if not (
-        args.markdown or args.html or args.step_summary or args.versions_md or args.versions_html
-    ):
+    written = (args.markdown, args.html, args.versions_md, args.versions_html, args.scorecard)
+    if not (any(written) or args.step_summary):
         sys.stdout.write(markdown)
     if args.fail_on_failures and any(run.failures() for run in runs):
         return 1

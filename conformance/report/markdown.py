@@ -48,18 +48,20 @@ _ICONS = {
 }
 
 
-def _cell(text: str | None, limit: int = 300) -> str:
-    """Make ``text`` safe inside a Markdown table cell (one line, escaped pipes)."""
+def _cell(text: str | None, limit: int = 300, code: bool = False) -> str:
+    """Make ``text`` safe inside a Markdown table cell (one line, escaped pipes; outside a code
+    span also `<`, so that "<op>" of a finding's title is not read as an HTML tag)."""
     text = " ".join((text or "").split())
     if len(text) > limit:
         text = text[: limit - 1] + "…"
-    return text.replace("\\", "\\\\").replace("|", "\\|")
+    text = text.replace("\\", "\\\\").replace("|", "\\|")
+    return text if code else text.replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _code(text: str) -> str:
     if not text:
         return ""
-    text = _cell(text, 400).replace("`", "'")
+    text = _cell(text, 400, code=True).replace("`", "'")
     return f"`{text}`"
 
 

@@ -1,1 +1,2 @@
-"""CI tools outside pytest: the matrix file, per-build source copies, the checker launcher."""
+"""CI tools outside pytest: the matrix file, per-build source copies, the checker launcher, the
+baseline manifest writer."""

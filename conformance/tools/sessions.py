@@ -16,7 +16,7 @@ Sessions (``nox -l``):
   after ``--`` or ``$CONFORMANCE_SHARD``, into ``results/<session>-shard-K-of-N/``: the report
   merges the shards).
 - ``conformance -- <cell> [pytest args]``: any cell by name.
-- ``report``: Markdown + HTML + torch-version report over ``results/``.
+- ``report``: Markdown + HTML + torch-version report and the scorecard over ``results/``.
 - ``bisect -- EXPR --good A --bad B``: ``python -m conformance.bisect`` on the same matrix.
 - ``nightly -- <cell>... [--shards N]``: a local rehearsal of the nightly workflow
   (:mod:`conformance.tools.rehearse`): its own steps, with those cells (as N shards each).
@@ -213,7 +213,8 @@ def register(
     @nox.session(python=python, default=False)
     def report(session: nox.Session) -> None:
         """Markdown + HTML report over results/* (or the folders given after --), plus the
-        torch-version report; $CONFORMANCE_PREVIOUS_RESULTS (a previous nightly's results) adds
+        torch-version report and the scorecard (results/scorecard/);
+        $CONFORMANCE_PREVIOUS_RESULTS (a previous nightly's results) adds
         new failures / new passes."""
         session.install(*REPORT_DEPS)
         results = root_dir / "results"
@@ -236,6 +237,8 @@ def register(
                 str(results / "versions.md"),
                 "--versions-html",
                 str(results / "versions.html"),
+                "--scorecard",
+                str(results / "scorecard"),
                 *extra,
             )
 

@@ -38,8 +38,10 @@ NIGHTLY_YML = """\
 # The job matrix is the list of conformance-* nox sessions, so adding a torch version to the
 # matrix file adds its jobs here; each cell runs as [nightly].shards jobs (`--shard K/N`). A last
 # job merges all results (the shards of a cell into one run) into one report: findings per torch
-# version. Rehearse it locally, without GitHub: `nox -s nightly -- 2.12 2.13` runs these same
-# steps (conformance/tools/rehearse.py). Rendered from conformance/tools/templates.py.
+# version, and the scorecard a repository can publish (results/scorecard/: scorecard.md +
+# badge.svg, in the job summary and the `report` artifact). Rehearse it locally, without GitHub:
+# `nox -s nightly -- 2.12 2.13` runs these same steps (conformance/tools/rehearse.py). Rendered
+# from conformance/tools/templates.py.
 name: @@NAME@@
 
 on:
@@ -150,7 +152,9 @@ jobs:
         env:
           CONFORMANCE_PREVIOUS_RESULTS: previous
       - name: Step summary
-        run: python -m conformance.tools.ci summary results/versions.md results/report.md
+        run: >-
+          python -m conformance.tools.ci summary results/scorecard/scorecard.md
+          results/versions.md results/report.md
       - uses: actions/upload-artifact@v4
         with:
           name: report
@@ -159,6 +163,7 @@ jobs:
             results/report.md
             results/versions.html
             results/versions.md
+            results/scorecard/
       - uses: actions/upload-artifact@v4
         with:
           name: nightly-results

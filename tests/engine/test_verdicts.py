@@ -29,11 +29,13 @@ def test_not_implemented_where_cpu_raises_is_unsupported_not_a_pass(monkeypatch)
     assert out.failure is None and out.samples == 0
     assert out.unsupported and "NotImplementedError" in out.unsupported
     assert "cpu raised RuntimeError [dtype]" in out.unsupported
+    assert not out.unsupported_cpu_computes  # CPU lacks it too: not a failing verdict
 
 
 def test_not_implemented_where_cpu_computes_is_unsupported(monkeypatch):
     out = run(monkeypatch, "exp", _not_implemented, [Call("exp", (torch.ones(3),))])
     assert out.failure is None and out.unsupported and "where cpu computes" in out.unsupported
+    assert out.unsupported_cpu_computes  # fails the case unless the manifest declares it
 
 
 def test_error_of_another_class_fails(monkeypatch):

@@ -41,7 +41,7 @@ def test_match_first_entry_and_allocator_filter(tmp_path):
     [
         (
             "[[entry]]\npattern = 'x'\nstatus = 'maybe'\ncategory = 'flaky'\nreason = 'r'",
-            "status 'maybe' is not one of xfail, skip, crash",
+            "status 'maybe' is not one of xfail, unsupported, skip, crash",
         ),
         ("[[entry]]\npattern = 'x'\ncategory = 'nope'\nreason = 'r'", "category 'nope'"),
         ("[[entry]]\npattern = 'x'\ncategory = 'flaky'", "needs a 'reason'"),
@@ -49,6 +49,10 @@ def test_match_first_entry_and_allocator_filter(tmp_path):
         ("[[entry]]\npattern = 'x'\ncategory = 'flaky'\nreason = 'r'\ncolour = 1", "colour"),
         ("[[entry]\npattern = ", "malformed TOML"),
         ("[[xfail]]\npattern = 'x'", "unknown top-level key"),
+        ("[[entry]]\npattern = []\ncategory = 'flaky'\nreason = 'r'", "non-empty 'pattern'"),
+        ("[[entry]]\npattern = ['a', '']\ncategory = 'flaky'\nreason = 'r'", "non-empty"),
+        ("unsupported_dtypes = ['flaot64']", "unsupported_dtypes must list dtype names"),
+        ("unsupported_dtypes = 'float64'", "unsupported_dtypes must list dtype names"),
     ],
 )
 def test_malformed_manifests_are_one_line_errors(tmp_path, text, message):
@@ -60,3 +64,22 @@ def test_malformed_manifests_are_one_line_errors(tmp_path, text, message):
 def test_missing_file(tmp_path):
     with pytest.raises(ConformanceUsageError, match="does not exist"):
         load_manifest([str(tmp_path / "nope.toml")])
+
+
+def test_one_entry_may_list_several_patterns_and_says_which_matched(tmp_path):
+    text = (
+        '[[entry]]\npattern = ["mul.Tensor-float32-*", "add.Tensor-*-native"]\n'
+        'status = "unsupported"\nreason = "no kernel"\n'
+    )
+    m = load_manifest([_write(tmp_path, text)])
+    (entry,) = m.entries
+    assert entry.category == "unsupported"  # the default of an unsupported entry
+    assert m.match("add.Tensor-int64-offset-native") is entry
+    assert entry.matching("add.Tensor-int64-offset-native") == "add.Tensor-*-native"
+    assert m.match("add.Tensor-int64-offset-fallback") is None
+
+
+def test_a_backend_without_a_dtype_declares_it_in_one_line(tmp_path):
+    m = load_manifest([_write(tmp_path, 'unsupported_dtypes = ["float64", "torch.complex64"]\n')])
+    assert set(m.unsupported_dtypes) == {"float64", "complex64"}
+    assert m.unsupported_dtypes["float64"].endswith("m.toml:1") and m.entries == []

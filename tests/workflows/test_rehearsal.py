@@ -70,7 +70,7 @@ def report(session):
     session.run(sys.executable, "-m", "conformance.report", "results",
                 "--markdown", "results/report.md", "--html", "results/report.html",
                 "--versions-md", "results/versions.md", "--versions-html", "results/versions.html",
-                external=True)
+                "--scorecard", "results/scorecard", external=True)
 '''
 
 
@@ -146,6 +146,10 @@ def test_rehearsal_runs_the_nightly_jobs_and_builds_the_version_report(
     assert "Findings across versions: 1" in versions
     summary = (out / "summary.md").read_text()
     assert "Findings across versions: 1" in summary
+    # the scorecard leads the job summary and ships with its badge in the report artifact
+    assert summary.index("# Conformance scorecard: ") < summary.index("Findings across versions")
+    assert "| first bad torch |" in summary and "| 5 | 2.13.0 |" in summary  # cases, first bad
+    assert (art / "report" / "scorecard" / "badge.svg").read_text().startswith("<svg")
     log = capsys.readouterr().out
     assert "Install nox: skipped" in log  # `if: ${{ !env.ACT }}`
     assert "Previous nightly's results (for new failures / new passes): skipped" in log

@@ -188,3 +188,14 @@ def test_step_summary_is_capped_at_line_boundaries(
     assert "(no missing.md: the step that writes it did not run)" in text
     body = text.split("\n\n... cut")[0]
     assert all(line.endswith("|") for line in body.splitlines())  # no half rows
+
+
+def test_nightly_publishes_the_scorecard() -> None:
+    """The report job puts the scorecard first in the job summary and ships it (with its badge)
+    in the `report` artifact (the rehearsal runs it: tests/workflows/test_rehearsal.py)."""
+    steps = _load("nightly.yml")["jobs"]["report"]["steps"]
+    summary = next(s["run"] for s in steps if s.get("name") == "Step summary")
+    assert summary.split()[4] == "results/scorecard/scorecard.md"  # the first file
+    uploads = [s["with"] for s in steps if str(s.get("uses", "")).startswith("actions/upload")]
+    report = next(u for u in uploads if u["name"] == "report")
+    assert "results/scorecard/" in report["path"].split()
