@@ -149,6 +149,6 @@ def test_a_keyword_run_accounts_for_and_probes_only_the_overloads_it_keeps(tmp_p
     assert "gelu" in suite.grad_only  # the default run has it: this run does not keep it
     account = suite.mode_account()
     assert account["grad"] and all("masked_fill" in o for o in account["grad"])
-    assert account["grad_only"] == []
+    assert all("masked_fill" in o for o in account["grad_only"])
     assert not [key for key in suite._calls if key[0] == "gelu"]
     assert suite.mode_account() is account
