@@ -5,8 +5,10 @@ CPU-as-device kernels, about 1,400 registered overloads with samples), side by s
     python bench/bench_scale.py [--skip-cold] [--slice 10] [--backends echo_npu,scale_backend]
 
 echo_npu must be importable (built); the bench puts bench/ and tests/backends/ on PYTHONPATH
-itself. Takes about 10 minutes with warm caches on 2 idle cores, more with cold ones. Printed per
-backend, each figure against its target:
+itself. The default pass starts with cold caches in a fresh folder (about 25 minutes on 2 cores
+that others load: every OpInfo sample of 1,400 overloads is captured); `--skip-cold` times the
+repository's own pytest cache, warmed first (about 5 minutes once warm); `--cache-dir DIR` keeps
+a cache between runs. Printed per backend, each figure against its target:
 
 - start-up of `pytest conformance --collect-only` (every case of the default run) split into
   import, discovery, coverage account, isolation probe and collection (bench/startup_probe.py
