@@ -47,5 +47,5 @@ def test_malformed_manifest_is_one_line(run_suite, tmp_path):
     bad.write_text("[[entry]]\npattern = 'abs-*'\nstatus = 'sometimes'\n")
     run = run_suite("--expectations", str(bad))
     assert run.returncode == 4
-    assert "status 'sometimes' is not one of xfail, skip, crash" in run.output
+    assert "status 'sometimes' is not one of xfail, unsupported, skip, crash" in run.output
     assert "Traceback" not in run.output
