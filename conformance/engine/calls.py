@@ -59,19 +59,13 @@ def portable(tree: Any) -> Any:
     )
 
 
+def _is_tag(x: Any) -> bool:
+    return isinstance(x, tuple) and len(x) == 2 and x[0] == MEMORY_FORMAT_TAG
+
+
 def restored(tree: Any) -> Any:
     """The inverse of `portable` (tags become torch.memory_format values again)."""
-
-    def value(x: Any) -> Any:
-        if isinstance(x, tuple) and len(x) == 2 and x[0] == MEMORY_FORMAT_TAG:
-            return getattr(torch, x[1])
-        return x
-
-    return tree_map(
-        value,
-        tree,
-        is_leaf=lambda x: isinstance(x, tuple) and len(x) == 2 and x[0] == MEMORY_FORMAT_TAG,
-    )
+    return tree_map(lambda x: getattr(torch, x[1]) if _is_tag(x) else x, tree, is_leaf=_is_tag)
 
 
 def save_calls(captured: dict[str, dict[str, list[Call]]], path: str) -> None:
