@@ -43,6 +43,15 @@ def test_out_variant_of_a_backward_op_gets_its_grad_input():
     torch.ops.aten.threshold_backward.grad_input(*derived.args, **derived.kwargs)
 
 
+def test_no_out_variant_is_derived_for_a_sparse_result():
+    # _to_sparse.out (reached by `--fallback-ops "_to_sparse*"`): building a dense out= like the
+    # sparse result raised, and every case of it ended as a harness error
+    call = Call("_to_sparse", (torch.randn(3, 4),))
+    functional = twins.functional_of("_to_sparse.out")
+    assert functional is not None
+    assert twins.derive(call, "_to_sparse.out", functional) is None
+
+
 def test_siblings_with_other_argument_names_do_not_match():
     assert "max.dim" not in twins.ranked_sources("max.out")  # (self, dim) vs (self, other)
     assert twins.ranked_sources("max.out")[0] == "max.other"

@@ -152,6 +152,8 @@ def _out_args(
     results = list(result) if isinstance(result, tuple | list) else [result]
     if len(results) != n or not all(isinstance(r, torch.Tensor) for r in results):
         return None
+    if any(r.layout != torch.strided for r in results):
+        return None  # a sparse result (`_to_sparse.out`): no dense out= to derive
     return [torch.zeros_like(r, memory_format=torch.contiguous_format) for r in results]
 
 
