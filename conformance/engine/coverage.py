@@ -13,7 +13,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-SamplesOf = Callable[[str, Any], list]  # (overload, torch dtype) -> calls
+CountOf = Callable[[str, Any], int]  # (overload, torch dtype) -> how many sample calls
+
+
+class SampleError(Exception):
+    """Building the samples failed; the message says how (a remembered answer, see
+    engine/samples/summary.py)."""
 
 
 @dataclass
@@ -130,7 +135,7 @@ def compute(
     selected: Sequence[str],
     dtypes: Sequence[Any],
     allowed_dtypes: Callable[[str], Sequence[Any] | None],
-    samples_of: SamplesOf,
+    samples_of: CountOf,
     no_sample_reason: Callable[[str], str],
     *,
     schemaless: Sequence[str] = (),
@@ -160,11 +165,11 @@ def compute(
         empty = []
         for dtype in wanted:
             try:
-                calls = samples_of(overload, dtype)
+                count = samples_of(overload, dtype)
             except Exception as exc:  # noqa: BLE001 - reported by the cases, never hidden here
-                cov.sample_errors[overload] = f"{type(exc).__name__}: {_first_line(exc)}"
+                cov.sample_errors[overload] = describe_error(exc)
                 break
-            if not calls:
+            if not count:
                 empty.append(str(dtype).removeprefix("torch."))
         if overload in cov.sample_errors:
             continue
@@ -180,6 +185,13 @@ def compute(
                 else "its op spec allows none of the requested dtypes (--dtypes)"
             )
     return cov
+
+
+def describe_error(exc: BaseException) -> str:
+    """How building samples failed, in one line ("TypeError: ...")."""
+    if isinstance(exc, SampleError):
+        return str(exc)
+    return f"{type(exc).__name__}: {_first_line(exc)}"
 
 
 def _first_line(exc: BaseException) -> str:

@@ -8,6 +8,7 @@ account is printed in the run header and written to run.json.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -16,6 +17,9 @@ from conformance.engine.discovery import resolve
 from conformance.engine.placing import place
 from conformance.ops import spec_for
 
+# (overload, dtype, what, compute) -> compute(overload)'s answer about the samples of (overload,
+# dtype), perhaps remembered from an earlier run
+Remember = Callable[[str, torch.dtype, str, Callable[[str], Any]], Any]
 NOT_DIFFERENTIABLE = "not differentiable on cpu (no output of its samples requires grad)"
 
 
@@ -26,8 +30,13 @@ def _writes(schema: torch._C.FunctionSchema) -> bool:
 class ModeAccount:
     """Per overload: why it has no -grad cases (None: it has), whether it has -inference ones."""
 
-    def __init__(self, calls: Callable[[str, torch.dtype], list]) -> None:
+    def __init__(
+        self,
+        calls: Callable[[str, torch.dtype], list],
+        remember: Remember = lambda overload, dtype, what, compute: compute(overload),
+    ) -> None:
         self._calls = calls
+        self._remember = remember  # keeps CPU's answer between runs (the Suite's, on disk)
         self._grad: dict[str, str | None] = {}
 
     def grad_reason(self, overload: str, probe: bool = True) -> str | None:
@@ -37,17 +46,20 @@ class ModeAccount:
             return self._grad[overload]
         reason = self._static_grad_reason(overload)
         if reason is None and probe:
-            op = resolve(overload)
-            try:
-                calls = self._calls(overload, torch.float32)
-            except Exception as exc:  # noqa: BLE001 - the sample source's failure is a reason
-                calls, reason = [], f"building its float32 samples failed ({type(exc).__name__})"
-            placed = [p for c in calls if (p := place(c, "contiguous", op._schema)) is not None]
-            if reason is None and not gradients.differentiable_on_cpu(op, placed):
-                reason = NOT_DIFFERENTIABLE
+            reason = self._remember(overload, torch.float32, "grad", self._cpu_grad_reason)
         if probe or reason is not None:
             self._grad[overload] = reason
         return reason
+
+    def _cpu_grad_reason(self, overload: str) -> str | None:
+        """CPU's answer: whether an output of a few float32 samples requires grad."""
+        op = resolve(overload)
+        try:
+            calls = self._calls(overload, torch.float32)
+        except Exception as exc:  # noqa: BLE001 - the sample source's failure is a reason
+            return f"building its float32 samples failed ({type(exc).__name__})"
+        placed = [p for c in calls if (p := place(c, "contiguous", op._schema)) is not None]
+        return None if gradients.differentiable_on_cpu(op, placed) else NOT_DIFFERENTIABLE
 
     @staticmethod
     def _static_grad_reason(overload: str) -> str | None:

@@ -6,6 +6,8 @@ import fnmatch
 import functools
 import os
 import shlex
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,6 +21,7 @@ from conformance.engine.foundations import Blame, Foundations, Probe
 from conformance.engine.layout_names import LAYOUT_HELP
 from conformance.engine.runner import CaseOutcome, blame, run_case
 from conformance.engine.samples import values
+from conformance.engine.samples.summary import SampleSummary
 from conformance.engine.transfer import RELIES_ON
 from conformance.errors import ConformanceUsageError
 from conformance.harness.expectations import Entry, Manifest, default_manifest_paths, load_manifest
@@ -35,6 +38,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 
 RECORD_KEY = pytest.StashKey[CaseRecord]()  # per item: what its case measured
 PROBE_TIMEOUT = 30.0  # seconds one foundation probe may take in its own process
+CALLS_KEPT = 64  # (overload, dtype, value set) whose samples one process keeps in memory
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -81,8 +85,13 @@ class Suite:
         self.registered = discovery.registered_overloads()
         self.schemaless = discovery.schemaless_registrations()
         self.has_fallback = discovery.has_backend_fallback()
-        self._calls: dict[tuple[str, torch.dtype, str], list] = {}
-        self.modes = ModeAccount(self.calls)  # which overloads get -grad / -inference cases
+        # the samples of the last CALLS_KEPT (overload, dtype, value set): cases of one overload
+        # run one after another, and keeping every overload's would grow with the backend
+        self._calls: OrderedDict[tuple[str, torch.dtype, str], list] = OrderedDict()
+        # what the sample sources hold, remembered on disk (start-up builds no samples)
+        self.summary = SampleSummary(cache_dir)
+        # which overloads get -grad / -inference cases
+        self.modes = ModeAccount(self.calls, self._remember)
         self.excluded = workloads.excluded()  # model-derived overloads left out, and why
         self.overloads = self.selected_overloads()  # validates --ops early
         self.fallback_only = self.selected_fallback_overloads()
@@ -91,6 +100,7 @@ class Suite:
         # a spawned case runner collects every case (the parent chose which ones run)
         self.coverage: coverage.Coverage | None = None
         self.coverage = self._coverage() if with_coverage else None
+        self.summary.save()
         # --shard: a spawned runner collects every case (its parent chose which ones run; its
         # case list, without the coverage account, is not the parent's anyway)
         self.shard = options.shard if with_coverage else None
@@ -161,7 +171,7 @@ class Suite:
             self._kept_by_keyword(self.overloads, False),
             self.options.dtypes,
             lambda overload: self._dtypes(overload, overload in self._fallback_only_set),
-            self.calls,
+            self.sample_count,
             self._no_sample_reason,
             schemaless=self.schemaless,
             has_fallback=self.has_fallback,
@@ -333,6 +343,7 @@ class Suite:
                 }
                 cases = [c for c, keep in zip(cases, mine, strict=True) if keep]
             self._collected = cases
+            self.summary.save()  # what the mode account asked CPU
         return self._collected
 
     def shard_keeps(self, record_ids: list[str]) -> list[bool]:
@@ -431,20 +442,51 @@ class Suite:
         return out
 
     def calls(self, overload: str, dtype: torch.dtype, value_set: str = "") -> list:
-        """Samples of (overload, dtype, value set), loaded once per process (cases share them);
-        the modes (grad, inference) run the ordinary samples."""
+        """Samples of (overload, dtype, value set), kept while cases use them (the cases of
+        one overload share them); the modes (grad, inference) run the ordinary samples."""
         value_set = "" if value_set in MODES else value_set
         key = (overload, dtype, value_set)
-        if key not in self._calls:
-            limit = (
-                samples.MAX_FALLBACK_SAMPLES
-                if overload in self._fallback_only_set
-                else samples.MAX_OPINFO_SAMPLES
-            )
-            self._calls[key] = samples.calls_for(
-                overload, dtype, self.cache_dir, value_set, limit=limit
-            )
-        return self._calls[key]
+        if key in self._calls:
+            self._calls.move_to_end(key)
+            return self._calls[key]
+        calls = samples.calls_for(
+            overload, dtype, self.cache_dir, value_set, limit=self._sample_limit(overload)
+        )
+        self._calls[key] = calls
+        if len(self._calls) > CALLS_KEPT:
+            self._calls.popitem(last=False)
+        return calls
+
+    def _sample_limit(self, overload: str) -> int:
+        if overload in self._fallback_only_set:
+            return samples.MAX_FALLBACK_SAMPLES
+        return samples.MAX_OPINFO_SAMPLES
+
+    def sample_count(self, overload: str, dtype: torch.dtype) -> int:
+        """How many ordinary samples (overload, dtype) has (the coverage account), remembered
+        between runs; raises coverage.SampleError when building them fails."""
+
+        def count(overload: str) -> int | str:
+            try:
+                return len(self.calls(overload, dtype))
+            except Exception as exc:  # noqa: BLE001 - remembered, reported by the cases
+                return coverage.describe_error(exc)
+
+        answer = self._remember(overload, dtype, "count", count)
+        if isinstance(answer, str):
+            raise coverage.SampleError(answer)
+        return answer
+
+    def _remember(
+        self, overload: str, dtype: torch.dtype, what: str, compute: Callable[[str], Any]
+    ) -> Any:
+        """compute(overload)'s answer about the samples of (overload, dtype), from the summary on
+        disk when their sources are OpInfo's (an op spec's own samples are code: asked every
+        run). The key names what selects the samples: dtype and how many are kept."""
+        if spec_for(overload).samples is not None:
+            return compute(overload)
+        key = f"{overload}|{dtype_name(dtype)}|{self._sample_limit(overload)}|{what}"
+        return self.summary.remember(key, lambda: compute(overload))
 
     def selection(self) -> dict[str, Any]:
         """What the options selected of each dimension of a case id (run.json "selection"): a

@@ -97,3 +97,20 @@ def test_value_set_calls_are_built_once_then_read_from_disk(tmp_path, monkeypatc
     # without a cache folder nothing is cached: the calls are built (and run on CPU) each time
     with pytest.raises(AssertionError, match="built again"):
         calls_for("add.Tensor", torch.float32, None, "special")
+
+
+def test_a_capture_does_not_walk_the_stack(monkeypatch):
+    # OpInfo's sample iterators call inspect.stack() to find the running unittest method; under
+    # pytest that was most of every cold capture's time (a first run, a new torch version, CI)
+    import inspect
+
+    walks = []
+    real = inspect.stack
+    monkeypatch.setattr(inspect, "stack", lambda *a, **k: walks.append(1) or real(*a, **k))
+    captured = opinfo.capture("add", torch.float32)
+    special = opinfo.capture("add", torch.float32, kind="special")
+    assert captured["samples"]["add.Tensor"] and special
+    assert walks == []
+    from torch.testing._internal import common_utils
+
+    assert common_utils.extract_test_fn is not opinfo._no_test_fn  # restored afterwards

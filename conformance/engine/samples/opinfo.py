@@ -13,10 +13,12 @@ cache misses; so is the index of OpInfos (names and CPU dtypes).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import warnings
 from collections import defaultdict
+from collections.abc import Iterator
 from functools import cache, lru_cache
 
 import torch
@@ -157,10 +159,40 @@ def _atomic_write(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+@contextlib.contextmanager
+def _untracked() -> Iterator[None]:
+    """OpInfo's sample iterators look for the unittest method running them with
+    `inspect.stack()` on every `sample_inputs`/`reference_inputs` call (common_utils
+    `extract_test_fn`, for their own skip lists and repro hints); under pytest's deep stacks that
+    lookup was most of a cold capture's time. Captures run in no unittest method: nothing to
+    find."""
+    from torch.testing._internal import common_utils
+    from torch.testing._internal.opinfo import core
+
+    owners = [m for m in (common_utils, core) if hasattr(m, "extract_test_fn")]
+    saved = [m.extract_test_fn for m in owners]
+    for m in owners:
+        m.extract_test_fn = _no_test_fn
+    try:
+        yield
+    finally:
+        for m, fn in zip(owners, saved, strict=True):
+            m.extract_test_fn = fn
+
+
+def _no_test_fn() -> None:
+    return None
+
+
 def capture(full_name: str, dtype: torch.dtype, kind: str = "samples") -> dict[str, dict]:
     """{kind: {overload: [Call]}}: the OpInfo's samples ("samples"), or its reference inputs
     that hold special values or mix dtypes ("special" and "promotion", from one scan), run for
     `dtype` on CPU with the aten calls they make recorded."""
+    with _untracked():
+        return _capture(full_name, dtype, kind)
+
+
+def _capture(full_name: str, dtype: torch.dtype, kind: str) -> dict[str, dict]:
     op = _op_db()[full_name]
     if dtype not in op.supported_dtypes("cpu"):
         return {}
