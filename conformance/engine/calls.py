@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -101,6 +102,29 @@ def load_calls(path: str) -> dict[str, dict[str, list[Call]]]:
         }
         for kind, by_overload in data.items()
     }
+
+
+def content_digest(calls: list[Call]) -> str:
+    """A digest of what the calls compute with: names, every argument's value (tensors by
+    dtype, shape, strides and bytes). Equal calls built in another process give the same."""
+    digest = hashlib.sha1()
+    for call in calls:
+        leaves, spec = tree_flatten((call.args, call.kwargs))
+        digest.update(f"{call.overload}|{spec}|{sorted(call.cpu_args)}".encode())
+        for x in leaves:
+            if isinstance(x, torch.Tensor):
+                digest.update(_tensor_bytes(x.detach()))
+            else:
+                digest.update(repr(x).encode())
+    return digest.hexdigest()[:16]
+
+
+def _tensor_bytes(t: torch.Tensor) -> bytes:
+    if t.layout != torch.strided or t.device.type != "cpu" or t.is_quantized:
+        return repr(t).encode()  # values included; rare in samples
+    head = f"{t.dtype}{list(t.shape)}{t.stride()}".encode()
+    flat = t.resolve_conj().resolve_neg().contiguous().view(-1)
+    return head + (flat.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
 
 
 def clone_tree(tree: Any) -> Any:

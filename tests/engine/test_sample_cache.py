@@ -99,6 +99,32 @@ def test_value_set_calls_are_built_once_then_read_from_disk(tmp_path, monkeypatc
         calls_for("add.Tensor", torch.float32, None, "special")
 
 
+def test_value_set_calls_of_an_op_spec_are_cached_by_their_contents(tmp_path, monkeypatch):
+    """masked_fill_'s op spec gives its own (seeded) samples: their value-set calls are read
+    from disk when the samples are the same, built again when they change."""
+    from conformance.engine import samples
+    from conformance.engine.samples import calls_for, cpu_survivors
+
+    cache = str(tmp_path)
+    first = calls_for("masked_fill_.Scalar", torch.float32, cache, "special")
+    assert first
+    forks = []
+    real = cpu_survivors._run_batch
+    monkeypatch.setattr(
+        cpu_survivors, "_run_batch", lambda *a, **k: forks.append(1) or real(*a, **k)
+    )
+    again = calls_for("masked_fill_.Scalar", torch.float32, cache, "special")
+    assert forks == [] and [c.signature() for c in again] == [c.signature() for c in first]
+    ordinary = samples._ordinary  # the op spec now gives other values
+    monkeypatch.setattr(
+        samples,
+        "_ordinary",
+        lambda *a, **k: [c for c in ordinary(*a, **k) if c.args[1].dim() != 4],
+    )
+    calls_for("masked_fill_.Scalar", torch.float32, cache, "special")
+    assert forks
+
+
 def test_a_capture_does_not_walk_the_stack(monkeypatch):
     # OpInfo's sample iterators call inspect.stack() to find the running unittest method; under
     # pytest that was most of every cold capture's time (a first run, a new torch version, CI)

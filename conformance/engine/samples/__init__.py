@@ -7,7 +7,7 @@ import os
 
 import torch
 
-from conformance.engine.calls import Call, load_calls, save_calls
+from conformance.engine.calls import Call, content_digest, load_calls, save_calls
 from conformance.engine.samples import opinfo, twins, values
 from conformance.ops import spec_for, specs_with_samples
 
@@ -39,9 +39,7 @@ def calls_for(
         if spec.use_opinfo
         else []
     )
-    # OpInfo's calls are the same in every process (cached captures); a spec's own may not be
-    cacheable = spec.samples is None
-    generated = _generated(overload, dtype, ordinary, value_set, cache_dir if cacheable else None)
+    generated = _generated(overload, dtype, ordinary, value_set, cache_dir)
     return dedupe(from_opinfo)[: MAX_VALUE_SAMPLES // 2] + dedupe(generated)[:MAX_VALUE_SAMPLES]
 
 
@@ -50,12 +48,15 @@ def _generated(
 ) -> list[Call]:
     """The value set's calls built from the ordinary ones, cached on disk beside the captures:
     building them runs every candidate on CPU in a forked child first (cpu_survivors.py), which
-    costs a fork of the whole process per (overload, dtype, value set)."""
+    costs a fork of the whole process per (overload, dtype, value set). The file is named by the
+    ordinary calls' contents: an op spec's own samples hit it when they are the same each run,
+    and random ones (or edited ones) build again."""
     make = values.special_calls if value_set == "special" else values.promotion_calls
     root = opinfo.cache_root(cache_dir)
     if root is None:
         return make(ordinary, dtype)
-    name = f"{overload}-{str(dtype).removeprefix('torch.')}-{value_set}-{len(ordinary)}"
+    dname = str(dtype).removeprefix("torch.")
+    name = f"{overload}-{dname}-{value_set}-{content_digest(ordinary)}"
     path = os.path.join(root, f"values-{values.GENERATOR_VERSION}", f"{name}.pt")
     if os.path.exists(path):
         try:
