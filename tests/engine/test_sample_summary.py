@@ -6,6 +6,8 @@ selected overload at start-up (55 s and 0.8 GiB for a backend of 1,400 overloads
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from conformance.engine import samples
@@ -47,11 +49,13 @@ def test_a_second_process_builds_no_samples_and_sees_the_same_run(tmp_path, monk
 
 
 def test_edited_sample_sources_are_asked_again(tmp_path, monkeypatch):
-    make_suite(tmp_path, **OPTIONS).collected_cases()
+    old = make_suite(tmp_path, **OPTIONS)
+    old.collected_cases()
     monkeypatch.setattr(summary, "sources_digest", lambda: "edited")
     built = _refuse_to_build(monkeypatch)
-    make_suite(tmp_path, ops="abs", dtypes="float32", modes="none")
+    new = make_suite(tmp_path, ops="abs", dtypes="float32", modes="none")
     assert built == ["abs"]
+    assert os.path.exists(new.summary.path) and not os.path.exists(old.summary.path)
 
 
 def test_a_failure_to_build_samples_is_remembered_word_for_word(tmp_path, monkeypatch):

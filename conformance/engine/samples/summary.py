@@ -15,6 +15,7 @@ learned and replaces the file atomically; an answer lost in a race is computed a
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -82,3 +83,13 @@ class SampleSummary:
             json.dump(merged, f, separators=(",", ":"), sort_keys=True)
         os.replace(tmp, self.path)
         self._learned = {}
+        self._remove_stale()
+
+    def _remove_stale(self) -> None:
+        """Summaries of code that changed since (other digests) are never read again."""
+        assert self.path is not None
+        folder, mine = os.path.split(self.path)
+        for name in os.listdir(folder):
+            if name.startswith("summary-") and name.endswith(".json") and name != mine:
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(folder, name))
