@@ -65,8 +65,18 @@ def _is_tag(x: Any) -> bool:
 
 
 def restored(tree: Any) -> Any:
-    """The inverse of `portable` (tags become torch.memory_format values again)."""
-    return tree_map(lambda x: getattr(torch, x[1]) if _is_tag(x) else x, tree, is_leaf=_is_tag)
+    """The inverse of `portable` (tags become torch.memory_format values again), and of what
+    torch.load does to storages: a saved UntypedStorage comes back as a TypedStorage, which the
+    placing would not recognise (set_ would get a CPU storage on the device run)."""
+
+    def restore(x: Any) -> Any:
+        if _is_tag(x):
+            return getattr(torch, x[1])
+        if isinstance(x, torch.TypedStorage):
+            return x._untyped_storage  # (x.untyped() warns that TypedStorage is deprecated)
+        return x
+
+    return tree_map(restore, tree, is_leaf=_is_tag)
 
 
 def save_calls(captured: dict[str, dict[str, list[Call]]], path: str) -> None:

@@ -37,6 +37,21 @@ def test_calls_with_a_memory_format_round_trip_through_the_cache(tmp_path):
     assert os.listdir(tmp_path) == ["to-float32.pt"]  # no temporary file left behind
 
 
+def test_a_storage_argument_round_trips_through_the_cache(tmp_path):
+    # torch.load gives a saved UntypedStorage back as a TypedStorage: set_'s value-set calls
+    # read from the cache handed the device run a CPU storage ("set the storage of a tensor on
+    # device npu to a storage on different device cpu"), 12 failing cases on a second run
+    source = torch.arange(6.0)
+    call = Call("set_.source_Storage", (torch.zeros(0), source.untyped_storage()))
+    path = str(tmp_path / "set.pt")
+    save_calls({"special": {call.overload: [call]}}, path)
+    loaded = load_calls(path)["special"][call.overload][0]
+    assert type(loaded.args[1]) is torch.UntypedStorage
+    placed = place(loaded, "contiguous", resolve(call.overload)._schema)
+    assert placed is not None
+    assert any(isinstance(leaf, torch.UntypedStorage) for leaf in placed.leaves)
+
+
 def test_a_captured_opinfo_is_read_from_disk_by_the_next_process(tmp_path, monkeypatch):
     cache = str(tmp_path)
     opinfo._cached_capture.cache_clear()
