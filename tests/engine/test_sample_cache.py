@@ -155,3 +155,34 @@ def test_a_capture_does_not_walk_the_stack(monkeypatch):
     from torch.testing._internal import common_utils
 
     assert common_utils.extract_test_fn is not opinfo._no_test_fn  # restored afterwards
+
+
+def test_every_op_specs_samples_round_trip_through_the_cache(tmp_path):
+    """What an op spec builds comes back from the disk cache with the same types and values
+    (their value-set calls are cached, named by content): a type torch.save changes on the way
+    (a storage, a memory format) would feed the device run something the placing does not
+    know."""
+    from torch.utils._pytree import tree_flatten
+
+    from conformance.ops import spec_for, specs_with_samples
+
+    checked = 0
+    for overload in specs_with_samples():
+        spec = spec_for(overload)
+        dtype = torch.float32 if spec.dtypes is None or torch.float32 in spec.dtypes else None
+        dtype = dtype or sorted(spec.dtypes, key=str)[0]
+        calls = spec.samples(dtype)
+        path = str(tmp_path / f"{overload}.pt")
+        save_calls({"samples": {overload: calls}}, path)
+        loaded = load_calls(path)["samples"].get(overload, [])
+        assert len(loaded) == len(calls), overload
+        for before, after in zip(calls, loaded, strict=True):
+            a, a_spec = tree_flatten((before.args, before.kwargs))
+            b, b_spec = tree_flatten((after.args, after.kwargs))
+            assert a_spec == b_spec, overload
+            assert [type(x) for x in a] == [type(x) for x in b], overload
+            for x, y in zip(a, b, strict=True):
+                if isinstance(x, torch.Tensor):
+                    torch.testing.assert_close(x, y, rtol=0, atol=0, equal_nan=True)
+        checked += bool(calls)
+    assert checked >= 10
