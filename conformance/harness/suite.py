@@ -286,11 +286,12 @@ class Suite:
         return chosen
 
     def selected_grad_only_overloads(self) -> list[str]:
-        """Overloads with -grad cases only: with the model-derived default, what the workloads
-        call that this backend runs as a decomposition (engine/workloads.py)."""
+        """Overloads with -grad cases only: with the model-derived default (and with 'all', a
+        superset of it), what the workloads call that this backend runs as a decomposition
+        (engine/workloads.py)."""
         if self.options.ops or "grad" not in self.options.modes:
             return []
-        if self._fallback_wanted() != ["models"]:
+        if self._fallback_wanted() not in (["models"], ["all"]):
             return []
         known = set(self.registered) | self._fallback_only_set | set(self.excluded)
         return [

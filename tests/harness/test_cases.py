@@ -152,3 +152,14 @@ def test_a_keyword_run_accounts_for_and_probes_only_the_overloads_it_keeps(tmp_p
     assert all("masked_fill" in o for o in account["grad_only"])
     assert not [key for key in suite._calls if key[0] == "gelu"]
     assert suite.mode_account() is account
+
+
+def test_fallback_ops_all_keeps_the_grad_cases_of_the_models_decompositions(tmp_path) -> None:
+    """--fallback-ops all (the nightly) is a superset of the default run: the decompositions the
+    models call keep their -grad cases (they are served by no fallback, so 'all' adds none)."""
+    options = read_options(
+        FakeConfig(expectations="none", results="none", dtypes="float32", fallback_ops="all")
+    )
+    suite = Suite(options, str(tmp_path), "main", keyword="gelu and grad")
+    assert "gelu" in suite.grad_only
+    assert "gelu-float32-contiguous-native-grad" in [str(c) for c in suite.cases()]
