@@ -259,8 +259,13 @@ def main() -> None:
     parser.add_argument("--skip-default", action="store_true", help="skip the default run")
     parser.add_argument("--all", action="store_true", help="also time --fallback-ops all")
     opts = parser.parse_args()
-    env = {**os.environ, "CONFORMANCE_BACKEND": opts.backend, "CONFORMANCE_RESULTS": "none"}
-    print(f"machine: {os.cpu_count()} cores, {load()}")
+    # as on a user's machine, the suite's bytecode is cached: with PYTHONDONTWRITEBYTECODE (set
+    # on these machines) every process compiled the suite again, while torch's came from pip
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env |= {"CONFORMANCE_BACKEND": opts.backend, "CONFORMANCE_RESULTS": "none"}
+    unset = "PYTHONDONTWRITEBYTECODE" in os.environ
+    dropped = " (PYTHONDONTWRITEBYTECODE unset for the runs)" if unset else ""
+    print(f"machine: {os.cpu_count()} cores, {load()}{dropped}")
     coverage(env)
     masked_fill_ratio(env, opts.rounds)
     overhead(opts.backend, opts.rounds)

@@ -83,8 +83,10 @@ class Figures:
 
 def environment(backend: str) -> dict[str, str]:
     path = os.pathsep.join([*PATHS, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    # the suite's bytecode cached, as on a user's machine (PYTHONDONTWRITEBYTECODE is set on
+    # these machines: every process compiled the suite again while torch's came from pip)
     return {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
         "PYTHONPATH": path,
         "CONFORMANCE_BACKEND": backend,
         "CONFORMANCE_RESULTS": "none",
