@@ -73,9 +73,6 @@ class Suite:
         # keeps, and the coverage account is computed for them
         self.keep = keyword_filter(keyword)
         self.keyword = keyword or ""
-        # (overload, fallback_only, coverage known) -> does -k keep a case of it (the coverage and
-        # mode accounts ask for the same overloads: each would walk every case id again)
-        self._kept: dict[tuple[str, bool, bool], bool] = {}
         self.cache_dir = cache_dir
         self.worker = worker
         self.rootdir = rootdir
@@ -207,13 +204,19 @@ class Suite:
         keep = self.keep
         if keep is None:
             return list(overloads)
-        known = self.coverage is not None  # dtypes without samples have no case once known
-        for o in overloads:
-            if (o, fallback_only, known) not in self._kept:
-                paths = [self._unregistered_path(o)] if fallback_only else list(self.options.paths)
-                cases = self._cases_of(o, self._dtypes(o, fallback_only), paths, probe=False)
-                self._kept[o, fallback_only, known] = any(keep(str(c)) for c in cases)
-        return [o for o in overloads if self._kept[o, fallback_only, known]]
+        return [
+            o
+            for o in overloads
+            if any(
+                keep(str(c))
+                for c in self._cases_of(
+                    o,
+                    self._dtypes(o, fallback_only),
+                    [self._unregistered_path(o)] if fallback_only else list(self.options.paths),
+                    probe=False,
+                )
+            )
+        ]
 
     def _no_sample_reason(self, overload: str) -> str:
         from conformance.engine.samples.opinfo import base_name, opinfo_index
