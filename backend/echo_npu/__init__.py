@@ -2,8 +2,10 @@
 
 Importing registers the device (renamed ``npu`` unless ``ECHO_NPU_DEVICE_NAME=privateuseone``),
 the ``torch.<name>`` device module and the backend protocol functions of
-docs/BACKEND_PROTOCOL.md. Environment variables are read once, here. Importing does not
-initialise the device: the first device allocation (or ``torch.npu.init()``) does.
+docs/BACKEND_PROTOCOL.md; with ``ECHO_NPU_REGISTER=manual`` importing registers nothing and
+``echo_npu.register()`` does (a backend whose users call a register function). Environment
+variables are read once, here. Importing does not initialise the device: the first device
+allocation (or ``torch.npu.init()``) does.
 
 Registration is an explicit call, not a static initialiser of the extension: when another
 library already registered PrivateUse1 hooks, the import fails with a one-line ImportError
@@ -24,6 +26,7 @@ _FAULTS = _env.faults()
 _REFUSE_FORK = _env.refuse_fork()
 _NO_FALLBACK = _env.no_fallback()
 _NO_HOOKS = _env.no_hooks()
+_REGISTRATION = _env.registration()
 
 from . import _C  # noqa: E402  (the mode must be validated before the library loads)
 
@@ -62,7 +65,14 @@ def _register_device() -> None:
         )
 
 
-_register_device()
+def register() -> None:
+    """Register the device (what importing does, unless ``ECHO_NPU_REGISTER=manual``); a second
+    call does nothing."""
+    _register_device()
+
+
+if _REGISTRATION == "import":
+    _register_device()
 
 
 def _autoload() -> None:
@@ -171,6 +181,7 @@ __all__ = [
     "live_blocks",
     "memory_stats",
     "native_ops",
+    "register",
     "reset_fallback_counts",
     "set_fallback_routes",
     "set_faults",

@@ -45,6 +45,21 @@ def faults() -> list[str]:
     return _split(os.environ.get("ECHO_NPU_FAULTS", ""))
 
 
+REGISTRATIONS = ("import", "manual")
+
+
+def registration() -> str:
+    """``ECHO_NPU_REGISTER``: ``import`` (default: importing registers the device) or ``manual``
+    (importing registers nothing; ``echo_npu.register()`` does, as packages whose users call a
+    register function)."""
+    value = os.environ.get("ECHO_NPU_REGISTER", "import").strip() or "import"
+    if value not in REGISTRATIONS:
+        raise ValueError(
+            f"invalid ECHO_NPU_REGISTER value {value!r}; valid values: {', '.join(REGISTRATIONS)}"
+        )
+    return value
+
+
 def _flag(var: str) -> bool:
     value = os.environ.get(var, "0").strip() or "0"
     if value not in ("0", "1"):

@@ -7,25 +7,39 @@
 // ENPU_PRIMITIVE: one cpu_fallback itself needs (empty*, views, _copy_from*, ...): not routable.
 #include <torch/library.h>
 
+#include <algorithm>
 #include <mutex>
 
 #include "common.h"
 #include "ops.h"
 #include "registry.h"
 
-#define ENPU_KERNEL(m, name, fn)          \
-  do {                                    \
-    ::enpu::register_native(name, true);  \
-    m.impl(name, TORCH_FN(fn));           \
+#define ENPU_KERNEL(m, name, fn)           \
+  do {                                     \
+    if (!::enpu::wanted(name)) break;      \
+    ::enpu::register_native(name, true);   \
+    m.impl(name, TORCH_FN(fn));            \
   } while (0)
-#define ENPU_PRIMITIVE(m, name, fn)       \
-  do {                                    \
-    ::enpu::register_native(name, false); \
-    m.impl(name, TORCH_FN(fn));           \
+#define ENPU_PRIMITIVE(m, name, fn)        \
+  do {                                     \
+    if (!::enpu::wanted(name)) break;      \
+    ::enpu::register_native(name, false);  \
+    m.impl(name, TORCH_FN(fn));            \
   } while (0)
 
 namespace enpu {
 namespace {
+
+// The subset register_kernels was asked for (empty: the whole table).
+std::vector<std::string>& only_kernels() {
+  static std::vector<std::string> names;
+  return names;
+}
+
+bool wanted(const char* name) {
+  const auto& only = only_kernels();
+  return only.empty() || std::find(only.begin(), only.end(), name) != only.end();
+}
 
 void aten_kernels(torch::Library& m) {
   // factories, views, copies, scalar reads (factories.cpp)
@@ -126,12 +140,19 @@ torch::Library& library(const char* ns, c10::DispatchKey key) {
 
 // Called by the Python package after the device is registered (not a static initialiser, so a
 // failed import registers nothing and ECHO_NPU_NO_FALLBACK can leave the fallback out).
-void register_kernels(bool with_fallback) {
+void register_kernels(bool with_fallback, const std::vector<std::string>& only) {
   static std::once_flag once;
-  std::call_once(once, [with_fallback] {
+  std::call_once(once, [with_fallback, &only] {
+    only_kernels() = only;
     aten_kernels(library("aten", c10::DispatchKey::PrivateUse1));
     copy_fallthrough(library("aten", c10::DispatchKey::Conjugate));
     copy_fallthrough(library("aten", c10::DispatchKey::Negative));
+    if (!only.empty()) {  // a subset: the rest of the backend is registered elsewhere
+      if (with_fallback)
+        library("_", c10::DispatchKey::PrivateUse1)
+            .fallback(torch::CppFunction::makeFromBoxedFunction<&fallback_boxed>());
+      return;
+    }
     // torch.autocast(device_type="npu"): everything falls through but the policies of autocast.cpp
     library("_", c10::DispatchKey::AutocastPrivateUse1).fallback(torch::CppFunction::makeFallthrough());
     ops::autocast_kernels(library("aten", c10::DispatchKey::AutocastPrivateUse1));

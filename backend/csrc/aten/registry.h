@@ -10,8 +10,10 @@
 namespace enpu {
 
 // Registers the kernel table (register.cpp), the Conjugate/Negative fallthroughs of _copy_from*
-// and, if with_fallback, the boxed cpu_fallback for everything else. Once per process.
-void register_kernels(bool with_fallback);
+// and, if with_fallback, the boxed cpu_fallback for everything else. Once per process. With a
+// non-empty `only`, just those overloads of the table (no autocast or autograd kernels): the
+// native part of a backend whose other kernels are registered from Python.
+void register_kernels(bool with_fallback, const std::vector<std::string>& only = {});
 
 // Native overload registry ("add.Tensor", "abs", ...). routable=false for the primitives the
 // cpu_fallback itself needs (empty*, _copy_from*, as_strided, view, resize_, ...).

@@ -73,7 +73,8 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "echo_npu native bindings";
   // registration (called once by the package's __init__)
   m.def("register_device", &enpu::register_device);
-  m.def("register_kernels", &enpu::register_kernels);
+  m.def("register_kernels", &enpu::register_kernels, py::arg("with_fallback"),
+        py::arg("only") = std::vector<std::string>{});
   // initialisation and forks
   m.def("init", [] {
     enpuError_t e = enpuInit();
