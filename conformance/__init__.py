@@ -3,4 +3,8 @@
 Run it with plain pytest (`pytest conformance`); see `docs/ARCHITECTURE.md` for the data flow.
 """
 
+# before anything imports torch (and with it an autoloaded backend): the environment that every
+# child process of the suite gets back (engine/interpreter.py)
+from conformance.engine import interpreter as _interpreter  # noqa: F401, E402
+
 __version__ = "0.1.0"

@@ -17,6 +17,13 @@ case records (the dicts of ``results/cases-*.jsonl``, docs/RESULTS.md) that shar
   failure: one broken ``_copy_from`` is one finding however many cases it breaks, and two
   different failures of it (wrong values, a raise) are two.
 
+Kernels the device lacks where CPU computes, when the manifest does not declare them, are *one*
+finding however many ops they are: every failing case whose check is ``unsupported``, and every
+failing case or scenario whose own error is the dispatcher's "Could not run 'aten::X'" for a
+kernel that blocks nothing (a foundation without a kernel is a blocker of its own: "as_strided
+has no kernel on this device: N case(s) need it"). `Finding.kernels` lists them, with the
+dtypes and layouts where an op's own kernel is missing.
+
 Then findings whose cases have the same failure class and the same distinguishing factor are
 merged: the messages of one op that differ only in CPU's wording, and crashes without a culprit
 that share a factor ("all 110 cases are float64; the same ops pass in 6 other dtypes"). Every
@@ -40,7 +47,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from conformance.record import FAILING, FOUNDATION_ORDER
+from conformance.record import FAILING, FOUNDATION_ORDER, missing_kernel
 
 __all__ = [
     "FAILING",
@@ -79,6 +86,8 @@ _GLIBC = re.compile(
     r"munmap_chunk\(\): [^\n:]+|corrupted [^\n:]+)"
 )
 _FRAME = re.compile(r"#\d+ 0x[0-9a-fA-F]+ in (\S+)")
+#: the message of the one finding of the kernels the device lacks, not declared
+UNSUPPORTED_MESSAGE = "kernels the device lacks where cpu computes, not declared"
 
 
 class FindingKey(NamedTuple):
@@ -179,6 +188,10 @@ def finding_key(record: Mapping[str, Any]) -> FindingKey:
     cases of a broken foundation, which share one key)."""
     crash = crash_signature(record)
     message = normalise_message(_text(record.get("message")), record)
+    raised = device_error(_first(record), _text(record.get("path")) == "scenario")
+    raised = None if crash else raised
+    if raised is not None and not record.get("blocked_by"):
+        return FindingKey(check="error", message=raised, crash="", blocked_by="")
     culprit = ""
     if crash:  # keyed by class and culprit: glibc's words, pids and addresses vary
         culprit = _culprit_op(record)
@@ -193,6 +206,37 @@ def finding_key(record: Mapping[str, Any]) -> FindingKey:
     )
 
 
+#: how the harness quotes an error the device raised ("device raised RuntimeError [value]: ...",
+#: a scenario's "device mix raised ..."), and where its own text ends
+_DEVICE_RAISED = re.compile(r"\bdevice(?: mix)? raised (\w+) \[\w+\]: (.+)")
+_TEXT_END = re.compile(
+    r"; cpu |, cpu raised |; CPU raised | where cpu | in backward| in the forward|, not a device|"
+    r"; the device |\s+\(a different class\)"
+)
+#: an op name in an error's text: dotted (`add.Tensor`), or an identifier after in/for/of
+_OP_NAME = re.compile(r"\b[A-Za-z_]\w*\.[A-Za-z_]\w*\b")
+_OP_AFTER = re.compile(r"\b(in|for|of) [a-z_][a-z0-9_]*\b")
+#: an exception a scenario ended with (its first line); an AssertionError is the scenario's own
+_RAISED = re.compile(r"^(?:E\s+)?(\w*(?:Error|Exception))(?: \[\w+\])?: (.+)")
+
+
+def device_error(message: str, scenario: bool = False) -> str | None:
+    """``device raised <Type>: <text>`` with the text normalised (op names, numbers, shapes
+    masked), when `message` quotes an error the device raised (or, for a scenario, is an
+    exception other than the scenario's own AssertionError): the same error raised by one
+    backend in many ops and scenarios is one code path, one cause, whatever cpu did."""
+    match = _DEVICE_RAISED.search(message)
+    if match is None and scenario:
+        match = _RAISED.match(message.strip())
+        if match is not None and match.group(1) in ("AssertionError", "Failed"):
+            match = None
+    if match is None:
+        return None
+    text = _TEXT_END.split(match.group(2), maxsplit=1)[0]
+    text = normalise_message(_OP_AFTER.sub(r"\1 <op>", _OP_NAME.sub("<op>", text)))
+    return f"device raised {match.group(1)}: {text}" if text else None
+
+
 def _culprit_op(record: Mapping[str, Any]) -> str:
     """The overload of the case the culprit search named (``neg`` of
     ``neg-float32-contiguous-native``), or ``""``."""
@@ -201,10 +245,13 @@ def _culprit_op(record: Mapping[str, Any]) -> str:
 
 
 def _representative_rank(record: Mapping[str, Any]) -> tuple[object, ...]:
-    """A failure of its own before a blocked case, then the simplest case first: contiguous,
-    native, float32, short id."""
+    """A failure of its own before a blocked case, then the simplest case first: a forward case
+    (a backward runs other ops' kernels), an op's case before a scenario, contiguous, native,
+    float32, short id."""
     return (
         bool(record.get("blocked_by")),
+        _text(record.get("values")) == "grad",
+        _text(record.get("path")) == "scenario",
         _text(record.get("layout")) != "contiguous",
         _text(record.get("path")) != "native",
         _text(record.get("dtype")) != "float32",
@@ -268,9 +315,46 @@ class Finding:
         text = f"{k.check or 'failure'}: {message or '(no message)'}"
         if k.crash:  # the class, and who corrupted memory
             text = f"{k.check}: {k.crash}, {message or self._where()}"
-        if k.blocked_by:
+        if k.blocked_by and missing_kernel(k.message) == k.blocked_by.removesuffix(".default"):
+            own = self.count - self.blocked
+            text = f"{k.blocked_by} has no kernel on this device: {self.blocked} case(s) need it"
+            text += f" ({own} of its own)" if own else ""
+        elif k.blocked_by:
             text = f"{k.blocked_by} is broken, {self.blocked} case(s) blocked by it: {text}"
+        elif self.is_unsupported:
+            kernels = self.kernels
+            text = f"unsupported, not declared: {len(kernels)} kernel(s) the device lacks where "
+            text += "cpu computes: " + "; ".join(f"{op} {where}".strip() for op, where in kernels)
         return text if len(text) <= TITLE_LENGTH else text[: TITLE_LENGTH - 3] + "..."
+
+    @property
+    def is_unsupported(self) -> bool:
+        """The one finding of the kernels the device lacks, not declared."""
+        return self.key.check == "unsupported" and self.key.message == UNSUPPORTED_MESSAGE
+
+    @property
+    def kernels(self) -> list[tuple[str, str]]:
+        """(kernel, where) for the unsupported finding: an op's own kernel with the dtypes and
+        layouts its cases lacked it in, or a kernel other cases and scenarios need."""
+        own: dict[str, tuple[set[str], set[str]]] = {}
+        needed: Counter[str] = Counter()
+        for rec in self.cases:
+            missing = missing_kernel(_first(rec))
+            if missing is not None and missing != op_name(rec):
+                needed[missing] += 1
+                continue
+            dtypes, layouts = own.setdefault(op_name(rec), (set(), set()))
+            dtypes.add(_text(rec.get("dtype")))
+            layouts.add(_text(rec.get("layout")))
+        out = []
+        for op, (dtypes, layouts) in sorted(own.items()):
+            where = "/".join(sorted(d for d in dtypes if d and d != "-"))
+            shapes = sorted(lo for lo in layouts if lo and lo != "-")
+            if shapes and shapes != ["contiguous"]:
+                where += (" " if where else "") + "/".join(shapes)
+            out.append((op, f"({where})" if where else ""))
+        out += [(k, f"(needed by {n} case(s))") for k, n in sorted(needed.items())]
+        return out
 
     def _where(self) -> str:
         """The op a crash is in: the one op, or the most primitive foundation among several."""
@@ -295,6 +379,9 @@ class Finding:
             "factor": self.factor or None,
             "related": self.related or None,
             "ops": self.ops,
+            "kernels": [f"{op} {where}".strip() for op, where in self.kernels]
+            if self.is_unsupported
+            else None,
             "representative": _text(rep.get("id")),
             "repro": _text(rep.get("repro")),
             "message": _first(rep),
@@ -317,11 +404,15 @@ def group_findings(
     groups: dict[FindingKey, Finding] = {}
     for record in failing:
         blocked_by = _text(record.get("blocked_by"))
+        own = [k for (op, _), k in roots.items() if op == op_name(record)]
         if blocked_by:
             key = roots[(blocking_op(blocked_by), _probe_message(record))]
+        elif len(own) == 1:
+            key = own[0]
+        elif lacks_kernel(record):
+            key = UNSUPPORTED_KEY
         else:
-            own = [k for (op, _), k in roots.items() if op == op_name(record)]
-            key = own[0] if len(own) == 1 else finding_key(record)
+            key = finding_key(record)
         groups.setdefault(key, Finding(key)).cases.append(record)
     passing = [r for r in records if _text(r.get("status")) == "passed"]
     merged = _merge_by_factor(list(groups.values()), passing)
@@ -472,6 +563,18 @@ def _root_keys(failing: list[Mapping[str, Any]]) -> dict[tuple[str, str], Findin
         else:
             roots[(op, probe)] = FindingKey("foundation", probe, "", op)
     return roots
+
+
+UNSUPPORTED_KEY = FindingKey("unsupported", UNSUPPORTED_MESSAGE, "", "")
+
+
+def lacks_kernel(record: Mapping[str, Any]) -> bool:
+    """A failing case that fails because the device lacks a kernel where cpu computes and the
+    manifest does not declare it: check `unsupported`, or its own error is the dispatcher's
+    "Could not run" (a scenario, a case whose kernel calls a missing one)."""
+    if _text(record.get("status")) not in ("failed", "error"):
+        return False
+    return _text(record.get("check")) == "unsupported" or missing_kernel(_first(record)) is not None
 
 
 def unsupported_by_op(records: Iterable[Mapping[str, Any]]) -> dict[str, int]:

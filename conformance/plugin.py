@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import pytest
 
+from conformance.harness.nodes import CASE_PARAM
 from conformance.harness.options import add_options
-from conformance.harness.session import CASE_PARAM, PLUGIN_NAME, ConformanceRun, run_of
+from conformance.harness.session import PLUGIN_NAME, ConformanceRun, run_of
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

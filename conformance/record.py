@@ -7,6 +7,7 @@ torch, no pytest), so reports and CI tools load it anywhere. The JSON format is 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
@@ -61,6 +62,27 @@ FOUNDATION_ORDER: tuple[str, ...] = (
     "resize_",
     "_copy_from_and_resize",
 )
+
+
+#: the dispatcher's words for an operator without a kernel for the backend
+_NO_KERNEL = re.compile(
+    r"Could not run '(?:aten::)?([\w.]+)' with arguments from the '(\w+)' backend"
+)
+
+
+def missing_kernel(message: str | None) -> str | None:
+    """The overload a failure message says has no kernel on the device ("as_strided",
+    "add.out"; from the dispatcher's "Could not run 'aten::add.out' with arguments from the
+    'npu' backend"), or None. Autograd keys are not the device: their "Could not run" is None."""
+    match = _NO_KERNEL.search(message or "")
+    if match is None or match.group(2).startswith(("Autograd", "Autocast")):
+        return None
+    return match.group(1).removesuffix(".default")
+
+
+def same_overload(a: str, b: str) -> bool:
+    """`as_strided` and `as_strided.default` are one overload."""
+    return a.removesuffix(".default") == b.removesuffix(".default")
 
 
 def parse_status(value: Any) -> Status:

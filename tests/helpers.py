@@ -27,3 +27,14 @@ def run_pytest(
     return subprocess.run(
         cmd, cwd=REPO, env=clean_env(env), capture_output=True, text=True, timeout=timeout
     )
+
+
+def write_baseline(results: Path, manifest: Path) -> str:
+    """`python -m conformance.tools.baseline RESULTS -o MANIFEST`; the manifest's text."""
+    subprocess.run(
+        [sys.executable, "-m", "conformance.tools.baseline", str(results), "-o", str(manifest)],
+        check=True,
+        env=clean_env(),
+        capture_output=True,
+    )
+    return manifest.read_text()

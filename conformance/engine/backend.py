@@ -5,14 +5,17 @@ stay uninitialised in the process that forks; `engine/probe.py` checks usability
 never imports a second PrivateUse1 backend: registering PrivateUse1 hooks twice aborts the
 interpreter, so a conflict is a one-line `ConformanceUsageError` before any import.
 
-Which module: `--backend` when given; else the backend that `import torch` already registered
-(PyTorch's `torch.backends` entry points, "autoload"); else echo_npu.
+Which module: `--backend` when given (`MODULE`, or `MODULE:FUNCTION` for a package whose device
+is registered by a function its users call); else the backend that `import torch` already
+registered (PyTorch's `torch.backends` entry points, "autoload"); else echo_npu.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
+import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -22,6 +25,7 @@ from typing import Any
 
 import torch
 
+from conformance.engine import interpreter
 from conformance.engine.protocol import HOOK_NAMES, HOOKS
 from conformance.errors import ConformanceUsageError
 
@@ -37,6 +41,7 @@ class Backend:
     module: ModuleType
     device_type: str
     how_loaded: str = "imported"  # for the run header
+    register: str = ""  # the function --backend MODULE:FUNCTION called, if any
     # the torch memory counter that sees this device's allocations (engine/probe.py), if any
     memory_counter: str | None = None
     _routable: dict[str, bool] = field(default_factory=dict)
@@ -44,6 +49,11 @@ class Backend:
     @property
     def device(self) -> torch.device:
         return torch.device(self.device_type, 0)
+
+    @property
+    def spec(self) -> str:
+        """How a child process loads the same backend: `MODULE` or `MODULE:FUNCTION`."""
+        return f"{self.module_name}:{self.register}" if self.register else self.module_name
 
     @property
     def device_module(self) -> Any:
@@ -170,8 +180,19 @@ def autoload_enabled() -> bool:
 
 
 # ---- loading ------------------------------------------------------------------------------------
-def load_backend(module_name: str | None, device: str | None = None) -> Backend:
-    """Find or import the backend module (which registers its device); never touch the device."""
+def load_backend(spec: str | None, device: str | None = None) -> Backend:
+    """Find or import the backend module (which registers its device) and call its register
+    function if `spec` names one (`MODULE:FUNCTION`); never touch the device. Whatever the
+    backend's runtime did to the environment that selects a child's interpreter is undone
+    (engine/interpreter.py)."""
+    try:
+        return _load_backend(spec, device)
+    finally:
+        interpreter.pin()
+
+
+def _load_backend(spec: str | None, device: str | None) -> Backend:
+    module_name, register = split_spec(spec)
     already = registered_device()
     owner = owner_of(already) if already else None
     if module_name is None:
@@ -189,7 +210,7 @@ def load_backend(module_name: str | None, device: str | None = None) -> Backend:
             )
             return _backend(owner, device, how)
         module_name = DEFAULT_BACKEND
-    if already is not None:
+    if already is not None and not register:
         if _top(module_name) in sys.modules and (owner is None or owner == _top(module_name)):
             return _backend(module_name, device, "registered by import torch (autoload)")
         raise ConformanceUsageError(
@@ -198,8 +219,11 @@ def load_backend(module_name: str | None, device: str | None = None) -> Backend:
             "torch.backends entry point) and a process holds only one; omit --backend to test "
             f"it, or set TORCH_DEVICE_BACKEND_AUTOLOAD=0 to test {module_name}"
         )
-    _import(module_name)
+    module = _import(module_name)
     how = "imported"
+    if register:
+        _call_register(module, module_name, register)
+        how = f"imported, then {module_name}.{register}() called"
     if registered_device() is None:
         ep = _entry_point_of(module_name)
         if ep is not None:  # registration lives in the entry point (autoload is off)
@@ -211,17 +235,95 @@ def load_backend(module_name: str | None, device: str | None = None) -> Backend:
                     f"failed: {_first_line(exc)}"
                 ) from None
             how = f"imported, then its torch.backends entry point '{ep.value}' called"
-    if registered_device() is None and device is None:
+    if registered_device() is None:
+        raise ConformanceUsageError(_registered_nothing(module, module_name, register))
+    backend = _backend(module_name, device, how)
+    backend.register = register
+    return backend
+
+
+def split_spec(spec: str | None) -> tuple[str | None, str]:
+    """`MODULE:FUNCTION` -> (MODULE, FUNCTION); `MODULE` -> (MODULE, "")."""
+    if not spec:
+        return None, ""
+    module, _, function = spec.partition(":")
+    if not module or (":" in spec and not function.isidentifier()):
         raise ConformanceUsageError(
-            f"importing backend '{module_name}' registered no PrivateUse1 device; pass the "
-            "module that registers your device with --backend (or its device name with --device)"
+            f"--backend {spec}: expected MODULE or MODULE:FUNCTION (e.g. my_npu or "
+            "my_npu:register_devices)"
         )
-    return _backend(module_name, device, how)
+    return module, function
+
+
+def _call_register(module: ModuleType, module_name: str, register: str) -> None:
+    fn = getattr(module, register, None)
+    if not callable(fn):
+        hint = _registration_hint(module)
+        raise ConformanceUsageError(
+            f"--backend {module_name}:{register}: {module_name} has no function '{register}'"
+            + (f" (its callables that may register a device: {hint})" if hint else "")
+        )
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - the backend's own error, in one line
+        raise ConformanceUsageError(
+            f"--backend {module_name}:{register}: {module_name}.{register}() raised "
+            f"{type(exc).__name__}: {_first_line(exc)}"
+        ) from None
+
+
+#: names of functions that may register a device
+_REGISTERING = re.compile(r"regist|init|setup|enable|load|install|activate|attach", re.I)
+
+
+def _registration_hint(module: ModuleType) -> str:
+    """The module's public functions whose names suggest they register a device."""
+    names = [
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_") and _REGISTERING.search(name) and inspect.isfunction(value)
+    ]
+    return ", ".join(sorted(names)[:8])
+
+
+def _registered_nothing(module: ModuleType, module_name: str, register: str) -> str:
+    """The one-line error for a backend module that registered no PrivateUse1 device."""
+    if register:
+        return (
+            f"--backend {module_name}:{register}: importing {module_name} and calling "
+            f"{register}() registered no PrivateUse1 device; pass the module and function that "
+            "register your device"
+        )
+    hint = _registration_hint(module)
+    example = hint.split(", ")[0] if hint else "FUNCTION"
+    return (
+        f"importing backend '{module_name}' registered no PrivateUse1 device; if a function "
+        f"registers it, pass --backend {module_name}:{example}"
+        + (f" ({module_name} has: {hint})" if hint else "")
+        + ", else the module whose import registers it"
+    )
 
 
 def _backend(module_name: str, device: str | None, how: str) -> Backend:
     module = sys.modules.get(module_name) or _import(module_name)
-    return Backend(module_name, module, device or torch._C._get_privateuse1_backend_name(), how)
+    registered = torch._C._get_privateuse1_backend_name()
+    if device is not None and device != registered:
+        raise ConformanceUsageError(_unknown_device(device, registered))
+    return Backend(module_name, module, registered, how)
+
+
+def _unknown_device(device: str, registered: str) -> str:
+    """The one-line error for a --device that is not the registered PrivateUse1 device."""
+    try:
+        torch.device(device)
+        known = True
+    except RuntimeError:
+        known = False
+    what = "is another device type" if known else "is not a device type torch knows"
+    return (
+        f"--device {device}: {what}; the PrivateUse1 device registered here is '{registered}' "
+        f"(pass --device {registered} or leave --device out)"
+    )
 
 
 def _import(module_name: str) -> ModuleType:

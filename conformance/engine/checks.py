@@ -554,7 +554,7 @@ def check_inputs_untouched(s: Sample) -> None:
     for leaf, base, _ in dev.bases:
         if leaf.written:
             continue
-        now = read_back(base)
+        now = read_storage(base)
         pristine = leaf.placement.base
         if now.shape == pristine.shape and not _bitwise_equal(now, pristine):
             _, _, nbad, first = errors(now, pristine)

@@ -32,9 +32,13 @@ def _direct_registrations(dispatch_key: str) -> list[str]:
 
 
 def has_schema(overload: str) -> bool:
-    """Whether aten declares this overload (a backend can register a kernel for a name that
-    has no schema, e.g. `isfinite.out`: such a kernel is unreachable)."""
+    """Whether the dispatcher knows this overload's schema (a backend can register a kernel for
+    a name that has none, e.g. `isfinite.out`, or `eq`/`floordiv`, which exist only as
+    TorchScript operators that `torch.ops.aten` resolves but the dispatcher never reaches: such a
+    kernel is unreachable)."""
+    name, _, ov = overload.partition(".")
     try:
+        torch._C._dispatch_find_schema_or_throw(f"aten::{name}", ov)
         resolve(overload)
     except (AttributeError, RuntimeError):
         return False

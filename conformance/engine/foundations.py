@@ -32,7 +32,7 @@ import torch
 
 from conformance.engine import layouts
 from conformance.engine.transfer import read_back, read_storage, to_device
-from conformance.record import FOUNDATION_ORDER
+from conformance.record import FOUNDATION_ORDER, missing_kernel, same_overload
 
 #: overloads a case of which is composed of foundation ops by contract
 STATIC_DEPENDS: dict[str, tuple[str, ...]] = {
@@ -64,8 +64,20 @@ class Probe:
         """The case id that tests this foundation."""
         return f"{self.op}-{self.dtype}-{self.layout}-{self.path}"
 
+    @property
+    def no_kernel(self) -> bool:
+        """The probe failed because the device has no kernel for the foundation itself."""
+        missing = missing_kernel(self.message)
+        return missing is not None and same_overload(missing, self.op)
+
     def describe(self) -> str:
         return f"{self.case} ({self.what}: {self.message})"
+
+    def headline(self) -> str:
+        """What a blocked case says about its blocker."""
+        if self.no_kernel:
+            return f"needs {self.op}, which has no kernel on this device ({self.what})"
+        return f"blocked by {self.case}: {self.what}: {self.message}"
 
 
 class Foundations:
@@ -76,9 +88,11 @@ class Foundations:
         device: torch.device,
         registered: set[str] | None = None,
         prober: Callable[[torch.dtype], list[Probe]] | None = None,
+        has_fallback: bool = True,
     ) -> None:
         self.device = device
         self.registered = registered
+        self.has_fallback = has_fallback
         # how the probes run: in this process (None), or elsewhere (engine/probing.py, so a
         # probe that crashes or hangs cannot take a case with it)
         self.prober = prober
@@ -88,13 +102,16 @@ class Foundations:
         """The failed probes of `dtype`, most primitive first (probing on first use)."""
         if dtype not in self._broken:
             if self.prober is not None:
-                self._broken[dtype] = self.prober(dtype)
+                found = self.prober(dtype)
             else:
-                self._broken[dtype] = list(_probe_all(self, dtype))
+                found = list(_probe_all(self, dtype))
+            self._broken[dtype] = attributed(found)
         return self._broken[dtype]
 
     def path_of(self, op: str) -> str:
-        if self.registered is None or op in self.registered:
+        """The path of `op`'s cases: native when registered (or when nothing could route it
+        to a fallback), else fallback."""
+        if self.registered is None or op in self.registered or not self.has_fallback:
             return "native"
         return "fallback"
 
@@ -105,10 +122,21 @@ class Foundations:
         layout: str,
         ops_called: Callable[[], set[str]],
         via_fallback: bool = False,
+        own: str = "",
+        case_overload: str | None = None,
     ) -> Blame:
         """The broken foundation a failed case of `overload` depends on by evidence (blocking),
-        else one it might be related to (see the module docstring)."""
-        probes = self.broken(dtype)
+        else one it might be related to (see the module docstring). `own`: the case's own
+        failure message; when it names a kernel the device lacks, that is the evidence: blocked
+        by that foundation if it is one whose probe failed, else by nothing (the case's own
+        failure: its own op unsupported, or another op it needs missing). `case_overload`: the
+        case's op when `overload` is not (a -grad case passes "" to lift the rank limit)."""
+        missing = missing_kernel(own)
+        if missing is not None:
+            return self._needs(missing, case_overload or overload, dtype, layout)
+        # a kernel the device lacks raises where it is used: a case whose own failure does not
+        # name it did not need it (nor is it related)
+        probes = [p for p in self.broken(dtype) if not p.no_kernel]
         limit = RANK_OF_OP.get(overload, 10**6)
         candidates = sorted(
             (p for p in probes if p.rank < limit), key=lambda p: (p.rank, p.layout != layout)
@@ -132,6 +160,30 @@ class Foundations:
             ):
                 return Blame(p)
         return Blame(related=(used or candidates)[0])
+
+    def _needs(self, missing: str, overload: str, dtype: torch.dtype, layout: str) -> Blame:
+        """Blame for a case whose own error says the device has no kernel for `missing`."""
+        if same_overload(missing, overload):
+            return Blame()  # its own kernel: the case is unsupported, nothing else to blame
+        probes = [p for p in self.broken(dtype) if same_overload(p.op, missing)]
+        if not probes:
+            return Blame()
+        return Blame(min(probes, key=lambda p: (p.layout != layout, p.layout != "contiguous")))
+
+
+def attributed(probes: list[Probe]) -> list[Probe]:
+    """The failed probes that say something about their own foundation: a probe that failed
+    only because the device has no kernel for another foundation whose own probe failed (a
+    `_copy_from` of a transposed view that could not be made without `as_strided`) is that
+    foundation's failure, already listed."""
+    failed = {p.op.removesuffix(".default") for p in probes if p.no_kernel}
+    kept = []
+    for p in probes:
+        missing = missing_kernel(p.message)
+        if missing is not None and not p.no_kernel and missing in failed:
+            continue
+        kept.append(p)
+    return kept
 
 
 @dataclass(frozen=True)
@@ -264,7 +316,9 @@ def probe_specs(f: Foundations, dtype: torch.dtype) -> list[ProbeSpec]:
 
     found = [
         probe(0, "empty.memory_format", "contiguous", "allocation", alloc, harness=True),
-        probe(1, "empty_strided", "contiguous", "strided allocation", alloc_strided, True),
+        # the harness never allocates with strides (transfer.py): a broken empty_strided blocks
+        # only cases whose own evidence shows it
+        probe(1, "empty_strided", "contiguous", "strided allocation", alloc_strided),
         probe(
             2,
             "_copy_from",
@@ -280,7 +334,11 @@ def probe_specs(f: Foundations, dtype: torch.dtype) -> list[ProbeSpec]:
         if p is not None:
             placements[layout] = p
     for layout, p in placements.items():
-        found.append(probe(3, "as_strided", layout, f"a {layout} view", _as_strided(p, dev), True))
+        # the harness places every layout but the contiguous one with as_strided
+        harness = layout != "contiguous"
+        found.append(
+            probe(3, "as_strided", layout, f"a {layout} view", _as_strided(p, dev), harness)
+        )
     for layout, p in placements.items():
         writable = layout not in layouts.READ_ONLY
         found.append(

@@ -8,6 +8,7 @@ both sides see identical memory layouts and the whole backing buffer can be comp
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,9 +28,26 @@ class Placement:
     offset: int
 
     def materialize(self, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
-        """(backing buffer, view) on `device`; the view aliases the buffer."""
-        base = self.base.clone() if str(device) == "cpu" else to_device(self.base, device)
+        """(backing buffer, view) on `device`; the view aliases the buffer. On a device, a
+        placement that is its whole buffer (contiguous, offset 0) is placed as it is, without
+        `as_strided`: then buffer and view are the same tensor (read the buffer with
+        `transfer.read_storage`)."""
+        if str(device) == "cpu":
+            base = self.base.clone()
+        elif self.is_whole_buffer():
+            view = to_device(self.base.reshape(self.size), device)
+            return view, view
+        else:
+            base = to_device(self.base, device)
         return base, base.as_strided(self.size, self.stride, self.offset)
+
+    def is_whole_buffer(self) -> bool:
+        """Contiguous at offset 0 over every element of the buffer."""
+        return (
+            self.offset == 0
+            and self.base.numel() == math.prod(self.size)
+            and self.stride == _contiguous_strides(self.size)
+        )
 
     def values(self) -> torch.Tensor:
         """The placed values as a CPU tensor (a view of the backing buffer)."""

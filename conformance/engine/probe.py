@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from conformance.engine import interpreter
 from conformance.engine.backend import Backend, load_backend
 from conformance.engine.memory import counters
 
@@ -93,22 +94,25 @@ def probe_in_fork(backend: Backend) -> Probe:
 
 def probe_in_fresh_process(backend: Backend) -> Probe:
     """The probe in a new interpreter that loads the same backend (as a spawned runner would)."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "conformance.engine.probe",
-        backend.module_name,
-        backend.device_type,
-    ]
+    cmd = [*interpreter.python(), "-m", "conformance.engine.probe", backend.spec]
+    cmd.append(backend.device_type)
+    where = f"fresh process ({interpreter.describe()})"
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PROBE_TIMEOUT)
+        proc = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT,
+            env=interpreter.environment(),
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
-        return Probe(False, "fresh process", f"no answer within {PROBE_TIMEOUT:.0f} s")
+        return Probe(False, where, f"no answer within {PROBE_TIMEOUT:.0f} s")
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode == 0 and lines:
         return Probe(**json.loads(lines[-1]))
     tail = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
-    return Probe(False, "fresh process", tail)
+    return Probe(False, where, tail)
 
 
 def _read(fn) -> int | None:
@@ -147,7 +151,8 @@ def _first_line(exc: BaseException) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m conformance.engine.probe MODULE DEVICE`: print the probe as one JSON line."""
+    """`python -m conformance.engine.probe MODULE[:FUNCTION] DEVICE`: print the probe as one
+    JSON line."""
     module, device = argv
     result = probe_here(load_backend(module, device), "fresh process")
     print(json.dumps(asdict(result)))

@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 
+from conformance.engine import interpreter
 from conformance.engine.diagnosis import describe_status, diagnose
 from conformance.engine.foundations import Probe
 
@@ -47,13 +48,18 @@ def _one_process(
     found: list[Probe],
 ) -> tuple[int, bool]:
     """Run probes from index `start` in one process: (next index, whether to go on)."""
-    cmd = [sys.executable, "-m", "conformance.engine.probing", "--dtype", dtype]
+    cmd = [*interpreter.python(), "-m", "conformance.engine.probing", "--dtype", dtype]
     cmd += ["--start", str(start)]
     cmd += ["--backend", backend] if backend else []
     cmd += ["--device", device] if device else []
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, bufsize=0
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            bufsize=0,
+            env=interpreter.environment(),
         )
         assert proc.stdout is not None
         running: dict | None = None
@@ -119,12 +125,14 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     from conformance.engine.backend import load_backend
-    from conformance.engine.discovery import registered_overloads
+    from conformance.engine.discovery import has_backend_fallback, registered_overloads
     from conformance.engine.foundations import Foundations, probe_specs
 
     faulthandler.enable(all_threads=True)
     backend = load_backend(args.backend, args.device)
-    foundations = Foundations(backend.device, set(registered_overloads()))
+    foundations = Foundations(
+        backend.device, set(registered_overloads()), has_fallback=has_backend_fallback()
+    )
     specs = probe_specs(foundations, getattr(torch, args.dtype))
     for index in range(args.start, len(specs)):
         spec = specs[index]

@@ -195,7 +195,10 @@ def blame(outcome: CaseOutcome, foundations: Foundations, layout: str) -> Blame:
     layout = getattr(failure, "layout", None) or layout
     # a backward reaches more than the op's own foundations: no rank limit for -grad cases
     overload = "" if ctx.mode == "grad" else ctx.overload
-    return foundations.blame(overload, dtype, layout, calls, ctx.via_fallback)
+    own = failure.message if failure is not None else outcome.unsupported or ""
+    return foundations.blame(
+        overload, dtype, layout, calls, ctx.via_fallback, own=own, case_overload=ctx.overload
+    )
 
 
 def _ops_called(ctx: RunContext, placed: PlacedCall) -> set[str]:

@@ -5,10 +5,12 @@ broken strided or offset copy in the backend is blamed on `_copy_from`, never on
 happened to produce a strided result:
 
 - `to_device`: one contiguous host->device copy into a fresh contiguous block
-  (`empty` + `_copy_from`, storage offset 0). Views are then made with `as_strided`.
+  (`empty` + `_copy_from`, storage offset 0). Views are then made with `as_strided` (a
+  contiguous tensor that is its whole block needs none: `layouts.Placement.materialize`).
 - `read_back`: one contiguous device->host copy of the *whole storage* (through an
-  `as_strided` view at offset 0 that covers it), then the tensor's size, strides and storage
-  offset are rebuilt on CPU with `as_strided`. No device kernel sees the offset or the strides.
+  `as_strided` view at offset 0 that covers it, unless the tensor already is that: contiguous,
+  offset 0, as large as its storage), then the tensor's size, strides and storage offset are
+  rebuilt on CPU with `as_strided`. No device kernel sees the offset or the strides.
 
 The foundation probes (`foundations.py`) check exactly these paths first.
 """
@@ -19,10 +21,10 @@ import torch
 
 #: What the harness relies on, for the run header.
 RELIES_ON = (
-    "inputs: empty + one contiguous host->device _copy_from per buffer, views by as_strided; "
-    "results: as_strided over the whole storage + one contiguous device->host _copy_from, "
-    "strides and offset rebuilt on CPU (the backend's own .cpu() only for tensors without a "
-    "storage)"
+    "inputs: empty + one contiguous host->device _copy_from per buffer, views by as_strided "
+    "(none for contiguous inputs); results: one contiguous device->host _copy_from of the whole "
+    "storage (through as_strided unless the result is its whole storage), strides and offset "
+    "rebuilt on CPU (the backend's own .cpu() only for sparse, quantized or storage-less tensors)"
 )
 
 
@@ -39,11 +41,28 @@ def storage_elements(t: torch.Tensor) -> int:
     return t.untyped_storage().nbytes() // t.element_size()
 
 
+def is_whole_storage(t: torch.Tensor, n: int | None = None) -> bool:
+    """Whether `t` is exactly its storage: contiguous, offset 0, as many elements as the storage
+    holds (`n`), no conj/neg bit."""
+    n = storage_elements(t) if n is None else n
+    return (
+        t.numel() == n
+        and t.storage_offset() == 0
+        and t.is_contiguous()
+        and not t.is_conj()
+        and not t.is_neg()
+    )
+
+
 def read_storage(t: torch.Tensor) -> torch.Tensor:
     """The whole storage of device tensor `t` as a contiguous 1-D CPU tensor of `t`'s dtype."""
     n = storage_elements(t)
     if n == 0:
         return torch.empty(0, dtype=t.dtype)
+    if is_whole_storage(t, n):  # no view needed: no device op but the copy
+        host = torch.empty(t.shape, dtype=t.dtype)
+        host.copy_(t.detach())
+        return host.reshape(-1)
     flat = t.detach().as_strided((n,), (1,), 0)
     if flat.is_conj():
         flat = flat.conj()  # the raw bits; the bit is applied again on the CPU view
@@ -62,12 +81,13 @@ class ReadBackError(RuntimeError):
 def read_back(t: torch.Tensor) -> torch.Tensor:
     """A CPU tensor with `t`'s values, size and strides (a view of a copy of its storage).
 
-    CPU tensors are returned as they are. Only tensors that have no storage at all (sparse,
-    opaque tensors of some backends) are read with the backend's own `t.cpu()`; a failed copy of
-    a storage raises `ReadBackError`, never falls back to the backend's strided copy."""
+    CPU tensors are returned as they are. Only tensors that have no storage of plain elements
+    (sparse, quantized, opaque tensors of some backends) are read with the backend's own
+    `t.cpu()`; a failed copy of a storage raises `ReadBackError`, never falls back to the
+    backend's strided copy."""
     if t.device.type == "cpu":
         return t
-    if t.layout != torch.strided:  # sparse & co. have no single storage
+    if t.layout != torch.strided or t.is_quantized:  # no single storage of plain elements
         return t.detach().cpu()
     try:
         t.untyped_storage()

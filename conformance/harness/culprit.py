@@ -3,7 +3,7 @@
 A kernel that writes past its output can pass all its own checks and leave glibc's heap
 damaged; the abort comes at some later malloc or free, in whichever case runs next (the seed
 report: a `masked_fill_` bug that crashed in `aten::all`). When a case crashes in a runner that
-had run other cases first, the search replays in fresh runners (`runners.py`, `keep_going`):
+had run other cases first, the search replays in fresh runners (`runners.py`, `replay`):
 
 1. the crashed case alone: if it crashes, the crash is its own;
 2. the last `WINDOW` cases the runner ran, then the crashed case: if nothing crashes, the crash
@@ -88,7 +88,7 @@ class CulpritSearch:
         """Whether a fresh runner dies while running `items` in order (a hang: no)."""
         self.replays += 1
         limit = self.runner.run.suite.options.case_timeout or None
-        process = self.runner.start(keep_going=True)
+        process = self.runner.start(replay=True)
         try:
             for i, item in enumerate(items):
                 following = items[i + 1].nodeid if i + 1 < len(items) else None

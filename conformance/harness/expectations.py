@@ -4,7 +4,10 @@
 
     [[entry]]
     pattern = "sum.dim_IntList-float16-*"   # fnmatch over the case id (the part in [...]),
-                                            # or a list of them: one entry, one root cause
+                                            # or a list of them: one entry, one root cause;
+                                            # a scenario: "scenario:<its name>", e.g.
+                                            # "scenario:test_cnn_training" (matched as written,
+                                            # [...] included, or as a glob)
     status = "xfail"                        # xfail | unsupported | skip | crash
     category = "backend-bug"  # backend-bug | torch-bug | unsupported | flaky | harness
     reason = "accumulates in half precision"
@@ -39,6 +42,7 @@ from conformance.errors import ConformanceUsageError
 from conformance.harness.options import ALL_DTYPES
 
 STATUSES = ("xfail", "unsupported", "skip", "crash")
+SCENARIO = "scenario:"  # how a pattern names a scenario (conformance/scenarios)
 CATEGORIES = ("backend-bug", "torch-bug", "unsupported", "flaky", "harness")
 KEYS = frozenset({"pattern", "status", "category", "reason", "link", "allocator", "check"})
 TOP_LEVEL = frozenset({"entry", "unsupported_dtypes"})
@@ -61,8 +65,10 @@ class Entry:
         return " ".join(self.patterns)
 
     def matching(self, case_id: str) -> str | None:
-        """The first pattern of the entry that matches `case_id`."""
-        return next((p for p in self.patterns if fnmatch.fnmatchcase(case_id, p)), None)
+        """The first pattern of the entry that matches `case_id` (as written, or as a glob)."""
+        return next(
+            (p for p in self.patterns if p == case_id or fnmatch.fnmatchcase(case_id, p)), None
+        )
 
     def expects(self, check: str | None) -> bool:
         """Whether a failure of `check` is the one this entry expects."""
@@ -71,6 +77,11 @@ class Entry:
     def describe(self) -> str:
         link = f" ({self.link})" if self.link else ""
         return f"{self.category}: {self.reason}{link} [{self.source}]"
+
+
+def scenario_key(record_id: str) -> str:
+    """What manifest patterns are matched against for a scenario (its record id)."""
+    return SCENARIO + record_id
 
 
 @dataclass

@@ -5,15 +5,17 @@ The process that schedules cases (the plain pytest process, or each xdist worker
 the scheduler) owns a runner: a forked child (fast: it inherits the collected session) or, for
 devices that refuse use in a forked child once initialised (as CUDA does), a fresh interpreter
 that collects the same items (`spawn`; see `plan_isolation`). It sends the runner one item at a
-time and logs the reports it streams back (terminal, results, JUnit) as if it had run them. If
+time and logs the reports it streams back (terminal, results, JUnit) as if it had run them. A
+runner serves case after case, failed ones included, and is replaced after a crash, a hang or
+`--runner-cases` cases (a spawned runner costs an interpreter start and a collection). If
 the runner dies (SIGSEGV, abort, sanitizer exit) the case is `crashed`, with the signal, the
 glibc or sanitizer message and faulthandler's stack from the runner's log; when the runner had
 run other cases first, culprit.py looks for the case that corrupted memory. A case past
 `--case-timeout` is `hung` (the runner is stopped with SIGABRT first, so faulthandler prints
 where it hung). A case whose verdict was known when the suite's own diagnostics crashed keeps
-that verdict. After a failed case the runner hands over to a fresh one, so memory it may have
-corrupted is never blamed on a later case. The scheduling process never touches the device:
-usability is probed in a child.
+that verdict. A later case that crashes after a failed one gets the culprit search, which names
+the case that corrupted memory. The scheduling process never touches the device: usability is
+probed in a child.
 """
 
 from __future__ import annotations
@@ -50,26 +52,39 @@ class Plan:
 
     mode: str  # "fork", "spawn", "in-process" (xdist worker, --isolate none), "xdist"
     probe: Probe
-    reason: str = ""  # why this mode, when it is not the obvious one
+    reason: str = ""  # why this mode
+    # under xdist (the controller's plan): how each worker runs its cases
+    runner: str = ""
+    runner_cases: int = 0  # cases one runner runs before a fresh one replaces it (0: no limit)
 
     def describe(self, timeout: float) -> str:
-        what = {
-            "fork": "each case batch in a forked child (a crash or hang costs one case)",
-            "spawn": "each case batch in a fresh interpreter (a crash or hang costs one case)",
-            "in-process": "in-process (a crash or hang ends the run)",
-            "xdist": "in pytest-xdist workers, each running its cases in runner processes "
-            "(forked, or fresh interpreters when the device refuses a forked child; a crash or "
-            "hang costs one case)",
-        }[self.mode]
         limit = f"{timeout:g} s per case" if timeout else "none"
-        text = f"isolation: {what}; time limit: {limit}"
+        if self.mode == "xdist":
+            how = _how(self.runner, self.runner_cases)
+            text = f"isolation: in pytest-xdist workers, each {how}"
+        else:
+            text = f"isolation: {_how(self.mode, self.runner_cases)}"
+        text += f"; time limit: {limit}"
         return text + (f" [{self.reason}]" if self.reason else "")
+
+
+def _how(mode: str, runner_cases: int) -> str:
+    """How cases run in one scheduling process, for the run header."""
+    if mode == "in-process":
+        return "running its cases in-process (a crash or hang ends the run or the worker)"
+    process = "a forked child" if mode == "fork" else "a fresh interpreter (spawned)"
+    reuse = f"{runner_cases} cases" if runner_cases else "any number of cases"
+    return (
+        f"running its cases in a runner process, {process}, reused across cases and replaced "
+        f"after a crash, a hang or {reuse} (a crash or hang costs one case)"
+    )
 
 
 def plan_isolation(run: ConformanceRun) -> Plan:
     """Choose how cases run and probe the device, never initialising it in a process that
     forks case runners later (a plain pytest process, an xdist worker). Raises UsageError (one
-    line) for an unusable device."""
+    line) for an unusable device. The xdist controller makes the same choice its workers make,
+    for the run header."""
     from conformance.engine.probe import probe_here, probe_in_fork, probe_in_fresh_process
     from conformance.harness.session import Role
 
@@ -77,33 +92,40 @@ def plan_isolation(run: ConformanceRun) -> Plan:
     backend = suite.backend
     isolate = suite.options.isolate
     role = run.role
-    schedules = role in (Role.SINGLE, Role.XDIST_WORKER)  # owns runner processes
-    if role is Role.SPAWNED_RUNNER or (schedules and isolate == "none"):
+    cases = suite.options.runner_cases
+    if role is Role.SPAWNED_RUNNER:
         return _usable(Plan("in-process", probe_here(backend)), backend)
-    mode = "xdist" if role is Role.XDIST_CONTROLLER else "fork"
-    if schedules and isolate == "spawn":
-        return _usable(Plan("spawn", probe_in_fresh_process(backend)), backend)
+    controller = role is Role.XDIST_CONTROLLER
+
+    def plan(mode: str, probe: Probe, reason: str) -> Plan:
+        if controller:
+            return Plan("xdist", probe, reason, runner=mode, runner_cases=cases)
+        return Plan(mode, probe, reason, runner_cases=cases)
+
+    if isolate == "none":
+        probe = probe_in_fresh_process(backend) if controller else probe_here(backend)
+        return _usable(plan("in-process", probe, "--isolate none"), backend)
+    if isolate == "spawn":
+        return _usable(plan("spawn", probe_in_fresh_process(backend), "--isolate spawn"), backend)
     if _initialised(backend):
         reason = (
             f"torch.{backend.device_type}.is_initialized() is True before any case ran: a "
             "forked child could not use the device"
         )
-        if mode == "fork" and isolate == "fork":
+        if isolate == "fork":
             raise pytest.UsageError(f"--isolate fork: {reason}; use --isolate auto or spawn")
-        return _usable(
-            Plan("spawn" if mode == "fork" else mode, probe_in_fresh_process(backend), reason),
-            backend,
-        )
+        return _usable(plan("spawn", probe_in_fresh_process(backend), reason), backend)
     probe = probe_in_fork(backend)
     if probe.usable:
-        return Plan(mode, probe)
+        reason = "--isolate fork" if isolate == "fork" else "a forked child can use the device"
+        return plan("fork", probe, reason)
     fresh = probe_in_fresh_process(backend)
     if not fresh.usable:
-        return _usable(Plan(mode, fresh), backend)
+        return _usable(plan("fork", fresh, ""), backend)
     reason = f"the device refused use in a forked child ({probe.error})"
-    if mode == "fork" and isolate == "fork":
+    if isolate == "fork":
         raise pytest.UsageError(f"--isolate fork: {reason}; use --isolate auto or spawn")
-    return Plan("spawn" if mode == "fork" else mode, fresh, reason)
+    return plan("spawn", fresh, reason)
 
 
 def _initialised(backend) -> bool:
@@ -138,9 +160,10 @@ class IsolatedRunner:
         self.run = run
         self.process: RunnerProcess | None = None
         self.history: list[pytest.Item] = []  # items the current runner finished, in order
+        self.cases = 0  # cases the current runner ran
         self.culprits = CulpritSearch(self)
 
-    def start(self, *, keep_going: bool = False) -> RunnerProcess:
+    def start(self, *, replay: bool = False) -> RunnerProcess:
         run = self.run
         if run.plan.mode == "fork" and _initialised(run.suite.backend):
             run.switch_to_spawn(
@@ -155,7 +178,7 @@ class IsolatedRunner:
             self.session.config,
             self.session.items,
             run.plan.mode,
-            keep_going=keep_going,
+            replay=replay,
             on_fork=forked,
         )
 
@@ -164,6 +187,7 @@ class IsolatedRunner:
             self.process.close()
             self.process = None
             self.history = []
+            self.cases = 0
 
     def run_item(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
         """Run one item in the runner (started if needed) and log its reports here."""
@@ -172,7 +196,7 @@ class IsolatedRunner:
         process, limit = self.process, self.run.suite.options.case_timeout
         # if it died between two items, the send fails and receive() sees the end: this one
         process.send(item.nodeid, nextitem.nodeid if nextitem is not None else None)
-        started = restart = False
+        started = False
         wait = limit or None
         while True:
             try:
@@ -197,14 +221,13 @@ class IsolatedRunner:
             elif kind == "missing":
                 _report_problem(self.run, item, Status.ERROR, "harness", data, started=False)
                 return
-            elif kind == "restart":
-                restart = True
             elif kind == "finish":
                 item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
-                if restart:
-                    self.close()
-                else:
-                    self.history.append(item)
+                self.history.append(item)
+                self.cases += 1
+                limit = self.run.suite.options.runner_cases
+                if limit and self.cases >= limit:
+                    self.close()  # a fresh runner for the next case
                 return
 
     def _hung(self, item: pytest.Item, process: RunnerProcess, started: bool) -> None:
@@ -319,7 +342,7 @@ class WorkerIsolation:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
-        from conformance.harness.session import case_of, is_scenario
+        from conformance.harness.nodes import case_of, is_scenario
 
         if case_of(item) is None and not is_scenario(item):
             return None

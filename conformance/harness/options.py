@@ -236,6 +236,12 @@ class Options:
         default=DEFAULT_CASE_TIMEOUT,
         parse=_seconds,
     )
+    runner_cases: int = option(
+        "cases one runner process (--isolate fork or spawn) runs before a fresh one replaces "
+        "it; a crash or hang replaces it at once, a failed case does not (0: no limit)",
+        default="500",
+        parse=lambda v: _count("--runner-cases", v),
+    )
     culprit_search: int = option(
         "after a crash in a runner that ran other cases first, replay them in fresh processes to "
         "find the case that corrupted memory (at most N searches per process; 0: off)",

@@ -3,10 +3,10 @@
 The process that schedules cases (a plain pytest process, or each pytest-xdist worker) keeps a
 runner and sends it one command per item (its node id and the next one's); the runner runs the
 item with pytest's own protocol and streams the reports back through a pipe, one JSON line per
-message (`start`, `report`, `restart`, `finish`, `missing`). Its stdout and stderr go to a log
-file, so a crash leaves its signal message, glibc/sanitizer report and faulthandler's stack there.
-After a failed case the runner ends (`restart`): whatever it may have corrupted stays with it.
-A replay runner (`keep_going`) runs a list of items through and sends nothing but their ends: the
+message (`start`, `report`, `finish`, `missing`). Its stdout and stderr go to a log file, so a
+crash leaves its signal message, glibc/sanitizer report and faulthandler's stack there. The
+runner serves items until its owner closes it (after a crash, a hang or `--runner-cases` cases).
+A replay runner (`replay`) runs a list of items through and sends nothing but their ends: the
 culprit search uses it to see whether a sequence of cases crashes.
 """
 
@@ -18,7 +18,6 @@ import os
 import select
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from typing import Any
@@ -26,7 +25,9 @@ from typing import Any
 import pytest
 from _pytest.runner import runtestprotocol
 
-RUNNER_ENV = "_CONFORMANCE_RUNNER"  # in a spawned runner: {"cmd": fd, "out": fd, "keep_going": b}
+from conformance.engine import interpreter
+
+RUNNER_ENV = "_CONFORMANCE_RUNNER"  # in a spawned runner: {"cmd": fd, "out": fd, "replay": b}
 KILL_GRACE = 5.0  # seconds between SIGABRT (stack dump) and SIGKILL of a hung runner
 
 
@@ -39,7 +40,7 @@ class RunnerProcess:
         items: list[pytest.Item],
         mode: str,
         *,
-        keep_going: bool = False,
+        replay: bool = False,
         on_fork: Any = None,
     ) -> None:
         self.mode = mode
@@ -49,12 +50,12 @@ class RunnerProcess:
         out_read, out_write = os.pipe()
         self.popen: subprocess.Popen | None = None
         if mode == "spawn":
-            job = {"cmd": cmd_read, "out": out_write, "keep_going": keep_going}
+            job = {"cmd": cmd_read, "out": out_write, "replay": replay}
             self.popen = subprocess.Popen(
                 # -q: the log keeps what the cases print and a crash's stack, not the header
-                [sys.executable, "-m", "pytest", *runner_args(config), "-q"],
+                [*interpreter.python(), "-m", "pytest", *runner_args(config), "-q"],
                 cwd=str(config.invocation_params.dir),
-                env={**os.environ, RUNNER_ENV: json.dumps(job)},
+                env=interpreter.environment({RUNNER_ENV: json.dumps(job)}),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -68,7 +69,7 @@ class RunnerProcess:
                 os.close(out_read)
                 if on_fork is not None:
                     on_fork()
-                serve(config, items, cmd_read, out_write, log.fileno(), True, keep_going)
+                serve(config, items, cmd_read, out_write, log.fileno(), True, replay)
             self.pid = pid
         os.close(cmd_read)
         os.close(out_write)
@@ -186,7 +187,7 @@ def runner_args(config: pytest.Config) -> list[str]:
 def serve_spawned(session: pytest.Session) -> None:
     """In a spawned runner (RUNNER_ENV set): serve the collected items; never returns."""
     job = json.loads(os.environ[RUNNER_ENV])
-    serve(session.config, session.items, job["cmd"], job["out"], None, False, job["keep_going"])
+    serve(session.config, session.items, job["cmd"], job["out"], None, False, job["replay"])
 
 
 def serve(
@@ -196,9 +197,9 @@ def serve(
     out_fd: int,
     log_fd: int | None,
     forked: bool,
-    keep_going: bool,
+    replay: bool,
 ) -> None:
-    """Run the items asked for on `cmd_fd` until EOF (or a failed case, unless `keep_going`)."""
+    """Run the items asked for on `cmd_fd` until EOF."""
     code = 0
     try:
         if forked:
@@ -227,18 +228,10 @@ def serve(
                 continue
             nextitem = by_id.get(next_nodeid) if next_nodeid else None
             _send(out, "start", nodeid)
-            failed = False
             for report in runtestprotocol(item, log=False, nextitem=nextitem):
-                failed = failed or report.failed
-                if not keep_going:
+                if not replay:
                     data = config.hook.pytest_report_to_serializable(config=config, report=report)
                     _send(out, "report", nodeid, data)
-            if failed and not keep_going:
-                # a failed case may have corrupted this process (heap, device memory): the
-                # next case starts in a fresh runner, so damage is never blamed on it
-                _send(out, "restart", nodeid)
-                _send(out, "finish", nodeid)
-                break
             _send(out, "finish", nodeid)
     except BaseException:  # noqa: BLE001 - anything here must not run the parent's code
         code = 3

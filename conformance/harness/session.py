@@ -14,6 +14,7 @@ import gc
 import json
 import os
 import shutil
+import signal
 import tempfile
 import time
 import warnings
@@ -26,19 +27,26 @@ import pytest
 from conformance.engine.foundations import Blame
 from conformance.errors import ConformanceUsageError
 from conformance.findings import group_findings
+from conformance.harness.expectations import scenario_key
+from conformance.harness.nodes import (
+    PACKAGE_DIR,
+    case_of,
+    is_conformance_nodeid,
+    is_scenario,
+    node_bases,
+    record_id,
+)
 from conformance.harness.options import read_options
 from conformance.harness.recorder import Recorder, now, run_info
 from conformance.harness.rundir import RunDir
 from conformance.harness.terminal import Summary, Terminal
-from conformance.record import TEST_NAME, CaseId, CaseRecord, Status
+from conformance.record import TEST_NAME, CaseId, CaseRecord, Status, missing_kernel
 
 if TYPE_CHECKING:
     from conformance.harness.isolation import Plan
     from conformance.harness.suite import Suite
 
 PLUGIN_NAME = "conformance-run"
-PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CASE_PARAM = "conformance_case"  # the fixture the generated test is parametrised over
 RECORD_PROPERTY = "conformance"  # name of the record in a report's user_properties
 # statuses a case's record decides itself; any other comes from pytest's outcome
 _DECIDED = frozenset(
@@ -109,6 +117,8 @@ class ConformanceRun:
         self.run_dir = RunDir.for_process(config)
         self.collected: list[str] = []  # node ids of the conformance items of the run
         self.terminal = Terminal(config, self.end_summary)
+        self.interrupted_by: str | None = None  # SIGTERM, when it ended the run
+        self._sigterm: Any = None  # the SIGTERM handler before ours
         config.pluginmanager.register(self.terminal, "conformance-terminal")
 
     @property
@@ -129,7 +139,6 @@ class ConformanceRun:
                     options,
                     self._cache_dir(),
                     self.worker,
-                    rootdir=str(self.config.rootpath),
                     invocation_dir=str(self.config.invocation_params.dir),
                     with_coverage=self.role is not Role.SPAWNED_RUNNER,
                     keyword=self.config.option.keyword,
@@ -232,11 +241,27 @@ class ConformanceRun:
         if self._targets_conformance():
             self.suite  # noqa: B018 - creates it
             self._drop_log_capture()
+            if self.role in (Role.SINGLE, Role.XDIST_CONTROLLER):
+                self._interrupt_on_sigterm()
             reporter = self.config.pluginmanager.get_plugin("terminalreporter")
             quiet = self.config.get_verbosity() < 0  # pytest shows no header under -q
             if quiet and reporter is not None and self.role in (Role.SINGLE, Role.XDIST_CONTROLLER):
                 for line in self.key_header_lines():
                     reporter.write_line(line)
+
+    def _interrupt_on_sigterm(self) -> None:
+        """A CI timeout's SIGTERM ends the run as Ctrl-C does: pytest finishes the session, so
+        every case that did not run gets its not-run record (the default action would end the
+        process with nothing written)."""
+
+        def interrupt(signum: int, frame: Any) -> None:
+            self.interrupted_by = signal.Signals(signum).name
+            raise KeyboardInterrupt(self.interrupted_by)
+
+        try:
+            self._sigterm = signal.signal(signal.SIGTERM, interrupt)
+        except ValueError:  # not the main thread: leave the signal alone
+            self._sigterm = None
 
     def _drop_log_capture(self) -> None:
         """Cases log nothing, but pytest's log capture attaches its handler to every
@@ -275,22 +300,27 @@ class ConformanceRun:
         return True
 
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]):
-        """Foundation cases run first and the scenarios last (so the first failure of a run
-        names the op that is wrong); --ops/--fallback-ops name the overloads to test: the
-        scenarios then stay out; with --shard each runs in one shard."""
+        """Foundation cases run first, -grad cases after every forward case and the scenarios
+        last (so the first failure of a run names the op that is wrong); --ops/--fallback-ops
+        name the overloads to test: the scenarios then stay out; with --shard each runs in one
+        shard."""
         if not self.started:
             return
         from conformance.engine.foundations import ORDER
 
-        def first(item: pytest.Item) -> bool:
-            case = case_of(item)
-            return case is not None and case.overload in ORDER
-
         def rank(item: pytest.Item) -> int:
-            return 0 if first(item) else 2 if is_scenario(item) else 1
+            case = case_of(item)
+            if case is None:
+                return 3 if is_scenario(item) else 1
+            if case.values == "grad":  # a backward runs other ops' kernels: after every forward
+                return 2
+            return 0 if case.overload in ORDER else 1
 
-        items.sort(key=rank)  # stable: foundations, op cases, then the scenarios
+        # stable: foundations, the other forward cases, every -grad case, then the scenarios
+        items.sort(key=rank)
         scenarios = [item for item in items if is_scenario(item)]
+        for item in scenarios:
+            self._expect_scenario(item)
         if self.suite.options.ops or self.suite.options.fallback_ops:
             dropped = scenarios
         else:  # --shard: each scenario runs in one shard
@@ -299,6 +329,18 @@ class ConformanceRun:
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = [item for item in items if item not in dropped]
+
+    def _expect_scenario(self, item: pytest.Item) -> None:
+        """A manifest entry naming a scenario (`scenario:<name>`): xfail (strict: a pass fails
+        with "remove this entry"), skip and crash skip it; unsupported lets it skip when the
+        device lacks a kernel it needs (scenarios/conftest.py)."""
+        entry = self.suite.scenario_expectation(record_id(item.nodeid))
+        if entry is None:
+            return
+        if entry.status == "xfail":
+            item.add_marker(pytest.mark.xfail(strict=True, reason=entry.describe()))
+        elif entry.status in ("skip", "crash"):
+            item.add_marker(pytest.mark.skip(reason=f"{entry.status}: {entry.describe()}"))
 
     def pytest_report_header(self, config: pytest.Config) -> list[str] | None:
         if not self.started:
@@ -414,6 +456,8 @@ class ConformanceRun:
         """The result record of an end-to-end scenario (conformance/scenarios)."""
         import torch
 
+        from conformance.harness.suite import undeclared
+
         suite = self.suite
         message = None
         if not report.passed:
@@ -431,19 +475,38 @@ class ConformanceRun:
             path="scenario",
             check="scenario" if report.failed else None,
             message=message,
-            repro=f"pytest {item.nodeid}"
-            + (
-                "" if suite.options.backend == "echo_npu" else f" --backend {suite.options.backend}"
-            ),
+            repro=suite.repro(item.nodeid, str(item.path)),
             torch=str(torch.__version__),
-            backend=suite.options.backend,
+            backend=suite.backend_name,
             allocator=suite.allocator,
         )
+        entry = suite.scenario_expectation(record.id)
+        if entry is not None:
+            record.extra.update(expected_by=entry.source, category=entry.category)
+        strict_pass = report.failed and (message or "").startswith("[XPASS(strict)]")
+        if strict_pass or (entry is not None and entry.status == "unsupported" and report.passed):
+            assert entry is not None
+            record.status, record.check = Status.XPASSED, None
+            record.message = (
+                f"unexpected pass: the scenario {record.id} passes now; remove the entry "
+                f"{entry.matching(scenario_key(record.id))!r} from {entry.source}"
+            )
+            report.outcome, report.longrepr = "failed", record.message  # type: ignore[assignment]
+            return record
+        if report.skipped and (message or "").startswith("unsupported"):
+            record.status = Status.UNSUPPORTED
         try:
-            found = suite.scenario_blame() if report.failed else Blame()
+            found = suite.scenario_blame(message or "") if report.failed else Blame()
         except Exception as exc:  # noqa: BLE001 - blame annotates; the record stays
             found = Blame()
             record.extra["blame"] = f"blame could not be computed: {type(exc).__name__}: {exc}"
+        missing = missing_kernel(message) if report.failed else None
+        if missing is not None and found.blocked_by is None:
+            record.check = "unsupported"
+            record.message = undeclared(
+                f"[unsupported] the device has no kernel for {missing}, which this scenario "
+                f"needs ({message})"
+            )
         probe = found.blocked_by
         if found.related is not None:
             record.extra["related_foundation"] = found.related.case
@@ -453,9 +516,7 @@ class ConformanceRun:
             record.blocked_by = probe.case
             record.extra["blocked_by_message"] = f"{probe.what}: {probe.message}"
             record.extra["blocked_by_probe"] = probe.message
-            record.message = (
-                f"[blocked] blocked by {probe.case}: {probe.what}; own failure: {message}"
-            )
+            record.message = f"[blocked] {probe.headline()}; own failure: {message}"
         return record
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -556,7 +617,8 @@ class ConformanceRun:
     def pytest_xdist_node_collection_finished(self, node, ids: list[str]) -> None:
         """xdist controller: every worker collects the same items; the first list counts."""
         if self.started and not self.collected:
-            self.collected = [i for i in ids if is_conformance_nodeid(i)]
+            bases = node_bases(self.config)
+            self.collected = [i for i in ids if is_conformance_nodeid(i, bases)]
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -574,7 +636,7 @@ class ConformanceRun:
         if stop:
             reason = f"not run: the run stopped early ({stop})"
         elif exitstatus == pytest.ExitCode.INTERRUPTED:
-            reason = "not run: the run was interrupted"
+            reason = f"not run: the run was interrupted ({self.interrupted_by or 'Ctrl-C'})"
         else:
             reason = (
                 "not run: no result came back for this case (pytest-xdist stopped scheduling, "
@@ -602,7 +664,7 @@ class ConformanceRun:
                 path="scenario",
                 message=reason,
                 torch=str(torch.__version__),
-                backend=suite.options.backend or suite.backend_name,
+                backend=suite.backend_name,
                 allocator=suite.allocator,
             )
         return self.suite.new_record(case, Status.NOT_RUN, nodeid, message=reason)
@@ -663,6 +725,8 @@ class ConformanceRun:
         )
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self._sigterm is not None:
+            signal.signal(signal.SIGTERM, self._sigterm)
         if self.recorder is not None:
             self.recorder.close()
         if self.role is not Role.FORKED_CHILD:
@@ -676,31 +740,6 @@ def _first_line(longrepr: Any) -> str:
     lines = [ln for ln in text.splitlines() if ln.strip()]
     errors = [ln for ln in lines if ln.startswith("E ")]
     return (errors[0][1:].strip() if errors else lines[-1] if lines else "")[:500]
-
-
-def is_scenario(item: pytest.Item) -> bool:
-    return str(item.path).startswith(os.path.join(PACKAGE_DIR, "scenarios") + os.sep)
-
-
-def is_conformance_nodeid(nodeid: str) -> bool:
-    """A generated case or a scenario, from its node id alone (an xdist controller has no
-    items)."""
-    file, _, name = nodeid.partition("::")
-    parts = file.replace("\\", "/").split("/")
-    in_package = "conformance" in parts[:-1]
-    return in_package and (name.startswith(TEST_NAME + "[") or "scenarios" in parts[:-1])
-
-
-def record_id(nodeid: str) -> str:
-    """The `id` of the record of a node: its name within the file."""
-    return nodeid.split("::", 1)[-1]
-
-
-def case_of(item: pytest.Item) -> CaseId | None:
-    """The case a generated test item runs (None for any other test)."""
-    callspec = getattr(item, "callspec", None)
-    case = callspec.params.get(CASE_PARAM) if callspec is not None else None
-    return case if isinstance(case, CaseId) else None
 
 
 def outcome_status(report: pytest.TestReport, record: CaseRecord) -> Status:

@@ -24,16 +24,25 @@ from conformance.engine.samples import values
 from conformance.engine.samples.summary import SampleSummary
 from conformance.engine.transfer import RELIES_ON
 from conformance.errors import ConformanceUsageError
-from conformance.harness.expectations import Entry, Manifest, default_manifest_paths, load_manifest
+from conformance.harness.expectations import (
+    SCENARIO,
+    Entry,
+    Manifest,
+    default_manifest_paths,
+    load_manifest,
+    scenario_key,
+)
 from conformance.harness.keyword import keyword_filter
 from conformance.harness.modes import ModeAccount
 from conformance.harness.options import MODES, ORDINARY, Options
 from conformance.harness.rundir import RunDir
 from conformance.ops import spec_for
-from conformance.record import TEST_NAME, CaseId, CaseRecord, Status
+from conformance.record import TEST_NAME, CaseId, CaseRecord, Status, missing_kernel
 from conformance.sharding import Partition, digest
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = os.path.dirname(PACKAGE_DIR)
+CASES_FILE = "test_conformance.py"  # the module of the generated cases
 
 
 RECORD_KEY = pytest.StashKey[CaseRecord]()  # per item: what its case measured
@@ -63,7 +72,6 @@ class Suite:
         cache_dir: str | None,
         worker: str,
         *,
-        rootdir: str = ".",
         invocation_dir: str = ".",
         with_coverage: bool = True,
         keyword: str | None = None,
@@ -75,7 +83,6 @@ class Suite:
         self.keyword = keyword or ""
         self.cache_dir = cache_dir
         self.worker = worker
-        self.rootdir = rootdir
         self.invocation_dir = invocation_dir
         # never touches the device: usability is probed where forking cannot suffer from it
         self.backend: Backend = load_backend(options.backend, options.device)
@@ -110,7 +117,10 @@ class Suite:
         # where processes of this run share what they found (set by the session; None: alone)
         self.run_dir: RunDir | None = None
         self.foundations = Foundations(
-            self.backend.device, set(self.registered), prober=self._probe_foundations
+            self.backend.device,
+            set(self.registered),
+            prober=self._probe_foundations,
+            has_fallback=self.has_fallback,
         )
 
     def _probe_foundations(self, dtype: torch.dtype) -> list[Probe]:
@@ -563,18 +573,31 @@ class Suite:
         )
         if narrowed:
             return []
-        ids = [str(case) for case in self.cases()]
+        cases = self.cases()
+        ids = [str(case) for case in cases]
+        paths = {case.path for case in cases}  # no fallback path on a backend that cannot route
 
         run = set(self.registered) | set(self.fallback_only)
         reachable = set(self.coverage.fallback_only) if self.coverage is not None else set()
 
         def judged(pattern: str) -> bool:
             """Fallback-only overloads outside this run's set (--fallback-ops) are not run, so
-            their entries cannot be judged; entries naming any other op can."""
-            op = pattern.split("-")[0]
+            their entries cannot be judged, nor patterns of a path this backend has no case of
+            (no boxed fallback, no routing); entries naming any other op can."""
+            parts = pattern.split("-")
+            if len(parts) > 3 and parts[3] in PATHS and parts[3] not in paths:
+                return False
+            op = parts[0]
             if any(fnmatch.fnmatchcase(r, op) for r in run):
                 return True
             return not any(fnmatch.fnmatchcase(r, op) for r in reachable)
+
+        scenarios = [scenario_key(r.id) for r in records if r.path == "scenario"]
+
+        def matches_none(entry: Entry, pattern: str) -> bool:
+            if pattern.startswith(SCENARIO):  # judged when the scenarios ran
+                return bool(scenarios) and not any(entry.matching(i) for i in scenarios)
+            return judged(pattern) and not any(fnmatch.fnmatchcase(i, pattern) for i in ids)
 
         stale = [
             f"{e.status} entry {p!r} at {e.source} matches no case of the matrix; remove it or "
@@ -582,7 +605,7 @@ class Suite:
             for e in self.manifest.entries
             if not e.allocator or e.allocator == self.allocator
             for p in e.patterns
-            if judged(p) and not any(fnmatch.fnmatchcase(i, p) for i in ids)
+            if matches_none(Entry((p,), e.status, e.category, e.reason, e.source), p)
         ]
         needed = {r.dtype for r in records if r.status is Status.UNSUPPORTED}
         stale += [
@@ -592,13 +615,16 @@ class Suite:
         ]
         return stale
 
-    def scenario_blame(self) -> Blame:
-        """A failed scenario is blocked only by what every scenario uses by construction: the
-        harness's own foundations on contiguous memory (allocation, the round trip that reads
-        results back), probed in float32, the scenarios' dtype. Any other broken foundation
-        (a copy of some view layout, a conversion) might be related: the scenario still fails
-        on its own."""
-        broken = self.foundations.broken(torch.float32)
+    def scenario_blame(self, own: str = "") -> Blame:
+        """A failed scenario is blocked by a foundation its own error says the device has no
+        kernel for, or else only by what every scenario uses by construction: the harness's own
+        foundations on contiguous memory (allocation, the round trip that reads results back),
+        probed in float32, the scenarios' dtype. Any other broken foundation (a copy of some
+        view layout, a conversion) might be related: the scenario still fails on its own."""
+        if missing_kernel(own) is not None:
+            return self.foundations.blame("", torch.float32, "contiguous", set, own=own)
+        # a kernel the device lacks raises where it is used: not related to another failure
+        broken = [p for p in self.foundations.broken(torch.float32) if not p.no_kernel]
         needed = next((p for p in broken if p.harness and p.layout == "contiguous"), None)
         if needed is not None:
             return Blame(needed)
@@ -629,6 +655,10 @@ class Suite:
 
     def expectation(self, case: CaseId) -> Entry | None:
         return self.manifest.match(str(case), self.allocator)
+
+    def scenario_expectation(self, record_id: str) -> Entry | None:
+        """The manifest entry of a scenario (a pattern `scenario:<name>`), if any."""
+        return self.manifest.match(scenario_key(record_id), self.allocator)
 
     def declared_unsupported(self, case: CaseId, entry: Entry | None) -> str:
         """Where the manifest declares that `case` may be unsupported ("file:line": an entry
@@ -782,15 +812,20 @@ class Suite:
         pairs = (("libasan", "--asan"), ("malloc_debug", "--malloc-check"))
         return [flag for lib, flag in pairs if lib in preload]
 
-    def _target(self, nodeid: str) -> str:
-        """The node id as a path from the directory pytest was started in."""
-        file, sep, rest = nodeid.partition("::")
-        path = os.path.relpath(os.path.join(self.rootdir, file), self.invocation_dir)
-        if path.startswith(".."):
-            path = os.path.abspath(os.path.join(self.rootdir, file))
-        return path + sep + rest
+    def _target(self, nodeid: str, path: str | None = None) -> list[str]:
+        """The arguments that select this node from the directory pytest was started in, built
+        from where the suite is installed (never from rootdir, which --results or --pyargs
+        move): its file relative to that directory when it lies inside it, else `--pyargs` and
+        the module (any folder, any rootdir)."""
+        name = nodeid.rpartition("::")[2]
+        path = os.path.realpath(path or os.path.join(PACKAGE_DIR, CASES_FILE))
+        here = os.path.realpath(self.invocation_dir)
+        if path.startswith(here + os.sep):
+            return [f"{os.path.relpath(path, here)}::{name}"]
+        module = os.path.relpath(os.path.splitext(path)[0], os.path.dirname(PACKAGE_DIR))
+        return ["--pyargs", f"{module.replace(os.sep, '.')}::{name}"]
 
-    def repro(self, nodeid: str) -> str:
+    def repro(self, nodeid: str, path: str | None = None) -> str:
         """One command that runs exactly this case again with every option that created it:
         the options the user set (flags or CONFORMANCE_* variables, as flags), --ops or
         --fallback-ops narrowed to the case's overload, the backend's environment."""
@@ -817,7 +852,8 @@ class Suite:
                 if name in self.options.given:
                     override[name] = value
         flags = [shlex.quote(f) for f in self.options.flags(**override)]
-        cmd = " ".join(["pytest", shlex.quote(self._target(nodeid)), *flags, "--results", "none"])
+        target = [shlex.quote(a) for a in self._target(nodeid, path)]
+        cmd = " ".join(["pytest", *target, *flags, "--results", "none"])
         checkers = self.checkers()
         if checkers:  # the run was under a preloaded checker: so is the repro
             cmd = f"python -m conformance.tools.launch {' '.join(checkers)} -- {cmd}"
@@ -830,11 +866,7 @@ class Suite:
         else:
             lines = [f"[unsupported] {outcome.unsupported}"]
         if outcome.blocked_by is not None:
-            probe = outcome.blocked_by
-            lines = [
-                f"[blocked] blocked by {probe.case}: {probe.what}: {probe.message}",
-                f"  own failure: {lines[0]}",
-            ]
+            lines = [f"[blocked] {outcome.blocked_by.headline()}", f"  own failure: {lines[0]}"]
         elif outcome.related is not None:
             lines.append(
                 f"  might be related: {outcome.related.describe()} is broken (not blocking: "

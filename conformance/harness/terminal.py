@@ -102,14 +102,15 @@ class Terminal:
     def pytest_terminal_summary(self, terminalreporter) -> None:
         """After pytest's FAILURES/XFAILURES sections, before its short summary: hide the
         skipped and xfailed reports of conformance items, unless -r asked for them."""
-        from conformance.harness.session import is_conformance_nodeid
+        from conformance.harness.nodes import is_conformance_nodeid, node_bases
 
         stats = terminalreporter.stats
+        bases = node_bases(terminalreporter.config)
         for char, key in FOLDED:
             if not self.folds(char) or key not in stats:
                 continue
             reports = stats[key]
-            ours = [r for r in reports if is_conformance_nodeid(getattr(r, "nodeid", ""))]
+            ours = [r for r in reports if is_conformance_nodeid(getattr(r, "nodeid", ""), bases)]
             if ours:
                 self.hidden[key] = ours
                 stats[key] = [r for r in reports if r not in ours]

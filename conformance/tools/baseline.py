@@ -40,9 +40,9 @@ from typing import Any
 from conformance.engine.layout_names import LAYOUT_HELP
 from conformance.errors import ConformanceUsageError
 from conformance.findings import Finding, category_of, group_findings
-from conformance.harness.expectations import Entry, Manifest, load_manifest
+from conformance.harness.expectations import SCENARIO, Entry, Manifest, load_manifest, scenario_key
 from conformance.harness.options import DEFAULT_DTYPES, MODES, PATHS, VALUE_SETS
-from conformance.record import CaseId
+from conformance.record import CaseId, missing_kernel
 
 __all__ = ["Baseline", "Context", "baseline", "main"]
 
@@ -99,9 +99,9 @@ def _minor(version: str) -> str:
 
 
 def _case_id(record: Record) -> str | None:
-    """The case id of a record, None for a scenario (a manifest cannot name it)."""
+    """The case id of a record (`scenario:<name>` for a scenario), None if it has none."""
     if record.get("path") == "scenario":
-        return None
+        return scenario_key(str(record.get("id", ""))) if record.get("id") else None
     try:
         return str(CaseId.parse(str(record.get("id", ""))))
     except ValueError:
@@ -177,11 +177,17 @@ def _finding_groups(ctx: Context, groups: dict[tuple[str, ...], Group]) -> None:
             if record.get("status") == "xpassed":
                 continue
             status = _entry_status(record)
-            key = ("finding", finding.id, status)
+            key: tuple[str, ...] = ("finding", finding.id, status)
+            reason = _reason(finding)
+            if finding.is_unsupported:  # one entry per kernel the device lacks
+                kernel = _kernel(record)
+                key += (kernel,)
+                reason = f"the device has no kernel for {kernel} where cpu computes"
+                status = "unsupported"
             group = groups.get(key)
             if group is None:
                 group = groups[key] = Group(
-                    key, status, category_of(record), _reason(finding), _comment(finding)
+                    key, status, category_of(record), reason, _comment(finding)
                 )
             case = _case_id(record)
             culprit = str(record.get("culprit") or "")
@@ -190,6 +196,16 @@ def _finding_groups(ctx: Context, groups: dict[tuple[str, ...], Group]) -> None:
             group.members.setdefault((ctx.minor, ctx.allocator), set()).add(str(case))
             if status == "xfail" and record.get("check"):
                 group.checks.add(str(record["check"]))
+
+
+def _kernel(record: Record) -> str:
+    """The kernel an unsupported case lacks: the one its error names, else its own op."""
+    first = str(record.get("message") or "").strip().splitlines()
+    missing = missing_kernel(first[0] if first else "")
+    if missing is not None:
+        return missing
+    op, overload = str(record.get("op") or ""), str(record.get("overload") or "")
+    return f"{op}.{overload}" if overload and overload != "default" else op
 
 
 #: statuses of cases an earlier manifest expected, and the entry status that expects them
@@ -310,9 +326,10 @@ def patterns_for(
     """Narrow patterns covering `wanted`, per overload (see `_cover`); only the dimensions
     `dims` may become `*`."""
     by_overload: dict[str, set[str]] = {}
+    out = sorted(c for c in wanted if c.startswith(SCENARIO))  # a scenario: its name as it is
     for case in wanted:
-        by_overload.setdefault(CaseId.parse(case).overload, set()).add(case)
-    out = []
+        if not case.startswith(SCENARIO):
+            by_overload.setdefault(CaseId.parse(case).overload, set()).add(case)
     for overload, cases in sorted(by_overload.items()):
         prefix = overload + "-"
         local = {k: {c for c in u if c.startswith(prefix)} for k, u in universes.items()}
@@ -449,8 +466,12 @@ def _dtype_hints(groups: Iterable[Group]) -> list[str]:
         if g.status != "unsupported":
             continue
         for case in set().union(*g.members.values()):
+            if case.startswith(SCENARIO):
+                continue
             c = CaseId.parse(case)
-            ops.setdefault(c.dtype, set()).add(c.overload)
+            kernel = g.key[3] if g.key[0] == "finding" and len(g.key) > 3 else c.overload
+            if kernel == c.overload:  # its own kernel missing, not one it needs
+                ops.setdefault(c.dtype, set()).add(c.overload)
     return [
         f"# {dtype}: unsupported in {len(names)} ops; if the device has no {dtype} at all, "
         f'replace their entries with one line: unsupported_dtypes = ["{dtype}"]'

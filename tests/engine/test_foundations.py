@@ -87,3 +87,54 @@ def test_read_back_never_falls_back_to_the_backends_own_copy(monkeypatch):
     monkeypatch.setattr(transfer, "read_storage", broken)
     with pytest.raises(transfer.ReadBackError, match="ENPU d2h failed"):
         transfer.read_back(view)
+
+
+NO_AS_STRIDED = (
+    "raised NotImplementedError: Could not run 'aten::as_strided' with arguments from the "
+    "'pyreg' backend. This could be because the operator doesn't exist for this backend"
+)
+
+
+def _probe(op: str, layout: str, message: str, rank: int = 3, harness: bool = False, **kw):
+    from conformance.engine.foundations import Probe
+
+    return Probe(rank, op, "float32", layout, f"a {layout} view", message, harness, **kw)
+
+
+def _never():
+    raise AssertionError("a missing kernel's evidence is the case's own error, no profile")
+
+
+def test_a_missing_foundation_blocks_the_cases_whose_own_error_names_it():
+    """A backend without `as_strided` (issue 31): the probes that failed only because it is
+    missing are its failure, not their foundations'; a case is blocked by it when its own error
+    names it, and by nothing when its own failure is something else."""
+    probes = [
+        _probe("empty_strided", "contiguous", NO_AS_STRIDED, rank=1),
+        _probe("as_strided", "contiguous", NO_AS_STRIDED),
+        _probe("as_strided", "transposed", NO_AS_STRIDED, harness=True),
+        _probe("_copy_from", "transposed", NO_AS_STRIDED, rank=4, direction="d2h"),
+    ]
+    f = Foundations(DEVICE, prober=lambda dtype: probes)
+    assert [(p.op, p.layout) for p in f.broken(torch.float32)] == [
+        ("as_strided", "contiguous"),
+        ("as_strided", "transposed"),
+    ]
+    own = "[harness] the suite failed while checking this sample: " + NO_AS_STRIDED[7:]
+    blocked = f.blame("cos", torch.float32, "transposed", _never, own=own).blocked_by
+    assert blocked is not None and (blocked.op, blocked.layout) == ("as_strided", "transposed")
+    assert blocked.no_kernel and blocked.headline().startswith(
+        "needs as_strided, which has no kernel"
+    )
+    empty = f.blame("empty_strided", torch.float32, "contiguous", _never, own=own).blocked_by
+    assert empty is not None and empty.op == "as_strided"  # whatever their ranks
+    # a case whose own failure is something else did not need the missing kernel
+    values = "[values] output: 3/30 elements differ"
+    for layout in ("contiguous", "transposed"):
+        found = f.blame("add.Tensor", torch.float32, layout, lambda: {"as_strided"}, own=values)
+        assert found.blocked_by is None and found.related is None
+    # its own kernel missing: unsupported, nothing else to blame
+    assert f.blame("as_strided", torch.float32, "transposed", _never, own=own).blocked_by is None
+    # a missing kernel that no probe covers: the case's own failure
+    sin = own.replace("as_strided", "sin.out")
+    assert f.blame("cos", torch.float32, "contiguous", _never, own=sin).blocked_by is None

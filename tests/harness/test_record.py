@@ -51,3 +51,18 @@ def test_record_json_round_trip_keeps_unknown_fields() -> None:
 def test_record_from_partial_json() -> None:
     record = CaseRecord.from_json({"id": "x", "status": "weird"})
     assert record.status is Status.ERROR and record.op == "?" and record.dtype == "-"
+
+
+def test_missing_kernel_reads_the_dispatchers_words() -> None:
+    from conformance.record import missing_kernel
+
+    text = "NotImplementedError: Could not run 'aten::add.out' with arguments from the 'pyreg' "
+    assert missing_kernel(text + "backend. This could be") == "add.out"
+    assert missing_kernel(
+        "Could not run 'aten::as_strided' with arguments from the 'npu' backend"
+    ) == ("as_strided")
+    autograd = (
+        "Could not run 'aten::mul.Tensor' with arguments from the 'AutogradPrivateUse1' backend"
+    )
+    assert missing_kernel(autograd) is None  # not the device's kernel
+    assert missing_kernel("values differ") is None and missing_kernel(None) is None

@@ -200,3 +200,88 @@ def test_biggest_finding_first() -> None:
     small = rec("a", "float32", "contiguous", "error", "harness", "boom")
     big = [rec(f"op{i}", "float32", "contiguous", "failed", "values", "differ") for i in range(3)]
     assert [f.count for f in group_findings([small, *big])] == [3, 1]
+
+
+NO_KERNEL = "Could not run 'aten::{}' with arguments from the 'pyreg' backend. This could be"
+
+
+def scenario(name: str, status: str, check: str, message: str, **kw) -> dict:
+    return {
+        "id": name,
+        "op": "scenario",
+        "overload": name,
+        "dtype": "-",
+        "layout": "-",
+        "path": "scenario",
+        "status": status,
+        "check": check,
+        "message": message,
+        **kw,
+    }
+
+
+def test_a_foundation_without_a_kernel_is_one_finding_named_for_it() -> None:
+    """Issue 31: every case and scenario that needs the missing `as_strided` is one finding that
+    says so, not a broken `empty_strided`."""
+    probe = "raised NotImplementedError: " + NO_KERNEL.format("as_strided")
+    records = [
+        rec(op, "float32", layout, "blocked", "harness", "[blocked] needs as_strided ...",
+            blocked_by=f"as_strided-float32-{layout}-native", blocked_by_probe=probe)
+        for op, layout in [("add", "transposed"), ("mul", "offset"), ("cos", "sliced")]
+    ]  # fmt: skip
+    records.append(
+        scenario("test_attention", "blocked", "scenario", "[blocked] needs as_strided ...",
+                 blocked_by="as_strided-float32-contiguous-native", blocked_by_probe=probe)
+    )  # fmt: skip
+    (finding,) = group_findings(records)
+    assert finding.title == "as_strided has no kernel on this device: 4 case(s) need it"
+    assert finding.count == finding.blocked == 4
+
+
+def test_kernels_the_device_lacks_are_one_undeclared_finding_listing_them() -> None:
+    own = "[unsupported] device raised NotImplementedError [not_implemented]: pyreg: cos is "
+    own += "float32 only where cpu computes; not declared: add the kernel"
+    needed = "[unsupported] device raised NotImplementedError [not_implemented]: "
+    records = [
+        rec("cos", "float64", "contiguous", "failed", "unsupported", own, overload="default"),
+        rec("cos", "float16", "contiguous", "failed", "unsupported", own, overload="default"),
+        rec("mul", "float32", "contiguous", "failed", "unsupported",
+            needed + NO_KERNEL.format("sin.out"), values="grad"),
+        scenario("test_generate", "failed", "unsupported",
+                 "[unsupported] the device has no kernel for gelu.out, which this scenario needs "
+                 f"(NotImplementedError: {NO_KERNEL.format('gelu.out')})"),
+        rec("cos", "float32", "contiguous", "passed", None, "", overload="default"),
+    ]  # fmt: skip
+    (finding,) = group_findings(records)
+    assert finding.is_unsupported and finding.count == 4
+    assert finding.kernels == [
+        ("cos", "(float16/float64)"),
+        ("gelu.out", "(needed by 1 case(s))"),
+        ("sin.out", "(needed by 1 case(s))"),
+    ]
+    assert finding.title.startswith("unsupported, not declared: 3 kernel(s) the device lacks")
+    assert finding.to_json()["kernels"][0] == "cos (float16/float64)"
+
+
+def test_one_device_error_in_cases_and_scenarios_is_one_finding() -> None:
+    """The same error raised by the backend in several ops, a backward and a scenario is one
+    code path: one finding, whatever CPU did; a scenario's own assertion is not such an error."""
+    text = "RuntimeError [value]: pyreg: expected all tensors on pyreg, got a cpu tensor in {}"
+    records = [
+        rec("add", "float32", "contiguous", "failed", "error",
+            f"[error] device raised {text.format('add.Tensor')}; cpu returned normally"),
+        rec("add_", "float64", "contiguous", "failed", "error",
+            f"[error] device raised {text.format('add_.Tensor')}, cpu raised RuntimeError "
+            "[dtype]: result type Double can't be cast"),
+        rec("addmm", "float32", "contiguous", "failed", "grad",
+            f"[grad] device raised {text.format('mm')} in backward (grad_output contiguous); "
+            "cpu computes", overload="default", values="grad"),
+        scenario("test_cpu_scalar", "failed", "scenario",
+                 "RuntimeError: pyreg: expected all tensors on pyreg, got a cpu tensor in mul"),
+        scenario("test_mix", "failed", "scenario", "AssertionError: add.Tensor: wrong values"),
+    ]  # fmt: skip
+    findings = group_findings(records)
+    assert [f.count for f in findings] == [4, 1]
+    assert findings[0].key.message == (
+        "device raised RuntimeError: pyreg: expected all tensors on pyreg, got a cpu tensor in <op>"
+    )

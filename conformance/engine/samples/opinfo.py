@@ -28,7 +28,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 from conformance.engine.calls import Call, clone_tree, load_calls, save_calls
 from conformance.engine.discovery import overload_name
 
-CACHE_SALT = "v4"  # of the captures (v4: memory formats saved as tags, calls as tuples)
+CACHE_SALT = "v5"  # of the captures (v5: captured with the device hidden from torch.accelerator)
 INDEX_SALT = "v4"  # of the index alone (v4: the foreach databases joined op_db)
 KINDS = ("samples", "special", "promotion")
 REFERENCE_SCAN = 400  # reference samples looked at per (OpInfo, dtype)
@@ -165,7 +165,10 @@ def _untracked() -> Iterator[None]:
     `inspect.stack()` on every `sample_inputs`/`reference_inputs` call (common_utils
     `extract_test_fn`, for their own skip lists and repro hints); under pytest's deep stacks that
     lookup was most of a cold capture's time. Captures run in no unittest method: nothing to
-    find."""
+    find. Captures run on CPU only, so the device under test is hidden from
+    `torch.accelerator` meanwhile: OpInfo wraps some ops (empty_strided, ...) in
+    `freeze_rng_state`, which saves the accelerator's RNG state through its device module, and a
+    device module without `get_rng_state` would make those captures empty (and cached so)."""
     from torch.testing._internal import common_utils
     from torch.testing._internal.opinfo import core
 
@@ -173,11 +176,21 @@ def _untracked() -> Iterator[None]:
     saved = [m.extract_test_fn for m in owners]
     for m in owners:
         m.extract_test_fn = _no_test_fn
+    accelerator = getattr(torch, "accelerator", None)
+    available = getattr(accelerator, "is_available", None)
+    if available is not None:
+        accelerator.is_available = _no_accelerator
     try:
         yield
     finally:
         for m, fn in zip(owners, saved, strict=True):
             m.extract_test_fn = fn
+        if available is not None:
+            accelerator.is_available = available
+
+
+def _no_accelerator() -> bool:
+    return False
 
 
 def _no_test_fn() -> None:

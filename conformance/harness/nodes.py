@@ -1,0 +1,58 @@
+"""Which pytest nodes are the suite's, from an item or from a node id alone.
+
+Node ids depend on how pytest was started (`pytest conformance` from the checkout gives
+`conformance/test_conformance.py::...`; `python -m pytest --pyargs conformance` from another
+folder, or a `--results` path elsewhere, moves rootdir and gives `test_conformance.py::...` or
+`../...`), so a node id is resolved against every folder it can be relative to and judged by the
+file it names, never by its spelling. No state, no imports of the rest of the harness.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+import pytest
+
+from conformance.record import TEST_NAME, CaseId
+
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCENARIOS_DIR = os.path.join(PACKAGE_DIR, "scenarios")
+CASE_PARAM = "conformance_case"  # the fixture the generated test is parametrised over
+
+
+def is_scenario(item: pytest.Item) -> bool:
+    return os.path.realpath(str(item.path)).startswith(os.path.realpath(SCENARIOS_DIR) + os.sep)
+
+
+def case_of(item: pytest.Item) -> CaseId | None:
+    """The case a generated test item runs (None for any other test)."""
+    callspec = getattr(item, "callspec", None)
+    case = callspec.params.get(CASE_PARAM) if callspec is not None else None
+    return case if isinstance(case, CaseId) else None
+
+
+def record_id(nodeid: str) -> str:
+    """The `id` of the record of a node: its name within the file."""
+    return nodeid.split("::", 1)[-1]
+
+
+def node_bases(config: pytest.Config) -> list[str]:
+    """The folders a node id of this session can be relative to."""
+    bases = [str(config.rootpath), str(config.invocation_params.dir)]
+    return [*bases, PACKAGE_DIR, os.path.dirname(PACKAGE_DIR), SCENARIOS_DIR]
+
+
+def is_conformance_nodeid(nodeid: str, bases: Iterable[str]) -> bool:
+    """A generated case or a scenario, from its node id alone (an xdist controller has no
+    items): the file it names, resolved against `bases`, is the suite's."""
+    file, _, name = nodeid.partition("::")
+    if not name:
+        return False
+    package = os.path.realpath(PACKAGE_DIR) + os.sep
+    scenarios = os.path.realpath(SCENARIOS_DIR) + os.sep
+    for base in bases:
+        path = os.path.realpath(os.path.join(base, file))
+        if path.startswith(package) and os.path.isfile(path):
+            return name.startswith(TEST_NAME + "[") or path.startswith(scenarios)
+    return False
