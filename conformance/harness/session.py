@@ -118,6 +118,9 @@ class ConformanceRun:
         self.collected: list[str] = []  # node ids of the conformance items of the run
         self.terminal = Terminal(config, self.end_summary)
         self.interrupted_by: str | None = None  # SIGTERM, when it ended the run
+        # xdist controller: workers that collected, and those that died before they did
+        self.started_workers: set[str] = set()
+        self.worker_start_failures: list[str] = []
         self._sigterm: Any = None  # the SIGTERM handler before ours
         config.pluginmanager.register(self.terminal, "conformance-terminal")
 
@@ -616,9 +619,23 @@ class ConformanceRun:
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node, ids: list[str]) -> None:
         """xdist controller: every worker collects the same items; the first list counts."""
+        self.started_workers.add(node.gateway.id)
         if self.started and not self.collected:
             bases = node_bases(self.config)
             self.collected = [i for i in ids if is_conformance_nodeid(i, bases)]
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error: object | None) -> None:
+        """xdist controller: a worker that died before it collected (the backend failed to load
+        there, a probe failed) would fail the same way every time xdist replaced it, so the
+        run stops instead (with --max-worker-restart set high for crashes, xdist would replace
+        it until memory ran out)."""
+        if error is None or node.gateway.id in self.started_workers or not self.started:
+            return
+        self.worker_start_failures.append(node.gateway.id)
+        dsession = self.config.pluginmanager.getplugin("dsession")
+        if dsession is not None and hasattr(dsession, "_max_worker_restart"):
+            dsession._max_worker_restart = getattr(dsession, "_failed_nodes_count", 0)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -628,6 +645,8 @@ class ConformanceRun:
             return
         if self.config.option.collectonly:
             return
+        if self.worker_start_failures:
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
         recorded = {r.id for r in self.records}
         missing = [n for n in self.collected if record_id(n) not in recorded]
         if not missing:
@@ -694,6 +713,12 @@ class ConformanceRun:
             stale=suite.stale_expectations(self.records),
             unpinned=[e for e in suite.manifest.entries if e.status == "xfail" and not e.checks],
         )
+        if self.worker_start_failures:
+            summary.notes.append(
+                f"conformance: pytest-xdist worker(s) {', '.join(self.worker_start_failures)} "
+                "stopped before collecting (the error is above); the run stops instead of "
+                "replacing them"
+            )
         if suite.options.write_expectations and not collect_only:
             summary.notes.append(self._write_baseline(records))
         if self.info is not None and self.recorder is not None:

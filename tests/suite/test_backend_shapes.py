@@ -193,3 +193,22 @@ def test_sigterm_records_every_case_that_did_not_run(tmp_path):
     not_run = [r for r in rows if r["status"] == "not-run"]
     assert not_run and "interrupted (SIGTERM)" in not_run[0]["message"]
     assert re.search(r"\d+ not run \(the run fails\)", out), out[-2000:]
+
+
+def test_a_worker_that_cannot_load_the_backend_stops_the_run(tmp_path):
+    """A backend that fails only in pytest-xdist's workers: xdist would replace them for ever
+    (the suite raises --max-worker-restart for crashes); the run stops, naming them."""
+    (tmp_path / "worker_fails.py").write_text(
+        "import os\n"
+        "if os.environ.get('PYTEST_XDIST_WORKER'):\n"
+        "    raise RuntimeError('boom in the worker')\n"
+        "from echo_npu import *  # noqa: F403\n"
+    )
+    env = clean_env({"PYTHONPATH": str(tmp_path)})
+    args = ["--pyargs", "conformance", "-n", "2", "--backend", "worker_fails", "--ops", "abs"]
+    proc = pytest_in(
+        tmp_path / "user", *args, "--results", str(tmp_path / "r"), env=env, timeout=120
+    )
+    assert proc.returncode == 3, proc.stdout[-2000:]
+    assert "boom in the worker" in proc.stdout + proc.stderr
+    assert "stopped before collecting (the error is above); the run stops" in proc.stdout
