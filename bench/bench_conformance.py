@@ -135,8 +135,8 @@ def overhead(backend: str, rounds: int) -> None:
     from conformance.engine.layouts import LAYOUTS
     from conformance.engine.placing import PlacedCall
     from conformance.engine.runner import _placed, run_case
-    from conformance.engine.samples import calls_for
     from conformance.ops import spec_for
+    from conformance.samples import calls_for
 
     dev = torch._C._get_privateuse1_backend_name()
     b = Backend(backend, module, dev)

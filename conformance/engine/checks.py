@@ -35,8 +35,8 @@ from conformance.engine.compare import (
 )
 from conformance.engine.discovery import resolve
 from conformance.engine.placing import Materialized, PlacedCall
+from conformance.engine.spec import OpSpec
 from conformance.engine.transfer import read_back, read_storage
-from conformance.ops import OpSpec
 
 
 class Unsupported(Mismatch):

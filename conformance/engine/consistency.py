@@ -20,7 +20,7 @@ from torch.utils._pytree import tree_flatten
 from conformance.engine.checks import Outcome, invoke
 from conformance.engine.compare import ErrorStats, Mismatch, compare_values
 from conformance.engine.placing import Materialized, PlacedCall
-from conformance.ops import OpSpec
+from conformance.engine.spec import OpSpec
 
 SELF_TOLERANCE = 10.0  # x the op's tolerance for the dtype (compare.tolerance), CPU against CPU
 

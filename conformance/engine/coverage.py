@@ -18,7 +18,7 @@ CountOf = Callable[[str, Any], int]  # (overload, torch dtype) -> how many sampl
 
 class SampleError(Exception):
     """Building the samples failed; the message says how (a remembered answer, see
-    engine/samples/summary.py)."""
+    samples/summary.py)."""
 
 
 @dataclass

@@ -20,7 +20,7 @@ import torch
 
 from conformance.engine.calls import MEMORY_FORMAT_TAG, portable
 from conformance.engine.placing import Leaf, PlacedCall
-from conformance.ops import OpSpec
+from conformance.engine.spec import OpSpec
 
 SCRIPT = '''"""Repro of conformance case {case_id}: {headline}
 

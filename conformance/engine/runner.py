@@ -26,7 +26,7 @@ from conformance.engine.compare import ErrorStats, Mismatch
 from conformance.engine.discovery import resolve
 from conformance.engine.foundations import Blame, Foundations, Probe
 from conformance.engine.placing import Materialized, PlacedCall, place
-from conformance.ops import OpSpec
+from conformance.engine.spec import OpSpec
 
 
 @dataclass

@@ -28,12 +28,14 @@ import pytest
 from conformance.engine.diagnosis import describe_status, diagnose
 from conformance.findings import crash_class
 from conformance.harness.culprit import Culprit, case_label
+from conformance.harness.roles import Role
 from conformance.harness.runners import RUNNER_ENV, RunnerProcess
 from conformance.record import CaseRecord, Status
 
 if TYPE_CHECKING:
     from conformance.engine.probe import Probe
     from conformance.harness.session import ConformanceRun
+    from conformance.harness.suite import Suite
 
 __all__ = (
     "RUNNER_ENV",
@@ -80,18 +82,15 @@ def _how(mode: str, runner_cases: int) -> str:
     )
 
 
-def plan_isolation(run: ConformanceRun) -> Plan:
+def plan_isolation(suite: Suite, role: Role) -> Plan:
     """Choose how cases run and probe the device, never initialising it in a process that
     forks case runners later (a plain pytest process, an xdist worker). Raises UsageError (one
     line) for an unusable device. The xdist controller makes the same choice its workers make,
     for the run header."""
     from conformance.engine.probe import probe_here, probe_in_fork, probe_in_fresh_process
-    from conformance.harness.session import Role
 
-    suite = run.suite
     backend = suite.backend
     isolate = suite.options.isolate
-    role = run.role
     cases = suite.options.runner_cases
     if role is Role.SPAWNED_RUNNER:
         return _usable(Plan("in-process", probe_here(backend)), backend)

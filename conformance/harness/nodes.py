@@ -56,3 +56,16 @@ def is_conformance_nodeid(nodeid: str, bases: Iterable[str]) -> bool:
         if path.startswith(package) and os.path.isfile(path):
             return name.startswith(TEST_NAME + "[") or path.startswith(scenarios)
     return False
+
+
+def targets_conformance(config: pytest.Config) -> bool:
+    """Whether the command line names the conformance package (or something inside it), as a
+    path or with --pyargs."""
+    for arg in config.args:
+        text = str(arg).split("::")[0]
+        if config.option.pyargs and (text == "conformance" or text.startswith("conformance.")):
+            return True
+        path = os.path.abspath(text)
+        if path == PACKAGE_DIR or path.startswith(PACKAGE_DIR + os.sep):
+            return True
+    return False

@@ -1,7 +1,7 @@
 """Optimizer kernels OpInfo has no samples for: `_foreach_add_.Tensor` and the fused optimizers.
 
 The `_foreach_*` ops otherwise take OpInfo's samples (its foreach databases, read by
-engine/samples/opinfo.py), but none of them reaches `_foreach_add_.Tensor` (a 0-dim tensor added
+samples/opinfo.py), but none of them reaches `_foreach_add_.Tensor` (a 0-dim tensor added
 to every tensor of a list: how `torch.optim` steps tensor step counters). `_fused_sgd_`,
 `_fused_adam_` and `_fused_adamw_` (and their `tensor_lr` overloads) are what `torch.optim` with
 `fused=True` calls on an accelerator; OpInfo has no entry for them. Their samples mirror what an

@@ -5,7 +5,7 @@
 
 For each aten overload matching --ops (shell patterns, comma-separated) and each dtype it takes
 the suite's own samples (OpInfo-derived plus the op spec's, as a run gets them:
-engine/samples `calls_for`), places them in every layout (engine/layouts.py) and runs CPU's
+samples `calls_for`), places them in every layout (engine/layouts.py) and runs CPU's
 reference (the spec's, else the op), each layout in a forked child with one thread, as the
 suite's forked runners do (a crashing CPU kernel costs that layout only):
   layouts  CPU on the layout against CPU on contiguous copies of the same values (what
@@ -57,10 +57,10 @@ from conformance.engine.compare import TOLERANCES, tolerance
 from conformance.engine.discovery import has_schema, overload_name, resolve
 from conformance.engine.layout_names import parse_layouts
 from conformance.engine.placing import Materialized, PlacedCall, place
-from conformance.engine.samples import MAX_FALLBACK_SAMPLES, MAX_OPINFO_SAMPLES, calls_for
 from conformance.errors import ConformanceUsageError
 from conformance.harness.options import parse_dtypes
 from conformance.ops import OpSpec, spec_for
+from conformance.samples import MAX_FALLBACK_SAMPLES, MAX_OPINFO_SAMPLES, calls_for
 
 DEFAULT_DTYPES = "float32,float64,float16,bfloat16"
 DEFAULT_CACHE = os.path.join(".pytest_cache", "d", "conformance")  # the suite's, run from here

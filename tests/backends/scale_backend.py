@@ -211,8 +211,8 @@ def candidates() -> list[str]:
 
 def write_list(cache_dir: str) -> None:
     """Keep the candidates with samples for a default dtype (the suite's sample sources)."""
-    from conformance.engine.samples import calls_for
     from conformance.harness.options import DEFAULT_DTYPES, parse_dtypes
+    from conformance.samples import calls_for
 
     dtypes = parse_dtypes(DEFAULT_DTYPES)
     kept = []

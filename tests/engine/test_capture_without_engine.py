@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = """
 import os, torch
 import echo_npu  # with a device registered the engine starts device threads
-from conformance.engine.samples import opinfo
+from conformance.samples import opinfo
 
 captured = opinfo.capture("nn.functional.gelu", torch.float32)["samples"]
 assert "gelu_backward" in captured, sorted(captured)  # the backward ran, node by node

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from conformance.engine import runner
-from conformance.engine.samples import calls_for
 from conformance.ops import spec_for
+from conformance.samples import calls_for
 from tests.engine.fake_kernels import CPU
 
 

@@ -12,8 +12,8 @@ import torch
 from conformance.engine import runner
 from conformance.engine.backend import Backend
 from conformance.engine.calls import Call
-from conformance.engine.samples import calls_for
 from conformance.ops import OpSpec
+from conformance.samples import calls_for
 from tests.engine.fake_kernels import run_with_kernel
 
 _run = run_with_kernel

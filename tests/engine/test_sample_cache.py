@@ -18,7 +18,7 @@ from conformance.engine.calls import Call, load_calls, save_calls
 from conformance.engine.discovery import resolve
 from conformance.engine.placing import place
 from conformance.engine.repro import write_repro
-from conformance.engine.samples import opinfo
+from conformance.samples import opinfo
 
 
 def _to_copy_call() -> Call:
@@ -94,7 +94,7 @@ def test_a_repro_of_a_call_with_a_memory_format_runs(tmp_path):
 def test_value_set_calls_are_built_once_then_read_from_disk(tmp_path, monkeypatch):
     """Special-value calls run on CPU in a forked child before use (cpu_survivors): a fork of
     the whole process per (overload, dtype, value set), once per torch version, not per run."""
-    from conformance.engine.samples import calls_for, cpu_survivors
+    from conformance.samples import calls_for, cpu_survivors
 
     cache = str(tmp_path)
     first = calls_for("add.Tensor", torch.float32, cache, "special")
@@ -117,8 +117,8 @@ def test_value_set_calls_are_built_once_then_read_from_disk(tmp_path, monkeypatc
 def test_value_set_calls_of_an_op_spec_are_cached_by_their_contents(tmp_path, monkeypatch):
     """masked_fill_'s op spec gives its own (seeded) samples: their value-set calls are read
     from disk when the samples are the same, built again when they change."""
-    from conformance.engine import samples
-    from conformance.engine.samples import calls_for, cpu_survivors
+    from conformance import samples
+    from conformance.samples import calls_for, cpu_survivors
 
     cache = str(tmp_path)
     first = calls_for("masked_fill_.Scalar", torch.float32, cache, "special")

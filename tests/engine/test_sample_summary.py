@@ -1,4 +1,4 @@
-"""The sample summary (engine/samples/summary.py): start-up answers the coverage and mode
+"""The sample summary (samples/summary.py): start-up answers the coverage and mode
 accounts from disk, with the same answers as building the samples.
 
 Before it, every pytest process, xdist worker and spawned runner built every sample of every
@@ -10,11 +10,11 @@ import os
 
 import torch
 
-from conformance.engine import samples
-from conformance.engine.samples import summary
-from conformance.engine.samples.summary import SampleSummary
-from conformance.harness import suite as suite_module
+from conformance import samples
+from conformance.harness import sampling
 from conformance.ops import spec_for
+from conformance.samples import summary
+from conformance.samples.summary import SampleSummary
 from tests.harness.test_cases import make_suite
 
 OPTIONS = {"ops": "abs,add.out,masked_fill_.Scalar,_softmax", "dtypes": "float32,int64"}
@@ -55,7 +55,8 @@ def test_edited_sample_sources_are_asked_again(tmp_path, monkeypatch):
     built = _refuse_to_build(monkeypatch)
     new = make_suite(tmp_path, ops="abs", dtypes="float32", modes="none")
     assert built == ["abs"]
-    assert os.path.exists(new.summary.path) and not os.path.exists(old.summary.path)
+    assert os.path.exists(new.samples.summary.path)
+    assert not os.path.exists(old.samples.summary.path)
 
 
 def test_a_failure_to_build_samples_is_remembered_word_for_word(tmp_path, monkeypatch):
@@ -95,11 +96,11 @@ def test_a_torn_summary_file_is_rebuilt(tmp_path):
 
 
 def test_a_process_keeps_the_samples_of_a_bounded_number_of_keys(tmp_path, monkeypatch):
-    monkeypatch.setattr(suite_module, "CALLS_KEPT", 3)
+    monkeypatch.setattr(sampling, "CALLS_KEPT", 3)
     s = make_suite(tmp_path, ops="abs", dtypes="float32", modes="none")
     monkeypatch.setattr(samples, "calls_for", lambda overload, dtype, *a, **k: [overload])
     for name in ("a", "b", "c", "d"):
-        s.calls(name, torch.float32)
-    s.calls("b", torch.float32)  # used again: kept
-    s.calls("e", torch.float32)
-    assert [key[0] for key in s._calls] == ["d", "b", "e"]
+        s.samples.calls(name, torch.float32)
+    s.samples.calls("b", torch.float32)  # used again: kept
+    s.samples.calls("e", torch.float32)
+    assert [key[0] for key in s.samples._calls] == ["d", "b", "e"]

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conformance.engine.samples import calls_for
 from conformance.ops import spec_for
+from conformance.samples import calls_for
 from tests.engine.fake_kernels import run_with_kernel
 
 SDPA = "_scaled_dot_product_fused_attention_overrideable"

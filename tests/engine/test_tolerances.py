@@ -14,8 +14,8 @@ from torch.utils._pytree import tree_map
 
 from conformance.engine.compare import TOLERANCES, tolerance
 from conformance.engine.discovery import resolve
-from conformance.engine.samples import calls_for
 from conformance.ops import OpSpec, spec_for
+from conformance.samples import calls_for
 from tests.engine.fake_kernels import run_with_kernel
 
 BN = "_native_batch_norm_legit"

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from conformance.engine.calls import Call
-from conformance.engine.samples import twins, values
 from conformance.ops import spec_for
+from conformance.samples import twins, values
 from tests.engine.fake_kernels import run_with_kernel
 
 
@@ -179,7 +179,7 @@ def test_an_empty_operand_never_becomes_a_cpu_operand():
 
 
 def test_calls_that_crash_or_hang_cpu_are_dropped():
-    from conformance.engine.samples import cpu_survivors
+    from conformance.samples import cpu_survivors
 
     def run(call):
         if call.args[0] == "crash":

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conformance.engine.calls import Call
-from conformance.engine.samples import dedupe
+from conformance.samples import dedupe
 from tests.engine.fake_kernels import run_with_kernel
 
 run = run_with_kernel

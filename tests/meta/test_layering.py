@@ -122,3 +122,121 @@ def test_every_package_is_shipped_by_pyproject() -> None:
         if "__pycache__" not in p.parts
     }
     assert {p for p in packages if not any(fnmatch.fnmatch(p, g) for g in include)} == set()
+
+
+# ---- import circles and the rooms' directions -------------------------------------------------
+#: what each room may import besides itself (record.py, errors.py, findings.py and sharding.py
+#: are the shared vocabulary); the engine judges one case and never reaches up
+ROOM_MAY_IMPORT = {
+    "engine": {"record", "errors"},
+    "ops": {"engine", "record", "errors"},
+    "samples": {"engine", "ops", "record", "errors"},
+}
+
+
+def _modules(root: Path) -> dict[str, Path]:
+    found = {}
+    for path in root.rglob("*.py"):
+        if "__pycache__" in path.parts:
+            continue
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def _runtime_imports(path: Path, name: str, known: dict[str, Path]) -> set[str]:
+    """The package's modules `path` imports at run time (at module level or in a function; not
+    under `if TYPE_CHECKING:`), a submodule named in `from pkg import sub` counted as itself."""
+    tree = ast.parse(path.read_text())
+    typing_only = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING"
+        for n in ast.walk(node)
+    }
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name in known}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                module = node.module or ""
+            subs = {f"{module}.{a.name}" for a in node.names} & set(known)
+            out |= subs or ({module} & set(known))
+    return out - {name}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _graph(root: Path) -> dict[str, set[str]]:
+    known = _modules(root)
+    return {name: _runtime_imports(path, name, known) for name, path in known.items()}
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    """No import circle anywhere in the package (a collaborator is passed in, or imported for
+    type hints only under TYPE_CHECKING)."""
+    assert _circles(_graph(PKG)) == []
+
+
+def test_each_room_imports_only_downwards() -> None:
+    bad = []
+    for name, deps in _graph(PKG).items():
+        room = name.split(".")[1] if "." in name else ""
+        allowed = ROOM_MAY_IMPORT.get(room)
+        if allowed is None:
+            continue
+        for dep in deps:
+            other = dep.split(".")[1] if "." in dep else ""
+            if other != room and other not in allowed:
+                bad.append(f"{name} -> {dep}")
+    assert bad == []
+
+
+def test_the_circle_check_can_fire(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def f():\n    from pkg import b\n")
+    (pkg / "b.py").write_text("from pkg.a import f\n")
+    (pkg / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.a\n"
+    )
+    assert _circles(_graph(pkg)) == [["pkg.a", "pkg.b"]]

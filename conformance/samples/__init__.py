@@ -8,8 +8,8 @@ import os
 import torch
 
 from conformance.engine.calls import Call, content_digest, load_calls, save_calls
-from conformance.engine.samples import opinfo, twins, values
 from conformance.ops import spec_for, specs_with_samples
+from conformance.samples import opinfo, twins, values
 
 MAX_OPINFO_SAMPLES = 8
 # an overload reached only through the boxed fallback runs CPU's own kernel: its cases test how

@@ -22,9 +22,9 @@ from typing import Any
 import torch
 
 from conformance.engine.calls import Call
-from conformance.engine.samples import cpu_survivors
-from conformance.engine.samples.twins import _is_out, _kind, functional_of, schema_of
 from conformance.ops import spec_for
+from conformance.samples import cpu_survivors
+from conformance.samples.twins import _is_out, _kind, functional_of, schema_of
 
 VALUE_SETS = ("special", "promotion")
 # the disk cache of generated calls (samples/__init__.py) is keyed by this: change it when the

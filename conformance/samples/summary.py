@@ -23,7 +23,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from conformance.engine.samples import opinfo
+from conformance.samples import opinfo
 
 _MISSING = object()
 
@@ -31,10 +31,10 @@ _MISSING = object()
 @functools.cache
 def sources_digest() -> str:
     """Digest of the code whose output the summary remembers."""
-    engine = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    package = os.path.dirname(engine)
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    engine = os.path.join(package, "engine")
     files = [os.path.join(engine, n) for n in ("calls.py", "gradients.py", "placing.py")]
-    for folder in (os.path.join(engine, "samples"), os.path.join(package, "ops")):
+    for folder in (os.path.join(package, "samples"), os.path.join(package, "ops")):
         for root, dirs, names in os.walk(folder):
             dirs[:] = sorted(d for d in dirs if d != "__pycache__")
             files += [os.path.join(root, n) for n in sorted(names) if n.endswith(".py")]

@@ -1,0 +1,101 @@
+"""The run's accounts of what it tests and what it leaves out, for the run header and run.json:
+coverage (every registered overload tested, or untested for a named reason; the fallback-only
+and model-derived sets) and modes (which overloads get -grad and -inference cases and why the
+others get no -grad ones). Both describe the whole run, in every shard, for the overloads -k
+keeps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conformance import samples
+from conformance.engine import coverage, discovery, gradients, workloads
+from conformance.harness.cases import CaseList
+from conformance.harness.sampling import RunSamples
+from conformance.ops import spec_for
+
+
+def coverage_account(cases: CaseList, run_samples: RunSamples) -> coverage.Coverage:
+    """Which registered and fallback-reachable overloads are tested, and why the others not."""
+    reachable: list[str] = []
+    if cases.has_fallback:
+        reachable = discovery.fallback_overloads(samples.known_bases(cases.cache_dir))
+    return coverage.compute(
+        cases.registered,
+        cases.kept_by_keyword(cases.overloads, False),
+        cases.options.dtypes,
+        lambda overload: cases.dtypes(overload, overload in cases.fallback_only_set),
+        run_samples.count,
+        lambda overload: no_sample_reason(overload, cases.cache_dir),
+        schemaless=cases.schemaless,
+        has_fallback=cases.has_fallback,
+        fallback_only=reachable,
+        fallback_selected=cases.kept_by_keyword(cases.fallback_only, True),
+        fallback_set=",".join(cases.options.fallback_ops or ["models"]),
+        excluded=list(cases.excluded),
+        default_kernels=_model_default_kernels(cases),
+        models=workloads.model_overloads(),
+    )
+
+
+def _model_default_kernels(cases: CaseList) -> list[str]:
+    """Model-derived overloads this backend runs through torch's composite kernels and that
+    this run does not test as ops (the coverage account names them)."""
+    if cases.fallback_wanted() != ["models"]:
+        return []
+    chosen = set(cases.fallback_only)
+    return [o for o in workloads.model_default_kernel_overloads() if o not in chosen]
+
+
+def no_sample_reason(overload: str, cache_dir: str | None) -> str:
+    from conformance.samples.opinfo import base_name, opinfo_index
+
+    spec = spec_for(overload)
+    if spec.samples is None and not (
+        spec.opinfo_names or base_name(overload) in opinfo_index(cache_dir)
+    ):
+        return "no samples (no OpInfo entry and no op spec in conformance/ops)"
+    return "no samples (no OpInfo sample reaches this overload; add an op spec)"
+
+
+def mode_account(cases: CaseList) -> dict[str, Any]:
+    """Which overloads have -grad and -inference cases and why the others have no -grad ones
+    (run header, run.json "modes"), for the overloads -k keeps."""
+    modes, options = cases.modes, cases.options
+    if "grad" not in options.modes and "inference" not in options.modes:
+        return {}
+    tested = cases.kept_by_keyword(cases.overloads, False) + cases.kept_by_keyword(
+        cases.fallback_only, True
+    )
+    grad_only = cases.kept_by_keyword(cases.grad_only, True)
+    account: dict[str, Any] = {"modes": list(options.modes)}
+    if "grad" in options.modes:
+        by_reason = modes.account(tested + grad_only)
+        with_grad = by_reason.pop("", [])
+        account["grad"] = with_grad
+        account["grad_only"] = [o for o in grad_only if o in with_grad]
+        account["no_grad"] = by_reason
+    if "inference" in options.modes:
+        account["inference"] = [o for o in tested if modes.inference_applies(o)]
+    return account
+
+
+def mode_lines(account: dict[str, Any]) -> list[str]:
+    """The mode account as run header lines."""
+    lines = []
+    if "grad" in account:
+        grad, only = account["grad"], account["grad_only"]
+        text = f"modes: -grad cases for {len(grad)} overloads (floating dtypes, layouts "
+        text += f"{'/'.join(gradients.GRAD_CASE_LAYOUTS)}; grad_outputs "
+        text += f"{'/'.join(gradients.GRAD_OUTPUT_LAYOUTS)})"
+        if only:
+            text += f", {len(only)} of them decompositions the models call: {', '.join(only)}"
+        lines.append(text)
+        for reason, names in account["no_grad"].items():
+            lines.append(f"modes: no -grad cases, {reason}: {len(names)} ({', '.join(names)})")
+    if "inference" in account:
+        lines.append(
+            f"modes: -inference cases for {len(account['inference'])} in-place/out=/view "
+            "overloads (contiguous, one dtype)"
+        )
+    return lines

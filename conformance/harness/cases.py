@@ -1,0 +1,354 @@
+"""What runs: the run's case list.
+
+The overloads selected (`--ops`, the fallback-only set of `--fallback-ops`, the decompositions the
+models call that get -grad cases only), their dtypes, layouts, paths, value sets and modes as
+case ids (`CaseId`), what `-k` keeps (applied to case ids before items are built) and, with
+`--shard K/N`, this shard's part of them. Built from names alone: samples are only asked whether
+they exist (the coverage account, `harness/accounts.py`, answers from the summary on disk).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from conformance import samples
+from conformance.engine import coverage, discovery, gradients, workloads
+from conformance.engine.backend import Backend
+from conformance.engine.foundations import ORDER as FOUNDATION_ORDER
+from conformance.errors import ConformanceUsageError
+from conformance.harness.modes import ModeAccount
+from conformance.harness.options import ORDINARY, Options
+from conformance.harness.sampling import dtype_name
+from conformance.ops import spec_for
+from conformance.record import TEST_NAME, CaseId
+from conformance.samples import values
+from conformance.samples.summary import SampleSummary
+from conformance.sharding import Partition, digest
+
+
+class CaseList:
+    """The cases of one run (and of this shard), from the options and what the backend
+    registered."""
+
+    def __init__(
+        self,
+        options: Options,
+        backend: Backend,
+        modes: ModeAccount,
+        cache_dir: str | None,
+        keep: Callable[[str], bool] | None,
+        *,
+        keyword: str = "",
+        sharded: bool = True,
+        summary: SampleSummary | None = None,
+    ) -> None:
+        self.options = options
+        self.backend = backend
+        self.modes = modes
+        self.cache_dir = cache_dir
+        # pytest -k as a case-id predicate (None: keep all)
+        self.keep = keep
+        self.keyword = keyword
+        self.summary = summary  # saved once the case list asked what it needed
+        self.registered = discovery.registered_overloads()
+        self.schemaless = discovery.schemaless_registrations()
+        self.has_fallback = discovery.has_backend_fallback()
+        self.excluded = workloads.excluded()  # model-derived overloads left out, and why
+        self.overloads = self.selected_overloads()  # validates --ops early
+        self.fallback_only = self.selected_fallback_overloads()
+        self.fallback_only_set = frozenset(self.fallback_only)
+        self.grad_only = self.selected_grad_only_overloads()
+        # (overload, dtype) pairs without samples (set with the coverage account; None: all have)
+        self.coverage: coverage.Coverage | None = None
+        # --shard: a spawned runner collects every case (its parent chose which ones run)
+        self.shard = options.shard if sharded else None
+        self.partition = self._partition() if sharded else None
+        self._collected: list[CaseId] | None = None
+        self._shard_account: dict[str, Any] | None = None  # set with the collected cases
+
+    def _unregistered_path(self, overload: str) -> str:
+        """The path of an overload this backend registered no kernel for: "fallback" when the
+        boxed fallback serves it, "native" when torch's default (composite) kernel runs on the
+        device (nothing is rerouted)."""
+        kind = discovery.how_reached(overload)
+        return "native" if kind == discovery.DEFAULT_KERNEL else "fallback"
+
+    def kept_by_keyword(self, overloads: list[str], fallback_only: bool) -> list[str]:
+        """The overloads with a case that -k keeps (all without -k): the coverage account
+        builds samples, so a run narrowed by -k only pays for what it runs."""
+        keep = self.keep
+        if keep is None:
+            return list(overloads)
+        return [
+            o
+            for o in overloads
+            if any(
+                keep(str(c))
+                for c in self._cases_of(
+                    o,
+                    self.dtypes(o, fallback_only),
+                    [self._unregistered_path(o)] if fallback_only else list(self.options.paths),
+                    probe=False,
+                )
+            )
+        ]
+
+    def selected_overloads(self) -> list[str]:
+        wanted = self.options.ops
+        if not wanted:
+            return self.registered
+        chosen = [o for o in self.registered if any(fnmatch.fnmatchcase(o, w) for w in wanted)]
+        unknown = [w for w in wanted if not any(fnmatch.fnmatchcase(o, w) for o in self.registered)]
+        if unknown:
+            hint = ", ".join(self.registered[:12]) + (", ..." if len(self.registered) > 12 else "")
+            raise ConformanceUsageError(
+                f"--ops: {', '.join(unknown)} matches no overload registered by "
+                f"{self.backend.module_name} (registered: {hint})"
+            )
+        return chosen
+
+    def fallback_wanted(self) -> list[str]:
+        """--fallback-ops as given, or its default: the model-derived set, none with --ops."""
+        wanted = self.options.fallback_ops
+        if wanted is None:
+            return [] if self.options.ops else ["models"]
+        return wanted
+
+    def selected_fallback_overloads(self) -> list[str]:
+        """--fallback-ops: overloads reached only through the boxed fallback. By default (no
+        --ops) the model-derived set: what the workloads of engine/workloads.py reach through
+        this backend's fallback, less conformance/workloads/excluded.toml."""
+        wanted = self.fallback_wanted()
+        if not wanted or wanted == ["none"]:
+            return []
+        if not self.has_fallback:
+            if self.options.fallback_ops is None:
+                return []  # the default: nothing reaches a fallback that does not exist
+            raise ConformanceUsageError(
+                f"--fallback-ops: {self.backend.module_name} registered no boxed fallback "
+                "for PrivateUse1, so no op reaches cpu_fallback"
+            )
+        if wanted == ["models"]:
+            return [o for o in workloads.model_fallback_overloads() if o not in self.excluded]
+        known = samples.known_bases(self.cache_dir)
+        reachable = discovery.fallback_overloads(known)
+        if wanted == ["all"]:
+            return reachable
+        # a glob also reaches overloads torch's composite kernels serve on this backend
+        # (`_foreach_*`: tested as ops on the device, the "native" path)
+        reachable = discovery.fallback_overloads(
+            known, kinds=(discovery.FALLBACK, discovery.DEFAULT_KERNEL)
+        )
+        chosen = [o for o in reachable if any(fnmatch.fnmatchcase(o, w) for w in wanted)]
+        unknown = [w for w in wanted if not any(fnmatch.fnmatchcase(o, w) for o in reachable)]
+        if unknown:
+            raise ConformanceUsageError(
+                f"--fallback-ops: {', '.join(unknown)} matches no overload that reaches the "
+                f"backend fallback and has OpInfo samples (e.g. {', '.join(reachable[:6])}); "
+                "or pass 'models', 'all' or 'none'"
+            )
+        return chosen
+
+    def selected_grad_only_overloads(self) -> list[str]:
+        """Overloads with -grad cases only: with the model-derived default (and with 'all', a
+        superset of it), what the workloads call that this backend runs as a decomposition
+        (engine/workloads.py)."""
+        if self.options.ops or "grad" not in self.options.modes:
+            return []
+        if self.fallback_wanted() not in (["models"], ["all"]):
+            return []
+        known = set(self.registered) | self.fallback_only_set | set(self.excluded)
+        return [
+            o
+            for o in workloads.model_composite_overloads()
+            if o not in known and self.modes.grad_reason(o, probe=False) is None
+        ]
+
+    def _has_samples(self, overload: str, dtype: torch.dtype) -> bool:
+        return self.coverage is None or not self.coverage.missing(overload, dtype_name(dtype))
+
+    def cases(self) -> list[CaseId]:
+        """The cases to collect, built from names alone, the foundations (foundations.ORDER)
+        first, most primitive first, so that the first failing case of a run names the op that is
+        actually wrong; (overload, dtype) pairs without samples are left out (the run header
+        names them once, see engine/coverage.py)."""
+        paths = [p for p in self.options.paths if p == "native" or self.backend.can_route_fallback]
+        out = []
+        rank = {op: i for i, op in enumerate(FOUNDATION_ORDER)}
+        for overload in sorted(self.overloads, key=lambda o: rank.get(o, len(rank))):
+            routes = [p for p in paths if p == "native" or self.backend.fallback_routable(overload)]
+            out += self._cases_of(overload, self.dtypes(overload, False), routes)
+        for overload in self.fallback_only:
+            path = self._unregistered_path(overload)
+            if path in self.options.paths:
+                out += self._cases_of(overload, self.dtypes(overload, True), [path])
+        layouts = list(self.options.layouts)
+        for overload in self.grad_only:  # as the device runs them: no route of their own
+            out += self._mode_cases(overload, self.dtypes(overload, True), ["native"], layouts)
+        return out
+
+    def collected_cases(self) -> list[CaseId]:
+        """The cases this process builds items for: `cases()` that -k keeps, then this shard's
+        part of them (--shard): computed once."""
+        if self._collected is None:
+            cases = [c for c in self.cases() if self.keep is None or self.keep(str(c))]
+            shard, partition = self.shard, self.partition
+            if shard is not None and partition is not None:
+                ids = [f"{TEST_NAME}[{c}]" for c in cases]
+                mine = [s == shard.index - 1 for s in partition.assign(ids)]
+                self._shard_account = {
+                    "index": shard.index,
+                    "count": shard.count,
+                    "cases": sum(mine),
+                    "total": len(ids),
+                    "balanced_by": partition.describe(),
+                    # fingerprints every shard of one run shares (the report checks them)
+                    "case_list": digest(ids),
+                    "partition": partition.last_digest,
+                }
+                cases = [c for c, keep in zip(cases, mine, strict=True) if keep]
+            self._collected = cases
+            if self.summary is not None:
+                self.summary.save()  # what the mode account asked CPU
+        return self._collected
+
+    def shard_keeps(self, record_ids: list[str]) -> list[bool]:
+        """Which of these (the scenarios) this shard runs; all of them without --shard. Called
+        after the cases were assigned, so the loads of the cases count."""
+        if self.shard is None or self.partition is None:
+            return [True] * len(record_ids)
+        self.collected_cases()
+        return [s == self.shard.index - 1 for s in self.partition.assign(record_ids)]
+
+    def shard_account(self) -> dict[str, Any] | None:
+        """Which shard this run is (run.json `shard`; the report merges shards by it)."""
+        if self.shard is None:
+            return None
+        self.collected_cases()
+        return self._shard_account
+
+    def shard_line(self) -> str | None:
+        """The run header's line about --shard."""
+        account = self.shard_account()
+        if account is None:
+            return None
+        return (
+            f"shard {self.shard}: {account['cases']} of {account['total']} cases, balanced by "
+            f"{account['balanced_by']}; scenarios split alike; coverage and modes below are the "
+            "whole run's"
+        )
+
+    def dtypes(self, overload: str, fallback_only: bool) -> list[torch.dtype]:
+        """The requested dtypes the op's spec allows; for fallback-only overloads also only
+        those its OpInfos support on CPU (others would only be skipped)."""
+        spec = spec_for(overload)
+        dtypes = [d for d in self.options.dtypes if spec.dtypes is None or d in spec.dtypes]
+        if fallback_only and spec.samples is None:
+            from conformance.samples.opinfo import supported_dtypes
+
+            supported = supported_dtypes(overload, self.cache_dir)
+            if supported is not None:
+                dtypes = [d for d in dtypes if dtype_name(d) in supported]
+        return dtypes
+
+    def _cases_of(
+        self, overload: str, dtypes: list[torch.dtype], paths: list[str], probe: bool = True
+    ) -> list:
+        spec = spec_for(overload)
+        layouts = [lo for lo in self.options.layouts if spec.layouts is None or lo in spec.layouts]
+        value_sets = [
+            v
+            for v in self.options.values
+            if v != ORDINARY and (spec.value_sets is None or v in spec.value_sets)
+        ]
+        if not spec.check_values or "contiguous" not in layouts:
+            value_sets = []
+        out = []
+        for dtype in dtypes:
+            if not self._has_samples(overload, dtype):
+                continue
+            name = dtype_name(dtype)
+            if ORDINARY in self.options.values:
+                out += [CaseId(overload, name, lo, p) for lo in layouts for p in paths]
+            for v in value_sets:
+                if values.applies(overload, dtype, v):
+                    out += [CaseId(overload, name, "contiguous", p, v) for p in paths]
+        return out + self._mode_cases(overload, dtypes, paths, layouts, probe)
+
+    def _mode_cases(
+        self,
+        overload: str,
+        dtypes: list[torch.dtype],
+        paths: list[str],
+        layouts: list[str],
+        probe: bool = True,
+    ) -> list[CaseId]:
+        """The -grad and -inference cases of one overload (--modes)."""
+        dtypes = [d for d in dtypes if self._has_samples(overload, d)]
+        out = []
+        if "grad" in self.options.modes and self.modes.grad_reason(overload, probe) is None:
+            allowed = (
+                gradients.DECOMPOSITION_GRAD_DTYPES
+                if overload in self.grad_only
+                else gradients.GRAD_DTYPES
+            )
+            for dtype in (d for d in dtypes if d in allowed):
+                grad_layouts = [lo for lo in layouts if lo in gradients.GRAD_CASE_LAYOUTS]
+                out += [
+                    CaseId(overload, dtype_name(dtype), lo, p, "grad")
+                    for lo in grad_layouts
+                    for p in paths
+                ]
+        if overload in self.grad_only:
+            return out
+        if "inference" in self.options.modes and dtypes and "contiguous" in layouts:
+            if self.modes.inference_applies(overload):
+                name = dtype_name(dtypes[0])
+                out += [CaseId(overload, name, "contiguous", p, "inference") for p in paths]
+        return out
+
+    def selection(self) -> dict[str, Any]:
+        """What the options selected of each dimension of a case id (run.json "selection"): a
+        baseline widens a pattern to `*` only over dimensions the run did not narrow."""
+        o = self.options
+        return {
+            "ops": o.ops,
+            "dtypes": [dtype_name(d) for d in o.dtypes],
+            "layouts": list(o.layouts),
+            "paths": list(o.paths),
+            "values": list(o.values),
+            "modes": list(o.modes),
+            "keyword": self.keyword,
+        }
+
+    def _partition(self) -> Partition | None:
+        """--shard's partition, weighted by --shard-durations when given."""
+        options = self.options
+        if options.shard is None:
+            if options.shard_durations:
+                raise ConformanceUsageError(
+                    "--shard-durations balances shards: give --shard K/N too"
+                )
+            return None
+        if not options.shard_durations:
+            return Partition(options.shard.count)
+        same = options.results and os.path.realpath(options.results) == os.path.realpath(
+            options.shard_durations
+        )
+        if same:
+            raise ConformanceUsageError(
+                f"--shard-durations {options.shard_durations}: that is this run's --results "
+                "folder, which the run clears at its start; give an earlier run's folder (a copy)"
+            )
+        from conformance.report.load import load_durations
+
+        try:
+            durations = load_durations(options.shard_durations)
+        except ConformanceUsageError as exc:
+            raise ConformanceUsageError(f"--shard-durations: {exc}") from None
+        return Partition(options.shard.count, durations, options.shard_durations)

@@ -1,0 +1,110 @@
+"""The run header: what the run tests with what (backend, isolation, the source of every check,
+coverage, modes, expectations), printed by pytest's header hook and kept in run.json."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from conformance.engine.backend import Backend
+from conformance.engine.memory import sources
+from conformance.engine.transfer import RELIES_ON
+
+if TYPE_CHECKING:
+    from conformance.harness.isolation import Plan
+    from conformance.harness.suite import Suite
+
+
+def header_lines(suite: Suite, plan: Plan | None) -> list[str]:
+    """Every header line (also in run.json)."""
+    b = suite.backend
+    caps = ", ".join(b.capabilities()) or "none"
+    files = ", ".join(suite.manifest.files) or "none"
+    lines = [
+        f"backend {b.module_name} ({b.how_loaded}; device '{b.device_type}', allocator "
+        f"{suite.allocator}), torch {torch.__version__}; backend hooks: {caps}",
+        *(f"{name} relies on {how}" for name, how in relies_on(suite).items()),
+    ]
+    if plan is not None:
+        lines.append(plan.describe(suite.options.case_timeout))
+    checks = sources(b, b.memory_counter)
+    checks["fallback path"] = _fallback_source(b)
+    checks["seeding"] = _seeding_source(b)
+    lines.append("checks: " + "; ".join(f"{k}: {v}" for k, v in checks.items()))
+    shard = suite.shard_line()
+    if shard is not None:
+        lines.append(shard)
+    if suite.coverage is not None:
+        lines += suite.coverage.header_lines()
+    lines += suite.mode_lines()
+    lines.append(f"expectations: {files}; results: {suite.options.results or 'off'}")
+    return lines
+
+
+def key_header_lines(suite: Suite, plan: Plan | None) -> list[str]:
+    """The header's key lines (backend, isolation, coverage, expectations): shown under -q
+    too, the first one again in the summary."""
+    b = suite.backend
+    lines = [
+        f"backend {b.module_name} ({b.how_loaded}; device '{b.device_type}', allocator "
+        f"{suite.allocator}), torch {torch.__version__}"
+    ]
+    if plan is not None:
+        lines.append(plan.describe(suite.options.case_timeout))
+    if suite.coverage is not None:
+        lines.append(suite.coverage.header_lines()[0])
+    files = ", ".join(suite.manifest.files) or "none"
+    lines.append(f"expectations: {files}; results: {suite.options.results or 'off'}")
+    return ["conformance: " + line for line in lines]
+
+
+def relies_on(suite: Suite) -> dict[str, str]:
+    """What the verdicts rely on besides the op under test (run header, run.json)."""
+    below = hasattr(torch._C, "_AutoDispatchBelowADInplaceOrView")
+    b = suite.backend
+    memory = [h for h in ("check_memory", "live_blocks") if b.hook(h) is not None]
+    return {
+        "reading and placing": RELIES_ON,
+        "identity": "torch._C._AutoDispatchBelowADInplaceOrView (the kernel's own return)"
+        if below
+        else "nothing: this torch lacks _AutoDispatchBelowADInplaceOrView, check skipped",
+        "error": "error classes from the message (engine/errorclass.py); layout "
+        + (
+            "preconditions compared (--strict-errors)"
+            if suite.options.strict_errors
+            else "preconditions of CPU's kernel: sample not applicable"
+        ),
+        "random ops": "torch.manual_seed before each side: equal draws, else properties "
+        "(Kolmogorov-Smirnov)",
+        "blame": "foundation probes (engine/foundations.py) and torch.profiler for the ops a "
+        "failed sample reaches",
+        "memory": ", ".join(f"backend.{h}" for h in memory) or "nothing (no backend hooks)",
+    }
+
+
+def _fallback_source(b: Backend) -> str:
+    if not b.can_route_fallback:
+        return "registered overloads run natively only (backend has no set_fallback_routes)"
+    proof = (
+        "each routed call proven by fallback_counts"
+        if b.hook("fallback_counts") is not None
+        else "routing not proven (backend has no fallback_counts)"
+    )
+    keep = (
+        "routes set at import kept"
+        if b.hook("get_fallback_routes") is not None
+        else "routes set at import are cleared by the first routed case (backend has no "
+        "get_fallback_routes)"
+    )
+    return f"registered overloads also routed by set_fallback_routes, {proof}, {keep}"
+
+
+def _seeding_source(b: Backend) -> str:
+    name = f"torch.{b.device_type}"
+    if b.device_function("manual_seed_all") and b.device_function("_is_in_bad_fork"):
+        return f"torch.manual_seed seeds the device ({name}.manual_seed_all)"
+    return (
+        f"torch.manual_seed does not seed the device ({name} lacks manual_seed_all or "
+        "_is_in_bad_fork; torch's warning about it is silenced)"
+    )

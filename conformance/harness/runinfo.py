@@ -1,0 +1,58 @@
+"""What run.json says about the run (docs/RESULTS.md): at its start, what it tests with what
+(torch, backend, header, the environment and checkers that make shards of one run, the shard,
+the coverage and mode accounts, the selection); at its end, counts, statuses, accounting,
+findings and what the verdicts relied on."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from conformance.findings import Finding
+from conformance.harness.header import header_lines, relies_on
+from conformance.harness.recorder import now, run_info
+from conformance.record import CaseRecord
+
+if TYPE_CHECKING:
+    from conformance.harness.isolation import Plan
+    from conformance.harness.suite import Suite
+
+
+def start_info(suite: Suite, plan: Plan | None) -> dict[str, Any]:
+    """run.json at the start of the run."""
+    info = run_info(
+        str(torch.__version__), suite.backend_name, suite.backend.device_type, suite.allocator
+    )
+    info["header"] = header_lines(suite, plan)
+    # what makes shards of one run (the report merges those that agree on all of it)
+    info["environment"] = suite.environment()
+    info["checkers"] = suite.checkers()
+    shard = suite.shard_account()
+    if shard is not None:
+        info["shard"] = shard
+    if suite.coverage is not None:
+        info["coverage"] = suite.coverage.to_json()
+    info["modes"] = suite.mode_account()
+    info["selection"] = suite.selection()
+    return info
+
+
+def finish_info(
+    info: dict[str, Any],
+    suite: Suite,
+    stats: dict[str, list],
+    records: list[CaseRecord],
+    accounting: dict[str, int],
+    findings: list[Finding],
+    exitstatus: int,
+) -> None:
+    """run.json at the end of the run (`stats`: pytest's terminal reporter's)."""
+    info["finished"] = now()
+    info["counts"] = dict(Counter({k: len(v) for k, v in stats.items() if k}))
+    info["statuses"] = dict(Counter(r.status.value for r in records))
+    info["accounting"] = accounting
+    info["findings"] = [f.to_json() for f in findings]
+    info["relies_on"] = relies_on(suite)
+    info["exitstatus"] = int(exitstatus)

@@ -1,0 +1,83 @@
+"""The samples of one run's process: built per (overload, dtype, value set) when a case needs
+them, the last `CALLS_KEPT` kept in memory (the cases of one overload run one after another, and
+keeping every overload's would grow with the backend), and what start-up asks about them
+answered from the summary on disk (`samples/summary.py`)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from conformance import samples
+from conformance.engine import coverage
+from conformance.harness.options import MODES
+from conformance.ops import spec_for
+from conformance.samples.summary import SampleSummary
+
+CALLS_KEPT = 64  # (overload, dtype, value set) whose samples one process keeps in memory
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+class RunSamples:
+    """Samples by (overload, dtype, value set), and remembered answers about them."""
+
+    def __init__(self, cache_dir: str | None) -> None:
+        self.cache_dir = cache_dir
+        self._calls: OrderedDict[tuple[str, torch.dtype, str], list] = OrderedDict()
+        self.summary = SampleSummary(cache_dir)
+        # overloads reached only through the boxed fallback get fewer samples (set once the
+        # run's case list chose them)
+        self.fallback_only: frozenset[str] = frozenset()
+
+    def calls(self, overload: str, dtype: torch.dtype, value_set: str = "") -> list:
+        """Samples of (overload, dtype, value set), kept while cases use them (the cases of
+        one overload share them); the modes (grad, inference) run the ordinary samples."""
+        value_set = "" if value_set in MODES else value_set
+        key = (overload, dtype, value_set)
+        if key in self._calls:
+            self._calls.move_to_end(key)
+            return self._calls[key]
+        calls = samples.calls_for(
+            overload, dtype, self.cache_dir, value_set, limit=self.limit(overload)
+        )
+        self._calls[key] = calls
+        if len(self._calls) > CALLS_KEPT:
+            self._calls.popitem(last=False)
+        return calls
+
+    def limit(self, overload: str) -> int:
+        if overload in self.fallback_only:
+            return samples.MAX_FALLBACK_SAMPLES
+        return samples.MAX_OPINFO_SAMPLES
+
+    def count(self, overload: str, dtype: torch.dtype) -> int:
+        """How many ordinary samples (overload, dtype) has (the coverage account), remembered
+        between runs; raises coverage.SampleError when building them fails."""
+
+        def count(overload: str) -> int | str:
+            try:
+                return len(self.calls(overload, dtype))
+            except Exception as exc:  # noqa: BLE001 - remembered, reported by the cases
+                return coverage.describe_error(exc)
+
+        answer = self.remember(overload, dtype, "count", count)
+        if isinstance(answer, str):
+            raise coverage.SampleError(answer)
+        return answer
+
+    def remember(
+        self, overload: str, dtype: torch.dtype, what: str, compute: Callable[[str], Any]
+    ) -> Any:
+        """compute(overload)'s answer about the samples of (overload, dtype), from the summary on
+        disk when their sources are OpInfo's (an op spec's own samples are code: asked every
+        run). The key names what selects the samples: dtype and how many are kept."""
+        if spec_for(overload).samples is not None:
+            return compute(overload)
+        key = f"{overload}|{dtype_name(dtype)}|{self.limit(overload)}|{what}"
+        return self.summary.remember(key, lambda: compute(overload))

@@ -1,0 +1,96 @@
+"""The end-to-end scenarios (`conformance/scenarios`) as records: a scenario's verdict from its
+pytest report, the manifest's expectations of it (`scenario:<name>` patterns: xfail, skip, crash,
+unsupported; strict), and blame: a scenario that needs a kernel the device lacks is blocked by it
+when it is a foundation whose probe failed, else fails as `unsupported` (undeclared)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+import torch
+
+from conformance.engine.foundations import Blame
+from conformance.harness.expectations import scenario_key
+from conformance.harness.nodes import record_id
+from conformance.harness.verdicts import undeclared
+from conformance.record import CaseRecord, Status, missing_kernel
+
+if TYPE_CHECKING:
+    from conformance.harness.suite import Suite
+
+
+def expect_scenario(suite: Suite, item: pytest.Item) -> None:
+    """A manifest entry naming a scenario: xfail (strict: a pass fails with "remove this
+    entry"), skip and crash skip it; unsupported lets it skip when the device lacks a kernel it
+    needs (scenarios/conftest.py)."""
+    entry = suite.scenario_expectation(record_id(item.nodeid))
+    if entry is None:
+        return
+    if entry.status == "xfail":
+        item.add_marker(pytest.mark.xfail(strict=True, reason=entry.describe()))
+    elif entry.status in ("skip", "crash"):
+        item.add_marker(pytest.mark.skip(reason=f"{entry.status}: {entry.describe()}"))
+
+
+def scenario_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) -> CaseRecord:
+    """The result record of an end-to-end scenario (conformance/scenarios)."""
+    message = None
+    if not report.passed:
+        crash = getattr(report.longrepr, "reprcrash", None)
+        message = str(crash.message) if crash is not None else str(report.longrepr)
+        if isinstance(report.longrepr, tuple):  # skipped: (file, line, reason)
+            message = str(report.longrepr[2])
+    record = CaseRecord(
+        id=item.nodeid.split("::", 1)[-1],
+        status=Status.PASSED,
+        op="scenario",
+        overload=item.name,
+        dtype="-",
+        layout="-",
+        path="scenario",
+        check="scenario" if report.failed else None,
+        message=message,
+        repro=suite.repro(item.nodeid, str(item.path)),
+        torch=str(torch.__version__),
+        backend=suite.backend_name,
+        allocator=suite.allocator,
+    )
+    entry = suite.scenario_expectation(record.id)
+    if entry is not None:
+        record.extra.update(expected_by=entry.source, category=entry.category)
+    strict_pass = report.failed and (message or "").startswith("[XPASS(strict)]")
+    if strict_pass or (entry is not None and entry.status == "unsupported" and report.passed):
+        assert entry is not None
+        record.status, record.check = Status.XPASSED, None
+        record.message = (
+            f"unexpected pass: the scenario {record.id} passes now; remove the entry "
+            f"{entry.matching(scenario_key(record.id))!r} from {entry.source}"
+        )
+        report.outcome, report.longrepr = "failed", record.message  # type: ignore[assignment]
+        return record
+    if report.skipped and (message or "").startswith("unsupported"):
+        record.status = Status.UNSUPPORTED
+    try:
+        found = suite.scenario_blame(message or "") if report.failed else Blame()
+    except Exception as exc:  # noqa: BLE001 - blame annotates; the record stays
+        found = Blame()
+        record.extra["blame"] = f"blame could not be computed: {type(exc).__name__}: {exc}"
+    missing = missing_kernel(message) if report.failed else None
+    if missing is not None and found.blocked_by is None:
+        record.check = "unsupported"
+        record.message = undeclared(
+            f"[unsupported] the device has no kernel for {missing}, which this scenario "
+            f"needs ({message})"
+        )
+    probe = found.blocked_by
+    if found.related is not None:
+        record.extra["related_foundation"] = found.related.case
+        record.message = f"{message}\n  might be related: {found.related.describe()} is broken"
+    if probe is not None:  # a scenario reads every result back through _copy_from
+        record.status = Status.BLOCKED
+        record.blocked_by = probe.case
+        record.extra["blocked_by_message"] = f"{probe.what}: {probe.message}"
+        record.extra["blocked_by_probe"] = probe.message
+        record.message = f"[blocked] {probe.headline()}; own failure: {message}"
+    return record

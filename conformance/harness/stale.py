@@ -1,0 +1,69 @@
+"""Manifest entries that no longer say anything: patterns that match no case of the run's full
+matrix (nor any scenario), and `unsupported_dtypes` that no case needed. Judged only when the
+run was not narrowed by --ops/--dtypes/--layouts/--paths; reported at the end of the run."""
+
+from __future__ import annotations
+
+import fnmatch
+
+from conformance.engine.layout_names import LAYOUT_HELP
+from conformance.harness.cases import CaseList
+from conformance.harness.expectations import SCENARIO, Entry, Manifest, scenario_key
+from conformance.harness.options import DEFAULT_DTYPES, PATHS, parse_dtypes
+from conformance.harness.sampling import dtype_name
+from conformance.record import CaseRecord, Status
+
+
+def stale_expectations(
+    manifest: Manifest, cases: CaseList, records: list[CaseRecord], allocator: str
+) -> list[str]:
+    """One line per stale pattern or dtype declaration ([] for a narrowed run)."""
+    o = cases.options
+    narrowed = (
+        o.ops
+        or o.dtypes != parse_dtypes(DEFAULT_DTYPES)
+        or len(o.layouts) < len(LAYOUT_HELP)
+        or len(o.paths) < len(PATHS)
+    )
+    if narrowed:
+        return []
+    all_cases = cases.cases()
+    ids = [str(case) for case in all_cases]
+    paths = {case.path for case in all_cases}  # no fallback path on a backend that cannot route
+    run = set(cases.registered) | set(cases.fallback_only)
+    reachable = set(cases.coverage.fallback_only) if cases.coverage is not None else set()
+
+    def judged(pattern: str) -> bool:
+        """Fallback-only overloads outside this run's set (--fallback-ops) are not run, so
+        their entries cannot be judged, nor patterns of a path this backend has no case of
+        (no boxed fallback, no routing); entries naming any other op can."""
+        parts = pattern.split("-")
+        if len(parts) > 3 and parts[3] in PATHS and parts[3] not in paths:
+            return False
+        op = parts[0]
+        if any(fnmatch.fnmatchcase(r, op) for r in run):
+            return True
+        return not any(fnmatch.fnmatchcase(r, op) for r in reachable)
+
+    scenarios = [scenario_key(r.id) for r in records if r.path == "scenario"]
+
+    def matches_none(entry: Entry, pattern: str) -> bool:
+        if pattern.startswith(SCENARIO):  # judged when the scenarios ran
+            return bool(scenarios) and not any(entry.matching(i) for i in scenarios)
+        return judged(pattern) and not any(fnmatch.fnmatchcase(i, pattern) for i in ids)
+
+    stale = [
+        f"{e.status} entry {p!r} at {e.source} matches no case of the matrix; remove it or "
+        "fix the pattern"
+        for e in manifest.entries
+        if not e.allocator or e.allocator == allocator
+        for p in e.patterns
+        if matches_none(Entry((p,), e.status, e.category, e.reason, e.source), p)
+    ]
+    needed = {r.dtype for r in records if r.status is Status.UNSUPPORTED}
+    stale += [
+        f"unsupported_dtypes {d!r} at {source}: no {d} case was unsupported; remove it"
+        for d, source in manifest.unsupported_dtypes.items()
+        if d not in needed and any(dtype_name(x) == d for x in o.dtypes)
+    ]
+    return stale

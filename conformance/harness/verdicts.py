@@ -1,0 +1,264 @@
+"""Running one case: the engine's outcome turned into a verdict (a pytest outcome and the case's
+`CaseRecord`), with the manifest's expectations applied, blame added after the case's own
+verdict is noted in the run folder, the failure message and its repro line."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import torch
+
+from conformance.engine.compare import Mismatch
+from conformance.engine.runner import CaseOutcome, blame, run_case
+from conformance.harness.nodes import case_of
+from conformance.harness.options import MODES
+from conformance.ops import spec_for
+from conformance.record import CaseId, CaseRecord, Status
+
+if TYPE_CHECKING:
+    from conformance.harness.suite import Suite
+
+RECORD_KEY = pytest.StashKey[CaseRecord]()  # per item: what its case measured
+
+
+def undeclared(unsupported: str) -> str:
+    """The failure message of a case the device lacks where CPU computes, undeclared."""
+    return (
+        f"{unsupported}; not declared: add the kernel, or declare it in the expectations "
+        'manifest (an entry with status = "unsupported", or unsupported_dtypes = [...] for a '
+        "whole dtype; python -m conformance.tools.baseline RESULTS writes them)"
+    )
+
+
+class CaseVerdicts:
+    """Runs the cases of one run (collaborators: the `Suite`'s backend, samples, manifest,
+    foundations, run folder and repro lines)."""
+
+    def __init__(self, suite: Suite) -> None:
+        self.suite = suite
+
+    def run(self, case: CaseId, item: pytest.Item) -> None:
+        """Run the case; leave its result record on `item`; raise pytest outcomes."""
+        nodeid = item.nodeid
+        spec = spec_for(case.overload)
+        try:
+            calls = self.suite.samples.calls(case.overload, getattr(torch, case.dtype), case.values)
+        except Exception as exc:  # the suite's own sample sources broke: not the backend's verdict
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            message = (
+                f"[harness] building the samples of {case.overload} ({case.dtype}) failed: "
+                f"{type(exc).__name__}: {text}\n  repro: {self.suite.repro(nodeid)}"
+            )
+            item.stash[RECORD_KEY] = self.new_record(
+                case, Status.ERROR, nodeid, check="harness", message=message
+            )
+            pytest.fail(message, pytrace=False)
+        route = case.path == "fallback" and case.overload in self.suite.registered
+        outcome = run_case(
+            self.suite.backend,
+            case.overload,
+            spec,
+            calls,
+            case.layout,
+            case.path,
+            route=route,
+            strict_errors=self.suite.options.strict_errors,
+            mode=case.values if case.values in MODES else "",
+        )
+        expected = self.suite.expectation(case)
+        xfail = expected is not None and expected.status == "xfail"
+        if xfail and outcome.failure is not None and not expected.expects(outcome.failure.check):
+            xfail = False  # another failure than the entry expects: a second bug, never excused
+            outcome.failure.message += (
+                f" (the manifest entry {expected.matching(str(case))!r} at {expected.source} "
+                f"expects a [{'/'.join(expected.checks)}] failure: this is another one)"
+            )
+        declared = self.suite.declared_unsupported(case, expected)
+        if outcome.unsupported and outcome.failure is None and not xfail and not declared:
+            if outcome.unsupported_cpu_computes:  # the device lacks what CPU has: a verdict
+                outcome.failure = Mismatch("unsupported", undeclared(outcome.unsupported))
+        if outcome.failure is not None or outcome.unsupported:
+            self._diagnose(case, outcome, nodeid, xfail)
+        record = self._record(case, outcome, nodeid)
+        if expected is not None and expected.status in ("xfail", "unsupported"):
+            record.extra.update(expected_by=expected.source, category=expected.category)
+        elif declared and outcome.unsupported:
+            record.extra.update(unsupported_dtype=declared, category="unsupported")
+        item.stash[RECORD_KEY] = record
+        if outcome.skip_reason:
+            pytest.skip(outcome.skip_reason)
+        if outcome.failure is not None or (outcome.unsupported and xfail):
+            message = self.failure_message(case, outcome, nodeid)
+            if self.suite.options.repro_dir and outcome.failed_call is not None:
+                script = self._write_repro(case, outcome, route)
+                message += f"\n  repro script: python {script}"
+                record.message = message
+            if xfail:
+                assert expected is not None
+                pytest.xfail(f"{expected.describe()} -- {message.splitlines()[0]}")
+            if outcome.blocked_by is not None:
+                record.status = Status.BLOCKED
+            elif outcome.failure is not None and outcome.failure.check == "harness":
+                record.status = Status.ERROR  # the suite broke, not a verdict on the backend
+            pytest.fail(message, pytrace=False)
+        strict = expected is not None and expected.status == "unsupported" and outcome.samples
+        if xfail or (strict and not outcome.unsupported):
+            assert expected is not None
+            record.status = Status.XPASSED
+            pattern = expected.matching(str(case))
+            one = len(expected.patterns) == 1
+            what = "this entry" if one else "this entry's pattern"
+            whole = "" if one else " (the whole entry once none of its cases fails)"
+            record.message = (
+                f"unexpected pass: the case {case} passes now; remove {what} ({pattern!r}) "
+                f"from {expected.source}{whole}"
+            )
+            pytest.fail(record.message, pytrace=False)
+        if outcome.unsupported:
+            record.status = Status.UNSUPPORTED
+            pytest.skip(f"unsupported: {outcome.unsupported}")
+        if outcome.torch_bugs:
+            record.status = Status.TORCH_BUG
+
+    def _diagnose(self, case: CaseId, outcome: CaseOutcome, nodeid: str, xfail: bool) -> None:
+        """Blame a failed case on a broken foundation. The case's own verdict is noted in the
+        run folder first: if the diagnostics crash this process, the verdict stands (the
+        runner's owner reads the note); if they raise, it stands too, with a note why."""
+        if self.suite.run_dir is not None:
+            own = self._record(case, outcome, nodeid)
+            failed = outcome.failure is not None
+            harness = failed and outcome.failure.check == "harness"
+            own.status = (
+                Status.XFAILED
+                if xfail
+                else Status.ERROR
+                if harness
+                else Status.FAILED
+                if failed
+                else Status.UNSUPPORTED
+            )
+            self.suite.run_dir.write_verdict(nodeid, own, own.message or "")
+        try:
+            found = blame(outcome, self.suite.foundations, case.layout)
+            outcome.blocked_by, outcome.related = found.blocked_by, found.related
+        except Exception as exc:  # noqa: BLE001 - blame annotates, it never replaces a verdict
+            outcome.blame_error = f"{type(exc).__name__}: {str(exc).strip()[:200]}"
+
+    def _write_repro(self, case: CaseId, outcome: CaseOutcome, routed: bool) -> str:
+        from conformance.engine.repro import write_repro
+
+        failure = outcome.failure
+        return write_repro(
+            self.suite.options.repro_dir,
+            str(case),
+            outcome.failed_call,
+            backend=self.suite.backend_name,
+            headline=f"[{failure.check}] {failure.message}",
+            routed=routed,
+            env_prefix=self.suite.repro_lines.env_prefix(),
+            spec=spec_for(case.overload),
+            has_check_memory=self.suite.backend.hook("check_memory") is not None,
+        )
+
+    def failure_message(self, case: CaseId, outcome: CaseOutcome, nodeid: str) -> str:
+        failure = outcome.failure
+        if failure is not None:
+            lines = [f"[{failure.check}] {failure.message}"]
+        else:
+            lines = [f"[unsupported] {outcome.unsupported}"]
+        if outcome.blocked_by is not None:
+            lines = [f"[blocked] {outcome.blocked_by.headline()}", f"  own failure: {lines[0]}"]
+        elif outcome.related is not None:
+            lines.append(
+                f"  might be related: {outcome.related.describe()} is broken (not blocking: "
+                "this sample shows no use of that part)"
+            )
+        if outcome.failed_sample:
+            lines.append(
+                f"  sample: {outcome.failed_sample} (layout {case.layout}, path "
+                f"{case.path}, allocator {self.suite.allocator})"
+            )
+        lines.append(f"  repro: {self.suite.repro(nodeid)}")
+        return "\n".join(lines)
+
+    def _record(self, case: CaseId, outcome: CaseOutcome, nodeid: str) -> CaseRecord:
+        """The case's result record; its status is set from pytest's outcome when logged
+        (or here, for the statuses pytest has no outcome for: see session._DECIDED)."""
+        failure = outcome.failure
+        if failure is not None or outcome.unsupported:
+            message: str | None = self.failure_message(case, outcome, nodeid)
+        elif outcome.torch_bugs:
+            more = len(outcome.torch_bugs) - 1
+            message = f"[torch-bug] {outcome.torch_bugs[0]}" + (
+                f" (+{more} more samples)" if more else ""
+            )
+        elif outcome.errors_only:
+            message = (
+                f"error parity only: cpu raised on all {outcome.samples} samples and the device "
+                "raised errors of the same class"
+            )
+        else:
+            message = outcome.skip_reason
+        record = self.new_record(
+            case,
+            Status.PASSED,
+            nodeid,
+            check=failure.check if failure else ("unsupported" if outcome.unsupported else None),
+            max_abs_err=outcome.stats.max_abs if outcome.samples else None,
+            max_rel_err=outcome.stats.max_rel if outcome.samples else None,
+            samples=outcome.samples,
+            message=message,
+        )
+        if outcome.blocked_by is not None:
+            record.blocked_by = outcome.blocked_by.case
+            record.extra["blocked_by_message"] = (
+                f"{outcome.blocked_by.what}: {outcome.blocked_by.message}"
+            )
+            record.extra["blocked_by_probe"] = outcome.blocked_by.message
+        elif outcome.related is not None:
+            record.extra["related_foundation"] = outcome.related.case
+        if outcome.errors_only:
+            record.extra["errors_only"] = True
+        if outcome.blame_error:
+            record.extra["blame"] = f"blame could not be computed: {outcome.blame_error}"
+        return record
+
+    def new_record(self, case: CaseId, status: Status, nodeid: str, **values: Any) -> CaseRecord:
+        """A record of this run (torch, backend, allocator, repro filled in) for `case`."""
+        return CaseRecord.for_case(
+            case,
+            status,
+            torch=str(torch.__version__),
+            backend=self.suite.backend_name,
+            allocator=self.suite.allocator,
+            repro=self.suite.repro(nodeid),
+            **values,
+        )
+
+
+def reported_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) -> CaseRecord:
+    """The record a case's setup/call report carries: the one the case left on its item, or,
+    when the suite broke before deciding, an `error` one, or, when a manifest entry skipped it
+    before it ran, a `skipped` one naming the entry."""
+    case = case_of(item)
+    assert case is not None
+    record = item.stash.get(RECORD_KEY, None)
+    if record is not None:
+        return record
+    if report.failed:  # the suite itself broke before deciding
+        message = _first_line(report.longrepr)
+        return suite.new_record(case, Status.ERROR, item.nodeid, check="harness", message=message)
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else None
+    record = suite.new_record(case, Status.SKIPPED, item.nodeid, message=reason)
+    entry = suite.expectation(case)
+    if entry is not None:
+        record.extra.update(expected_by=entry.source, category=entry.category)
+    return record
+
+
+def _first_line(longrepr: Any) -> str:
+    text = str(longrepr or "").strip()
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("E ")]
+    return (errors[0][1:].strip() if errors else lines[-1] if lines else "")[:500]
