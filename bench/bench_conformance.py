@@ -134,7 +134,7 @@ def overhead(backend: str, rounds: int) -> None:
     from conformance.engine.discovery import resolve
     from conformance.engine.layouts import LAYOUTS
     from conformance.engine.placing import PlacedCall
-    from conformance.engine.runner import _placed, run_case
+    from conformance.engine.runner import placed_calls, run_case
     from conformance.ops import spec_for
     from conformance.samples import calls_for
 
@@ -156,7 +156,7 @@ def overhead(backend: str, rounds: int) -> None:
         n = 0
         for layout in LAYOUTS:
             t0 = time.perf_counter()
-            for placed in _placed(calls, layout, op._schema, ()):
+            for placed in placed_calls(calls, layout, op._schema, ()):
                 cpu, d = placed.materialize("cpu"), placed.materialize(dev)
                 t2 = time.perf_counter()
                 expected = op(*cpu.args, **cpu.kwargs)
@@ -188,7 +188,7 @@ def overhead(backend: str, rounds: int) -> None:
     )
     timer = PhaseTimer()
     timer.wrap(PlacedCall, "materialize", "placing inputs (materialize)")
-    timer.wrap(runner, "_placed", "choosing placements (per case)")
+    timer.wrap(runner, "placed_calls", "choosing placements (per case)")
     timer.wrap(runner, "invoke", "the op on CPU and device (invoke)")
     timer.wrap(consistency, "layout_free", "CPU on contiguous copies (layout-free reference)")
     timer.wrap(consistency, "disagreement", "comparing CPU with itself")

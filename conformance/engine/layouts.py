@@ -55,7 +55,14 @@ class Placement:
 
 
 def _contiguous_strides(size: tuple[int, ...]) -> tuple[int, ...]:
-    return torch.empty(size, device="meta").stride()
+    """The strides torch gives a contiguous tensor of `size` (a dim of size 0 or 1 counts as 1),
+    computed without making a tensor (placing is on every sample's path)."""
+    strides = []
+    step = 1
+    for n in reversed(size):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
 
 
 def _gap_buffer(n: int, like: torch.Tensor) -> torch.Tensor:

@@ -77,19 +77,23 @@ def run_case(
     strict_errors: bool = False,
     foundations: Foundations | None = None,
     mode: str = "",
+    placements: list[PlacedCall] | None = None,
 ) -> CaseOutcome:
     """Run every sample of the case; stop at the first failed check.
 
     path 'fallback' with route=True routes a natively registered overload through
     cpu_fallback with the backend's switch; route=False: the overload has no kernel and
     reaches the fallback by itself. `mode`: "grad" compares gradients (`gradients.py`),
-    "inference" runs the samples on inference tensors inside `torch.inference_mode()`."""
+    "inference" runs the samples on inference tensors inside `torch.inference_mode()`.
+    `placements`: `placed_calls(calls, layout, ...)` computed earlier (the cases of one overload,
+    dtype and layout share their placements and what depends on them alone)."""
     op = resolve(overload)
     outcome = CaseOutcome()
-    placed_calls = _placed(calls, layout, op._schema, spec.written_args, resize=mode != "grad")
+    if placements is None:
+        placements = placed_calls(calls, layout, op._schema, spec.written_args, mode != "grad")
     if mode == "grad":
-        placed_calls = placed_calls[: gradients.MAX_GRAD_SAMPLES]
-    if not placed_calls:
+        placements = placements[: gradients.MAX_GRAD_SAMPLES]
+    if not placements:
         outcome.skip_reason = (
             f"no sample of {overload} has an input that the '{layout}' layout applies to"
             if calls
@@ -115,7 +119,7 @@ def run_case(
     outcome.context = ctx
     watch = memory.MemoryWatch(backend)
     values_compared = 0
-    for placed in placed_calls:
+    for placed in placements:
         failure, compared = None, False
         try:
             if mode == "grad":
@@ -228,9 +232,11 @@ def _ops_called(ctx: RunContext, placed: PlacedCall) -> set[str]:
     return {e.name.removeprefix("aten::") for e in prof.function_events}
 
 
-def _placed(
+def placed_calls(
     calls: list[Call], layout: str, schema, written: tuple[str, ...], resize: bool = True
 ) -> list[PlacedCall]:
+    """The samples placed in `layout` (those it changes; on the contiguous layout also an out=
+    resized from empty, unless `resize` is off: the -grad cases)."""
     out = []
     has_out = any(
         a.alias_info is not None and a.alias_info.is_write and a.kwarg_only
@@ -270,7 +276,12 @@ def _run_sample(ctx: RunContext, placed: PlacedCall, stats: ErrorStats) -> tuple
         expected = invoke(reference, cpu, ctx.nondeterministic)
     free = None
     if placed.layout != "contiguous" and not ctx.nondeterministic:
-        free = consistency.layout_free(ctx.op, spec, placed, reference, expected)
+        # the same for every case that shares this placement (the paths, the modes)
+        if "layout_free" not in placed.memo:
+            placed.memo["layout_free"] = consistency.layout_free(
+                ctx.op, spec, placed, reference, expected
+            )
+        free = placed.memo["layout_free"]
     bug = consistency.disagreement(spec, cpu, expected, free) if free is not None else None
     count_before = backend.fallback_count(ctx.overload)
     with backend.routed_through_fallback(ctx.route), mode():

@@ -13,11 +13,16 @@ import torch
 
 from conformance import samples
 from conformance.engine import coverage
+from conformance.engine.discovery import resolve
+from conformance.engine.placing import PlacedCall
+from conformance.engine.runner import placed_calls
 from conformance.harness.options import MODES
 from conformance.ops import spec_for
 from conformance.samples.summary import SampleSummary
 
 CALLS_KEPT = 64  # (overload, dtype, value set) whose samples one process keeps in memory
+PLACED_KEPT = 32  # (overload, dtype, value set, layout, resize) placements kept (cases of one
+# overload, dtype and layout run one after another: the paths and modes share them)
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -30,6 +35,7 @@ class RunSamples:
     def __init__(self, cache_dir: str | None) -> None:
         self.cache_dir = cache_dir
         self._calls: OrderedDict[tuple[str, torch.dtype, str], list] = OrderedDict()
+        self._placed: OrderedDict[tuple[Any, ...], list[PlacedCall]] = OrderedDict()
         self.summary = SampleSummary(cache_dir)
         # overloads reached only through the boxed fallback get fewer samples (set once the
         # run's case list chose them)
@@ -50,6 +56,25 @@ class RunSamples:
         if len(self._calls) > CALLS_KEPT:
             self._calls.popitem(last=False)
         return calls
+
+    def placed(
+        self, overload: str, dtype: torch.dtype, value_set: str, layout: str, resize: bool
+    ) -> list[PlacedCall]:
+        """The samples of (overload, dtype, value set) placed in `layout`, computed once for
+        every case that shares them (native and fallback paths, -inference): the layout-free
+        CPU reference is remembered on them too (`PlacedCall.memo`)."""
+        value_set = "" if value_set in MODES else value_set
+        key = (overload, dtype, value_set, layout, resize)
+        if key in self._placed:
+            self._placed.move_to_end(key)
+            return self._placed[key]
+        schema = resolve(overload)._schema
+        calls = self.calls(overload, dtype, value_set)
+        found = placed_calls(calls, layout, schema, spec_for(overload).written_args, resize)
+        self._placed[key] = found
+        if len(self._placed) > PLACED_KEPT:
+            self._placed.popitem(last=False)
+        return found
 
     def limit(self, overload: str) -> int:
         if overload in self.fallback_only:

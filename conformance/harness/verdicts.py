@@ -43,7 +43,10 @@ class CaseVerdicts:
         nodeid = item.nodeid
         spec = spec_for(case.overload)
         try:
-            calls = self.suite.samples.calls(case.overload, getattr(torch, case.dtype), case.values)
+            dtype, samples = getattr(torch, case.dtype), self.suite.samples
+            calls = samples.calls(case.overload, dtype, case.values)
+            resize = case.values != "grad"  # -grad cases place no resized out=
+            placements = samples.placed(case.overload, dtype, case.values, case.layout, resize)
         except Exception as exc:  # the suite's own sample sources broke: not the backend's verdict
             text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             message = (
@@ -65,6 +68,7 @@ class CaseVerdicts:
             route=route,
             strict_errors=self.suite.options.strict_errors,
             mode=case.values if case.values in MODES else "",
+            placements=placements,
         )
         expected = self.suite.expectation(case)
         xfail = expected is not None and expected.status == "xfail"
