@@ -47,3 +47,12 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("actionlint")
+
+
+@nox.session(python=PYTHON)
+def power(session: nox.Session) -> None:
+    """The power table: graded faults planted in echo_npu, the smallest each check catches
+    (conformance/tools/power.py); fails below a target. `-- --write docs/POWER.md` republishes."""
+    install_and_build(session, MATRIX.cell(""))
+    session.chdir(ROOT)
+    session.run("python", "-m", "conformance.tools.power", "--check", *session.posargs)

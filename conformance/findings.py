@@ -196,6 +196,9 @@ def finding_key(record: Mapping[str, Any]) -> FindingKey:
     if crash:  # keyed by class and culprit: glibc's words, pids and addresses vary
         culprit = _culprit_op(record)
         message = f"memory corrupted by {culprit}" if culprit else ""
+        after = _text(record.get("crashes_after"))
+        if after and not culprit:  # needs another case first, no corruption shown: its own
+            message = f"crashes only after {blocking_op(after)} ran in the process"
         culprit = culprit or op_name(record)  # no other case to blame: its own crash
     return FindingKey(
         check=_text(record.get("check")) or ("crash" if crash else ""),

@@ -45,9 +45,18 @@ class Status(str, Enum):
 
 #: Every status, worst first: a grid cell or group shows the worst status of its cases.
 STATUS_ORDER: tuple[Status, ...] = tuple(Status)
-#: Statuses that need attention (listed first in reports, fail a bisect probe).
+#: Statuses that need attention (listed first in reports, fail a bisect probe and
+#: `--fail-on-failures`): a case that never ran is never a pass.
 FAILING: frozenset[Status] = frozenset(
-    {Status.CRASHED, Status.HUNG, Status.ERROR, Status.FAILED, Status.BLOCKED, Status.XPASSED}
+    {
+        Status.CRASHED,
+        Status.HUNG,
+        Status.ERROR,
+        Status.NOT_RUN,
+        Status.FAILED,
+        Status.BLOCKED,
+        Status.XPASSED,
+    }
 )
 _RANK = MappingProxyType({s: i for i, s in enumerate(STATUS_ORDER)})
 #: the overloads the harness and cpu_fallback are built on, most primitive first (their cases

@@ -12,13 +12,16 @@ case fails on its own and names the broken foundation it might be related to.
 from __future__ import annotations
 
 import contextlib
+import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
+from torch.utils._pytree import tree_flatten
 
-from conformance.engine import checks, consistency, gradients, memory, oracles
+from conformance.engine import checks, consistency, gradients, memory, oracles, parametric
 from conformance.engine.backend import Backend
 from conformance.engine.calls import Call
 from conformance.engine.checks import NotApplicable, Outcome, Unsupported, invoke, version
@@ -166,6 +169,11 @@ def run_case(
             outcome.failed_call = placed
             break
         outcome.samples += compared
+    if outcome.failure is None and nondeterministic and layout == "contiguous" and not mode:
+        problem = _parametric(ctx, calls)
+        if problem is not None:
+            outcome.failure = Mismatch("values", f"random draws: {problem}")
+            outcome.failed_sample = f"{overload}: one draw of {parametric.DRAWS} values"
     if outcome.failure is None:
         try:
             watch.check_leaks(overload)
@@ -230,6 +238,91 @@ def _ops_called(ctx: RunContext, placed: PlacedCall) -> set[str]:
                 with ctx.backend.routed_through_fallback(ctx.route), mode_context(ctx.mode)():
                     invoke(ctx.op, dev, seeded=ctx.nondeterministic)
     return {e.name.removeprefix("aten::") for e in prof.function_events}
+
+
+def _parametric(ctx: RunContext, calls: list[Call]) -> str | None:
+    """The large draw of a random op with known parameters (engine/parametric.py), on the
+    case's path."""
+
+    def on_device(draw: Callable[[], Any]) -> Any:
+        with ctx.backend.routed_through_fallback(ctx.route), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                return draw()
+            except Exception:  # noqa: BLE001 - the samples judged the device's errors
+                return None
+
+    return parametric.check(ctx.op, ctx.overload, calls, ctx.backend.device, on_device)
+
+
+def _unstable_reference(
+    ctx: RunContext, placed: PlacedCall, cpu: Materialized, expected: Outcome
+) -> str | None:
+    """Why CPU's reference cannot judge this sample, if a second run of it on the same fresh
+    inputs gives another result (a kernel that reads uninitialised memory: the verdict would
+    flip from run to run between failed and torch-bug); None when both runs agree. Asked only
+    for a sample that failed or disagreed with itself, so a passing run never pays."""
+    if ctx.nondeterministic:
+        return None
+    reference = ctx.spec.reference or ctx.op
+    again_args = placed.materialize("cpu")
+    again = invoke(reference, again_args, False)
+    first = _observed(expected, cpu)
+    second = _observed(again, again_args)
+    difference = _first_difference(first, second, _compared_values(ctx.spec, expected))
+    if difference is None:
+        return None
+    return (
+        f"cpu's reference is nondeterministic: two runs of the same sample on the same inputs "
+        f"differ ({difference}); nothing to judge the device against (does cpu's kernel read "
+        "uninitialised memory?)"
+    )
+
+
+def _observed(outcome: Outcome, m: Materialized) -> list[Any]:
+    """What a CPU run produced: the exception type, or the result's and written args' tensors."""
+    if outcome.exc is not None:
+        return [type(outcome.exc).__name__]
+    leaves, _ = tree_flatten(outcome.result)
+    return leaves + [view for leaf, _, view in m.bases if leaf.written]
+
+
+def _compared_values(spec: OpSpec, outcome: Outcome) -> Callable[[int], bool]:
+    """Which of `_observed`'s values the checks compare element by element (the rest, such as
+    uninitialised memory, only by metadata): a reference may differ there from run to run."""
+    outputs = len(tree_flatten(outcome.result)[0]) if outcome.exc is None else 0
+
+    def compared(i: int) -> bool:
+        if not spec.check_values:
+            return False
+        if i >= outputs:
+            return True  # a written argument
+        if i in spec.metadata_only_outputs:
+            return False
+        return spec.compared_outputs is None or i in spec.compared_outputs
+
+    return compared
+
+
+def _first_difference(
+    a: list[Any], b: list[Any], compared: Callable[[int], bool] = lambda i: True
+) -> str | None:
+    if len(a) != len(b):
+        return f"{len(a)} values, then {len(b)}"
+    for i, (x, y) in enumerate(zip(a, b, strict=True)):
+        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+            if x.shape != y.shape or x.dtype != y.dtype:
+                return f"value {i}: {x.dtype}{list(x.shape)}, then {y.dtype}{list(y.shape)}"
+            if x.is_quantized or x.layout != torch.strided or x.numel() == 0 or not compared(i):
+                continue
+            same = x == y
+            if x.is_floating_point() or x.is_complex():
+                same |= x.isnan() & y.isnan()
+            if not bool(same.all()):
+                return f"value {i}: {int((~same).sum())} of {x.numel()} elements"
+        elif x != y and not (isinstance(x, float) and math.isnan(x) and math.isnan(y)):
+            return f"value {i}: {x!r}, then {y!r}"
+    return None
 
 
 def placed_calls(
@@ -311,9 +404,20 @@ def _run_sample(ctx: RunContext, placed: PlacedCall, stats: ErrorStats) -> tuple
         )
 
     if bug is None:
-        checks.run_checks(sample(cpu, expected))
+        try:
+            checks.run_checks(sample(cpu, expected))
+        except Unsupported:
+            raise
+        except Mismatch:
+            unstable = _unstable_reference(ctx, placed, cpu, expected)
+            if unstable is None:
+                raise
+            return False, unstable
         return expected.exc is not None or actual.exc is not None, None
     assert free is not None
+    unstable = _unstable_reference(ctx, placed, cpu, expected)
+    if unstable is not None:  # CPU disagrees with itself on the same layout: no layout bug
+        return False, unstable
     fixed = placed.materialize("cpu")
     fixed_expected = invoke(reference, fixed, ctx.nondeterministic)
     consistency.adopt(fixed, fixed_expected, free)

@@ -8,11 +8,18 @@ had run other cases first, the search replays in fresh runners (`runners.py`, `r
 1. the crashed case alone: if it crashes, the crash is its own;
 2. the last `WINDOW` cases the runner ran, then the crashed case: if nothing crashes, the crash
    is not reproduced (no culprit named);
-3. a bisection of that window: the culprit is the case C such that replaying from C crashes
-   and replaying from the case after C does not.
+3. a bisection of that window: the suspect is the case C such that replaying from C crashes
+   and replaying from the case after C does not;
+4. confirmation: C alone, then a heap exercise (every small size class allocated and freed,
+   then the heap consolidated: `runners.exercise_heap`) in a fresh runner; else C alone under
+   glibc's malloc checking (libc_malloc_debug, MALLOC_CHECK_=3, in a spawned runner). If either
+   dies, C corrupted memory: "memory corrupted by C". Otherwise the crash needs C to have run
+   first but nothing shows C damaged memory (C may leave state, a workspace or a pool, that the
+   crashed case trips on): "crashes only after C ran in this process", and the crash stays the
+   crashed case's own.
 
 A replay counts as crashing wherever it dies (heap damage is often noticed before the crashed
-case is reached). Each search costs at most 2 + log2(WINDOW) replays; `--culprit-search N` caps
+case is reached). Each search costs at most 4 + log2(WINDOW) replays; `--culprit-search N` caps
 the searches per scheduling process (0: off).
 """
 
@@ -24,6 +31,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from conformance.harness.runners import HEAP_EXERCISE
+
 if TYPE_CHECKING:
     from conformance.harness.isolation import IsolatedRunner
 
@@ -32,10 +41,12 @@ WINDOW = 64  # cases replayed before the crashed one (heap damage is usually not
 
 @dataclass(frozen=True)
 class Culprit:
-    """What the search found: the culprit's case id (None: no culprit named) and how."""
+    """What the search found: the culprit's case id (None: no culprit named: none, or one not
+    confirmed to corrupt memory, then `after` names it) and how."""
 
     case: str | None
     summary: str
+    after: str | None = None  # the crash needs this case to run first; no corruption shown
 
 
 def case_label(item: pytest.Item) -> str:
@@ -51,6 +62,7 @@ class CulpritSearch:
         self.runner = runner
         self.searches = 0
         self.replays = 0
+        self._ids = {item.nodeid for item in runner.session.items}
 
     def search(self, item: pytest.Item, history: list[pytest.Item]) -> Culprit | None:
         """The culprit of `item`'s crash, given the cases its runner ran before it."""
@@ -77,22 +89,43 @@ class CulpritSearch:
                 lo = mid
             else:
                 hi = mid
-        culprit = case_label(window[lo])
+        suspect = case_label(window[lo])
+        how = (
+            f"the crash reproduces when {suspect} ran before it and not without it "
+            f"({replays} replays in fresh runners of the last {len(window)} case(s))"
+        )
+        evidence = self._corrupts(window[lo])
+        if evidence is not None:
+            return Culprit(suspect, f"{how}; {evidence}")
         return Culprit(
-            culprit,
-            f"the crash reproduces when {culprit} ran before it and not without it "
-            f"({replays} replays in fresh runners of the last {len(window)} case(s))",
+            None,
+            f"{how}; not confirmed: {suspect} alone, then a heap exercise, does not crash, nor "
+            "under glibc's malloc checking",
+            after=suspect,
         )
 
-    def _crashes(self, items: list[pytest.Item]) -> bool:
-        """Whether a fresh runner dies while running `items` in order (a hang: no)."""
+    def _corrupts(self, suspect: pytest.Item) -> str | None:
+        """How `suspect` is shown to corrupt memory, or None."""
+        if self._crashes([suspect], exercise=True):
+            return "confirmed: it alone, then a heap exercise, crashes"
+        preload = _malloc_debug()
+        if preload and self._crashes([suspect], exercise=True, env=preload):
+            return "confirmed: it alone crashes under glibc's malloc checking"
+        return None
+
+    def _crashes(
+        self, items: list[pytest.Item], exercise: bool = False, env: dict[str, str] | None = None
+    ) -> bool:
+        """Whether a fresh runner dies while running `items` in order (then the heap exercise,
+        if asked; `env`: in a spawned runner with these variables). A hang: no."""
         self.replays += 1
         limit = self.runner.run.suite.options.case_timeout or None
-        process = self.runner.start(replay=True)
+        process = self.runner.start(replay=True, env=env)
+        ids = [item.nodeid for item in items] + ([HEAP_EXERCISE] if exercise else [])
         try:
-            for i, item in enumerate(items):
-                following = items[i + 1].nodeid if i + 1 < len(items) else None
-                if not process.send(item.nodeid, following):
+            for i, nodeid in enumerate(ids):
+                following = ids[i + 1] if i + 1 < len(ids) and ids[i + 1] in self._ids else None
+                if not process.send(nodeid, following):
                     break
                 message = process.receive(limit)
                 while message is not None and message[0] != "finish":
@@ -105,3 +138,16 @@ class CulpritSearch:
             return False
         status = process.close()
         return os.WIFSIGNALED(status) or (os.WIFEXITED(status) and os.WEXITSTATUS(status) != 0)
+
+
+def _malloc_debug() -> dict[str, str] | None:
+    """The environment of glibc's malloc checking (None where this glibc has no
+    libc_malloc_debug), added to whatever is already preloaded."""
+    from conformance.tools.launch import LaunchError, malloc_debug_library
+
+    try:
+        library = malloc_debug_library()
+    except LaunchError:
+        return None
+    preload = " ".join(p for p in (os.environ.get("LD_PRELOAD", ""), library) if p)
+    return {"LD_PRELOAD": preload, "MALLOC_CHECK_": "3"}

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from conformance.engine import parametric
 from conformance.engine.backend import Backend
 from conformance.engine.memory import sources
 from conformance.engine.transfer import RELIES_ON
@@ -76,7 +77,9 @@ def relies_on(suite: Suite) -> dict[str, str]:
             else "preconditions of CPU's kernel: sample not applicable"
         ),
         "random ops": "torch.manual_seed before each side: equal draws, else properties "
-        "(Kolmogorov-Smirnov)",
+        "(Kolmogorov-Smirnov); where the parameters are known, one draw of "
+        f"{parametric.DRAWS} values against them (engine/parametric.py: catches bernoulli p "
+        "+-0.02, normal std +-3 %, mean +-0.05 sigma; docs/POWER.md)",
         "blame": "foundation probes (engine/foundations.py) and torch.profiler for the ops a "
         "failed sample reaches",
         "memory": ", ".join(f"backend.{h}" for h in memory) or "nothing (no backend hooks)",

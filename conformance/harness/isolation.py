@@ -162,7 +162,8 @@ class IsolatedRunner:
         self.cases = 0  # cases the current runner ran
         self.culprits = CulpritSearch(self)
 
-    def start(self, *, replay: bool = False) -> RunnerProcess:
+    def start(self, *, replay: bool = False, env: dict[str, str] | None = None) -> RunnerProcess:
+        """A runner in the plan's mode; `env` (extra variables) makes it a spawned one."""
         run = self.run
         if run.plan.mode == "fork" and _initialised(run.suite.backend):
             run.switch_to_spawn(
@@ -176,9 +177,10 @@ class IsolatedRunner:
         return RunnerProcess(
             self.session.config,
             self.session.items,
-            run.plan.mode,
+            "spawn" if env else run.plan.mode,
             replay=replay,
             on_fork=forked,
+            env=env,
         )
 
     def close(self) -> None:
@@ -298,6 +300,12 @@ def _report_crash(
             f"{case_label(item)}: {what}"
         )
         extra["culprit"] = culprit.case
+    elif culprit is not None and culprit.after is not None:
+        message = (
+            f"[crash] crashes only after {culprit.after} ran in this process (not shown to "
+            f"corrupt memory: it may leave state that {case_label(item)} trips on): {what}"
+        )
+        extra["crashes_after"] = culprit.after
     else:
         message = f"[crash] {what}"
     if culprit is not None:

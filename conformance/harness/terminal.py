@@ -222,7 +222,7 @@ def _not_failures(tr, records: list[dict[str, Any]]) -> None:
     unsupported = unsupported_by_op(records)
     if unsupported:
         tr.write_line(
-            "unsupported, declared by the manifest (or CPU raises too): "
+            "unsupported, declared by the manifest: "
             f"{sum(unsupported.values())} case(s) in {_by_op(unsupported)}"
         )
     bugs = Counter(

@@ -71,17 +71,23 @@ class CaseVerdicts:
             placements=placements,
         )
         expected = self.suite.expectation(case)
+        declared = self.suite.declared_unsupported(case, expected)
+        if outcome.unsupported and outcome.failure is None and not declared:
+            # the device lacks what CPU has (a result, or on an error-input sample CPU's error:
+            # error parity), and the manifest does not say so: a verdict, never a skip
+            text = outcome.unsupported
+            if not outcome.unsupported_cpu_computes:
+                text += " (error parity: the device's 'not implemented' is not cpu's error)"
+            outcome.failure = Mismatch("unsupported", undeclared(text))
         xfail = expected is not None and expected.status == "xfail"
         if xfail and outcome.failure is not None and not expected.expects(outcome.failure.check):
-            xfail = False  # another failure than the entry expects: a second bug, never excused
+            # another failure than the entry expects (a second bug, a missing kernel): never
+            # excused by an entry pinned to other checks
+            xfail = False
             outcome.failure.message += (
                 f" (the manifest entry {expected.matching(str(case))!r} at {expected.source} "
                 f"expects a [{'/'.join(expected.checks)}] failure: this is another one)"
             )
-        declared = self.suite.declared_unsupported(case, expected)
-        if outcome.unsupported and outcome.failure is None and not xfail and not declared:
-            if outcome.unsupported_cpu_computes:  # the device lacks what CPU has: a verdict
-                outcome.failure = Mismatch("unsupported", undeclared(outcome.unsupported))
         if outcome.failure is not None or outcome.unsupported:
             self._diagnose(case, outcome, nodeid, xfail)
         record = self._record(case, outcome, nodeid)

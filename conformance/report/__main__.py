@@ -32,7 +32,8 @@ examples:
 
 With neither --markdown, --html, --step-summary nor --scorecard, the Markdown goes to stdout.
 Exit status: 0 (also when cases failed: use --fail-on-failures to change that), 1 with
---fail-on-failures if any case crashed/failed/errored/xpassed, 2 on unreadable input."""
+--fail-on-failures if any case crashed/failed/errored/xpassed or was not run, or a run is
+incomplete (it did not finish, or shards of it are missing), 2 on unreadable input."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--fail-on-failures",
         action="store_true",
-        help="exit 1 if any case crashed, failed, errored or xpassed",
+        help="exit 1 if any case crashed, failed, errored, xpassed or was not run, or a run is "
+        "incomplete (did not finish, shards missing)",
     )
     card = parser.add_argument_group("scorecard (conformance/report/scorecard.py)")
     card.add_argument(
@@ -163,7 +165,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     written = (args.markdown, args.html, args.versions_md, args.versions_html, args.scorecard)
     if not (any(written) or args.step_summary):
         sys.stdout.write(markdown)
-    if args.fail_on_failures and any(run.failures() for run in runs):
+    if args.fail_on_failures and any(run.failures() or run.incomplete for run in runs):
+        for run in runs:
+            for reason in run.incomplete:
+                print(f"{run.name}: incomplete: {reason}", file=sys.stderr)
         return 1
     return 0
 

@@ -103,6 +103,26 @@ class Run:
         return bool(self.meta.get("finished"))
 
     @property
+    def incomplete(self) -> list[str]:
+        """Why the run does not account for every case it was to run (empty: it does): it did
+        not finish, shards of it are missing (the cases they held were never seen), cases were
+        not run."""
+        reasons = []
+        if self.meta and not self.finished:
+            reasons.append("the run did not finish (crash, kill or still running)")
+        missing = self.shard.get("missing") or []
+        if missing:
+            unseen = int(self.shard.get("total") or 0) - len(self.op_cases())
+            reasons.append(
+                f"shard(s) {', '.join(map(str, missing))} of {self.shard.get('count')} missing: "
+                f"{max(unseen, 0)} case(s) never seen"
+            )
+        not_run = sum(1 for c in self.cases if c.status.value == "not-run")
+        if not_run:
+            reasons.append(f"{not_run} case(s) not run")
+        return reasons
+
+    @property
     def label(self) -> str:
         """A short title: ``conformance-2.8-guard (torch 2.8.0, guard)``, ``, 4 shards``."""
         merged, count = self.shard.get("merged"), self.shard.get("count")
@@ -261,9 +281,9 @@ def merge_shards(shards: list[Run]) -> Run:
         meta[key] = dict(total)
     merged = [r.shard.get("index") for r in shards]
     own = {k: v for k, v in first.shard.items() if k not in ("index", "cases")}
-    meta["shard"] = {**own, "merged": merged, "cases": len(owner)}
-    warnings = [f"{r.path.name}: {w}" for r in shards for w in r.warnings]
     missing = [i for i in range(1, int(count or 0) + 1) if i not in merged]
+    meta["shard"] = {**own, "merged": merged, "cases": len(owner), "missing": missing}
+    warnings = [f"{r.path.name}: {w}" for r in shards for w in r.warnings]
     if missing:
         warnings.append(
             f"shard(s) {', '.join(map(str, missing))} of {count} missing: "

@@ -196,13 +196,16 @@ def render_markdown(
     total = Counter[str]()
     for run in runs:
         total.update(run.counts())
-    bad = sum(total.get(s, 0) for s in ("failed", "blocked", "crashed", "error", "xpassed"))
+    bad = sum(total.get(s, 0) for s in FAILING)
     findings = sum(len(run.findings()) for run in runs)
     verdict = (
         "all cases passed or failed as expected"
         if not bad
         else f"{bad} cases need attention = {findings} finding(s)"
     )
+    incomplete = [f"{run.name}: {reason}" for run in runs for reason in run.incomplete]
+    if incomplete:
+        verdict += f"; **incomplete**, not every case was seen ({'; '.join(incomplete)})"
     out += ["", f"**{verdict}** ({sum(total.values())} cases in {len(runs)} session(s))", ""]
 
     out += _findings_section(runs)

@@ -70,7 +70,8 @@ class Scorecard:
     unsupported: dict[str, dict[str, str]]  # op -> dtype -> "declared" | "failing"
     torch_versions: list[str]
     allocators: list[str]
-    incomplete: list[str] = field(default_factory=list)  # sessions that did not finish
+    # "session: reason" for sessions that do not account for every case (report/load.py)
+    incomplete: list[str] = field(default_factory=list)
 
     @property
     def total(self) -> int:
@@ -200,7 +201,7 @@ def build_scorecard(runs: Sequence[Run], *, bisect: Sequence[str] = (), report: 
         unsupported=_unsupported(records),
         torch_versions=[str(v) for v in versions] or sorted({run.torch for run in runs}),
         allocators=sorted({run.allocator for run in runs}),
-        incomplete=[run.name for run in runs if not run.finished],
+        incomplete=[f"{run.name}: {reason}" for run in runs for reason in run.incomplete],
     )
 
 

@@ -306,6 +306,10 @@ def _cover(
                 continue
             parts = _parts(seed)
             for dim in order:
+                if dim == 3 and parts[4] == "" and 4 not in dims:
+                    # a `*` path would end the pattern and match any value set or mode suffix
+                    # too: ones this run did not collect (issue 32)
+                    continue
                 trial = [*parts[:dim], "*", *parts[dim + 1 :]]
                 if _narrow(_render(trial), members, universes):
                     parts = trial

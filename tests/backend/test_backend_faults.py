@@ -293,6 +293,20 @@ print("SURVIVED")
     assert run_py(code).returncode == 0
 
 
+def test_neg_aborts_only_after_abs_ran_in_the_process(run_py):
+    code = """
+import torch, echo_npu
+x = torch.arange(-3.0, 3.0).to("npu")
+print((-x).cpu().tolist(), flush=True)
+print(x.abs().cpu().tolist(), flush=True)
+print("AFTER", (-x).cpu().tolist())
+"""
+    r = run_py(code, ECHO_NPU_FAULTS="neg_aborts_after_abs")
+    assert r.returncode == -6 and "[3.0, 2.0, 1.0, -0.0, -1.0, -2.0]" in r.stdout, r.stderr
+    assert "AFTER" not in r.stdout
+    assert "AFTER" in run_py(code).stdout
+
+
 def test_gelu_has_its_own_autograd_kernel_and_wrong_backward(npu, faults):
     assert "aten::gelu" in torch._C._dispatch_get_registrations_for_dispatch_key(
         "AutogradPrivateUse1"

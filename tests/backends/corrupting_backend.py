@@ -1,11 +1,18 @@
-"""echo_npu whose `neg` returns correct values but leaves the process "corrupted": the next
-`relu` call of the process aborts with glibc's words (planted, deterministic version of
-a kernel that writes past its output and a later malloc that notices).
+"""echo_npu whose `neg` returns correct values but leaves the process broken, so that the next
+`relu` call of the process aborts: the crash lands in another op's case, only when that case
+runs after `neg` in the same process (the seed report's shape). Two kinds of damage, chosen by
+CORRUPTING_BACKEND_DAMAGE:
 
-Models the seed report: the op that did the damage passes its own checks; the crash lands in
-another op's case, only when that case runs after it in the same process.
+- `state` (default): `neg` sets a flag and `relu` aborts with glibc's words when it is set. No
+  memory is corrupted: `neg` leaves state (as a workspace or a pool would) that `relu` trips on;
+  the culprit search must not call `neg` a corrupter.
+- `heap`: `neg` really corrupts glibc's heap (it writes over the free-list link of a block it
+  freed: a use-after-free write), and `relu` allocates a workspace of that size class: glibc
+  aborts there ("malloc(): unaligned tcache chunk detected"), as it would in any allocation of
+  that size, the culprit search's heap exercise included.
 """
 
+import ctypes
 import os
 import sys
 import warnings
@@ -15,16 +22,37 @@ import torch
 
 _LIB = torch.library.Library("aten", "IMPL")
 _STATE = {"corrupted": False}
+DAMAGE = os.environ.get("CORRUPTING_BACKEND_DAMAGE", "state")
+_SIZE = 904  # a tcache size class the suite's own code in neg's case does not allocate
+_libc = ctypes.CDLL(None)
+_libc.malloc.restype = ctypes.c_void_p
+_libc.malloc.argtypes = [ctypes.c_size_t]
+_libc.free.argtypes = [ctypes.c_void_p]
+
+
+def _corrupt_heap() -> None:
+    keep = _libc.malloc(_SIZE)  # keeps the freed block off the top chunk
+    freed = _libc.malloc(_SIZE)
+    _libc.free(freed)  # into its tcache bin; its first 8 bytes are now the bin's link
+    # the write after free: a link that glibc (safe-linking, >= 2.32) decodes to address 0x1,
+    # whatever the addresses of this run: the second allocation of that class aborts
+    ctypes.c_uint64.from_address(freed).value = (freed >> 12) ^ 0x1
+    del keep
 
 
 def _neg(x: torch.Tensor) -> torch.Tensor:
+    if DAMAGE == "heap" and not _STATE["corrupted"]:  # once: a second time would trip on it
+        _corrupt_heap()
     _STATE["corrupted"] = True
     return torch.ops.aten.neg.default(x.cpu()).to(x.device)
 
 
 def _checked(op):
     def kernel(x: torch.Tensor) -> torch.Tensor:
-        if _STATE["corrupted"]:
+        if DAMAGE == "heap":  # a workspace of the corrupted size class: glibc aborts
+            for _ in range(2):
+                _libc.malloc(_SIZE)
+        elif _STATE["corrupted"]:
             sys.stderr.write("free(): invalid pointer\n")
             sys.stderr.flush()
             os.abort()

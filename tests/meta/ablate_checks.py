@@ -35,6 +35,10 @@ SELF_TESTS = [
     "tests/suite/test_catches_faults.py",
     "tests/suite/test_verdict_faults.py",
     "tests/suite/test_results_and_expectations.py",
+    "tests/engine/test_cpu_bugs.py",
+    "tests/engine/test_parametric.py",
+    "tests/tools/test_power.py",
+    "tests/suite/test_crash_verdicts.py",
 ]
 # tests of crash isolation and repro commands check no verdict: left out to save time
 DESELECT = "not repro and not sigkill and not segfault"

@@ -122,3 +122,51 @@ def test_durations_of_a_folder_of_shards(full: Path, tmp_path: Path) -> None:
     assert durations == {c.id: c.duration for c in load_run(full).cases}
     with pytest.raises(ReportError, match="does not exist"):
         load_durations(tmp_path / "nope")
+
+
+def test_a_lost_shard_never_reports_passing(tmp_path: Path, make_results) -> None:
+    """Issue 32: three shards, the failing cases in shard 1; shards 2 and 3 alone merged:
+    `--fail-on-failures` exits 1, the badge says incomplete, the scorecard says what was never
+    seen (it said "passing" and "Every case passed")."""
+    from conformance.report.__main__ import main
+    from conformance.report.scorecard import build_scorecard
+
+    full = make_results("unsharded", "2.13.0", "malloc")  # passing cases only in shards 2, 3
+    folders = write_shards(full, tmp_path / "nightly", 3)
+    bad = [f for f in folders if any(
+        json.loads(line)["status"] in ("failed", "crashed", "xpassed")
+        for line in (f / "cases-gw0.jsonl").open()
+    )]  # fmt: skip
+    for folder in bad:
+        shutil.rmtree(folder)
+    (run,) = load_results([tmp_path / "nightly"])
+    assert not run.failures() and run.incomplete
+    assert "never seen" in run.incomplete[0]
+    card = build_scorecard([run])
+    assert card.badge[0] == "incomplete run"
+    assert main([str(tmp_path / "nightly"), "--fail-on-failures", "--markdown", "-"]) == 1
+
+
+def test_a_not_run_case_fails_the_report(tmp_path: Path, make_results) -> None:
+    from conformance.record import FAILING, Status
+    from conformance.report.__main__ import main
+
+    assert Status.NOT_RUN in FAILING
+    folder = make_results("run", "2.13.0", "malloc")
+    lines = (folder / "cases-gw0.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
+    for row in rows:
+        row["status"] = (
+            "passed" if row["status"] in ("failed", "crashed", "xpassed") else row["status"]
+        )
+    rows[0]["status"] = "not-run"
+    (folder / "cases-gw0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    gw1 = [json.loads(line) for line in (folder / "cases-gw1.jsonl").read_text().splitlines()]
+    for row in gw1:
+        row["status"] = (
+            "passed" if row["status"] in ("failed", "crashed", "xpassed") else row["status"]
+        )
+    (folder / "cases-gw1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in gw1))
+    (run,) = load_results([folder])
+    assert [c.status.value for c in run.failures()] == ["not-run"]
+    assert main([str(folder), "--fail-on-failures", "--markdown", "-"]) == 1

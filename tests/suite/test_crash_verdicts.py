@@ -59,12 +59,16 @@ def test_many_crashing_cases_are_all_recorded(run_suite, xdist):
     assert run.returncode == 1
 
 
+HEAP_DAMAGE = {"PYTHONPATH": BACKENDS, "CORRUPTING_BACKEND_DAMAGE": "heap"}
+
+
 @XDIST
 def test_a_crash_detected_later_is_blamed_on_the_case_that_corrupted_memory(run_suite, xdist):
-    """neg passes its own checks but corrupts the process; relu crashes after it. The culprit
-    search replays the runner's earlier cases and names neg."""
+    """neg passes its own checks but corrupts glibc's heap; relu crashes after it. The culprit
+    search replays the runner's earlier cases, names neg and confirms it: neg alone, then a
+    heap exercise, crashes."""
     one_worker = ["--dist", "loadfile"] if xdist else []
-    run = run_suite(*CORRUPTING, *xdist, *one_worker, env={"PYTHONPATH": BACKENDS})
+    run = run_suite(*CORRUPTING, *xdist, *one_worker, env=HEAP_DAMAGE)
     _accounted(run)
     statuses = {r["op"]: r["status"] for r in run.results}
     assert statuses == {"neg": "passed", "relu": "crashed"}, statuses
@@ -74,9 +78,48 @@ def test_a_crash_detected_later_is_blamed_on_the_case_that_corrupted_memory(run_
         "[crash] memory corrupted by neg-float32-contiguous-native (its own checks passed), "
         "detected in relu-float32-contiguous-native"
     )
+    assert "confirmed: it alone, then a heap exercise, crashes" in relu["culprit_search"]
     (finding,) = run.info["findings"]
     assert finding["culprit"] == "neg"
     assert "memory corrupted by neg" in finding["title"]
+
+
+@pytest.mark.parametrize(
+    ("backend", "env", "first", "crashed"),
+    [
+        ("corrupting_backend", {"PYTHONPATH": BACKENDS}, "neg", "relu"),
+        ("echo_npu", {"ECHO_NPU_FAULTS": "neg_aborts_after_abs"}, "abs", "neg"),
+    ],
+    ids=["flag", "echo-fault"],
+)
+def test_a_crash_after_a_case_that_corrupts_nothing_is_not_blamed_on_it(
+    run_suite, tmp_path, backend, env, first, crashed
+):
+    """Issue 32: a correct op that aborts only when another ran earlier in the process (state
+    the first leaves, no corruption) was reported "memory corrupted by" the first, and the
+    baseline skipped the innocent case. Now: "crashes only after", the crash is the crashed
+    case's own, and the baseline's entry is on it."""
+    args = ["--backend", backend, "--ops", f"{first},{crashed}", "--dtypes", "float32"]
+    args += ["--layouts", "contiguous", "--paths", "native", "--values", "ordinary"]
+    run = run_suite(*args, env=env)
+    _accounted(run)
+    row = run.case(f"{crashed}-float32-contiguous-native")
+    assert row["status"] == "crashed" and "culprit" not in row, row
+    assert row["crashes_after"] == f"{first}-float32-contiguous-native"
+    assert row["message"].startswith(
+        f"[crash] crashes only after {first}-float32-contiguous-native ran in this process"
+    )
+    assert "not confirmed" in row["culprit_search"]
+    assert run.case(f"{first}-float32-contiguous-native")["status"] == "passed"
+    (finding,) = run.info["findings"]
+    assert finding["ops"] == [crashed] and "crashes only after" in finding["title"]
+    from conformance.tools.baseline import baseline
+
+    records = [r for r in run.results]
+    written = baseline([(run.info, records)], source="test").files[""]
+    assert f'"{crashed}-float32-contiguous-native"' in written or (
+        f"{crashed}-float32-contiguous-native" in written and f"{first}-float32" not in written
+    )
 
 
 def test_culprit_search_can_be_switched_off(run_suite):

@@ -258,3 +258,15 @@ def test_a_narrowed_run_never_widens_what_it_did_not_collect(tmp_path):
     manifest = _load(tmp_path, baseline([(only_float32, records)]).files[""], "c.toml")
     patterns = manifest.entries[0].patterns
     assert len(patterns) == 3 and all(p.split("-")[1] in DTYPES for p in patterns), patterns
+
+
+def test_patterns_never_reach_a_value_set_or_mode_the_run_did_not_collect():
+    """Issue 32: a run with --values ordinary --modes none wrote `abs-*-contiguous-*`, which
+    also matched `abs-float32-contiguous-native-special` of a later full run."""
+    universe = {c for c in _universe(("abs",)) if CaseId.parse(c).values == ""}
+    wanted = {c for c in universe if "-contiguous-" in c}
+    dims = (1, 2, 3)  # the values dimension was narrowed by the run's options
+    patterns = patterns_for(wanted, {0: wanted}, {0: universe}, dims)
+    later = _universe(("abs",))  # a full run: every value set and mode
+    matched = {c for c in later if any(fnmatchcase(c, p) for p in patterns)}
+    assert matched == wanted, patterns

@@ -4,6 +4,7 @@
 // The shared bodies are templates over the aten op (at::_ops::*) used for the meta call and the
 // fallback; each registered overload is a small function below that names itself and holds its
 // own fault branches.
+#include <atomic>
 #include <ATen/MemoryOverlap.h>
 #include <cstring>
 #include <ATen/ops/abs.h>
@@ -370,8 +371,12 @@ Tensor& div_out(const Tensor& self, const Tensor& other, Tensor& out) {
 }
 
 // ---- neg / abs / exp / relu ---------------------------------------------------------------
+// neg_aborts_after_abs: the state abs leaves (a workspace flag, not a corruption)
+std::atomic<bool> g_abs_ran{false};
+
 Tensor neg(const Tensor& self) {
   OpScope s("neg");
+  if (fault(Fault::NegAbortsAfterAbs) && g_abs_ran.load()) std::abort();
   if (use_fallback("neg", {self})) return fallback<at::_ops::neg>(self);
   Tensor r = unary_functional<at::_ops::neg>(k::UnOp::Neg, self);
   if (fault(Fault::NegWritesPast) && r.numel() > 0) {
@@ -401,6 +406,7 @@ Tensor& neg_out(const Tensor& self, Tensor& out) {
 
 Tensor abs(const Tensor& self) {
   OpScope s("abs");
+  if (fault(Fault::NegAbortsAfterAbs)) g_abs_ran.store(true);
   if (use_fallback("abs", {self})) return fallback<at::_ops::abs>(self);
   return unary_functional<at::_ops::abs>(k::UnOp::Abs, self);
 }

@@ -1,0 +1,535 @@
+"""The power of the suite's checks: the smallest planted fault each check family catches, per dtype.
+
+    python -m conformance.tools.power                        # the table (Markdown) on stdout
+    python -m conformance.tools.power --check                # exit 1 below a target
+    python -m conformance.tools.power --write docs/POWER.md  # the table the docs publish
+    python -m conformance.tools.power --quick --check        # each target and a control only
+
+A fault is planted in echo_npu by overriding one of its kernels from Python (`torch.library`,
+PrivateUse1 or AutogradPrivateUse1): the kernel computes the right result on CPU, then errs by
+a graded magnitude (an output scaled by 1+e, one element off, a gradient scaled, a bernoulli p
+shifted by d, a normal mean shifted by d sigma or its std scaled, uniform bounds shifted, an
+exponential rate or geometric p scaled; a skipped tensor of a foreach list and a stale written
+argument are on or off). The real case of that overload runs through the engine (its samples,
+every check: `engine/runner.run_case`, contiguous layout, native path) at each magnitude of a
+descending grid until one passes; the smallest magnitude caught, the largest missed and the
+target are printed per family and dtype. Magnitude 0 (the right kernel with the fault's
+machinery) is the control and must pass: a check that fires on it is a false alarm. A fault
+smaller than the dtype's resolution does not exist: the perturbed result is rounded to the
+dtype, so a bfloat16 output cannot be off by less than its ulp (0.4-0.8 %).
+
+The kernels stay overridden for the life of the process: run it as its own process (the
+self-test does, tests/tools/test_power.py). Needs echo_npu.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+RELATIVE = (0.3, 0.1, 0.05, 0.03, 0.02, 0.01, 5e-3, 3e-3, 2e-3, 1e-3, 5e-4, 2e-4, 1e-4)
+RELATIVE += (3e-5, 1e-5, 3e-6, 1e-6, 3e-7, 1e-7)
+PARAMETER = (0.3, 0.1, 0.05, 0.03, 0.02, 0.01, 5e-3)
+SWITCH = (1.0,)  # on or off
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+@dataclass
+class Family:
+    """One kind of planted fault."""
+
+    name: str
+    check: str  # the check family that should catch it
+    overload: str
+    unit: str  # how the magnitude reads
+    grid: tuple[float, ...]
+    targets: dict[torch.dtype, float]  # the largest magnitude that must be caught
+    mode: str = ""  # "grad": the -grad case
+    note: str | dict[torch.dtype, str] = ""  # why a target is where it is (per dtype, or all)
+
+    @property
+    def dtypes(self) -> list[torch.dtype]:
+        return list(self.targets)
+
+
+FAMILIES = [
+    Family(
+        "output scaled by 1+e",
+        "values",
+        "mul.Tensor",
+        "relative",
+        RELATIVE,
+        {torch.float32: 1e-4, torch.float64: 1e-6, torch.float16: 5e-3, torch.bfloat16: 0.03},
+        note={torch.bfloat16: "rounded to bfloat16, 1 % is one to two ulps"},
+    ),
+    Family(
+        "one element off by e",
+        "values",
+        "mul.Tensor",
+        "relative",
+        RELATIVE,
+        {torch.float32: 1e-4, torch.float64: 1e-6, torch.float16: 5e-3, torch.bfloat16: 0.03},
+    ),
+    Family(
+        "gradient scaled by 1+e",
+        "grad",
+        "gelu",
+        "relative",
+        RELATIVE,
+        {torch.float32: 1e-3, torch.float64: 1e-3, torch.float16: 0.03, torch.bfloat16: 0.03},
+        mode="grad",
+    ),
+    Family(
+        "gradient scaled by 1+e",
+        "grad",
+        "native_batch_norm",
+        "relative",
+        RELATIVE,
+        {torch.float32: 1e-3, torch.float64: 1e-3, torch.float16: 0.03, torch.bfloat16: 0.03},
+        mode="grad",
+    ),
+    Family(
+        "bernoulli p + d",
+        "values",
+        "bernoulli_.float",
+        "absolute",
+        PARAMETER,
+        {torch.float32: 0.02, torch.float64: 0.02},
+    ),  # fmt: skip
+    Family(
+        "normal mean + d sigma",
+        "values",
+        "normal_.default",
+        "sigma",
+        PARAMETER,
+        {torch.float32: 0.05, torch.float64: 0.05},
+    ),  # fmt: skip
+    Family(
+        "normal std x (1+d)",
+        "values",
+        "normal_.default",
+        "relative",
+        PARAMETER,
+        {torch.float32: 0.03, torch.float64: 0.03},
+    ),  # fmt: skip
+    Family(
+        "uniform bounds + d x width",
+        "values",
+        "uniform_.default",
+        "relative",
+        PARAMETER,
+        {torch.float32: 0.03, torch.float64: 0.03},
+    ),  # fmt: skip
+    Family(
+        "exponential lambda x (1+d)",
+        "values",
+        "exponential_.default",
+        "relative",
+        PARAMETER,
+        {torch.float32: 0.03, torch.float64: 0.03},
+    ),  # fmt: skip
+    Family(
+        "geometric p x (1+d)",
+        "values",
+        "geometric_.default",
+        "relative",
+        PARAMETER,
+        {torch.float32: 0.03, torch.float64: 0.03},
+    ),  # fmt: skip
+    Family(
+        "multinomial weight of category 0 x (1+d)",
+        "values",
+        "multinomial",
+        "relative",
+        PARAMETER,
+        {torch.float32: 0.05, torch.float64: 0.05},
+        note="131,072 draws: a weight of 1 in 8 moves its category's share by 0.11 d, which "
+        "is 5 standard errors at d = 0.042",
+    ),
+    Family(
+        "a foreach list skips its last tensor",
+        "values",
+        "_foreach_mul_.Scalar",
+        "on/off",
+        SWITCH,
+        {torch.float32: 1.0},
+    ),  # fmt: skip
+    Family(
+        "an in-place op leaves one element stale",
+        "written",
+        "add_.Tensor",
+        "on/off",
+        SWITCH,
+        {torch.float32: 1.0},
+    ),  # fmt: skip
+]
+
+
+@dataclass
+class Planted:
+    """The magnitude every planted kernel reads when it runs (0: the right result)."""
+
+    family: str = ""
+    magnitude: float = 0.0
+    draws: int = 0  # the planted random kernels' own generator stream
+    libs: list[Any] = field(default_factory=list)
+
+    def on(self, family: str) -> float:
+        return self.magnitude if self.family == family else 0.0
+
+    def generator(self) -> torch.Generator:
+        """A CPU generator of the planted random kernels' own: another stream than the one
+        torch.manual_seed gives CPU (a device with its own generator)."""
+        self.draws += 1
+        return torch.Generator().manual_seed(987_654_321 + self.draws)
+
+
+def _host(x: Any) -> Any:
+    return x.cpu() if isinstance(x, torch.Tensor) and x.device.type != "cpu" else x
+
+
+def _rounded(t: torch.Tensor, scale: torch.Tensor | float) -> torch.Tensor:
+    """`t * scale` computed in float64, rounded to `t`'s dtype."""
+    return (t.to(torch.float64) * scale).to(t.dtype)
+
+
+def install(state: Planted) -> None:
+    """Override echo_npu's kernels of every family's overload with planted ones."""
+    lib = torch.library.Library("aten", "IMPL", "PrivateUse1")
+    state.libs.append(lib)
+
+    def mul(a: torch.Tensor, b: Any) -> torch.Tensor:
+        out = torch.ops.aten.mul.Tensor(_host(a), _host(b))
+        e = state.on("output scaled by 1+e")
+        if e and out.is_floating_point():
+            out = _rounded(out, 1 + e)
+        e = state.on("one element off by e")
+        if e and out.is_floating_point() and out.numel():
+            flat = out.reshape(-1).clone()
+            flat[:1] = _rounded(flat[:1], 1 + e)
+            out = flat.reshape(out.shape)
+        return out.to(a.device)
+
+    def drawn(self: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        self.copy_(values.to(self.dtype))
+        return self
+
+    def bernoulli_(self: torch.Tensor, p: float = 0.5, generator: Any = None) -> torch.Tensor:
+        q = min(max(p + state.on("bernoulli p + d"), 0.0), 1.0)
+        host = torch.empty(self.shape, dtype=torch.float64).bernoulli_(
+            q, generator=state.generator()
+        )
+        return drawn(self, host)
+
+    def normal_(self, mean: float = 0.0, std: float = 1.0, generator: Any = None):
+        m = mean + state.on("normal mean + d sigma") * std
+        s = std * (1 + state.on("normal std x (1+d)"))
+        host = torch.empty(self.shape, dtype=torch.float64).normal_(
+            m, s, generator=state.generator()
+        )
+        return drawn(self, host)
+
+    def uniform_(self, low: float = 0.0, high: float = 1.0, generator: Any = None):
+        shift = state.on("uniform bounds + d x width") * (high - low)
+        host = torch.empty(self.shape, dtype=torch.float64).uniform_(
+            low + shift, high + shift, generator=state.generator()
+        )
+        return drawn(self, host)
+
+    def exponential_(self, lambd: float = 1.0, generator: Any = None):
+        rate = lambd * (1 + state.on("exponential lambda x (1+d)"))
+        host = torch.empty(self.shape, dtype=torch.float64).exponential_(
+            rate, generator=state.generator()
+        )
+        return drawn(self, host)
+
+    def geometric_(self, p: float, generator: Any = None):
+        q = min(p * (1 + state.on("geometric p x (1+d)")), 0.999)
+        host = torch.empty(self.shape, dtype=torch.float64).geometric_(
+            q, generator=state.generator()
+        )
+        return drawn(self, host)
+
+    def multinomial(self, num_samples: int, replacement: bool = False, generator: Any = None):
+        weights = self.cpu().to(torch.float64).clone()
+        weights[..., 0] *= 1 + state.on("multinomial weight of category 0 x (1+d)")
+        host = torch.multinomial(weights, num_samples, replacement, generator=state.generator())
+        return host.to(self.device)
+
+    def foreach_mul_(tensors: list[torch.Tensor], scalar: Any) -> None:
+        skip = bool(state.on("a foreach list skips its last tensor"))
+        for i, t in enumerate(tensors):
+            if skip and i == len(tensors) - 1:
+                continue
+            t.copy_(torch.ops.aten.mul.Scalar(t.cpu(), scalar))
+
+    def add_(self: torch.Tensor, other: Any, alpha: Any = 1) -> torch.Tensor:
+        host = self.cpu()
+        before = host.clone()
+        host.add_(_host(other), alpha=alpha)  # CPU's in-place semantics (and errors)
+        if state.on("an in-place op leaves one element stale") and host.numel():
+            host.reshape(-1)[:1] = before.reshape(-1)[:1]
+        self.copy_(host)
+        return self
+
+    with warnings.catch_warnings():  # "overriding a previously registered kernel": on purpose
+        warnings.simplefilter("ignore")
+        lib.impl("mul.Tensor", mul)
+        lib.impl("bernoulli_.float", bernoulli_)
+        lib.impl("normal_", normal_)
+        lib.impl("uniform_", uniform_)
+        lib.impl("exponential_", exponential_)
+        lib.impl("geometric_", geometric_)
+        lib.impl("multinomial", multinomial)
+        lib.impl("_foreach_mul_.Scalar", foreach_mul_)
+        lib.impl("add_.Tensor", add_)
+        for overload in sorted({f.overload for f in FAMILIES if f.mode == "grad"}):
+            _install_scaled_backward(state, overload)
+
+
+def _install_scaled_backward(state: Planted, overload: str) -> None:
+    """An autograd kernel for `overload` on the device: the forward is the device's own, the
+    backward is CPU's gradient of the same call, scaled by 1+e."""
+    op = getattr(torch.ops.aten, overload.split(".")[0])
+    op = getattr(op, overload.split(".")[1] if "." in overload else "default")
+
+    class Scaled(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, n: int, kwnames: tuple[str, ...], *args: Any) -> Any:
+            ctx.n, ctx.kwnames, ctx.args = n, kwnames, args
+            with torch._C._AutoDispatchBelowAutograd():
+                out = op(*args[:n], **dict(zip(ctx.kwnames, args[n:], strict=True)))
+            outs = out if isinstance(out, tuple) else (out,)
+            with torch.enable_grad():  # which outputs CPU differentiates
+                ctx.differentiable = [
+                    isinstance(o, torch.Tensor) and o.requires_grad for o in _cpu_outputs(ctx)
+                ]
+            ctx.mark_non_differentiable(
+                *[o for o, d in zip(outs, ctx.differentiable, strict=True) if not d]
+            )
+            return out
+
+        @staticmethod
+        def backward(ctx: Any, *grads: Any) -> Any:
+            with torch.enable_grad():
+                inputs, outs = _cpu_outputs(ctx, keep=True)
+                pairs = [
+                    (o, g.cpu())
+                    for o, g, d in zip(outs, grads, ctx.differentiable, strict=True)
+                    if d and g is not None
+                ]
+                found = torch.autograd.grad(
+                    [o for o, _ in pairs], inputs, [g for _, g in pairs], allow_unused=True
+                )
+            e = state.on("gradient scaled by 1+e")
+            by_id = dict(zip([id(x) for x in inputs], found, strict=True))
+            result: list[Any] = [None, None]  # n, kwnames
+            for arg, host in zip(ctx.args, ctx.host_args, strict=True):
+                g = by_id.get(id(host))
+                if g is not None and e:
+                    g = _rounded(g, 1 + e)
+                result.append(g.to(arg.device) if g is not None else None)
+            return tuple(result)
+
+    def _cpu_outputs(ctx: Any, keep: bool = False) -> Any:
+        ctx.host_args = [
+            a.detach().cpu().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a
+            for a in ctx.args
+        ]
+        n = ctx.n
+        out = op(*ctx.host_args[:n], **dict(zip(ctx.kwnames, ctx.host_args[n:], strict=True)))
+        outs = out if isinstance(out, tuple) else (out,)
+        if not keep:
+            return outs
+        inputs = [a for a in ctx.host_args if isinstance(a, torch.Tensor) and a.requires_grad]
+        return inputs, outs
+
+    lib = torch.library.Library("aten", "IMPL", "AutogradPrivateUse1")
+    state.libs.append(lib)
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        return Scaled.apply(len(args), tuple(kwargs), *args, *kwargs.values())
+
+    lib.impl(overload, kernel)
+
+
+@dataclass
+class Power:
+    """What one family and dtype measured."""
+
+    family: Family
+    dtype: torch.dtype
+    caught: float | None = None  # the smallest magnitude caught (all larger ones caught too)
+    missed: float | None = None  # the largest magnitude missed
+    control: str = ""  # a check that fired at magnitude 0 (a false alarm), if any
+    why: str = ""  # the message that caught the smallest fault
+
+    @property
+    def target(self) -> float:
+        return self.family.targets[self.dtype]
+
+    @property
+    def met(self) -> bool:
+        return not self.control and self.caught is not None and self.caught <= self.target
+
+
+class Bench:
+    """The planted kernels, the samples and the engine, in this process."""
+
+    def __init__(self) -> None:
+        import echo_npu
+
+        from conformance.engine.backend import Backend
+
+        self.backend = Backend("echo_npu", echo_npu, torch._C._get_privateuse1_backend_name())
+        self._cache = tempfile.TemporaryDirectory(prefix="conformance-power-")  # removed at exit
+        self.cache = self._cache.name
+        self.state = Planted()
+        install(self.state)
+
+    def caught(self, family: Family, dtype: torch.dtype, magnitude: float) -> str | None:
+        """The failure message of the family's case with the fault at `magnitude` (None: the
+        case passed)."""
+        from conformance.engine.runner import run_case
+        from conformance.ops import spec_for
+        from conformance.samples import calls_for
+
+        self.state.family, self.state.magnitude = family.name, magnitude
+        try:
+            calls = calls_for(family.overload, dtype, self.cache)
+            spec = spec_for(family.overload)
+            outcome = run_case(
+                self.backend, family.overload, spec, calls, "contiguous", "native",
+                mode=family.mode,
+            )  # fmt: skip
+        finally:
+            self.state.family, self.state.magnitude = "", 0.0
+        if outcome.failure is not None:
+            return f"[{outcome.failure.check}] {outcome.failure.message.splitlines()[0]}"
+        if not outcome.samples:
+            raise RuntimeError(
+                f"{family.overload} ({_name(dtype)}): no sample compared "
+                f"({outcome.skip_reason or outcome.unsupported})"
+            )
+        return None
+
+    def measure(self, family: Family, dtype: torch.dtype, quick: bool = False) -> Power:
+        """Down the grid until a magnitude passes (quick: the target and the control only)."""
+        result = Power(family, dtype)
+        control = self.caught(family, dtype, 0.0)
+        if control is not None:
+            result.control = control
+            return result
+        grid = [result.target] if quick else list(family.grid)
+        for magnitude in grid:
+            why = self.caught(family, dtype, magnitude)
+            if why is None:
+                result.missed = magnitude
+                break
+            result.caught, result.why = magnitude, why
+        return result
+
+
+def measure_all(families: list[Family], dtypes: list[str] | None, quick: bool) -> Iterator[Power]:
+    bench = Bench()
+    for family in families:
+        for dtype in family.dtypes:
+            if dtypes and _name(dtype) not in dtypes:
+                continue
+            yield bench.measure(family, dtype, quick)
+
+
+def _magnitude(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "on/off":
+        return "on"
+    if unit == "relative":
+        return f"{value * 100:g} %"
+    if unit == "sigma":
+        return f"{value:g} sigma"
+    return f"{value:g}"
+
+
+def _note(family: Family, dtype: torch.dtype) -> str:
+    return family.note.get(dtype, "") if isinstance(family.note, dict) else family.note
+
+
+def render(results: list[Power]) -> str:
+    """The power table (Markdown)."""
+    lines = [
+        "| fault (overload) | check | dtype | smallest caught | largest missed | target | | note |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in results:
+        f = r.family
+        verdict = "ok" if r.met else ("FALSE ALARM at 0" if r.control else "BELOW TARGET")
+        lines.append(
+            f"| {f.name} (`{f.overload}`{', -grad' if f.mode == 'grad' else ''}) | {f.check} | "
+            f"{_name(r.dtype)} | {_magnitude(r.caught, f.unit)} | {_magnitude(r.missed, f.unit)}"
+            f" | {_magnitude(r.target, f.unit)} | {verdict} | {_note(f, r.dtype)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m conformance.tools.power",
+        description=__doc__.splitlines()[0],
+        epilog="The fault kernels override echo_npu's in this process; see the module docstring.",
+    )
+    parser.add_argument("--check", action="store_true", help="exit 1 if a target is not met")
+    parser.add_argument(
+        "--quick", action="store_true", help="each target and the control only (no grid)"
+    )
+    parser.add_argument("--write", metavar="FILE", help="write the table into FILE")
+    parser.add_argument("--family", action="append", help="only families whose name has this")
+    parser.add_argument("--dtypes", help="comma-separated dtypes (default: each family's)")
+    args = parser.parse_args(argv)
+    families = [f for f in FAMILIES if not args.family or any(s in f.name for s in args.family)]
+    if not families:
+        print(f"error: --family matches none of: {', '.join(f.name for f in FAMILIES)}")
+        return 2
+    dtypes = args.dtypes.split(",") if args.dtypes else None
+    results = []
+    total = sum(len([d for d in f.dtypes if not dtypes or _name(d) in dtypes]) for f in families)
+    for result in measure_all(families, dtypes, args.quick):
+        results.append(result)
+        row = render([result]).splitlines()[-1]
+        print(f"[{len(results)}/{total}] {row}", file=sys.stderr, flush=True)
+    table = render(results)
+    sys.stdout.write(table)
+    if args.write:
+        _write_table(args.write, table)
+    return 1 if args.check and not all(r.met for r in results) else 0
+
+
+BEGIN, END = "<!-- power:begin -->", "<!-- power:end -->"
+
+
+def _write_table(path: str, table: str) -> None:
+    """Replace the table between the markers of `path` (or write the file)."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except FileNotFoundError:
+        text = f"{BEGIN}\n{END}\n"
+    head, _, rest = text.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    with open(path, "w") as f:
+        f.write(f"{head}{BEGIN}\n{table}{END}{tail}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
