@@ -31,9 +31,11 @@ from conformance.engine.compare import (
     compare_tensor,
     compare_values,
     errors,
+    flush_subnormals,
     tolerance,
 )
 from conformance.engine.discovery import resolve
+from conformance.engine.exactness import Exactness
 from conformance.engine.placing import Materialized, PlacedCall
 from conformance.engine.spec import OpSpec
 from conformance.engine.transfer import read_back, read_storage
@@ -113,6 +115,9 @@ class Sample:
     # written args whose version moved when CPU ran on contiguous copies (None: not run)
     layout_free_bumps: frozenset[str] | None = None
     redraws: list[Redraw] = field(default_factory=list)  # random ops: further runs (redrawn())
+    exactness: Exactness | None = None  # CPU's result is exact (engine/exactness.py)
+    flushes_subnormals: bool = False  # the manifest declares it for the sample's dtype
+    scratch: dict[str, Any] = field(default_factory=dict)  # what checks share (read-backs)
 
     @property
     def schema(self) -> Any:
@@ -135,11 +140,16 @@ class SampleCheck:
 CHECKS: list[SampleCheck] = []
 
 
-def sample_check(name: str, doc: str, *, on_error: bool = False, always: bool = False):
-    """Register a check, run for every sample in registration order."""
+def sample_check(
+    name: str, doc: str, *, on_error: bool = False, always: bool = False, before: str = ""
+):
+    """Register a check, run for every sample in registration order (`before`: just before
+    the check of that name)."""
 
     def register(fn: Callable[[Sample], None]) -> Callable[[Sample], None]:
-        CHECKS.append(SampleCheck(name, doc, fn, on_error, always))
+        check = SampleCheck(name, doc, fn, on_error, always)
+        names = [c.name for c in CHECKS]
+        CHECKS.insert(names.index(before) if before in names else len(CHECKS), check)
         return fn
 
     return register
@@ -386,6 +396,7 @@ def check_outputs(s: Sample) -> None:
         if isinstance(e, torch.Tensor):
             if not isinstance(a, torch.Tensor):
                 raise Mismatch("shape", f"{name}: returned {type(a).__name__}, cpu a tensor")
+            e = flush_subnormals(e, read_back(a)) if s.flushes_subnormals else e
             own_arg = any(a is view for _, _, view in s.dev.bases)  # e.g. _copy_from's dst
             compare_tensor(
                 name,
@@ -471,7 +482,7 @@ def check_written(s: Sample) -> None:
             compare_tensor(
                 leaf.arg,
                 view,
-                cview,
+                flush_subnormals(cview, read_back(view)) if s.flushes_subnormals else cview,
                 device_type=view.device.type,
                 check_strides=False,
                 check_values=True,

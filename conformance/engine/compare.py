@@ -94,6 +94,19 @@ def _pair(m: Multiplier) -> tuple[float, float]:
     return (float(m[0]), float(m[1])) if isinstance(m, tuple) else (float(m), float(m))
 
 
+def flush_subnormals(t: torch.Tensor, device: torch.Tensor | None = None) -> torch.Tensor:
+    """`t` with its subnormal elements replaced by a zero of their sign (a device that flushes
+    them, as the manifest may declare: FTZ), or `t` itself where it has none. With `device`
+    (the device's values, on CPU): only where the device gave a zero (a declared flush permits,
+    it does not demand)."""
+    if not t.is_floating_point() or t.layout != torch.strided or not t.numel():
+        return t
+    sub = (t != 0) & (t.abs() < torch.finfo(t.dtype).tiny)
+    if device is not None and device.shape == t.shape:
+        sub &= device == 0
+    return t.masked_fill(sub, 0.0).copysign(t) if bool(sub.any()) else t
+
+
 def significant_strides(t: torch.Tensor) -> tuple[int | None, ...]:
     """Strides of dims with more than one element (others cannot be observed)."""
     if t.numel() == 0:

@@ -21,12 +21,21 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten
 
-from conformance.engine import checks, consistency, gradients, memory, oracles, parametric
+from conformance.engine import (  # noqa: F401 - bits registers its checks
+    bits,
+    checks,
+    consistency,
+    gradients,
+    memory,
+    oracles,
+    parametric,
+)
 from conformance.engine.backend import Backend
 from conformance.engine.calls import Call
 from conformance.engine.checks import NotApplicable, Outcome, Unsupported, invoke, version
 from conformance.engine.compare import ErrorStats, Mismatch
 from conformance.engine.discovery import resolve
+from conformance.engine.exactness import Exactness
 from conformance.engine.foundations import Blame, Foundations, Probe
 from conformance.engine.placing import Materialized, PlacedCall, place
 from conformance.engine.spec import OpSpec
@@ -67,6 +76,8 @@ class RunContext:
     strict_errors: bool
     nondeterministic: bool
     mode: str = ""  # "" (the forward call), "grad" or "inference" (CaseId.values)
+    exactness: Exactness | None = None  # CPU's result is exact: the rounding check applies
+    flushes_subnormals: bool = False  # declared by the manifest for the case's dtype
 
 
 def run_case(
@@ -81,6 +92,8 @@ def run_case(
     foundations: Foundations | None = None,
     mode: str = "",
     placements: list[PlacedCall] | None = None,
+    exactness: Exactness | None = None,
+    flushes_subnormals: bool = False,
 ) -> CaseOutcome:
     """Run every sample of the case; stop at the first failed check.
 
@@ -88,6 +101,8 @@ def run_case(
     cpu_fallback with the backend's switch; route=False: the overload has no kernel and
     reaches the fallback by itself. `mode`: "grad" compares gradients (`gradients.py`),
     "inference" runs the samples on inference tensors inside `torch.inference_mode()`.
+    `exactness`: whether CPU's result of (overload, dtype) is exact (engine/exactness.py);
+    `flushes_subnormals`: the manifest says the device flushes them in this dtype.
     `placements`: `placed_calls(calls, layout, ...)` computed earlier (the cases of one overload,
     dtype and layout share their placements and what depends on them alone)."""
     op = resolve(overload)
@@ -118,6 +133,8 @@ def run_case(
         strict_errors,
         nondeterministic,
         mode,
+        exactness,
+        flushes_subnormals,
     )
     outcome.context = ctx
     watch = memory.MemoryWatch(backend)
@@ -401,6 +418,8 @@ def _run_sample(ctx: RunContext, placed: PlacedCall, stats: ErrorStats) -> tuple
             nondeterministic=ctx.nondeterministic,
             torch_bug=bug,
             layout_free_bumps=free.bumped if free is not None else None,
+            exactness=ctx.exactness,
+            flushes_subnormals=ctx.flushes_subnormals,
         )
 
     if bug is None:

@@ -34,6 +34,9 @@ class OpSpec:
     nondeterministic: bool | None = None  # draws random numbers (None: from the schema)
     layout_free_reference: bool = True  # also run CPU on contiguous copies (self-consistency)
     check_strides: bool = True
+    # CPU's result is exact, bit for bit (engine/exactness.py): None measures it; True declares
+    # it (conversions, whose result IEEE defines); False never judges it exact
+    exact: bool | None = None
     # indices of the returned values that are compared (None: all). For ops whose other results
     # are the backend's own business (an attention kernel's RNG state, sequence offsets)
     compared_outputs: tuple[int, ...] | None = None

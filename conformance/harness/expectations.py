@@ -1,6 +1,7 @@
 """Expected-failure manifests: TOML files of case-id patterns with a status and a reason.
 
     unsupported_dtypes = ["float64"]        # optional: the device has no kernels in these dtypes
+    flushes_subnormals = ["float32"]        # optional: the device flushes subnormals to zero
 
     [[entry]]
     pattern = "sum.dim_IntList-float16-*"   # fnmatch over the case id (the part in [...]),
@@ -27,6 +28,9 @@ of it that passes fails with "remove this entry", any other failure still fails)
 device that lacks a whole dtype, the one line `unsupported_dtypes = ["float64", ...]` (any case of
 those dtypes may be unsupported; cases that pass, e.g. through cpu_fallback, are fine; the
 declaration is reported at the end of a full run when no case of the dtype was unsupported).
+`flushes_subnormals = ["float32", ...]`: the device flushes subnormal results to zero in those
+dtypes (FTZ, common on accelerators). Undeclared, a flushed subnormal fails with check
+`subnormal`; declared, the device is judged against CPU's results with subnormals flushed.
 `python -m conformance.tools.baseline RESULTS` writes such a manifest from a run.
 """
 
@@ -45,7 +49,8 @@ STATUSES = ("xfail", "unsupported", "skip", "crash")
 SCENARIO = "scenario:"  # how a pattern names a scenario (conformance/scenarios)
 CATEGORIES = ("backend-bug", "torch-bug", "unsupported", "flaky", "harness")
 KEYS = frozenset({"pattern", "status", "category", "reason", "link", "allocator", "check"})
-TOP_LEVEL = frozenset({"entry", "unsupported_dtypes"})
+TOP_LEVEL = frozenset({"entry", "unsupported_dtypes", "flushes_subnormals"})
+FLOATS = ("float16", "bfloat16", "float32", "float64")  # the dtypes that have subnormals
 
 
 @dataclass
@@ -89,6 +94,7 @@ class Manifest:
     entries: list[Entry] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     unsupported_dtypes: dict[str, str] = field(default_factory=dict)  # dtype -> "file:line"
+    flushes_subnormals: dict[str, str] = field(default_factory=dict)  # dtype -> "file:line"
 
     def match(self, case_id: str, allocator: str = "") -> Entry | None:
         for entry in self.entries:
@@ -123,24 +129,25 @@ def load_manifest(paths: list[str]) -> Manifest:
         if unknown_tables:
             raise ConformanceUsageError(
                 f"{path}: unknown top-level key(s) {sorted(unknown_tables)}; use [[entry]] tables "
-                "(or unsupported_dtypes = [...])"
+                "(or unsupported_dtypes = [...], flushes_subnormals = [...])"
             )
         for item in data.get("entry", []):
             manifest.entries.append(_entry(path, text, item))
-        for dtype in _dtypes(path, data.get("unsupported_dtypes", [])):
-            manifest.unsupported_dtypes[dtype] = f"{path}:{_line_of(text, 'unsupported_dtypes')}"
+        for key, allowed in (("unsupported_dtypes", ALL_DTYPES), ("flushes_subnormals", FLOATS)):
+            for dtype in _dtypes(path, data.get(key, []), key, allowed):
+                getattr(manifest, key)[dtype] = f"{path}:{_line_of(text, key)}"
         manifest.files.append(path)
     return manifest
 
 
-def _dtypes(path: str, value: object) -> list[str]:
-    """The dtype names of `unsupported_dtypes`, checked against the dtypes the suite knows."""
+def _dtypes(path: str, value: object, key: str, allowed: tuple[str, ...]) -> list[str]:
+    """The dtype names of a top-level list (`key`), checked against `allowed`."""
     names = value if isinstance(value, list) else [value]
-    bad = [d for d in names if not isinstance(d, str) or d.removeprefix("torch.") not in ALL_DTYPES]
+    bad = [d for d in names if not isinstance(d, str) or d.removeprefix("torch.") not in allowed]
     if bad or not isinstance(value, list):
         raise ConformanceUsageError(
-            f"{path}: unsupported_dtypes must list dtype names ({', '.join(ALL_DTYPES)}), e.g. "
-            f'unsupported_dtypes = ["float64"]; got {bad or value!r}'
+            f"{path}: {key} must list dtype names ({', '.join(allowed)}), e.g. "
+            f'{key} = ["float64"]; got {bad or value!r}'
         )
     return [d.removeprefix("torch.") for d in names]
 

@@ -65,6 +65,7 @@ def relies_on(suite: Suite) -> dict[str, str]:
     below = hasattr(torch._C, "_AutoDispatchBelowADInplaceOrView")
     b = suite.backend
     memory = [h for h in ("check_memory", "live_blocks") if b.hook(h) is not None]
+    flushes = suite.manifest.flushes_subnormals
     return {
         "reading and placing": RELIES_ON,
         "identity": "torch._C._AutoDispatchBelowADInplaceOrView (the kernel's own return)"
@@ -80,6 +81,15 @@ def relies_on(suite: Suite) -> dict[str, str]:
         "(Kolmogorov-Smirnov); where the parameters are known, one draw of "
         f"{parametric.DRAWS} values against them (engine/parametric.py: catches bernoulli p "
         "+-0.02, normal std +-3 %, mean +-0.05 sigma; docs/POWER.md)",
+        "last bits": "rounding: bit for bit where CPU is measured exact for the (overload, "
+        "dtype) (engine/exactness.py, cached), or the correctly rounded float64 result; "
+        "signed-zero: pointwise ops, conversions and exact non-reductions; subnormal: FTZ/DAZ "
+        "from the outputs; "
+        + (
+            "flushes subnormals as declared: " + ", ".join(sorted(flushes))
+            if flushes
+            else "no flush of subnormals declared (manifest flushes_subnormals)"
+        ),
         "blame": "foundation probes (engine/foundations.py) and torch.profiler for the ops a "
         "failed sample reaches",
         "memory": ", ".join(f"backend.{h}" for h in memory) or "nothing (no backend hooks)",

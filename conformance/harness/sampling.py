@@ -12,13 +12,17 @@ from typing import Any
 import torch
 
 from conformance import samples
-from conformance.engine import coverage
+from conformance.engine import coverage, exactness, oracles
+from conformance.engine.calls import content_digest
 from conformance.engine.discovery import resolve
+from conformance.engine.exactness import Exactness
 from conformance.engine.placing import PlacedCall
 from conformance.engine.runner import placed_calls
+from conformance.engine.siblings import functional_of
 from conformance.harness.options import MODES
 from conformance.ops import spec_for
 from conformance.samples.summary import SampleSummary
+from conformance.samples.values import data_args
 
 CALLS_KEPT = 64  # (overload, dtype, value set) whose samples one process keeps in memory
 PLACED_KEPT = 32  # (overload, dtype, value set, layout, resize) placements kept (cases of one
@@ -36,6 +40,7 @@ class RunSamples:
         self.cache_dir = cache_dir
         self._calls: OrderedDict[tuple[str, torch.dtype, str], list] = OrderedDict()
         self._placed: OrderedDict[tuple[Any, ...], list[PlacedCall]] = OrderedDict()
+        self._exact: dict[tuple[str, torch.dtype], Exactness | None] = {}
         self.summary = SampleSummary(cache_dir)
         # overloads reached only through the boxed fallback get fewer samples (set once the
         # run's case list chose them)
@@ -75,6 +80,47 @@ class RunSamples:
         if len(self._placed) > PLACED_KEPT:
             self._placed.popitem(last=False)
         return found
+
+    def exactness(self, overload: str, dtype: torch.dtype) -> Exactness | None:
+        """Whether CPU's result of (overload, dtype) is exact (engine/exactness.py), measured on
+        float32 and the dtype's own samples once and remembered on disk; None where nothing is
+        claimed (not a float dtype, values not compared, random ops)."""
+        if (overload, dtype) not in self._exact:
+            self._exact[overload, dtype] = self._exactness(overload, dtype)
+        return self._exact[overload, dtype]
+
+    def _exactness(self, overload: str, dtype: torch.dtype) -> Exactness | None:
+        spec, op = spec_for(overload), resolve(overload)
+        floats = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+        if dtype not in floats or not spec.check_values or spec.exact is False:
+            return None
+        if spec.nondeterministic or (
+            spec.nondeterministic is None and oracles.is_nondeterministic(op)
+        ):
+            return None
+        if spec.exact:
+            return Exactness(True, 0, "declared by its op spec (a conversion IEEE defines)")
+        data = {i for i, _ in data_args(op._schema)}
+        functional = functional_of(overload)
+
+        def measured(d: torch.dtype) -> Exactness:
+            try:
+                calls = self.calls(overload, d)
+            except Exception as exc:  # noqa: BLE001 - no samples: no claim
+                return Exactness(False, 0, f"no samples ({type(exc).__name__})")
+            # by the samples' contents: an op spec's own samples too are measured once
+            key = f"{overload}|{dtype_name(d)}|exact|{content_digest(calls)}"
+            found = self.summary.remember(
+                key, lambda: exactness.measure(op, calls, d, data, functional).to_json(), save=True
+            )
+            return Exactness.from_json(found)
+
+        float32 = measured(torch.float32)
+        if dtype == torch.float32:
+            return float32
+        if dtype == torch.float64 or not float32.exact:
+            return exactness.judge(None, float32, dtype)
+        return exactness.judge(measured(dtype), float32, dtype)
 
     def limit(self, overload: str) -> int:
         if overload in self.fallback_only:

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from conformance.engine.compare import Mismatch
+from conformance.engine.exactness import Exactness
 from conformance.engine.runner import CaseOutcome, blame, run_case
 from conformance.harness.nodes import case_of
 from conformance.harness.options import MODES
@@ -38,6 +39,16 @@ class CaseVerdicts:
     def __init__(self, suite: Suite) -> None:
         self.suite = suite
 
+    def _exactness(self, case: CaseId, dtype: torch.dtype) -> Exactness | None:
+        """Whether CPU's result is exact for the case (None: no claim, also where measuring
+        it failed: the tolerance stands)."""
+        if case.values == "grad":
+            return None
+        try:
+            return self.suite.samples.exactness(case.overload, dtype)
+        except Exception:  # noqa: BLE001 - a measurement that cannot run claims nothing
+            return None
+
     def run(self, case: CaseId, item: pytest.Item) -> None:
         """Run the case; leave its result record on `item`; raise pytest outcomes."""
         nodeid = item.nodeid
@@ -58,6 +69,7 @@ class CaseVerdicts:
             )
             pytest.fail(message, pytrace=False)
         route = case.path == "fallback" and case.overload in self.suite.registered
+        exact = self._exactness(case, dtype)
         outcome = run_case(
             self.suite.backend,
             case.overload,
@@ -69,6 +81,8 @@ class CaseVerdicts:
             strict_errors=self.suite.options.strict_errors,
             mode=case.values if case.values in MODES else "",
             placements=placements,
+            exactness=exact,
+            flushes_subnormals=case.dtype in self.suite.manifest.flushes_subnormals,
         )
         expected = self.suite.expectation(case)
         declared = self.suite.declared_unsupported(case, expected)

@@ -1,6 +1,8 @@
 """Copies between devices and the scalar read-back: the primitives cpu_fallback is built on.
 
-CPU has no `_copy_from` kernel; the reference is `dst.copy_(src)` on CPU.
+CPU has no `_copy_from` kernel; the reference is `dst.copy_(src)` on CPU. Copies into another
+dtype are conversions, the device's own where it registers `_copy_from` only: its samples carry
+the conversion matrix of conversions.py, and its results are exact.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ import torch
 
 from conformance.engine.calls import Call
 from conformance.ops import OpSpec, register
+from conformance.ops.conversions import DTYPES, NOTE, edge_values
 
 SHAPES = [(5, 6), (3, 4, 5), (2, 3, 4, 5), (7,), ()]
 OTHER_DTYPE = {torch.float32: torch.float64, torch.bool: torch.float32}
@@ -33,6 +36,14 @@ def _copy_samples(overload: str, dst_shape_of: callable) -> callable:
                 out.append(Call(overload, (src, dst)))  # device -> device
                 out.append(Call(overload, (src, dst), cpu_args=frozenset({1})))  # device -> cpu
                 out.append(Call(overload, (src, dst), cpu_args=frozenset({0})))  # cpu -> device
+        # the conversion matrix: the case's dtype into every other, at the edges (conversions.py)
+        for target in DTYPES if dtype in DTYPES else ():
+            if target == dtype:
+                continue
+            src = edge_values(dtype, target)
+            dst = torch.zeros(dst_shape_of(tuple(src.shape)), dtype=target)
+            for cpu_args in (frozenset(), frozenset({0}), frozenset({1})):
+                out.append(Call(overload, (src, dst), cpu_args=cpu_args))
         # broadcast: src (1, 6) into dst (5, 6)
         if overload == "_copy_from":
             src, dst = _values((1, 6), dtype, 7), _values((5, 6), dtype, 8)
@@ -61,7 +72,8 @@ register(
         check_aliasing=False,
         check_strides=False,
         value_sets=("special",),  # NaN, inf, -0.0 copied; dst is no operand to promote against
-        notes="reference is dst.copy_(src) on CPU; dst may be on CPU (device-to-host)",
+        exact=True,
+        notes="reference is dst.copy_(src) on CPU; dst may be on CPU (device-to-host); " + NOTE,
     )
 )
 register(
@@ -74,7 +86,8 @@ register(
         check_aliasing=False,
         check_strides=False,
         value_sets=("special",),
-        notes="dst starts empty and is resized to src's shape",
+        exact=True,
+        notes="dst starts empty and is resized to src's shape; " + NOTE,
     )
 )
 

@@ -33,7 +33,9 @@ def sources_digest() -> str:
     """Digest of the code whose output the summary remembers."""
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     engine = os.path.join(package, "engine")
-    files = [os.path.join(engine, n) for n in ("calls.py", "gradients.py", "placing.py")]
+    files = [
+        os.path.join(engine, n) for n in ("calls.py", "exactness.py", "gradients.py", "placing.py")
+    ]
     for folder in (os.path.join(package, "samples"), os.path.join(package, "ops")):
         for root, dirs, names in os.walk(folder):
             dirs[:] = sorted(d for d in dirs if d != "__pycache__")
@@ -65,12 +67,16 @@ class SampleSummary:
             return {}
         return data if isinstance(data, dict) else {}
 
-    def remember(self, key: str, compute: Callable[[], Any]) -> Any:
-        """The answer for `key` (a JSON value): remembered, or computed now and kept."""
+    def remember(self, key: str, compute: Callable[[], Any], save: bool = False) -> Any:
+        """The answer for `key` (a JSON value): remembered, or computed now and kept (`save`:
+        written at once, for answers found while cases run, in processes that may not live to
+        the end of the session)."""
         value = self._known.get(key, _MISSING)
         if value is _MISSING:
             value = compute()
             self._known[key] = self._learned[key] = value
+            if save:
+                self.save()
         return value
 
     def save(self) -> None:

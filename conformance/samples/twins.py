@@ -17,64 +17,15 @@ from typing import Any
 import torch
 
 from conformance.engine.calls import Call
-
-
-def _is_out(arg: Any) -> bool:
-    return bool(arg.kwarg_only and arg.alias_info is not None and arg.alias_info.is_write)
-
-
-def _kind(arg: Any) -> str:
-    """'tensor', 'scalar' or 'other' for a schema argument (optional types unwrapped)."""
-    t = arg.type
-    if isinstance(t, torch.OptionalType):
-        t = t.getElementType()
-    if isinstance(t, torch.TensorType):
-        return "tensor"
-    if isinstance(t, torch.NumberType):  # Scalar
-        return "scalar"
-    return "other"
-
-
-def schema_of(overload: str) -> Any | None:
-    name, _, tag = overload.partition(".")
-    packet = getattr(torch.ops.aten, name, None)
-    op = getattr(packet, tag or "default", None) if packet is not None else None
-    return op._schema if op is not None else None
-
-
-def siblings(overload: str) -> list[str]:
-    """Other overloads of the same op: `name`, `name_` and their tags."""
-    name = overload.partition(".")[0]
-    stem = name[:-1] if name.endswith("_") and not name.endswith("__") else name
-    out = []
-    for candidate in (stem, stem + "_"):
-        packet = getattr(torch.ops.aten, candidate, None)
-        if packet is None:
-            continue
-        for tag in packet.overloads():
-            full = candidate if tag == "default" else f"{candidate}.{tag}"
-            if full != overload:
-                out.append(full)
-    return out
-
-
-def _inputs(schema: Any) -> list[Any]:
-    return [a for a in schema.arguments if not _is_out(a)]
-
-
-def match_cost(target: Any, source: Any) -> int | None:
-    """Conversions needed to call `target` with `source`'s inputs (None: they do not match)."""
-    t_in, s_in = _inputs(target), _inputs(source)
-    if [a.name for a in t_in] != [a.name for a in s_in]:
-        return None
-    cost = 0
-    for a, b in zip(t_in, s_in, strict=True):
-        ka, kb = _kind(a), _kind(b)
-        if ka != kb:
-            if {ka, kb} != {"tensor", "scalar"}:
-                return None
-            cost += 1
-    return cost
+from conformance.engine.siblings import (  # noqa: F401 - functional_of: also from here
+    _inputs,
+    _is_out,
+    _kind,
+    functional_of,
+    match_cost,
+    schema_of,
+    siblings,
+)
 
 
 def ranked_sources(overload: str) -> list[str]:
@@ -155,20 +106,3 @@ def _out_args(
     if any(r.layout != torch.strided for r in results):
         return None  # a sparse result (`_to_sparse.out`): no dense out= to derive
     return [torch.zeros_like(r, memory_format=torch.contiguous_format) for r in results]
-
-
-def functional_of(overload: str) -> Callable[..., Any] | None:
-    """The sibling without out= arguments whose inputs match `overload`'s exactly."""
-    target = schema_of(overload)
-    if target is None:
-        return None
-    for sibling in siblings(overload):
-        if sibling.partition(".")[0].endswith("_"):
-            continue
-        source = schema_of(sibling)
-        if source is None or any(_is_out(a) for a in source.arguments):
-            continue
-        if match_cost(target, source) == 0:
-            name, _, tag = sibling.partition(".")
-            return getattr(getattr(torch.ops.aten, name), tag or "default")
-    return None

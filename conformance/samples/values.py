@@ -29,7 +29,11 @@ from conformance.samples.twins import _is_out, _kind, functional_of, schema_of
 VALUE_SETS = ("special", "promotion")
 # the disk cache of generated calls (samples/__init__.py) is keyed by this: change it when the
 # calls this module builds change
-GENERATOR_VERSION = "v1"
+GENERATOR_VERSION = "v2"
+# Added to a floating operand of another dtype: not integral (a result truncated to an integer
+# type shows) and not representable in any binary float (a device that rounds a float64 operand
+# to the case's float16 before computing, where CPU does not, shows).
+THIRD = 1 / 3
 # schema argument names that are never data operands
 NOT_DATA = frozenset(
     {
@@ -215,12 +219,12 @@ def _as(value: Any, dtype: torch.dtype, zero_dim: bool) -> Any:
         t = value.reshape(-1)[:1].reshape(()) if zero_dim else value
         t = t.to(torch.float64)
         if dtype.is_floating_point:
-            t = t + 0.25  # not integral: a result truncated to an integer type shows
+            t = t + THIRD
         return t.to(dtype)
     if dtype == torch.bool:
         return bool(value)
     if dtype.is_floating_point:
-        return float(value) + 0.25
+        return float(value) + THIRD
     return int(value) if math.isfinite(value) else None
 
 

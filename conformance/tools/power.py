@@ -100,6 +100,16 @@ FAMILIES = [
         mode="grad",
     ),
     Family(
+        "1 ulp toward zero, in an op CPU rounds correctly",
+        "rounding",
+        "mul.Tensor",
+        "on/off",
+        SWITCH,
+        {torch.float32: 1.0, torch.float64: 1.0, torch.float16: 1.0, torch.bfloat16: 1.0},
+        note="every nonzero result one ulp toward zero (round-toward-zero); CPU's product is "
+        "measured exact (engine/exactness.py): bit for bit",
+    ),
+    Family(
         "bernoulli p + d",
         "values",
         "bernoulli_.float",
@@ -204,6 +214,17 @@ def _rounded(t: torch.Tensor, scale: torch.Tensor | float) -> torch.Tensor:
     return (t.to(torch.float64) * scale).to(t.dtype)
 
 
+def _toward_zero(t: torch.Tensor) -> torch.Tensor:
+    """Every finite nonzero element one ulp toward zero (in sign-magnitude bits, the integer
+    one lower for either sign)."""
+    if not t.is_floating_point():
+        return t
+    ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+    bits = t.contiguous().view(ints)
+    lowered = torch.where((t != 0) & t.isfinite(), bits - 1, bits)
+    return lowered.view(t.dtype)
+
+
 def install(state: Planted) -> None:
     """Override echo_npu's kernels of every family's overload with planted ones."""
     lib = torch.library.Library("aten", "IMPL", "PrivateUse1")
@@ -214,6 +235,8 @@ def install(state: Planted) -> None:
         e = state.on("output scaled by 1+e")
         if e and out.is_floating_point():
             out = _rounded(out, 1 + e)
+        if state.on("1 ulp toward zero, in an op CPU rounds correctly"):
+            out = _toward_zero(out)
         e = state.on("one element off by e")
         if e and out.is_floating_point() and out.numel():
             flat = out.reshape(-1).clone()
@@ -397,6 +420,9 @@ class Bench:
         self.cache = self._cache.name
         self.state = Planted()
         install(self.state)
+        from conformance.harness.sampling import RunSamples
+
+        self.samples = RunSamples(self.cache)  # CPU's exactness, measured as a run does
 
     def caught(self, family: Family, dtype: torch.dtype, magnitude: float) -> str | None:
         """The failure message of the family's case with the fault at `magnitude` (None: the
@@ -409,9 +435,10 @@ class Bench:
         try:
             calls = calls_for(family.overload, dtype, self.cache)
             spec = spec_for(family.overload)
+            exact = None if family.mode else self.samples.exactness(family.overload, dtype)
             outcome = run_case(
                 self.backend, family.overload, spec, calls, "contiguous", "native",
-                mode=family.mode,
+                mode=family.mode, exactness=exact,
             )  # fmt: skip
         finally:
             self.state.family, self.state.magnitude = "", 0.0

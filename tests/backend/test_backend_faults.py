@@ -364,3 +364,53 @@ def test_fused_sgd_wrong_momentum(npu, faults):
     p, buf = run("npu")
     assert torch.allclose(buf, torch.full((3,), 0.45 * 2.0 + 0.5))  # momentum 0.45, not 0.9
     assert not torch.allclose(p, expected[0])
+
+
+# ---- the last-bit faults (issue 37): each a deviation only the bit-level checks see ----------
+def _bits(t: torch.Tensor) -> list[int]:
+    ints = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32}
+    return t.cpu().contiguous().view(ints.get(t.dtype, torch.int64)).tolist()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_neg_signed_zero(npu, faults, dtype):
+    x = torch.tensor([0.0, -0.0, 1.5], dtype=dtype)
+    assert _bits(torch.neg(x.to("npu"))) == _bits(torch.neg(x))  # -(+0) is -0
+    faults(["neg_signed_zero"])
+    got = torch.neg(x.to("npu")).cpu()
+    assert got.tolist() == [0.0, 0.0, -1.5] and got.signbit().tolist() == [False, False, True]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_add_flushes_subnormals(npu, faults, dtype):
+    tiny = torch.finfo(dtype).tiny
+    x = torch.tensor([tiny, -tiny, 1.0], dtype=dtype)
+    y = torch.tensor([-tiny / 2, tiny / 2, 1.0], dtype=dtype)  # results: +-tiny/2, subnormal
+    assert _bits(x.to("npu") + y.to("npu")) == _bits(x + y)
+    faults(["add_flushes_subnormals"])
+    got = (x.to("npu") + y.to("npu")).cpu()
+    assert got.tolist() == [0.0, 0.0, 2.0] and got.signbit().tolist() == [False, True, False]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_mul_rounds_toward_zero(npu, faults, dtype):
+    g = torch.Generator().manual_seed(0)
+    x, y = (torch.randn(256, generator=g, dtype=torch.float64).to(dtype) for _ in range(2))
+    assert _bits(x.to("npu") * y.to("npu")) == _bits(x * y)
+    # a float64 CPU scalar: taken in float by CPU's mul for half types (one rounding)
+    assert _bits(x.to("npu") * torch.tensor(0.1, dtype=torch.float64)) == _bits(x * 0.1)
+    faults(["mul_rounds_toward_zero"])
+    got, cpu = (x.to("npu") * y.to("npu")).cpu(), x * y
+    low = got.abs() < cpu.abs()
+    assert low.any() and torch.equal(got[~low], cpu[~low])  # exact products stay exact
+    assert (torch.nextafter(got[low], cpu[low]) == cpu[low]).all()  # one ulp toward zero
+    assert not torch.equal((x.to("npu") * 0.1).cpu(), x * 0.1)
+
+
+@pytest.mark.parametrize("source", [torch.float32, torch.float64, torch.float16])
+def test_to_bf16_truncates(npu, faults, source):
+    x = torch.tensor([1 + 2**-8 + 2**-10, -(1 + 2**-7 + 2**-9), 3.0], dtype=source)
+    assert _bits(x.to("npu").to(torch.bfloat16)) == _bits(x.to(torch.bfloat16))
+    faults(["to_bf16_truncates"])
+    got = x.to("npu").to(torch.bfloat16).cpu()
+    assert got.tolist() == [1.0, -(1 + 2**-7), 3.0]  # the mantissa cut, not rounded

@@ -48,6 +48,8 @@ def test_every_target_is_met_and_no_control_fires(quick):
         ("bernoulli p + d", "float32"),  # issue 32: p + 0.05 passed
         ("normal std x (1+d)", "float64"),  # issue 32: std x1.1 passed
         ("normal mean + d sigma", "float32"),  # issue 32: mean + 0.1 sigma passed
+        ("1 ulp toward zero, in an op CPU rounds correctly", "float16"),  # issue 37
+        ("1 ulp toward zero, in an op CPU rounds correctly", "bfloat16"),  # issue 37
     ],
 )
 def test_the_issue_examples_are_caught_at_their_targets(quick, family, dtype):

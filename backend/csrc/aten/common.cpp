@@ -175,6 +175,13 @@ void copy_any(const at::Tensor& dst, const at::Tensor& src, bool allow_offset_fa
     last = d.view({-1}).narrow(0, d.numel() - 1, 1).clone();
   at::native::copy_(d, s, false);
   if (last.defined()) d.view({-1}).narrow(0, d.numel() - 1, 1).copy_(last);
+  if (d.scalar_type() == at::kBFloat16 && at::isFloatingType(s.scalar_type()) &&
+      s.scalar_type() != at::kBFloat16 && fault(Fault::ToBf16Truncates)) {
+    // float -> bfloat16 by dropping the low 16 bits of the float32 value (truncation toward
+    // zero) instead of rounding to nearest even
+    at::Tensor bits = s.to(at::kFloat).contiguous().view(at::kInt).bitwise_and(-65536);
+    d.copy_(bits.view(at::kFloat));
+  }
 }
 
 at::Tensor stage(const at::Tensor& t, at::IntArrayRef shape, at::ScalarType dt, c10::Device dev) {

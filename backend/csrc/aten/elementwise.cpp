@@ -53,18 +53,35 @@ at::ScalarType binary_ct(k::BinOp op, const Tensor& a, const Tensor& b) {
   return ct;
 }
 
+bool is_cpu_scalar_operand(const Tensor& t) { return t.dim() == 0 && t.device().is_cpu(); }
+
 // a op b computed in dtype ct over shape (broadcast), as a new contiguous device tensor.
 Tensor binary_compute_as(k::BinOp op, const Tensor& a, const Tensor& b, const Scalar& alpha,
                          at::IntArrayRef shape, at::ScalarType ct, c10::Device dev) {
-  Tensor sa = stage(a, shape, ct, dev), sb = stage(b, shape, ct, dev);
-  Tensor r = empty_dev(shape, ct, dev);
   double af = 1.0;
   int64_t ai = 1;
   if (at::isFloatingType(ct)) af = alpha.to<double>();
   else if (ct == at::kBool) ai = alpha.to<bool>() ? 1 : 0;
   else ai = alpha.to<int64_t>();
+  unsigned quirks = 0;  // faults mul_rounds_toward_zero, add_flushes_subnormals
+  if (op == k::BinOp::Mul && fault(Fault::MulRoundsTowardZero)) quirks |= k::kRoundTowardZero;
+  if (op == k::BinOp::Add && fault(Fault::AddFlushesSubnormals)) quirks |= k::kFlushSubnormals;
+  Tensor r = empty_dev(shape, ct, dev);
+  if ((op == k::BinOp::Mul || op == k::BinOp::Div) && at::isReducedFloatingType(ct) &&
+      b.dim() == 0 && b.device().is_cpu() && !is_cpu_scalar_operand(a)) {
+    // As CPU's mul and div kernels take a 0-dim CPU `other` with a float16/bfloat16 result: its
+    // value in float (a float64 0.1 times a float16 tensor is computed in float and rounded
+    // once, never rounded to float16 first). CPU's add and sub round it to the result type.
+    const double s = b.item<double>();
+    Tensor sa = stage(a, shape, ct, dev);
+    launch("binary", [&] {
+      k::binary_scalar(op, kdt(ct), sa.data_ptr(), s, false, r.data_ptr(), r.numel(), af, quirks);
+    });
+    return r;
+  }
+  Tensor sa = stage(a, shape, ct, dev), sb = stage(b, shape, ct, dev);
   launch("binary", [&] {
-    k::binary(op, kdt(ct), sa.data_ptr(), sb.data_ptr(), r.data_ptr(), r.numel(), af, ai);
+    k::binary(op, kdt(ct), sa.data_ptr(), sb.data_ptr(), r.data_ptr(), r.numel(), af, ai, quirks);
   });
   return r;
 }
@@ -132,7 +149,8 @@ Tensor& binary_out(k::BinOp kop, const Tensor& self, const Tensor& other, Tensor
 Tensor unary_compute(k::UnOp op, const Tensor& self, at::ScalarType ct, c10::Device dev) {
   Tensor a = stage(self, self.sizes(), ct, dev);
   Tensor r = empty_dev(self.sizes(), ct, dev);
-  launch("unary", [&] { k::unary(op, kdt(ct), a.data_ptr(), r.data_ptr(), r.numel()); });
+  const unsigned quirks = op == k::UnOp::Neg && fault(Fault::NegSignedZero) ? k::kZeroMinusX : 0u;
+  launch("unary", [&] { k::unary(op, kdt(ct), a.data_ptr(), r.data_ptr(), r.numel(), quirks); });
   return r;
 }
 

@@ -25,6 +25,59 @@ template <typename T>
 constexpr bool is_fp = std::is_floating_point_v<T> || std::is_same_v<T, Half> ||
                        std::is_same_v<T, BFloat16>;
 
+// One ulp toward zero (a zero, an infinity's neighbour and NaN as they are).
+template <typename T>
+T toward_zero(T v) {
+  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+    if ((v.x & 0x7fff) == 0 || std::isnan(static_cast<float>(v))) return v;
+    return T(static_cast<uint16_t>(v.x - 1), T::from_bits());  // sign-magnitude: |v| - 1 ulp
+  } else {
+    return std::nextafter(v, T(0));
+  }
+}
+
+// The product x * y rounded toward zero (fault quirk kRoundTowardZero): the exact product is
+// known (in float for half types, in double for float, by fma for double).
+template <typename T, typename A>
+T mul_toward_zero(A x, A y) {
+  if constexpr (std::is_same_v<T, double>) {
+    double r = x * y;
+    double err = std::fma(x, y, -r);  // exact product = r + err
+    if (std::isfinite(r) && r != 0 && err != 0 && ((err < 0) == (r > 0))) r = toward_zero(r);
+    return r;
+  } else {
+    double exact = static_cast<double>(x) * static_cast<double>(y);
+    T o = static_cast<T>(exact);
+    double back = static_cast<double>(static_cast<A>(o));
+    if (std::isfinite(exact) && std::fabs(back) > std::fabs(exact)) o = toward_zero(o);
+    return o;
+  }
+}
+
+template <typename T>
+T flushed(T v) {
+  const double d = static_cast<double>(v);
+  if (d != 0 && std::fabs(d) < static_cast<double>(std::numeric_limits<T>::min()))
+    return static_cast<T>(std::signbit(d) ? -0.0f : 0.0f);
+  return v;
+}
+
+// x op y (Add/Sub: x +- alpha * y) in the accumulate type A, rounded once to T.
+template <typename T, typename A>
+T fp_binary(BinOp op, A x, A y, A alpha, unsigned quirks) {
+  A r;
+  switch (op) {
+    case BinOp::Add: r = alpha == A(1) ? x + y : x + alpha * y; break;
+    case BinOp::Sub: r = alpha == A(1) ? x - y : x - alpha * y; break;
+    case BinOp::Mul: r = x * y; break;
+    default: r = x / y;
+  }
+  T o = static_cast<T>(r);
+  if ((quirks & kRoundTowardZero) && op == BinOp::Mul) o = mul_toward_zero<T, A>(x, y);
+  if (quirks & kFlushSubnormals) o = flushed(o);
+  return o;
+}
+
 template <typename F>
 void dispatch(DType dt, F&& f) {
   switch (dt) {
@@ -63,7 +116,7 @@ size_t elem_size(DType dt) {
 }
 
 void binary(BinOp op, DType dt, const void* a_, const void* b_, void* out_, int64_t n,
-            double alpha_f, int64_t alpha_i) {
+            double alpha_f, int64_t alpha_i, unsigned quirks) {
   dispatch(dt, [&](auto tag) {
     using T = decltype(tag);
     using A = typename Acc<T>::type;
@@ -79,17 +132,8 @@ void binary(BinOp op, DType dt, const void* a_, const void* b_, void* out_, int6
       }
     } else if constexpr (is_fp<T>) {
       const A alpha = static_cast<A>(alpha_f);
-      for (int64_t i = 0; i < n; ++i) {
-        A x = static_cast<A>(a[i]), y = static_cast<A>(b[i]);
-        A r;
-        switch (op) {
-          case BinOp::Add: r = alpha == A(1) ? x + y : x + alpha * y; break;
-          case BinOp::Sub: r = alpha == A(1) ? x - y : x - alpha * y; break;
-          case BinOp::Mul: r = x * y; break;
-          default: r = x / y;
-        }
-        out[i] = static_cast<T>(r);
-      }
+      for (int64_t i = 0; i < n; ++i)
+        out[i] = fp_binary<T, A>(op, static_cast<A>(a[i]), static_cast<A>(b[i]), alpha, quirks);
     } else {
       const T alpha = static_cast<T>(alpha_i);
       for (int64_t i = 0; i < n; ++i) {
@@ -100,6 +144,24 @@ void binary(BinOp op, DType dt, const void* a_, const void* b_, void* out_, int6
           case BinOp::Mul: out[i] = static_cast<T>(x * y); break;
           default: out[i] = y ? static_cast<T>(x / y) : T(0);  // glue never divides integers
         }
+      }
+    }
+  });
+}
+
+void binary_scalar(BinOp op, DType dt, const void* a_, double s, bool scalar_first, void* out_,
+                   int64_t n, double alpha_f, unsigned quirks) {
+  dispatch(dt, [&](auto tag) {
+    using T = decltype(tag);
+    using A = typename Acc<T>::type;
+    if constexpr (is_fp<T>) {
+      const T* a = static_cast<const T*>(a_);
+      T* out = static_cast<T*>(out_);
+      const A alpha = static_cast<A>(alpha_f), y = static_cast<A>(s);
+      for (int64_t i = 0; i < n; ++i) {
+        const A x = static_cast<A>(a[i]);
+        out[i] = scalar_first ? fp_binary<T, A>(op, y, x, alpha, quirks)
+                              : fp_binary<T, A>(op, x, y, alpha, quirks);
       }
     }
   });
@@ -125,7 +187,7 @@ void compare(CmpOp op, DType dt, const void* a_, const void* b_, bool* out, int6
   });
 }
 
-void unary(UnOp op, DType dt, const void* in_, void* out_, int64_t n) {
+void unary(UnOp op, DType dt, const void* in_, void* out_, int64_t n, unsigned quirks) {
   dispatch(dt, [&](auto tag) {
     using T = decltype(tag);
     using A = typename Acc<T>::type;
@@ -135,7 +197,10 @@ void unary(UnOp op, DType dt, const void* in_, void* out_, int64_t n) {
       A x = static_cast<A>(in[i]);
       A r;
       switch (op) {
-        case UnOp::Neg: r = static_cast<A>(-x); break;
+        case UnOp::Neg:
+          if constexpr (is_fp<T>) r = (quirks & kZeroMinusX) ? A(0) - x : -x;
+          else r = static_cast<A>(-x);
+          break;
         case UnOp::Abs:
           if constexpr (std::is_unsigned_v<A> || std::is_same_v<T, bool>) r = x;
           else r = x < A(0) ? static_cast<A>(-x) : (x == A(0) ? A(0) : x);
@@ -144,8 +209,8 @@ void unary(UnOp op, DType dt, const void* in_, void* out_, int64_t n) {
           if constexpr (is_fp<T>) r = std::exp(x);
           else r = x;  // glue stages integer inputs to float first
           break;
-        default:
-          if constexpr (is_fp<T>) r = std::isnan(x) ? x : (x > A(0) ? x : A(0));
+        default:  // relu as CPU's clamp_min(x, 0): NaN and -0.0 stay as they are
+          if constexpr (is_fp<T>) r = x < A(0) ? A(0) : x;
           else r = x > A(0) ? x : A(0);
       }
       out[i] = static_cast<T>(r);

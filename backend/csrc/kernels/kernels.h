@@ -18,12 +18,24 @@ enum class CmpOp { Eq, Ne, Lt, Le, Gt, Ge };
 enum class UnOp { Neg, Abs, Exp, Relu };
 enum class RedOp { Sum, Mean, Amax, All, Any };
 
+// Deliberate deviations from IEEE round-to-nearest arithmetic, for echo_npu's fault switches
+// (0, the default: the results CPU gives). Floating dtypes only.
+enum Quirk : unsigned {
+  kRoundTowardZero = 1u,  // Mul: the product rounded toward zero instead of to nearest
+  kFlushSubnormals = 2u,  // subnormal results become a zero of their sign (FTZ)
+  kZeroMinusX = 4u,       // Neg: computed as 0 - x, so -(+0) is +0 and -(-0) is +0
+};
+
 // out[i] = a[i] op b[i] (Add/Sub: a + alpha*b, a - alpha*b); alpha as double for floating
 // dtypes, as int64 for integral ones.
 void binary(BinOp op, DType dt, const void* a, const void* b, void* out, int64_t n,
-            double alpha_f, int64_t alpha_i);
+            double alpha_f, int64_t alpha_i, unsigned quirks = 0);
+// Floating dtypes: out[i] = a[i] op s (s op a[i] when scalar_first), the scalar taken in the
+// accumulate type (float for half types): one rounding, as CPU's mul and div by a CPU scalar.
+void binary_scalar(BinOp op, DType dt, const void* a, double s, bool scalar_first, void* out,
+                   int64_t n, double alpha_f, unsigned quirks = 0);
 void compare(CmpOp op, DType dt, const void* a, const void* b, bool* out, int64_t n);
-void unary(UnOp op, DType dt, const void* in, void* out, int64_t n);
+void unary(UnOp op, DType dt, const void* in, void* out, int64_t n, unsigned quirks = 0);
 void cast(DType src, DType dst, const void* in, void* out, int64_t n);
 // Byte-level kernels: value points at one element of elem bytes.
 void fill(size_t elem, void* out, int64_t n, const void* value);

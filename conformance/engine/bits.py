@@ -1,0 +1,323 @@
+"""The checks of the last bit: subnormals, signed zeros and correct rounding.
+
+`isclose` is blind to all three: -0.0 equals 0.0, a flushed float32 subnormal is within atol of
+itself, and one ulp is within every tolerance. Three sample checks (registered with the others
+of engine/checks.py, on every floating value the outputs and written checks compare):
+
+- `subnormal` (before `outputs`): where CPU's result is a subnormal and the device's is zero,
+  the device flushes subnormal results (FTZ); where the device's result is CPU's on inputs with
+  their subnormals made zero, it treats subnormal inputs as zero (DAZ). Raised only when that
+  explains every difference beyond the tolerance (a wrong result is `values`). A manifest line
+  `flushes_subnormals = ["float32"]` declares FTZ: where the device gives a zero and CPU a
+  subnormal, the device is then judged against CPU's result flushed (compare.flush_subnormals)
+  and this check is silent for the dtype.
+- `signed-zero`: where CPU's result is +-0 and the device's is a zero of the other sign. Owed
+  by pointwise ops (torch's `pointwise` tag, of the overload or its functional sibling), by
+  conversions and by the ops CPU is exact for (engine/exactness.py), except reductions (which
+  zero a sum or a max of +-0 returns is the algorithm's: IEEE leaves max(-0, +0) open).
+- `rounding` (before `outputs`): where CPU is exact for (overload, dtype)
+  (engine/exactness.py), every element bit for bit (NaN payloads and the sign of zero aside:
+  those are the checks above) or the correctly rounded result (the op on the inputs upcast to
+  float64, rounded once: where CPU rounds an operand first, as its add does a float64 scalar
+  into a float16 sum, a device that does not is as right), else the ulp distance and
+  direction of the differences ("1 ulp toward zero on 48 % of elements: round-toward-zero?").
+  Differences beyond the tolerance and more than one ulp away are wrong values, left to
+  `outputs` (inf is one ulp past the largest finite value: an overflow that should not have
+  happened is a rounding).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+from conformance.engine.checks import Sample, invoke, sample_check
+from conformance.engine.compare import Mismatch, flush_subnormals, tolerance, unravel
+from conformance.engine.placing import Materialized
+from conformance.engine.transfer import read_back
+
+FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_BITS = {
+    torch.float16: torch.int16,
+    torch.bfloat16: torch.int16,
+    torch.float32: torch.int32,
+    torch.float64: torch.int64,
+}
+
+
+def compared(s: Sample) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    """(name, device values on CPU, CPU's values) of every real floating tensor the outputs and
+    written checks compare by value, where shape and dtype agree (else theirs to report); read
+    once per sample."""
+    if "bits" not in s.scratch:
+        s.scratch["bits"] = list(_compared(s))
+    return s.scratch["bits"]
+
+
+def _compared(s: Sample) -> Iterator[tuple[str, torch.Tensor, torch.Tensor]]:
+    if s.nondeterministic or not s.spec.check_values:
+        return
+    a_leaves, _ = tree_flatten(s.actual.result)
+    e_leaves, _ = tree_flatten(s.expected.result)
+    pairs = []
+    if len(a_leaves) == len(e_leaves):
+        for i, (a, e) in enumerate(zip(a_leaves, e_leaves, strict=True)):
+            if i in s.spec.metadata_only_outputs:
+                continue
+            if s.spec.compared_outputs is not None and i not in s.spec.compared_outputs:
+                continue
+            pairs.append((f"output {i}" if len(a_leaves) > 1 else "output", a, e))
+    dev_written = [(leaf, view) for leaf, _, view in s.dev.bases if leaf.written]
+    cpu_written = [view for leaf, _, view in s.cpu.bases if leaf.written]
+    for (leaf, view), cview in zip(dev_written, cpu_written, strict=False):
+        if not any(view is a for _, a, _ in pairs):
+            pairs.append((leaf.arg, view, cview))
+    for name, a, e in pairs:
+        if not (isinstance(a, torch.Tensor) and isinstance(e, torch.Tensor)):
+            continue
+        if e.dtype not in FLOATS or a.dtype != e.dtype or a.shape != e.shape or not e.numel():
+            continue
+        if a.layout != torch.strided or e.layout != torch.strided:
+            continue
+        host = read_back(a)
+        yield name, host, flush_subnormals(e, host) if s.flushes_subnormals else e
+
+
+def _subnormal(t: torch.Tensor) -> torch.Tensor:
+    return (t != 0) & (t.abs() < torch.finfo(t.dtype).tiny)
+
+
+def _same(a: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+    """Bit for bit, NaN payloads and the sign of zero aside."""
+    return (a == e) | (a.isnan() & e.isnan())
+
+
+def _first(mask: torch.Tensor, a: torch.Tensor, e: torch.Tensor) -> str:
+    i = int(mask.reshape(-1).nonzero()[0, 0])
+    at = unravel(i, tuple(e.shape))
+    return f"first at {at}: device {a.reshape(-1)[i].item()!r} vs cpu {e.reshape(-1)[i].item()!r}"
+
+
+@sample_check(
+    "subnormal",
+    "the device neither flushes subnormal results to zero nor treats subnormal inputs as zero "
+    "(unless the manifest declares flushes_subnormals for the dtype)",
+    before="outputs",
+)
+def check_subnormals(s: Sample) -> None:
+    if s.flushes_subnormals:
+        return
+    found = compared(s)
+    for name, a, e in found:
+        flushed = (a == 0) & (e != 0)  # the cheap test first: most samples stop here
+        if not bool(flushed.any()):
+            continue
+        flushed &= _subnormal(e)
+        if not bool(flushed.any()):
+            continue
+        rtol, atol = tolerance(e.dtype, s.spec.tol_scale)
+        close = torch.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
+        if bool((~close & ~flushed).any()):
+            return  # other differences: the outputs check names them
+        raise Mismatch(
+            "subnormal",
+            f"{name}: flushes subnormal results to zero: {int(flushed.sum())} element(s) where "
+            f"cpu gives a subnormal {str(e.dtype).removeprefix('torch.')}; {_first(flushed, a, e)}"
+            " (a device that does: flushes_subnormals in the manifest)",
+        )
+    _inputs_as_zero(s, found)
+
+
+def _inputs_as_zero(s: Sample, found: list[tuple[str, torch.Tensor, torch.Tensor]]) -> None:
+    """DAZ: where the device differs from CPU and CPU on inputs with their subnormals made zero
+    gives the device's result."""
+    differing = [(n, a, e) for n, a, e in found if not bool(_same(a, e).all())]
+    if not differing:
+        return
+    leaves = [base for leaf, base, _ in s.cpu.bases if base.dtype in FLOATS]
+    if not any(bool(_subnormal(b).any()) for b in leaves):
+        return
+    cpu = s.placed.materialize("cpu")
+    for _, base, _ in cpu.bases:
+        if base.dtype in FLOATS:
+            base.copy_(flush_subnormals(base))
+    flushed = invoke(s.spec.reference or s.op, cpu)
+    if flushed.exc is not None:
+        return
+    again = {name: e for name, _, e in compared_against(s, flushed.result, cpu)}
+    for name, a, e in differing:
+        f = again.get(name)
+        if f is None:
+            continue
+        diff = ~_same(a, e)
+        if bool(_same(a, f)[diff].all()):
+            raise Mismatch(
+                "subnormal",
+                f"{name}: treats subnormal inputs as zero: where it differs from cpu "
+                f"({int(diff.sum())} element(s)) it gives cpu's result for the inputs with their "
+                f"subnormals made zero; {_first(diff, a, e)}",
+            )
+
+
+def compared_against(s: Sample, result: object, cpu: object) -> Iterator[tuple]:
+    """`compared`'s CPU side for another CPU run (`result`, written args of `cpu`)."""
+    e_leaves, _ = tree_flatten(result)
+    names = [f"output {i}" if len(e_leaves) > 1 else "output" for i in range(len(e_leaves))]
+    for name, e in zip(names, e_leaves, strict=True):
+        if isinstance(e, torch.Tensor):
+            yield name, None, e
+    for leaf, _, view in cpu.bases:  # type: ignore[attr-defined]
+        if leaf.written:
+            yield leaf.arg, None, view
+
+
+@functools.cache
+def _tags(overload: str) -> frozenset[str]:
+    """torch's tags of the overload and of its functional sibling (an in-place or out= variant
+    has none of its own)."""
+    from conformance.engine.discovery import resolve
+    from conformance.engine.siblings import functional_of
+
+    ops = [resolve(overload), functional_of(overload)]
+    return frozenset(str(t) for op in ops if op is not None for t in getattr(op, "tags", ()))
+
+
+def signs_owed(s: Sample) -> bool:
+    """Whether the sign of a zero result is part of this op's answer (see the docstring)."""
+    tags = _tags(s.overload)
+    if "Tag.pointwise" in tags or s.spec.exact:
+        return True
+    exact = s.exactness is not None and s.exactness.exact
+    return exact and "Tag.reduction" not in tags
+
+
+@sample_check(
+    "signed-zero",
+    "where CPU's result is +-0 the device's zero has the same sign (pointwise ops, conversions "
+    "and ops CPU is exact for; not reductions)",
+)
+def check_signed_zeros(s: Sample) -> None:
+    if not signs_owed(s):
+        return
+    for name, a, e in compared(s):
+        wrong = (a == 0) & (e == 0) & (a.signbit() != e.signbit())
+        if bool(wrong.any()):
+            raise Mismatch(
+                "signed-zero",
+                f"{name}: {int(wrong.sum())} zero(s) of the other sign; {_first(wrong, a, e)}",
+            )
+
+
+def _ordered(t: torch.Tensor) -> torch.Tensor:
+    """The floats of `t` as integers in the order of their values (adjacent floats differ by
+    1: the ulp distance is a difference)."""
+    i = t.contiguous().view(_BITS[t.dtype]).to(torch.int64)
+    magnitude = i & torch.iinfo(_BITS[t.dtype]).max
+    return torch.where(i < 0, -magnitude, magnitude)
+
+
+@sample_check(
+    "rounding",
+    "where CPU's result is exact (measured: engine/exactness.py), the device's is the same, "
+    "bit for bit",
+    before="outputs",
+)
+def check_rounding(s: Sample) -> None:
+    if s.exactness is None or not s.exactness.exact:
+        return
+    for name, a, e in compared(s):
+        both_zero = (a == 0) & (e == 0)
+        bad = ~_same(a, e) & ~both_zero
+        if bool(bad.any()):
+            bad &= ~_correctly_rounded(s, name, a, e)
+        if not bool(bad.any()):
+            continue
+        rtol, atol = tolerance(e.dtype, s.spec.tol_scale)
+        close = torch.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
+        if not bool(close.all()) and _most_ulps(a, e, bad) > 1:
+            return  # a wrong value, not a rounding: the outputs check names it
+        raise Mismatch(
+            "rounding",
+            f"{name}: {_ulps(a, e, bad)}; {_first(bad, a, e)}\n  cpu is exact for "
+            f"{s.overload} in {str(e.dtype).removeprefix('torch.')}: {s.exactness.why}",
+        )
+
+
+def _correctly_rounded(s: Sample, name: str, a: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+    """Where the device's value is the correctly rounded one: the op run on CPU with every
+    floating operand in float64, rounded once. CPU itself rounds some operands first (a float64
+    scalar added to a float16 tensor is rounded to float16 before the sum); a device that does
+    not is as right. All False where the float64 run fails or gives another shape."""
+    wide = s.scratch.get("float64")
+    if wide is None:
+        wide = s.scratch["float64"] = _float64_run(s)
+    w = wide.get(name)
+    if w is None or w.shape != a.shape:
+        return torch.zeros_like(a, dtype=torch.bool)
+    return _same(a, w.to(e.dtype))
+
+
+def _float64_run(s: Sample) -> dict[str, torch.Tensor]:
+    """{name as `compared` names it: float64 result} of the op on CPU's inputs upcast."""
+    cpu = s.placed.materialize("cpu")
+    upcast: dict[int, torch.Tensor] = {}
+
+    def up(x: object) -> object:
+        if isinstance(x, torch.Tensor) and x.dtype in FLOATS:
+            upcast[id(x)] = x.to(torch.float64)
+            return upcast[id(x)]
+        return x
+
+    args, kwargs = tree_map(up, (cpu.args, cpu.kwargs))
+    run = invoke(s.spec.reference or s.op, Materialized(args, kwargs, []))
+    if run.exc is not None:
+        return {}
+    leaves = tree_flatten(run.result)[0]
+    found = {
+        f"output {i}" if len(leaves) > 1 else "output": t
+        for i, t in enumerate(leaves)
+        if isinstance(t, torch.Tensor)
+    }
+    for leaf, _, view in cpu.bases:
+        if leaf.written and id(view) in upcast:
+            found.setdefault(leaf.arg, upcast[id(view)])
+    return found
+
+
+def _most_ulps(a: torch.Tensor, e: torch.Tensor, bad: torch.Tensor) -> int:
+    """The largest ulp distance over `bad` (inf is one ulp past the largest finite value;
+    NaN against a number counts as far)."""
+    nan = bad & (a.isnan() | e.isnan())
+    if bool(nan.any()):
+        return 1 << 62
+    return int((_ordered(a) - _ordered(e))[bad].abs().max())
+
+
+def _ulps(a: torch.Tensor, e: torch.Tensor, bad: torch.Tensor) -> str:
+    """How the elements in `bad` differ: ulp distance and direction."""
+    n, total = int(bad.sum()), bad.numel()
+    finite = bad & ~a.isnan() & ~e.isnan()  # inf is one ulp past the largest finite value
+    parts = [f"{n}/{total} elements are not cpu's correctly rounded result"]
+    if bool(finite.any()):
+        d = (_ordered(a) - _ordered(e))[finite]
+        toward_zero = (a.abs() < e.abs())[finite]
+        k = int(finite.sum())
+        most = int(d.abs().max())
+        share = int(toward_zero.sum()) * 100 // k
+        direction = (
+            "toward zero" if share == 100 else "away from zero" if share == 0 else "either way"
+        )
+        parts.append(
+            f"{'1 ulp' if most == 1 else f'up to {most} ulps'} {direction} on "
+            f"{k * 100 // total} % of elements"
+        )
+        if most == 1 and share == 100:
+            parts.append("round-toward-zero?")
+        elif most == 1 and share == 0:
+            parts.append("rounds away from zero?")
+    if bool((bad & ~finite).any()):
+        parts.append(f"{int((bad & ~finite).sum())} where one side is NaN")
+    return ": ".join(parts[:2]) + ("; " + "; ".join(parts[2:]) if parts[2:] else "")
