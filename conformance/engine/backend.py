@@ -5,6 +5,10 @@ stay uninitialised in the process that forks; `engine/probe.py` checks usability
 never imports a second PrivateUse1 backend: registering PrivateUse1 hooks twice aborts the
 interpreter, so a conflict is a one-line `ConformanceUsageError` before any import.
 
+Which device: the PrivateUse1 device the module registered; else, for a device torch names
+itself whose kernels live under their own dispatch key (torch_xla's `xla` under `XLA`), the one
+such device the import gave kernels, or `--device TYPE` (`Backend.dispatch_key`).
+
 Which module: `--backend` when given (`MODULE`, or `MODULE:FUNCTION` for a package whose device
 is registered by a function its users call); else the backend that `import torch` already
 registered (PyTorch's `torch.backends` entry points, "autoload"); else echo_npu.
@@ -41,6 +45,9 @@ class Backend:
     module: ModuleType
     device_type: str
     how_loaded: str = "imported"  # for the run header
+    # the dispatch key its kernels are registered under: PrivateUse1, or an in-tree key (XLA,
+    # HPU, XPU, MTIA) for a device torch names itself
+    dispatch_key: str = "PrivateUse1"
     register: str = ""  # the function --backend MODULE:FUNCTION called, if any
     # the torch memory counter that sees this device's allocations (engine/probe.py), if any
     memory_counter: str | None = None
@@ -219,6 +226,7 @@ def _load_backend(spec: str | None, device: str | None) -> Backend:
             "torch.backends entry point) and a process holds only one; omit --backend to test "
             f"it, or set TORCH_DEVICE_BACKEND_AUTOLOAD=0 to test {module_name}"
         )
+    before = in_tree_devices()  # cuda in a CUDA build of torch: not the backend's
     module = _import(module_name)
     how = "imported"
     if register:
@@ -236,7 +244,18 @@ def _load_backend(spec: str | None, device: str | None) -> Backend:
                 ) from None
             how = f"imported, then its torch.backends entry point '{ep.value}' called"
     if registered_device() is None:
-        raise ConformanceUsageError(_registered_nothing(module, module_name, register))
+        found = in_tree_devices()
+        new = [d for d in found if d not in before]
+        if device is None and len(new) == 1:
+            device = new[0]  # the one in-tree device the import gave kernels (torch_xla)
+        if device is not None and device not in found and dispatch_key_of(device) is not None:
+            raise ConformanceUsageError(
+                f"--device {device}: nothing registered kernels under its dispatch key "
+                f"{dispatch_key_of(device)} in this process"
+                + (f"; devices with kernels of their own key: {', '.join(found)}" if found else "")
+            )
+        if device is None or device not in found:
+            raise ConformanceUsageError(_registered_nothing(module, module_name, register))
     backend = _backend(module_name, device, how)
     backend.register = register
     return backend
@@ -296,11 +315,18 @@ def _registered_nothing(module: ModuleType, module_name: str, register: str) -> 
         )
     hint = _registration_hint(module)
     example = hint.split(", ")[0] if hint else "FUNCTION"
+    others = in_tree_devices()
     return (
         f"importing backend '{module_name}' registered no PrivateUse1 device; if a function "
         f"registers it, pass --backend {module_name}:{example}"
         + (f" ({module_name} has: {hint})" if hint else "")
         + ", else the module whose import registers it"
+        + (
+            f"; devices with kernels of their own dispatch key here: {', '.join(others)} "
+            "(pass --device TYPE)"
+            if others
+            else ""
+        )
     )
 
 
@@ -308,8 +334,44 @@ def _backend(module_name: str, device: str | None, how: str) -> Backend:
     module = sys.modules.get(module_name) or _import(module_name)
     registered = torch._C._get_privateuse1_backend_name()
     if device is not None and device != registered:
-        raise ConformanceUsageError(_unknown_device(device, registered))
+        key = dispatch_key_of(device)
+        if key is None or not has_kernels(key):
+            raise ConformanceUsageError(_unknown_device(device, registered))
+        return Backend(module_name, module, device, how, dispatch_key=key)
     return Backend(module_name, module, registered, how)
+
+
+#: device types torch names itself whose kernels live under their own dispatch key
+IN_TREE = ("xla", "hpu", "xpu", "mtia", "maia", "ipu", "lazy", "mps", "cuda")
+
+
+def dispatch_key_of(device: str) -> str | None:
+    """The backend dispatch key of a device type (`xla` -> `XLA`, the PrivateUse1 name ->
+    `PrivateUse1`), asked of torch without touching the device; None for an unknown type."""
+    try:
+        torch.device(device)
+    except RuntimeError:
+        return None
+    if device == torch._C._get_privateuse1_backend_name():
+        return "PrivateUse1"
+    find = getattr(torch._C, "_dispatch_key_for_device", None)
+    key = find(device) if find is not None else device.upper()
+    return key if hasattr(torch._C.DispatchKey, key) else None
+
+
+def has_kernels(key: str) -> bool:
+    """Whether anything registered aten kernels or a boxed fallback under `key`."""
+    if torch._C._dispatch_has_backend_fallback(getattr(torch._C.DispatchKey, key)):
+        return True
+    return any(
+        q.startswith("aten::") and torch._C._dispatch_has_kernel_for_dispatch_key(q, key)
+        for q in torch._C._dispatch_get_registrations_for_dispatch_key(key)
+    )
+
+
+def in_tree_devices() -> list[str]:
+    """The in-tree device types (IN_TREE) whose dispatch key has kernels in this process."""
+    return [d for d in IN_TREE if (key := dispatch_key_of(d)) is not None and has_kernels(key)]
 
 
 def _unknown_device(device: str, registered: str) -> str:

@@ -35,6 +35,9 @@ class Probe:
     error: str = ""  # why the device was not usable
     bad_fork: bool = False  # the device refused use in a forked child
     memory_counter: str | None = None  # the first counter of memory.counters that saw the tensor
+    # a non-empty tensor's storage has bytes and a data pointer (a lazy device's, as torch_xla's,
+    # has none: strides, offsets and memory around views cannot be observed)
+    storage: bool = True
 
 
 def probe_here(backend: Backend, where: str = "in-process") -> Probe:
@@ -52,6 +55,7 @@ def probe_here(backend: Backend, where: str = "in-process") -> Probe:
         before = {name: _read(fn) for name, fn in candidates}
         tensor = torch.empty(PROBE_ELEMENTS, dtype=torch.float32, device=backend.device)
         after = {name: _read(fn) for name, fn in candidates}
+        storage = _observable(tensor)
         del tensor
     except Exception as exc:  # noqa: BLE001 - any failure means: not usable here
         text = _first_line(exc)
@@ -64,7 +68,16 @@ def probe_here(backend: Backend, where: str = "in-process") -> Probe:
         ):
             seen = name
             break
-    return Probe(True, where, memory_counter=seen)
+    return Probe(True, where, memory_counter=seen, storage=storage)
+
+
+def _observable(tensor: torch.Tensor) -> bool:
+    """Whether `tensor`'s storage has bytes and a data pointer (standard APIs only)."""
+    try:
+        storage = tensor.untyped_storage()
+        return storage.nbytes() > 0 and storage.data_ptr() != 0
+    except Exception:  # noqa: BLE001 - "an invalid python storage": none to observe
+        return False
 
 
 def probe_in_fork(backend: Backend) -> Probe:

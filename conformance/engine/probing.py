@@ -130,8 +130,9 @@ def main(argv: list[str] | None = None) -> None:
 
     faulthandler.enable(all_threads=True)
     backend = load_backend(args.backend, args.device)
+    key = backend.dispatch_key
     foundations = Foundations(
-        backend.device, set(registered_overloads()), has_fallback=has_backend_fallback()
+        backend.device, set(registered_overloads(key)), has_fallback=has_backend_fallback(key)
     )
     specs = probe_specs(foundations, getattr(torch, args.dtype))
     for index in range(args.start, len(specs)):

@@ -19,7 +19,9 @@ def coverage_account(cases: CaseList, run_samples: RunSamples) -> coverage.Cover
     """Which registered and fallback-reachable overloads are tested, and why the others not."""
     reachable: list[str] = []
     if cases.has_fallback:
-        reachable = discovery.fallback_overloads(samples.known_bases(cases.cache_dir))
+        reachable = discovery.fallback_overloads(
+            samples.known_bases(cases.cache_dir), cases.backend.dispatch_key
+        )
     return coverage.compute(
         cases.registered,
         cases.kept_by_keyword(cases.overloads, False),

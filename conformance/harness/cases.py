@@ -55,9 +55,10 @@ class CaseList:
         self.keep = keep
         self.keyword = keyword
         self.summary = summary  # saved once the case list asked what it needed
-        self.registered = discovery.registered_overloads()
-        self.schemaless = discovery.schemaless_registrations()
-        self.has_fallback = discovery.has_backend_fallback()
+        key = backend.dispatch_key
+        self.registered = discovery.registered_overloads(key)
+        self.schemaless = discovery.schemaless_registrations(key)
+        self.has_fallback = discovery.has_backend_fallback(key)
         self.excluded = workloads.excluded()  # model-derived overloads left out, and why
         self.overloads = self.selected_overloads()  # validates --ops early
         self.fallback_only = self.selected_fallback_overloads()
@@ -75,7 +76,7 @@ class CaseList:
         """The path of an overload this backend registered no kernel for: "fallback" when the
         boxed fallback serves it, "native" when torch's default (composite) kernel runs on the
         device (nothing is rerouted)."""
-        kind = discovery.how_reached(overload)
+        kind = discovery.how_reached(overload, self.backend.dispatch_key)
         return "native" if kind == discovery.DEFAULT_KERNEL else "fallback"
 
     def kept_by_keyword(self, overloads: list[str], fallback_only: bool) -> list[str]:
@@ -136,7 +137,7 @@ class CaseList:
         if wanted == ["models"]:
             return [o for o in workloads.model_fallback_overloads() if o not in self.excluded]
         known = samples.known_bases(self.cache_dir)
-        reachable = discovery.fallback_overloads(known)
+        reachable = discovery.fallback_overloads(known, self.backend.dispatch_key)
         if wanted == ["all"]:
             return reachable
         # a glob also reaches overloads torch's composite kernels serve on this backend

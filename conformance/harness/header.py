@@ -24,7 +24,12 @@ def header_lines(suite: Suite, plan: Plan | None) -> list[str]:
     files = ", ".join(suite.manifest.files) or "none"
     lines = [
         f"backend {b.module_name} ({b.how_loaded}; device '{b.device_type}', allocator "
-        f"{suite.allocator}), torch {torch.__version__}; backend hooks: {caps}",
+        f"{suite.allocator}), torch {torch.__version__}; backend hooks: {caps}"
+        + (
+            f"; kernels under dispatch key {b.dispatch_key}"
+            if b.dispatch_key != "PrivateUse1"
+            else ""
+        ),
         *(f"{name} relies on {how}" for name, how in relies_on(suite).items()),
     ]
     if plan is not None:

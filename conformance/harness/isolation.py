@@ -85,8 +85,22 @@ def _how(mode: str, runner_cases: int) -> str:
 def plan_isolation(suite: Suite, role: Role) -> Plan:
     """Choose how cases run and probe the device, never initialising it in a process that
     forks case runners later (a plain pytest process, an xdist worker). Raises UsageError (one
-    line) for an unusable device. The xdist controller makes the same choice its workers make,
-    for the run header."""
+    line) for an unusable device, and for one whose storage cannot be observed. The xdist
+    controller makes the same choice its workers make, for the run header."""
+    plan = _plan_isolation(suite, role)
+    if not plan.probe.storage:
+        b = suite.backend
+        raise pytest.UsageError(
+            f"device '{b.device_type}' (dispatch key {b.dispatch_key}) keeps no observable "
+            "storage: a non-empty tensor's storage has no bytes or no data pointer (a lazy "
+            "device, as torch_xla's); the suite places and reads tensors through their storage "
+            "and cannot judge such a device yet (docs/BACKEND_PROTOCOL.md, 'Devices of their own "
+            "dispatch key')"
+        )
+    return plan
+
+
+def _plan_isolation(suite: Suite, role: Role) -> Plan:
     from conformance.engine.probe import probe_here, probe_in_fork, probe_in_fresh_process
 
     backend = suite.backend
