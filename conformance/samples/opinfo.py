@@ -18,7 +18,7 @@ import json
 import os
 import warnings
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import cache, lru_cache
 
 import torch
@@ -27,6 +27,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from conformance.engine.calls import Call, clone_tree, load_calls, save_calls
 from conformance.engine.discovery import overload_name
+from conformance.samples.guarded import BACKWARD, guarded
 
 CACHE_SALT = "v5"  # of the captures (v5: captured with the device hidden from torch.accelerator)
 INDEX_SALT = "v4"  # of the index alone (v4: the foreach databases joined op_db)
@@ -202,10 +203,20 @@ def capture(full_name: str, dtype: torch.dtype, kind: str = "samples") -> dict[s
     that hold special values or mix dtypes ("special" and "promotion", from one scan), run for
     `dtype` on CPU with the aten calls they make recorded."""
     with _untracked():
-        return _capture(full_name, dtype, kind)
+        if dtype.is_floating_point or dtype.is_complex:  # IEEE arithmetic does not trap
+            return _capture(full_name, dtype, kind)
+        return guarded(lambda skip, started: _capture(full_name, dtype, kind, skip, started))
 
 
-def _capture(full_name: str, dtype: torch.dtype, kind: str) -> dict[str, dict]:
+def _capture(
+    full_name: str,
+    dtype: torch.dtype,
+    kind: str,
+    skip: frozenset[int] = frozenset(),
+    started: Callable[[int], None] = lambda i: None,
+) -> dict[str, dict]:
+    """`capture` itself; `skip`: indices of samples not to run (BACKWARD: the backward pass),
+    `started(i)` told before each (samples/guarded.py)."""
     op = _op_db()[full_name]
     if dtype not in op.supported_dtypes("cpu"):
         return {}
@@ -220,8 +231,12 @@ def _capture(full_name: str, dtype: torch.dtype, kind: str) -> dict[str, dict]:
             ):
                 if i >= SAMPLES_PER_OPINFO:
                     break
-                _run_variants(op, sample, recorder)
-            if op.supports_autograd and dtype in op.supported_backward_dtypes("cpu"):
+                if i not in skip:
+                    started(i)
+                    _run_variants(op, sample, recorder)
+            backward = op.supports_autograd and dtype in op.supported_backward_dtypes("cpu")
+            if backward and BACKWARD not in skip:
+                started(BACKWARD)
                 _run_backward(op, dtype, recorder)
         return {"samples": dict(out)}
     if op.reference_inputs_func is None:
@@ -237,8 +252,9 @@ def _capture(full_name: str, dtype: torch.dtype, kind: str) -> dict[str, dict]:
             if i >= REFERENCE_SCAN or min(kept.values()) >= SAMPLES_PER_OPINFO:
                 break
             k = sample_kind(sample, dtype)
-            if k in kept and kept[k] < SAMPLES_PER_OPINFO:
+            if k in kept and kept[k] < SAMPLES_PER_OPINFO and i not in skip:
                 kept[k] += 1
+                started(i)
                 _run_variants(op, sample, recorders[k])
     return {k: dict(v) for k, v in found.items()}
 
