@@ -248,10 +248,11 @@ def _load_backend(spec: str | None, device: str | None) -> Backend:
         new = [d for d in found if d not in before]
         if device is None and len(new) == 1:
             device = new[0]  # the one in-tree device the import gave kernels (torch_xla)
-        if device is not None and device not in found and dispatch_key_of(device) is not None:
+        key = dispatch_key_of(device) if device is not None else None
+        if key is not None and device not in found:
             raise ConformanceUsageError(
                 f"--device {device}: nothing registered kernels under its dispatch key "
-                f"{dispatch_key_of(device)} in this process"
+                f"{key} in this process"
                 + (f"; devices with kernels of their own key: {', '.join(found)}" if found else "")
             )
         if device is None or device not in found:

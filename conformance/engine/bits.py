@@ -35,11 +35,11 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from conformance.engine.checks import Sample, invoke, sample_check
-from conformance.engine.compare import Mismatch, flush_subnormals, tolerance, unravel
+from conformance.engine.compare import Mismatch, flush_subnormals, subnormal, tolerance, unravel
+from conformance.engine.exactness import FLOATS
 from conformance.engine.placing import Materialized
 from conformance.engine.transfer import read_back
 
-FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _BITS = {
     torch.float16: torch.int16,
     torch.bfloat16: torch.int16,
@@ -69,7 +69,7 @@ def _compared(s: Sample) -> Iterator[tuple[str, torch.Tensor, torch.Tensor]]:
                 continue
             if s.spec.compared_outputs is not None and i not in s.spec.compared_outputs:
                 continue
-            pairs.append((f"output {i}" if len(a_leaves) > 1 else "output", a, e))
+            pairs.append((_output_name(i, len(a_leaves)), a, e))
     dev_written = [(leaf, view) for leaf, _, view in s.dev.bases if leaf.written]
     cpu_written = [view for leaf, _, view in s.cpu.bases if leaf.written]
     for (leaf, view), cview in zip(dev_written, cpu_written, strict=False):
@@ -84,10 +84,6 @@ def _compared(s: Sample) -> Iterator[tuple[str, torch.Tensor, torch.Tensor]]:
             continue
         host = read_back(a)
         yield name, host, flush_subnormals(e, host) if s.flushes_subnormals else e
-
-
-def _subnormal(t: torch.Tensor) -> torch.Tensor:
-    return (t != 0) & (t.abs() < torch.finfo(t.dtype).tiny)
 
 
 def _same(a: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
@@ -115,7 +111,7 @@ def check_subnormals(s: Sample) -> None:
         flushed = (a == 0) & (e != 0)  # the cheap test first: most samples stop here
         if not bool(flushed.any()):
             continue
-        flushed &= _subnormal(e)
+        flushed &= subnormal(e)
         if not bool(flushed.any()):
             continue
         rtol, atol = tolerance(e.dtype, s.spec.tol_scale)
@@ -138,7 +134,7 @@ def _inputs_as_zero(s: Sample, found: list[tuple[str, torch.Tensor, torch.Tensor
     if not differing:
         return
     leaves = [base for leaf, base, _ in s.cpu.bases if base.dtype in FLOATS]
-    if not any(bool(_subnormal(b).any()) for b in leaves):
+    if not any(bool(subnormal(b).any()) for b in leaves):
         return
     cpu = s.placed.materialize("cpu")
     for _, base, _ in cpu.bases:
@@ -147,7 +143,7 @@ def _inputs_as_zero(s: Sample, found: list[tuple[str, torch.Tensor, torch.Tensor
     flushed = invoke(s.spec.reference or s.op, cpu)
     if flushed.exc is not None:
         return
-    again = {name: e for name, _, e in compared_against(s, flushed.result, cpu)}
+    again = _named(flushed.result, {leaf.arg: view for leaf, _, view in cpu.bases if leaf.written})
     for name, a, e in differing:
         f = again.get(name)
         if f is None:
@@ -162,16 +158,20 @@ def _inputs_as_zero(s: Sample, found: list[tuple[str, torch.Tensor, torch.Tensor
             )
 
 
-def compared_against(s: Sample, result: object, cpu: object) -> Iterator[tuple]:
-    """`compared`'s CPU side for another CPU run (`result`, written args of `cpu`)."""
-    e_leaves, _ = tree_flatten(result)
-    names = [f"output {i}" if len(e_leaves) > 1 else "output" for i in range(len(e_leaves))]
-    for name, e in zip(names, e_leaves, strict=True):
-        if isinstance(e, torch.Tensor):
-            yield name, None, e
-    for leaf, _, view in cpu.bases:  # type: ignore[attr-defined]
-        if leaf.written:
-            yield leaf.arg, None, view
+def _output_name(i: int, n: int) -> str:
+    return f"output {i}" if n > 1 else "output"
+
+
+def _named(result: object, written: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """{name as `compared` names it: tensor} of another CPU run: its result's tensors, then the
+    written arguments (`written`, by argument name)."""
+    leaves = tree_flatten(result)[0]
+    found = {
+        _output_name(i, len(leaves)): t for i, t in enumerate(leaves) if isinstance(t, torch.Tensor)
+    }
+    for name, t in written.items():
+        found.setdefault(name, t)
+    return found
 
 
 @functools.cache
@@ -275,16 +275,12 @@ def _float64_run(s: Sample) -> dict[str, torch.Tensor]:
     run = invoke(s.spec.reference or s.op, Materialized(args, kwargs, []))
     if run.exc is not None:
         return {}
-    leaves = tree_flatten(run.result)[0]
-    found = {
-        f"output {i}" if len(leaves) > 1 else "output": t
-        for i, t in enumerate(leaves)
-        if isinstance(t, torch.Tensor)
+    written = {
+        leaf.arg: upcast[id(view)]
+        for leaf, _, view in cpu.bases
+        if leaf.written and id(view) in upcast
     }
-    for leaf, _, view in cpu.bases:
-        if leaf.written and id(view) in upcast:
-            found.setdefault(leaf.arg, upcast[id(view)])
-    return found
+    return _named(run.result, written)
 
 
 def _most_ulps(a: torch.Tensor, e: torch.Tensor, bad: torch.Tensor) -> int:

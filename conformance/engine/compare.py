@@ -94,6 +94,11 @@ def _pair(m: Multiplier) -> tuple[float, float]:
     return (float(m[0]), float(m[1])) if isinstance(m, tuple) else (float(m), float(m))
 
 
+def subnormal(t: torch.Tensor) -> torch.Tensor:
+    """Where the floating `t` holds a subnormal value."""
+    return (t != 0) & (t.abs() < torch.finfo(t.dtype).tiny)
+
+
 def flush_subnormals(t: torch.Tensor, device: torch.Tensor | None = None) -> torch.Tensor:
     """`t` with its subnormal elements replaced by a zero of their sign (a device that flushes
     them, as the manifest may declare: FTZ), or `t` itself where it has none. With `device`
@@ -101,7 +106,7 @@ def flush_subnormals(t: torch.Tensor, device: torch.Tensor | None = None) -> tor
     it does not demand)."""
     if not t.is_floating_point() or t.layout != torch.strided or not t.numel():
         return t
-    sub = (t != 0) & (t.abs() < torch.finfo(t.dtype).tiny)
+    sub = subnormal(t)
     if device is not None and device.shape == t.shape:
         sub &= device == 0
     return t.masked_fill(sub, 0.0).copysign(t) if bool(sub.any()) else t

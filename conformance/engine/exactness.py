@@ -47,6 +47,7 @@ TARGET_ELEMENTS = 4096  # result elements compared per (overload, dtype), refill
 MIN_ELEMENTS = 512  # fewer compared: no claim
 MAX_REFILLS = 64  # refills of one sample with random values
 SEED = 20261124
+FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)  # what exactness judges
 MEASURED = (torch.float32, torch.float16, torch.bfloat16)
 PROBED = 16  # samples whose results' dependence on their inputs is probed (accumulation)
 

@@ -91,8 +91,7 @@ class RunSamples:
 
     def _exactness(self, overload: str, dtype: torch.dtype) -> Exactness | None:
         spec, op = spec_for(overload), resolve(overload)
-        floats = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-        if dtype not in floats or not spec.check_values or spec.exact is False:
+        if dtype not in exactness.FLOATS or not spec.check_values or spec.exact is False:
             return None
         if spec.nondeterministic or (
             spec.nondeterministic is None and oracles.is_nondeterministic(op)
@@ -116,11 +115,8 @@ class RunSamples:
             return Exactness.from_json(found)
 
         float32 = measured(torch.float32)
-        if dtype == torch.float32:
-            return float32
-        if dtype == torch.float64 or not float32.exact:
-            return exactness.judge(None, float32, dtype)
-        return exactness.judge(measured(dtype), float32, dtype)
+        own = measured(dtype) if dtype in exactness.MEASURED[1:] and float32.exact else None
+        return exactness.judge(own, float32, dtype)
 
     def limit(self, overload: str) -> int:
         if overload in self.fallback_only:

@@ -26,6 +26,7 @@ import math
 import torch
 
 from conformance.engine.calls import Call
+from conformance.engine.exactness import FLOATS
 from conformance.ops import OpSpec, register
 
 DTYPES = (
@@ -44,7 +45,6 @@ UNDEFINED = (
     "float -> integer of NaN, +-inf or a value outside the integer's range (uint8: any negative "
     "value): undefined behaviour in C++, CPU's result is whatever the compiler emits"
 )
-FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # the differentiable conversions first: whether an op gets -grad cases is asked of its first
 # samples (harness/modes.py)
 _FLOATS_FIRST = FLOATS + tuple(d for d in DTYPES if d not in FLOATS)

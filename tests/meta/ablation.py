@@ -40,6 +40,11 @@ def _patch(module: str, attr: str, value_of: Callable[[object], object]) -> Call
     return off
 
 
+def _off(module: str, attr: str) -> Callable[[], None]:
+    """`module.attr` (a function or method) does nothing and returns None."""
+    return _patch(module, attr, lambda f: lambda *a, **k: None)
+
+
 def _subclass_errors() -> None:
     """The error check as it was: any subclass of CPU's exception type passes."""
     from conformance.engine import checks
@@ -157,35 +162,19 @@ ABLATIONS: dict[str, Callable[[], None]] = {
         )
     },
     "error-classes": _subclass_errors,
-    "memory": _patch(
-        "conformance.engine.memory", "MemoryWatch.check_after", lambda f: lambda *a, **k: None
-    ),
-    "leak": _patch(
-        "conformance.engine.memory", "MemoryWatch.check_leaks", lambda f: lambda *a, **k: None
-    ),
-    "old-contents": _patch(
-        "conformance.engine.checks", "_compare_old_contents", lambda f: lambda *a, **k: None
-    ),
-    "layout-free-reference": _patch(
-        "conformance.engine.consistency", "layout_free", lambda f: lambda *a, **k: None
-    ),
-    "random-properties": _patch(
-        "conformance.engine.oracles", "distribution_problem", lambda f: lambda *a, **k: None
-    ),
+    "memory": _off("conformance.engine.memory", "MemoryWatch.check_after"),
+    "leak": _off("conformance.engine.memory", "MemoryWatch.check_leaks"),
+    "old-contents": _off("conformance.engine.checks", "_compare_old_contents"),
+    "layout-free-reference": _off("conformance.engine.consistency", "layout_free"),
+    "random-properties": _off("conformance.engine.oracles", "distribution_problem"),
     "random-redraw": _patch(
         "conformance.engine.oracles",
         "pool",
         lambda f: lambda actual, expected, more=(): f(actual, expected, ()),
     ),
-    "random-value-set": _patch(
-        "conformance.engine.oracles", "value_set_problem", lambda f: lambda *a, **k: None
-    ),
-    "random-range": _patch(
-        "conformance.engine.oracles", "range_problem", lambda f: lambda *a, **k: None
-    ),
-    "blame": _patch(
-        "conformance.engine.foundations", "Foundations.blame", lambda f: lambda *a, **k: None
-    ),
+    "random-value-set": _off("conformance.engine.oracles", "value_set_problem"),
+    "random-range": _off("conformance.engine.oracles", "range_problem"),
+    "blame": _off("conformance.engine.foundations", "Foundations.blame"),
     "primitive-read-back": _cpu_read_back,
     # status paths, more permissive (issue 20)
     "torch-bug-excuses-third-results": _excuse_third_results,
@@ -197,9 +186,7 @@ ABLATIONS: dict[str, Callable[[], None]] = {
         "conformance.engine.oracles", "is_nondeterministic", lambda f: lambda op: True
     ),
     # modes (issue 21)
-    "grad": _patch(
-        "conformance.engine.gradients", "run_grad_sample", lambda f: lambda *a, **k: None
-    ),
+    "grad": _off("conformance.engine.gradients", "run_grad_sample"),
     "grad-output-layouts": _patch(
         "conformance.engine.gradients", "GRAD_OUTPUT_LAYOUTS", lambda v: ("contiguous",)
     ),
@@ -216,15 +203,9 @@ ABLATIONS: dict[str, Callable[[], None]] = {
         ),
     ),
     # power and determinism (issue 32)
-    "random-parametric": _patch(
-        "conformance.engine.parametric", "check", lambda f: lambda *a, **k: None
-    ),
-    "grad-measured-allowance": _patch(
-        "conformance.engine.gradients", "_truth", lambda f: lambda *a, **k: None
-    ),
-    "nondeterministic-reference": _patch(
-        "conformance.engine.runner", "_unstable_reference", lambda f: lambda *a, **k: None
-    ),
+    "random-parametric": _off("conformance.engine.parametric", "check"),
+    "grad-measured-allowance": _off("conformance.engine.gradients", "_truth"),
+    "nondeterministic-reference": _off("conformance.engine.runner", "_unstable_reference"),
     "culprit-unconfirmed": _patch(
         "conformance.harness.culprit",
         "CulpritSearch._corrupts",

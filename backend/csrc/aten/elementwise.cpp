@@ -68,7 +68,7 @@ Tensor binary_compute_as(k::BinOp op, const Tensor& a, const Tensor& b, const Sc
   if (op == k::BinOp::Add && fault(Fault::AddFlushesSubnormals)) quirks |= k::kFlushSubnormals;
   Tensor r = empty_dev(shape, ct, dev);
   if ((op == k::BinOp::Mul || op == k::BinOp::Div) && at::isReducedFloatingType(ct) &&
-      b.dim() == 0 && b.device().is_cpu() && !is_cpu_scalar_operand(a)) {
+      is_cpu_scalar_operand(b) && !is_cpu_scalar_operand(a)) {
     // As CPU's mul and div kernels take a 0-dim CPU `other` with a float16/bfloat16 result: its
     // value in float (a float64 0.1 times a float16 tensor is computed in float and rounded
     // once, never rounded to float16 first). CPU's add and sub round it to the result type.
