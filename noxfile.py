@@ -17,10 +17,21 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
+from conformance.tools.matrix import load_matrix  # noqa: E402
 from conformance.tools.sessions import install_and_build, register  # noqa: E402
 
 MATRIX = register(
-    "matrices/matrix.toml", root=ROOT, nightly_workflow=".github/workflows/nightly.yml"
+    "matrices/matrix.toml",
+    root=ROOT,
+    nightly_workflow=".github/workflows/nightly.yml",
+    also=["matrices/xla.toml"],  # a lazy device: conformance-xla-2.9 (docs/LAZY_DEVICES.md)
+)
+XLA = load_matrix(ROOT / "matrices" / "xla.toml")
+#: the self-tests that need torch_xla (skipped where it is not installed) and the lazy-device ones
+XLA_TESTS = (
+    "tests/scenarios/test_lazy_donation.py",
+    "tests/suite/test_lazy_devices.py",
+    "tests/engine/test_syncing.py",
 )
 nox.options.sessions = ["lint", "tests"]
 PYTHON = MATRIX.python
@@ -37,6 +48,16 @@ def tests(session: nox.Session) -> None:
     session.install(*TEST_TOOLS)
     session.chdir(ROOT)
     session.run("python", "-m", "pytest", "tests", *session.posargs)
+
+
+@nox.session(python=PYTHON, default=False)
+def xla_tests(session: nox.Session) -> None:
+    """The lazy-device self-tests with torch_xla installed (torch 2.9 + torch_xla 2.9, its CPU
+    client): the donation scenarios green, and red with torch_xla <= 2.5's xm.save planted."""
+    install_and_build(session, XLA.cell(""))
+    session.install(*TEST_TOOLS)
+    session.chdir(ROOT)
+    session.run("python", "-m", "pytest", *XLA_TESTS, *session.posargs, env=XLA.cell("").run_env())
 
 
 @nox.session(python=PYTHON)

@@ -225,7 +225,7 @@ class CaseRecord:
     @property
     def axis(self) -> str:
         """``ordinary``, a value set (``special``, ``promotion``) or a mode (``grad``,
-        ``inference``): what part of a case id follows the path."""
+        ``inference``, ``sync``): what part of a case id follows the path."""
         return str(self.extra.get("values") or "ordinary")
 
     def to_json(self) -> dict[str, Any]:

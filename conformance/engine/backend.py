@@ -17,6 +17,7 @@ registered (PyTorch's `torch.backends` entry points, "autoload"); else echo_npu.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import inspect
 import re
@@ -30,6 +31,7 @@ from typing import Any
 import torch
 
 from conformance.engine import interpreter
+from conformance.engine.lazy import LazyRuntime, runtime_for
 from conformance.engine.protocol import HOOK_NAMES, HOOKS
 from conformance.errors import ConformanceUsageError
 
@@ -51,7 +53,15 @@ class Backend:
     register: str = ""  # the function --backend MODULE:FUNCTION called, if any
     # the torch memory counter that sees this device's allocations (engine/probe.py), if any
     memory_counter: str | None = None
+    # a non-empty tensor's storage can be observed (engine/probe.py); a lazy device's cannot:
+    # then only values are judged, never strides, offsets or memory around views
+    storage: bool = True
     _routable: dict[str, bool] = field(default_factory=dict)
+
+    @functools.cached_property
+    def lazy(self) -> LazyRuntime | None:
+        """The lazy runtime behind the device's dispatch key (torch_xla, torch._lazy), or None."""
+        return runtime_for(self.dispatch_key)
 
     @property
     def device(self) -> torch.device:

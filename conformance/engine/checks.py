@@ -36,9 +36,10 @@ from conformance.engine.compare import (
 )
 from conformance.engine.discovery import resolve
 from conformance.engine.exactness import Exactness
+from conformance.engine.lazy import LazyRuntime
 from conformance.engine.placing import Materialized, PlacedCall
 from conformance.engine.spec import OpSpec
-from conformance.engine.transfer import read_back, read_storage
+from conformance.engine.transfer import has_storage, read_back, read_storage
 
 
 class Unsupported(Mismatch):
@@ -74,6 +75,16 @@ def invoke(fn: Callable[..., Any], m: Materialized, seeded: bool = False, draw: 
             return Outcome(fn(*m.args, **m.kwargs))
     except Exception as exc:  # errors are compared, not raised
         return Outcome(exc=exc.with_traceback(None))
+
+
+def settle(lazy: LazyRuntime, outcome: Outcome) -> Outcome:
+    """A lazy device's call run to its end: its pending graph executed at a sync point. An
+    error raised there is the call's (the device raised at its sync point, as a user sees it)."""
+    try:
+        lazy.sync()
+    except Exception as exc:  # noqa: BLE001 - the device's error, compared like any other
+        return outcome if outcome.exc is not None else Outcome(exc=exc.with_traceback(None))
+    return outcome
 
 
 def version(t: torch.Tensor) -> int:
@@ -281,6 +292,8 @@ def check_identity(s: Sample) -> None:
         with s.backend.routed_through_fallback(s.route), below(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             result = s.op(*dev.args, **dev.kwargs)
+        if s.backend.lazy is not None:
+            s.backend.lazy.sync()  # a lazy device raises at its sync point
     except Exception as exc:  # the first call returned (this check runs only then)
         raise Mismatch(
             "error",
@@ -312,7 +325,7 @@ def _describe(t: torch.Tensor) -> str:
     "views share storage with their input, functional outputs do not",
 )
 def check_aliasing(s: Sample) -> None:
-    if not s.spec.check_aliasing:
+    if not s.spec.check_aliasing or not s.backend.storage:
         return
     dev = s.dev
     inputs = [view for _, _, view in dev.bases]
@@ -396,6 +409,12 @@ def check_outputs(s: Sample) -> None:
         if isinstance(e, torch.Tensor):
             if not isinstance(a, torch.Tensor):
                 raise Mismatch("shape", f"{name}: returned {type(a).__name__}, cpu a tensor")
+            if backend.storage and a.numel() and a.layout == torch.strided and not has_storage(a):
+                raise Mismatch(
+                    "outputs",
+                    f"{name}: a non-empty tensor ({a.numel()} elements) without observable "
+                    "storage (no bytes or no data pointer) on a device whose tensors have it",
+                )
             e = flush_subnormals(e, read_back(a)) if s.flushes_subnormals else e
             own_arg = any(a is view for _, _, view in s.dev.bases)  # e.g. _copy_from's dst
             compare_tensor(
@@ -403,7 +422,7 @@ def check_outputs(s: Sample) -> None:
                 a,
                 e,
                 device_type=a.device.type if own_arg else backend.device_type,
-                check_strides=spec.check_strides,
+                check_strides=spec.check_strides and backend.storage,
                 check_values=values and not s.nondeterministic,
                 tol_scale=spec.tol_scale,
                 stats=stats,
@@ -458,7 +477,7 @@ def check_written(s: Sample) -> None:
     for j, ((leaf, _, view), (_, cbase, cview), (ver, ptr), (cver, cptr)) in enumerate(
         zip(dev_written, cpu_written, before, cpu_before, strict=True)
     ):
-        if view.data_ptr() != ptr and cview.data_ptr() == cptr:
+        if s.backend.storage and view.data_ptr() != ptr and cview.data_ptr() == cptr:
             raise Mismatch(
                 "inplace", f"{leaf.arg} moved to new memory (data_ptr changed; cpu writes in place)"
             )
@@ -473,7 +492,7 @@ def check_written(s: Sample) -> None:
                 f"{leaf.arg}: shape {list(view.shape)} after the call, cpu "
                 f"{list(cview.shape)} (resize)",
             )
-        if spec.keeps_old_contents:
+        if spec.keeps_old_contents and s.backend.storage:
             _compare_old_contents(leaf.arg, view, cbase, spec, s.overload)
         if spec.check_values and s.nondeterministic:
             more = redrawn(s, lambda r, j=j: r.written[j])
@@ -492,12 +511,11 @@ def check_written(s: Sample) -> None:
         if cview.untyped_storage()._cdata != cbase.untyped_storage()._cdata:
             continue  # CPU pointed it at other memory (set_): the view's values were compared
         inside = spec.check_values and not s.nondeterministic
-        _compare_buffer(leaf.arg, view, cbase, cview, spec, include_view=inside)
-
-
-def _storage_prefix(view: torch.Tensor, n: int) -> torch.Tensor:
-    """The first `n` elements of `view`'s storage, on CPU (fewer if the storage is shorter)."""
-    return read_storage(view)[:n]
+        if s.backend.storage:
+            _compare_buffer(leaf.arg, read_storage(view), cbase, cview, spec, inside)
+        else:  # no memory to observe: the buffer it was placed in, by value (write-through)
+            base = next(b for lf, b, _ in dev.bases if lf is leaf)
+            _compare_buffer(leaf.arg, read_back(base).reshape(-1), cbase, cview, spec, inside)
 
 
 def _compare_old_contents(
@@ -505,7 +523,7 @@ def _compare_old_contents(
 ) -> None:
     """resize_ and the like: every element that existed before the call keeps its value."""
     old = cbase.numel()
-    now = _storage_prefix(view, old)
+    now = read_storage(view)[:old]
     if now.numel() < old:
         raise Mismatch(
             "values",
@@ -531,15 +549,16 @@ def element_offsets(t: torch.Tensor) -> torch.Tensor:
 
 def _compare_buffer(
     arg: str,
-    view: torch.Tensor,
+    storage: torch.Tensor,
     cbase: torch.Tensor,
     cview: torch.Tensor,
     spec: OpSpec,
     include_view: bool,
 ) -> None:
     """The backing buffer of a written argument equals CPU's: outside the view always (nothing
-    may be written there), inside it only where values are compared."""
-    actual = _storage_prefix(view, cbase.numel())
+    may be written there), inside it only where values are compared. `storage`: the device's
+    buffer read back, 1-D."""
+    actual = storage[: cbase.numel()]
     if actual.shape != cbase.shape:
         return  # storage was replaced by a smaller one (out= resize): the view check covers it
     expected = cbase
@@ -590,7 +609,7 @@ def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     "strides, compared on metadata: a write through it would land where it lands on CPU)",
 )
 def check_view_map(s: Sample) -> None:
-    if not s.spec.check_aliasing:
+    if not s.spec.check_aliasing or not s.backend.storage:
         return
     dev_out = list(returned(s.schema, s.actual.result))
     cpu_out = {i: t for i, t, _ in returned(s.schema, s.expected.result)}
@@ -615,3 +634,58 @@ def check_view_map(s: Sample) -> None:
 def _byte_offsets(t: torch.Tensor) -> torch.Tensor:
     start = t.data_ptr() - t.untyped_storage().data_ptr() - t.storage_offset() * t.element_size()
     return start + element_offsets(t) * t.element_size()
+
+
+@sample_check(
+    "write-through",
+    "on a device without observable storage (a lazy device's): a value written into a "
+    "returned view reaches the view's input, element for element as on cpu",
+)
+def check_write_through(s: Sample) -> None:
+    if not s.spec.check_aliasing or s.backend.storage or not s.spec.check_values:
+        return
+    if s.spec.reference is not None:
+        return  # cpu runs another function: its result need not be a view
+    views = [i for i, _, info in returned(s.schema, s.actual.result) if _is_view(info)]
+    if not views:
+        return
+    dev, cpu = s.placed.materialize(s.backend.device), s.placed.materialize("cpu")
+    with s.backend.routed_through_fallback(s.route), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = dict((i, t) for i, t, _ in returned(s.schema, s.op(*dev.args, **dev.kwargs)))
+    want = dict((i, t) for i, t, _ in returned(s.schema, s.op(*cpu.args, **cpu.kwargs)))
+    for i in views:
+        if i not in want or not want[i].numel() or got[i].shape != want[i].shape:
+            continue  # the outputs check reports a shape that differs
+        where = element_offsets(want[i]).reshape(-1)
+        if where.unique().numel() != where.numel():
+            continue  # elements that share memory (expand, as_strided): what lands is undefined
+        marker = _marker(want[i])
+        want[i].copy_(marker)
+        got[i].copy_(marker)
+        for (leaf, base, _), (_, cbase, _) in zip(dev.bases, cpu.bases, strict=True):
+            now = read_back(base).reshape(-1)
+            if now.shape == cbase.shape and not _bitwise_equal(now, cbase):
+                _, _, nbad, first = errors(now, cbase)
+                raise Mismatch(
+                    "view",
+                    f"output {i} (a view of '{leaf.arg}'): values written into it reach "
+                    f"'{leaf.arg}' differently from cpu ({nbad} elements of its buffer differ, "
+                    f"first at flat index {first}): the view does not map onto the elements "
+                    "it maps onto on cpu",
+                )
+
+
+def _is_view(info: Any) -> bool:
+    return info is not None and not info.is_write
+
+
+def _marker(like: torch.Tensor) -> torch.Tensor:
+    """Values unlike anything placed (placements hold small values): 100 to 149 in the view's
+    shape and dtype (alternating for bool)."""
+    n = like.numel()
+    if like.dtype == torch.bool:
+        values = torch.arange(n) % 2 == 0
+    else:
+        values = (torch.arange(n, dtype=torch.float64) % 50 + 100).to(like.dtype)
+    return values.reshape(like.shape)

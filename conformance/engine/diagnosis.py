@@ -5,6 +5,7 @@ owners (harness/isolation.py) and by the isolated foundation probes (engine/prob
 from __future__ import annotations
 
 import os
+import re
 import signal
 
 CRASH_TAIL_LINES = 40
@@ -33,10 +34,14 @@ GLIBC_MARKERS = (
     "malloc_consolidate(): ",
 )
 
+# a FATAL line of glog or absl logging, which aborts next (a failed C++ CHECK among them):
+# "F1101 12:00:00.000000  1234 client.cc:567] Check failed: ..." (absl: "F0000 00:00:<secs> ...")
+FATAL_LOG = re.compile(r"^F\d{4,8} [\d:.]+\s+\d+ (?P<where>[^\s\]]+:\d+)\] (?P<what>.+)$")
+
 
 def diagnose(text: str) -> tuple[str | None, str]:
-    """(headline, detail) from a crashed child's output: the sanitizer or glibc message if any,
-    the sanitizer report (or the output's tail) as detail."""
+    """(headline, detail) from a crashed child's output: the sanitizer, glibc or glog/absl FATAL
+    (failed CHECK) message if any, the sanitizer report (or the output's tail) as detail."""
     lines = text.splitlines()
     for i, line in enumerate(lines):
         if any(m in line for m in SANITIZER_MARKERS):
@@ -50,6 +55,10 @@ def diagnose(text: str) -> tuple[str | None, str]:
     for line in lines:
         if any(line.startswith(m) or m in line[:40] for m in GLIBC_MARKERS):
             return _clean(line), detail
+    for line in reversed(lines):
+        fatal = FATAL_LOG.match(line)
+        if fatal:
+            return f"{_clean(fatal['what'])} ({fatal['where']})", detail
     return None, detail
 
 

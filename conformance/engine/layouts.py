@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from conformance.engine.layout_names import LAYOUT_HELP, parse_layouts  # noqa: F401 (re-exported)
-from conformance.engine.transfer import to_device
+from conformance.engine.transfer import has_storage, to_device
 
 GAP_VALUE = 7  # fills the padding around views, so writes into the gaps are visible
 
@@ -39,6 +39,9 @@ class Placement:
             return view, view
         else:
             base = to_device(self.base, device)
+            if not has_storage(base):  # a lazy device: no memory to lay out, values only
+                view = to_device(self.values().contiguous(), device)
+                return view, view
         return base, base.as_strided(self.size, self.stride, self.offset)
 
     def is_whole_buffer(self) -> bool:
@@ -158,6 +161,10 @@ def zero_dim(t: torch.Tensor) -> Placement | None:
         return None
     return contiguous(t.reshape(-1)[0].clone())
 
+
+#: the layouts that change a shape, not a memory layout: all a device without observable
+#: storage is placed in (its other layouts would be the contiguous case again)
+SHAPE_LAYOUTS = ("contiguous", "zero_size", "zero_dim")
 
 LAYOUTS: dict[str, Callable[[torch.Tensor], Placement | None]] = {
     "contiguous": contiguous,

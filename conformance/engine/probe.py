@@ -21,6 +21,7 @@ import torch
 from conformance.engine import interpreter
 from conformance.engine.backend import Backend, load_backend
 from conformance.engine.memory import counters
+from conformance.engine.transfer import has_storage
 
 PROBE_ELEMENTS = 256  # float32: 1 KiB, enough for any allocator to count
 PROBE_TIMEOUT = 120.0
@@ -55,7 +56,7 @@ def probe_here(backend: Backend, where: str = "in-process") -> Probe:
         before = {name: _read(fn) for name, fn in candidates}
         tensor = torch.empty(PROBE_ELEMENTS, dtype=torch.float32, device=backend.device)
         after = {name: _read(fn) for name, fn in candidates}
-        storage = _observable(tensor)
+        storage = has_storage(tensor)
         del tensor
     except Exception as exc:  # noqa: BLE001 - any failure means: not usable here
         text = _first_line(exc)
@@ -69,15 +70,6 @@ def probe_here(backend: Backend, where: str = "in-process") -> Probe:
             seen = name
             break
     return Probe(True, where, memory_counter=seen, storage=storage)
-
-
-def _observable(tensor: torch.Tensor) -> bool:
-    """Whether `tensor`'s storage has bytes and a data pointer (standard APIs only)."""
-    try:
-        storage = tensor.untyped_storage()
-        return storage.nbytes() > 0 and storage.data_ptr() != 0
-    except Exception:  # noqa: BLE001 - "an invalid python storage": none to observe
-        return False
 
 
 def probe_in_fork(backend: Backend) -> Probe:

@@ -29,10 +29,11 @@ from conformance.engine import (  # noqa: F401 - bits registers its checks
     memory,
     oracles,
     parametric,
+    syncing,
 )
 from conformance.engine.backend import Backend
 from conformance.engine.calls import Call
-from conformance.engine.checks import NotApplicable, Outcome, Unsupported, invoke, version
+from conformance.engine.checks import NotApplicable, Outcome, Unsupported, invoke, settle, version
 from conformance.engine.compare import ErrorStats, Mismatch
 from conformance.engine.discovery import resolve
 from conformance.engine.exactness import Exactness
@@ -61,6 +62,10 @@ class CaseOutcome:
     blame_error: str | None = None  # why blame could not be computed (the verdict stands)
     context: RunContext | None = None  # how the samples ran (for blame, after the verdict)
     errors_only: bool = False  # every compared sample raised on CPU (error parity only)
+    # a lazy device's own evidence: the ops its runtime counted as fallen back to CPU during
+    # the device calls of the case (engine/lazy.py)
+    fell_back: set[str] = field(default_factory=set)
+    sync: syncing.SyncEvidence = field(default_factory=syncing.SyncEvidence)  # -sync cases
 
 
 @dataclass(frozen=True)
@@ -111,6 +116,8 @@ def run_case(
         placements = placed_calls(calls, layout, op._schema, spec.written_args, mode != "grad")
     if mode == "grad":
         placements = placements[: gradients.MAX_GRAD_SAMPLES]
+    if mode == "sync":
+        placements = placements[: syncing.MAX_SYNC_SAMPLES]
     if not placements:
         outcome.skip_reason = (
             f"no sample of {overload} has an input that the '{layout}' layout applies to"
@@ -142,7 +149,21 @@ def run_case(
     for placed in placements:
         failure, compared = None, False
         try:
-            if mode == "grad":
+            if mode == "sync":
+                if backend.lazy is None:
+                    raise NotApplicable("no lazy runtime: nothing to sync")
+                syncing.run_sync_sample(
+                    backend.lazy,
+                    op,
+                    placed,
+                    backend.device,
+                    spec.tol_scale,
+                    outcome.stats,
+                    outcome.sync,
+                    on_device=lambda: backend.routed_through_fallback(ctx.route),
+                )
+                raised, bug = False, None
+            elif mode == "grad":
                 gradients.run_grad_sample(
                     op,
                     placed,
@@ -154,7 +175,7 @@ def run_case(
                 )
                 raised, bug = False, None
             else:
-                raised, bug = _run_sample(ctx, placed, outcome.stats)
+                raised, bug = _run_sample(ctx, placed, outcome.stats, outcome.fell_back)
             compared = True
             if bug:
                 outcome.torch_bugs.append(f"{placed.signature()}: {bug}")
@@ -369,9 +390,13 @@ def mode_context(mode: str) -> Callable[[], contextlib.AbstractContextManager]:
     return torch.inference_mode if mode == "inference" else contextlib.nullcontext
 
 
-def _run_sample(ctx: RunContext, placed: PlacedCall, stats: ErrorStats) -> tuple[bool, str | None]:
+def _run_sample(
+    ctx: RunContext, placed: PlacedCall, stats: ErrorStats, fell_back: set[str]
+) -> tuple[bool, str | None]:
     """Run and check one sample: (whether a side raised, CPU's layout inconsistency or None).
-    Raises Mismatch (or Unsupported / NotApplicable)."""
+    On a lazy device the call is settled at a sync point (an error there is the call's) and
+    the ops that fell back to CPU meanwhile are added to `fell_back`. Raises Mismatch (or
+    Unsupported / NotApplicable)."""
     backend, spec = ctx.backend, ctx.spec
     reference = spec.reference or ctx.op
     mode = mode_context(ctx.mode)
@@ -394,8 +419,13 @@ def _run_sample(ctx: RunContext, placed: PlacedCall, stats: ErrorStats) -> tuple
         free = placed.memo["layout_free"]
     bug = consistency.disagreement(spec, cpu, expected, free) if free is not None else None
     count_before = backend.fallback_count(ctx.overload)
+    lazy = backend.lazy
+    counts = lazy.counts() if lazy is not None else None
     with backend.routed_through_fallback(ctx.route), mode():
         actual = invoke(ctx.op, dev, ctx.nondeterministic)
+    if lazy is not None and counts is not None:
+        actual = settle(lazy, actual)
+        fell_back.update(lazy.counts().fell_back(counts))
 
     def sample(cpu_side: Materialized, expected_side: Outcome) -> checks.Sample:
         return checks.Sample(

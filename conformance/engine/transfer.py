@@ -28,12 +28,35 @@ RELIES_ON = (
 )
 
 
+def has_storage(t: torch.Tensor) -> bool:
+    """Whether `t`'s storage can be observed: it has bytes and a data pointer (standard APIs
+    only). A lazy device's tensors (torch_xla, torch._lazy) have none: their strides, offsets
+    and the memory around their views cannot be observed, only their values (`.cpu()`)."""
+    try:
+        storage = t.untyped_storage()
+        return storage.nbytes() > 0 and storage.data_ptr() != 0
+    except Exception:  # noqa: BLE001 - "an invalid python storage": none to observe
+        return False
+
+
 def to_device(flat: torch.Tensor, device: torch.device | str) -> torch.Tensor:
     """A contiguous device copy of the contiguous CPU tensor `flat` (storage offset 0)."""
     out = torch.empty(flat.shape, dtype=flat.dtype, device=device)
     if flat.numel():
         out.copy_(flat)
     return out
+
+
+def to_host(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A device->host copy of `t` (converted to `dtype`) by `copy_` into a fresh CPU tensor; a
+    lazy device's functional tensor cannot be the source of a CPU tensor's `copy_`
+    (functionalization refuses it), so its values are taken with `.to("cpu")`."""
+    dtype = t.dtype if dtype is None else dtype
+    if t.device.type != "cpu" and not has_storage(t):
+        return t.detach().to("cpu").to(dtype)
+    host = torch.empty(t.shape, dtype=dtype)
+    host.copy_(t.detach())
+    return host
 
 
 def storage_elements(t: torch.Tensor) -> int:
@@ -55,7 +78,13 @@ def is_whole_storage(t: torch.Tensor, n: int | None = None) -> bool:
 
 
 def read_storage(t: torch.Tensor) -> torch.Tensor:
-    """The whole storage of device tensor `t` as a contiguous 1-D CPU tensor of `t`'s dtype."""
+    """The whole storage of device tensor `t` as a contiguous 1-D CPU tensor of `t`'s dtype.
+
+    A non-empty tensor without observable storage (a lazy device's) is read by value with
+    `.cpu()`: for a tensor that is its whole buffer (as the harness places them) that is the
+    buffer's contents, the best a lazy device lets anyone observe."""
+    if t.numel() and t.device.type != "cpu" and not has_storage(t):
+        return t.detach().cpu().reshape(-1)
     n = storage_elements(t)
     if n == 0:
         return torch.empty(0, dtype=t.dtype)
@@ -82,16 +111,14 @@ def read_back(t: torch.Tensor) -> torch.Tensor:
     """A CPU tensor with `t`'s values, size and strides (a view of a copy of its storage).
 
     CPU tensors are returned as they are. Only tensors that have no storage of plain elements
-    (sparse, quantized, opaque tensors of some backends) are read with the backend's own
-    `t.cpu()`; a failed copy of a storage raises `ReadBackError`, never falls back to the
-    backend's strided copy."""
+    (sparse, quantized, opaque tensors of some backends, a lazy device's: `has_storage`) are
+    read with the backend's own `t.cpu()`; a failed copy of a storage raises `ReadBackError`,
+    never falls back to the backend's strided copy."""
     if t.device.type == "cpu":
         return t
     if t.layout != torch.strided or t.is_quantized:  # no single storage of plain elements
         return t.detach().cpu()
-    try:
-        t.untyped_storage()
-    except (RuntimeError, NotImplementedError):  # opaque: no storage to read
+    if not has_storage(t):  # opaque, a lazy device's (or empty): values only
         return t.detach().cpu()
     try:
         host = read_storage(t)

@@ -10,6 +10,7 @@ from typing import Any
 
 from conformance import samples
 from conformance.engine import coverage, discovery, gradients, workloads
+from conformance.engine.syncing import SYNC_POINTS
 from conformance.harness.cases import CaseList
 from conformance.harness.sampling import RunSamples
 from conformance.ops import spec_for
@@ -64,7 +65,7 @@ def mode_account(cases: CaseList) -> dict[str, Any]:
     """Which overloads have -grad and -inference cases and why the others have no -grad ones
     (run header, run.json "modes"), for the overloads -k keeps."""
     modes, options = cases.modes, cases.options
-    if "grad" not in options.modes and "inference" not in options.modes:
+    if not set(options.modes) & {"grad", "inference", "sync"}:
         return {}
     tested = cases.kept_by_keyword(cases.overloads, False) + cases.kept_by_keyword(
         cases.fallback_only, True
@@ -79,6 +80,10 @@ def mode_account(cases: CaseList) -> dict[str, Any]:
         account["no_grad"] = by_reason
     if "inference" in options.modes:
         account["inference"] = [o for o in tested if modes.inference_applies(o)]
+    if "sync" in options.modes:
+        lazy = cases.backend.lazy
+        account["sync"] = [o for o in tested if cases.sync_applies(o)]
+        account["sync_runtime"] = lazy.describe() if lazy is not None else None
     return account
 
 
@@ -99,5 +104,13 @@ def mode_lines(account: dict[str, Any]) -> list[str]:
         lines.append(
             f"modes: -inference cases for {len(account['inference'])} in-place/out=/view "
             "overloads (contiguous, one dtype)"
+        )
+    if "sync" in account:
+        runtime = account["sync_runtime"]
+        lines.append(
+            f"modes: -sync cases for {len(account['sync'])} overloads (contiguous, one dtype; "
+            f"read back at: {', '.join(SYNC_POINTS)}; {runtime})"
+            if runtime
+            else "modes: no -sync cases: the device has no lazy runtime (torch_xla, torch._lazy)"
         )
     return lines

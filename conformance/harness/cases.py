@@ -20,6 +20,7 @@ from conformance import samples
 from conformance.engine import coverage, discovery, gradients, workloads
 from conformance.engine.backend import Backend
 from conformance.engine.foundations import ORDER as FOUNDATION_ORDER
+from conformance.engine.layouts import SHAPE_LAYOUTS
 from conformance.errors import ConformanceUsageError
 from conformance.harness.modes import ModeAccount
 from conformance.harness.options import ORDINARY, Options
@@ -262,6 +263,8 @@ class CaseList:
     ) -> list:
         spec = spec_for(overload)
         layouts = [lo for lo in self.options.layouts if spec.layouts is None or lo in spec.layouts]
+        if not self.backend.storage:  # memory layouts cannot be observed: shapes only
+            layouts = [lo for lo in layouts if lo in SHAPE_LAYOUTS]
         value_sets = [
             v
             for v in self.options.values
@@ -307,11 +310,20 @@ class CaseList:
                 ]
         if overload in self.grad_only:
             return out
+        if self.sync_applies(overload) and dtypes and "contiguous" in layouts:
+            name = dtype_name(dtypes[0])
+            out += [CaseId(overload, name, "contiguous", p, "sync") for p in paths]
         if "inference" in self.options.modes and dtypes and "contiguous" in layouts:
             if self.modes.inference_applies(overload):
                 name = dtype_name(dtypes[0])
                 out += [CaseId(overload, name, "contiguous", p, "inference") for p in paths]
         return out
+
+    def sync_applies(self, overload: str) -> bool:
+        """-sync cases: on a lazy device (--modes sync), for overloads with values to compare."""
+        if "sync" not in self.options.modes or self.backend.lazy is None:
+            return False
+        return self.modes.sync_applies(overload)
 
     def selection(self) -> dict[str, Any]:
         """What the options selected of each dimension of a case id (run.json "selection"): a

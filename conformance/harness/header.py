@@ -58,11 +58,23 @@ def key_header_lines(suite: Suite, plan: Plan | None) -> list[str]:
     ]
     if plan is not None:
         lines.append(plan.describe(suite.options.case_timeout))
+    if not b.storage:
+        lines.append(STORAGELESS)
     if suite.coverage is not None:
         lines.append(suite.coverage.header_lines()[0])
     files = ", ".join(suite.manifest.files) or "none"
     lines.append(f"expectations: {files}; results: {suite.options.results or 'off'}")
     return ["conformance: " + line for line in lines]
+
+
+#: said once, in the key header lines, for a device whose tensors have no observable storage
+STORAGELESS = (
+    "storage: not observable on this device (a non-empty tensor's storage has no bytes or no "
+    "data pointer: a lazy device); strides, storage offsets, memory around views and aliasing by "
+    "pointer are not checked; values, dtype, shape, errors, version counters and in-place, out= "
+    "and view write-through (by value) are; layouts: contiguous, zero_size, zero_dim only (its "
+    "memory layouts cannot be observed; as_strided views are judged as the op as_strided)"
+)
 
 
 def relies_on(suite: Suite) -> dict[str, str]:
@@ -98,6 +110,10 @@ def relies_on(suite: Suite) -> dict[str, str]:
         "blame": "foundation probes (engine/foundations.py) and torch.profiler for the ops a "
         "failed sample reaches",
         "memory": ", ".join(f"backend.{h}" for h in memory) or "nothing (no backend hooks)",
+        "storage": "observable (untyped_storage() has bytes and a data pointer): strides, "
+        "offsets and memory around views checked"
+        if b.storage
+        else "not observable: values only, read with .cpu() (a lazy device)",
     }
 
 

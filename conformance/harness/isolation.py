@@ -29,7 +29,7 @@ from conformance.engine.diagnosis import describe_status, diagnose
 from conformance.findings import crash_class
 from conformance.harness.culprit import Culprit, case_label
 from conformance.harness.roles import Role
-from conformance.harness.runners import RUNNER_ENV, RunnerProcess
+from conformance.harness.runners import RETIRE, RUNNER_ENV, RunnerProcess
 from conformance.record import CaseRecord, Status
 
 if TYPE_CHECKING:
@@ -85,19 +85,9 @@ def _how(mode: str, runner_cases: int) -> str:
 def plan_isolation(suite: Suite, role: Role) -> Plan:
     """Choose how cases run and probe the device, never initialising it in a process that
     forks case runners later (a plain pytest process, an xdist worker). Raises UsageError (one
-    line) for an unusable device, and for one whose storage cannot be observed. The xdist
-    controller makes the same choice its workers make, for the run header."""
-    plan = _plan_isolation(suite, role)
-    if not plan.probe.storage:
-        b = suite.backend
-        raise pytest.UsageError(
-            f"device '{b.device_type}' (dispatch key {b.dispatch_key}) keeps no observable "
-            "storage: a non-empty tensor's storage has no bytes or no data pointer (a lazy "
-            "device, as torch_xla's); the suite places and reads tensors through their storage "
-            "and cannot judge such a device yet (docs/BACKEND_PROTOCOL.md, 'Devices of their own "
-            "dispatch key')"
-        )
-    return plan
+    line) for an unusable device. The xdist controller makes the same choice its workers make,
+    for the run header."""
+    return _plan_isolation(suite, role)
 
 
 def _plan_isolation(suite: Suite, role: Role) -> Plan:
@@ -195,6 +185,7 @@ class IsolatedRunner:
             replay=replay,
             on_fork=forked,
             env=env,
+            backend=run.suite.backend,
         )
 
     def close(self) -> None:
@@ -241,8 +232,8 @@ class IsolatedRunner:
                 self.history.append(item)
                 self.cases += 1
                 limit = self.run.suite.options.runner_cases
-                if limit and self.cases >= limit:
-                    self.close()  # a fresh runner for the next case
+                if (limit and self.cases >= limit) or data == RETIRE:
+                    self.close()  # a fresh runner for the next case (RETIRE: runtime broken)
                 return
 
     def _hung(self, item: pytest.Item, process: RunnerProcess, started: bool) -> None:

@@ -1,4 +1,4 @@
-"""Which overloads get -grad and -inference cases (`--modes`), and why the others do not.
+"""Which overloads get -grad, -inference and -sync cases (`--modes`), and why the others do not.
 
 Decided from the schema and the op spec, and for gradients from CPU itself: an overload gets
 -grad cases when a few of its float32 samples have an output that requires grad on CPU. The
@@ -87,6 +87,18 @@ class ModeAccount:
             return False
         schema = resolve(overload)._schema
         return _writes(schema) or any(r.alias_info is not None for r in schema.returns)
+
+    @staticmethod
+    def sync_applies(overload: str) -> bool:
+        """Values to compare, on CPU's own op, drawn from no random numbers: what a -sync case
+        reads back at each sync point (engine/syncing.py)."""
+        spec = spec_for(overload)
+        if spec.reference is not None or not spec.check_values:
+            return False
+        nondeterministic = spec.nondeterministic
+        if nondeterministic is None:
+            nondeterministic = oracles.is_nondeterministic(resolve(overload))
+        return not nondeterministic
 
     def account(self, overloads: list[str]) -> dict[str, list[str]]:
         """{reason: overloads} for those without -grad cases, and "" for those with."""

@@ -25,7 +25,8 @@ DEFAULT_DTYPES = "float32,float64,float16,bfloat16,int32,int64,bool"
 PATHS = ("native", "fallback")
 ORDINARY = "ordinary"  # the value set of the ordinary samples (ids without a values part)
 VALUE_SETS = (ORDINARY, "special", "promotion")
-MODES = ("grad", "inference")  # execution modes beyond the plain forward call (ids end in -<mode>)
+# execution modes beyond the plain forward call (ids end in -<mode>)
+MODES = ("grad", "inference", "sync")
 ISOLATE = ("auto", "fork", "spawn", "none")
 DEFAULT_CASE_TIMEOUT = "300"
 
@@ -212,7 +213,10 @@ class Options:
         "against cpu: backward with grad_outputs in several layouts, .grad accumulation and "
         "layout, for floating dtypes on the contiguous and transposed layouts; ids end in "
         "-grad) and inference (in-place, out= and view overloads on inference tensors inside "
-        "torch.inference_mode(), one dtype, contiguous; ids end in -inference)",
+        "torch.inference_mode(), one dtype, contiguous; ids end in -inference) and sync (on a "
+        "lazy device only: results read back after the runtime's sync, a save of a subset and a "
+        "step, a torch.save/load round trip and .item(), and no recompilation of the same call; "
+        "one dtype, contiguous; ids end in -sync)",
         default=",".join(MODES),
         parse=parse_modes,
     )

@@ -27,6 +27,7 @@ import pytest
 from _pytest.runner import runtestprotocol
 
 from conformance.engine import interpreter
+from conformance.engine.backend import Backend
 
 RUNNER_ENV = "_CONFORMANCE_RUNNER"  # in a spawned runner: {"cmd": fd, "out": fd, "replay": b}
 HEAP_EXERCISE = "<heap exercise>"  # a command that is no item: exercise_heap()
@@ -45,6 +46,7 @@ class RunnerProcess:
         replay: bool = False,
         on_fork: Any = None,
         env: dict[str, str] | None = None,
+        backend: Backend | None = None,
     ) -> None:
         self.mode = mode
         log = tempfile.NamedTemporaryFile(prefix="conformance-runner-", suffix=".log", delete=False)
@@ -72,7 +74,7 @@ class RunnerProcess:
                 os.close(out_read)
                 if on_fork is not None:
                     on_fork()
-                serve(config, items, cmd_read, out_write, log.fileno(), True, replay)
+                serve(config, items, cmd_read, out_write, log.fileno(), True, replay, backend)
             self.pid = pid
         os.close(cmd_read)
         os.close(out_write)
@@ -187,10 +189,50 @@ def runner_args(config: pytest.Config) -> list[str]:
 
 
 # ---- the runner side ----------------------------------------------------------------------------
-def serve_spawned(session: pytest.Session) -> None:
+def serve_spawned(session: pytest.Session, backend: Backend | None = None) -> None:
     """In a spawned runner (RUNNER_ENV set): serve the collected items; never returns."""
     job = json.loads(os.environ[RUNNER_ENV])
-    serve(session.config, session.items, job["cmd"], job["out"], None, False, job["replay"])
+    config, items = session.config, session.items
+    serve(config, items, job["cmd"], job["out"], None, False, job["replay"], backend)
+
+
+def _start_lazy_runtime(backend: Backend | None) -> tuple[Any, Any] | None:
+    """On a lazy device, start its runtime before any case: torch_xla 2.9's autograd engine
+    sizes its device queues at the first backward, so a CPU backward before the client started
+    breaks every later backward on the device (INTERNAL ASSERT device_ready_queues_). Returns
+    (runtime, device), or None for an eager device."""
+    if backend is None or backend.lazy is None:
+        return None
+    import torch
+
+    try:
+        torch.zeros(1, device=backend.device).cpu()
+    except Exception:  # noqa: BLE001 - the cases report a device that cannot start
+        pass
+    return backend.lazy, backend.device
+
+
+def _lazy_runtime_ok(lazy: tuple[Any, Any]) -> bool:
+    """After a case on a lazy device: whether its runtime still syncs and reads a fresh tensor.
+    A graph that failed can leave the runtime unable to run any later one (torch_xla: "Check
+    failed: tensor_data"): then the runner is retired, so no later case inherits the failure.
+    What pytest keeps of a failed case for post-mortem debugging (`sys.last_*`) goes first: its
+    frames hold the failed case's tensors alive."""
+    import gc
+    import sys
+
+    import torch
+
+    runtime, device = lazy
+    for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+        if hasattr(sys, name):
+            delattr(sys, name)
+    gc.collect()
+    try:
+        runtime.sync()
+        return bool((torch.ones(2, device=device) * 2).cpu().eq(2).all())
+    except Exception:  # noqa: BLE001 - any failure: the runtime is broken for this process
+        return False
 
 
 def serve(
@@ -201,8 +243,10 @@ def serve(
     log_fd: int | None,
     forked: bool,
     replay: bool,
+    backend: Backend | None = None,
 ) -> None:
-    """Run the items asked for on `cmd_fd` until EOF."""
+    """Run the items asked for on `cmd_fd` until EOF (`backend`: the one under test, whose lazy
+    runtime, if any, is started first and checked after each case)."""
     code = 0
     try:
         from conformance.samples import guarded
@@ -223,6 +267,7 @@ def serve(
             os.dup2(log_fd, 1)
             os.dup2(log_fd, 2)
         faulthandler.enable(file=2, all_threads=True)  # Python stacks of a crash into the log
+        lazy = _start_lazy_runtime(backend)
         by_id = {item.nodeid: item for item in items}
         commands = os.fdopen(cmd_fd, "r")
         out = os.fdopen(out_fd, "w", buffering=1)
@@ -243,7 +288,7 @@ def serve(
                 if not replay:
                     data = config.hook.pytest_report_to_serializable(config=config, report=report)
                     _send(out, "report", nodeid, data)
-            _send(out, "finish", nodeid)
+            _send(out, "finish", nodeid, RETIRE if lazy and not _lazy_runtime_ok(lazy) else None)
     except BaseException:  # noqa: BLE001 - anything here must not run the parent's code
         code = 3
     os._exit(code)
@@ -266,6 +311,10 @@ def exercise_heap() -> None:
     trim = getattr(libc, "malloc_trim", None)
     if trim is not None:
         trim(0)
+
+
+#: the data of a "finish" message that asks for a fresh runner before the next case
+RETIRE = "retire"
 
 
 def _send(out, kind: str, nodeid: str, data: Any = None) -> None:

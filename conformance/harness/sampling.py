@@ -48,7 +48,7 @@ class RunSamples:
 
     def calls(self, overload: str, dtype: torch.dtype, value_set: str = "") -> list:
         """Samples of (overload, dtype, value set), kept while cases use them (the cases of
-        one overload share them); the modes (grad, inference) run the ordinary samples."""
+        one overload share them); the modes (grad, inference, sync) run the ordinary samples."""
         value_set = "" if value_set in MODES else value_set
         key = (overload, dtype, value_set)
         if key in self._calls:

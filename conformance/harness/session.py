@@ -116,6 +116,7 @@ class ConformanceRun:
             self._suite.run_dir = self.run_dir
             self.plan = plan_isolation(self._suite, self.role)
             self._suite.backend.memory_counter = self.plan.probe.memory_counter
+            self._suite.backend.storage = self.plan.probe.storage
             if self.role is Role.XDIST_WORKER and self.plan.mode in ("fork", "spawn"):
                 from conformance.harness.isolation import WorkerIsolation
 
@@ -225,7 +226,7 @@ class ConformanceRun:
         if self.role is Role.SPAWNED_RUNNER:
             from conformance.harness.runners import serve_spawned
 
-            serve_spawned(session)  # never returns
+            serve_spawned(session, self.suite.backend)  # never returns
         if not self.started or self.role is not Role.SINGLE:
             return None
         if self.plan is None or self.plan.mode not in ("fork", "spawn"):

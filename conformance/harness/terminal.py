@@ -162,6 +162,7 @@ def write_summary(tr, s: Summary, terminal: Terminal) -> None:
     if terminal.folds("x"):
         _xfails(tr, s.records)
     _not_failures(tr, s.records)
+    _ran(tr, s.records)
     _findings(tr, s.records, s.findings)
     for note in s.notes:
         tr.write_line(note)
@@ -235,6 +236,25 @@ def _not_failures(tr, records: list[dict[str, Any]]) -> None:
             "torch-bug (CPU disagrees with itself across layouts, the device agrees): "
             f"{sum(bugs.values())} case(s) in {_by_op(dict(bugs.most_common()))}"
         )
+
+
+def _ran(tr, records: list[dict[str, Any]]) -> None:
+    """On a lazy device: how many cases ran natively and how many fell back to CPU, by the
+    device runtime's own counters (the record's "ran")."""
+    ran = [r for r in records if r.get("ran")]
+    if not ran:
+        return
+    fell = {r["op"] for r in ran if r["ran"] == "fallback"}
+    n = sum(r["ran"] == "fallback" for r in ran)
+    tr.write_line(
+        f"ran (the lazy runtime's aten:: counters): {len(ran) - n} case(s) natively, {n} fell "
+        f"back to CPU" + (f" ({len(fell)} op(s): {_names(sorted(fell))})" if fell else "")
+    )
+
+
+def _names(names: list[str], shown: int = 8) -> str:
+    more = f", ... {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
 
 
 def _by_op(counts: dict[str, int], shown: int = 6) -> str:

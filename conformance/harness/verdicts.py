@@ -244,6 +244,13 @@ class CaseVerdicts:
             record.extra["related_foundation"] = outcome.related.case
         if outcome.errors_only:
             record.extra["errors_only"] = True
+        if case.values == "sync":
+            record.extra.update(outcome.sync.as_record())
+        if self.suite.backend.lazy is not None and outcome.samples:
+            # the device's own evidence (its runtime's aten:: counters), not our routing
+            record.extra["ran"] = "fallback" if case.op in outcome.fell_back else "native"
+            if outcome.fell_back:
+                record.extra["fell_back"] = sorted(outcome.fell_back)
         if outcome.blame_error:
             record.extra["blame"] = f"blame could not be computed: {outcome.blame_error}"
         return record

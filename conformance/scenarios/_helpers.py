@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from conformance.engine.transfer import has_storage
+
 _LAST_STEP: list[str] = [""]
 
 
@@ -41,7 +43,9 @@ def assert_same(device_value: Any, cpu_value: Any, what: str, atol=1e-5, rtol=1e
     """Device result (moved to CPU) equals the CPU result: dtype, shape, values."""
     got = to_cpu(device_value)
     if isinstance(device_value, torch.Tensor) and device_value.device.type != "cpu":
-        if device_value.storage_offset() or not device_value.is_contiguous():
+        if has_storage(device_value) and (
+            device_value.storage_offset() or not device_value.is_contiguous()
+        ):
             what += (
                 f" (device view with storage_offset {device_value.storage_offset()}, strides "
                 f"{tuple(device_value.stride())}, copied to CPU by _copy_from)"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from conformance.engine.transfer import has_storage
 from conformance.scenarios._helpers import assert_same, step
 
 
@@ -34,7 +35,8 @@ def test_save_load_tensors_views_and_slices(device, tmp_path):
     loaded = torch.load(tmp_path / "tensors.pt", weights_only=True)
     for name, value in expected.items():
         assert loaded[name].device == tensors[name].device, f"torch.load: {name} device changed"
-        assert loaded[name].stride() == tensors[name].stride(), f"torch.load: {name} strides"
+        if has_storage(tensors[name]):  # a lazy device's strides cannot be observed
+            assert loaded[name].stride() == tensors[name].stride(), f"torch.load: {name} strides"
         assert_same(loaded[name], value, f"torch.save/torch.load round trip: {name}")
     # views keep sharing storage with their base after loading
     step("views of the loaded base")

@@ -142,6 +142,9 @@ class Backend:
     env: Mapping[str, str] = field(default_factory=dict)
     expectations: Path | None = None
     fault_env: str | None = None
+    # names this matrix's sessions apart when one noxfile registers several matrix files:
+    # conformance-<label>-<minor> (a lazy device's matrix beside echo_npu's: label "xla")
+    label: str | None = None
 
     def sanitizer(self, name: str) -> Sanitizer:
         """The sanitizer build ``name`` (``none``: the plain build)."""
@@ -181,8 +184,10 @@ class Cell:
 
     @property
     def session(self) -> str:
-        """The nox session name, e.g. ``conformance-2.8-guard``."""
-        return SESSION_PREFIX + self.key
+        """The nox session name, e.g. ``conformance-2.8-guard`` (``conformance-xla-2.9`` for a
+        matrix whose backend has a label)."""
+        label = self.backend.label if self.backend is not None else None
+        return SESSION_PREFIX + (f"{label}-" if label else "") + self.key
 
     @property
     def asan(self) -> bool:
@@ -338,6 +343,9 @@ class Matrix:
         key = name.strip()
         if key.startswith(SESSION_PREFIX):
             key = key[len(SESSION_PREFIX) :]
+        label = self.backend.label
+        if label and key.startswith(f"{label}-"):
+            key = key[len(label) + 1 :]
         if not key:
             key = self.default_minor
         minor, *rest = key.split("-")
@@ -616,7 +624,7 @@ def _backend(data: Mapping[str, Any], src: str, base: Path) -> Backend:
             f'{src}: missing table [backend]; describe the backend under test (module = "...", '
             "[backend.build] command = ...), see docs/MATRIX.md"
         )
-    allowed = ["module", "device", "requires", "env", "expectations", "fault_env"]
+    allowed = ["module", "device", "requires", "env", "expectations", "fault_env", "label"]
     _check_keys(table, [*allowed, "build", "allocator", "sanitizers"], where)
     module = _str(table.get("module"), f"{where}.module (the module whose import registers it)")
     if not _MODULE_RE.match(module):
@@ -643,7 +651,17 @@ def _backend(data: Mapping[str, Any], src: str, base: Path) -> Backend:
         env=_env_table(table.get("env"), f"{where}.env"),
         expectations=expectations,
         fault_env=_env_name(table.get("fault_env"), f"{where}.fault_env"),
+        label=_label(table.get("label"), f"{where}.label"),
     )
+
+
+def _label(value: Any, where: str) -> str | None:
+    if value is None:
+        return None
+    label = _str(value, where)
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", label):
+        raise MatrixError(f"{where}: '{label}' must be lowercase letters, digits and '_' (xla)")
+    return label
 
 
 def parse_matrix(
@@ -775,14 +793,18 @@ def requested_sessions(argv: Sequence[str], environ: Mapping[str, str]) -> list[
 
 
 def unknown_session_error(
-    matrix: Matrix, argv: Sequence[str], environ: Mapping[str, str] | None = None
+    matrix: Matrix,
+    argv: Sequence[str],
+    environ: Mapping[str, str] | None = None,
+    known: Sequence[str] = (),
 ) -> str | None:
-    """A one-line error if the nox command line asks for a ``conformance-*`` cell not generated.
+    """A one-line error if the nox command line asks for a ``conformance-*`` cell not generated
+    (``known``: sessions registered from other matrix files).
 
     Returns ``None`` when every requested conformance session exists.
     """
     environ = os.environ if environ is None else environ
-    known = set(matrix.sessions())
+    known = set(matrix.sessions()) | set(known)
     for name in requested_sessions(argv, environ):
         if not name.startswith(SESSION_PREFIX) or name in known:
             continue

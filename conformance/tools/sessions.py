@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import nox
@@ -51,6 +51,7 @@ from conformance.tools.build import (
 )
 from conformance.tools.launch import LaunchError
 from conformance.tools.matrix import (
+    SESSION_PREFIX,
     Cell,
     Matrix,
     MatrixError,
@@ -162,9 +163,20 @@ def _make_cell_session(cell: Cell, root: Path, python: str | None) -> None:
     nox.session(name=cell.session, python=python, tags=tags, default=False)(run)
 
 
-def _check_requested_sessions(matrix: Matrix, argv: list[str]) -> None:
-    """`nox -s conformance-2.99` gets a one-line error naming the valid versions."""
-    message = unknown_session_error(matrix, argv)
+def _check_requested_sessions(matrix: Matrix, argv: list[str], others: list[Matrix]) -> None:
+    """`nox -s conformance-2.99` gets a one-line error naming the valid versions; a session of
+    a further matrix file (`others`: conformance-<label>-...) is checked against that file."""
+    labelled = {f"{SESSION_PREFIX}{m.backend.label}-": m for m in others if m.backend.label}
+    for name in requested_sessions(argv, os.environ):
+        other = next((m for p, m in labelled.items() if name.startswith(p)), None)
+        if other is not None and name not in other.sessions():
+            try:
+                cell = other.cell(name)
+            except MatrixError as exc:
+                sys.exit(f"nox: {exc}")
+            sys.exit(f"nox: no session {name}; this cell's session is {cell.session}")
+    known = [s for m in others for s in m.sessions()]
+    message = unknown_session_error(matrix, argv, known=known)
     if message is None and "--" in argv and "conformance" in requested_sessions(argv, os.environ):
         posargs = argv[argv.index("--") + 1 :]
         if posargs and not posargs[0].startswith("-"):
@@ -181,9 +193,13 @@ def register(
     *,
     root: str | os.PathLike[str] | None = None,
     nightly_workflow: str = ".github/workflows/conformance-nightly.yml",
+    also: Sequence[str] = (),
 ) -> Matrix:
     """Register the sessions of the matrix file (``$CONFORMANCE_MATRIX`` wins over ``matrix``);
-    returns the loaded :class:`Matrix`. A bad file exits nox with one line."""
+    returns the loaded :class:`Matrix`. A bad file exits nox with one line. ``also``: further
+    matrix files (of other backends) whose cells get sessions too, named apart by their
+    backend's ``label`` (``conformance-xla-2.9``): tagged ``conformance``, the nightly runs them
+    (not with ``$CONFORMANCE_MATRIX``: then that backend alone)."""
     root_dir = Path(root).resolve() if root is not None else Path.cwd()
     env_path = os.environ.get("CONFORMANCE_MATRIX")
     path = matrix_path(env_path or (root_dir / matrix if matrix is not None else None))
@@ -196,8 +212,15 @@ def register(
     nox.options.reuse_venv = "yes"
     nox.options.error_on_missing_interpreters = True
     python = loaded.python
-    for cell in loaded.cells():
-        _make_cell_session(cell, root_dir, python)
+    others = []
+    for extra in also if not env_path else ():  # pointed at another backend: that one alone
+        try:
+            others.append(load_matrix(matrix_path(root_dir / extra)))
+        except MatrixError as exc:
+            sys.exit(f"nox: {exc}")
+    for m in (loaded, *others):
+        for cell in m.cells():
+            _make_cell_session(cell, root_dir, m.python)
 
     @nox.session(python=python, default=False)
     def conformance(session: nox.Session) -> None:
@@ -288,5 +311,5 @@ def register(
             external=True,
         )
 
-    _check_requested_sessions(loaded, sys.argv[1:])
+    _check_requested_sessions(loaded, sys.argv[1:], others)
     return loaded

@@ -40,6 +40,8 @@ SELF_TESTS = [
     "tests/engine/test_parametric.py",
     "tests/tools/test_power.py",
     "tests/suite/test_crash_verdicts.py",
+    "tests/suite/test_lazy_devices.py",
+    "tests/engine/test_syncing.py",
 ]
 # tests of crash isolation and repro commands check no verdict: left out to save time
 DESELECT = "not repro and not sigkill and not segfault"

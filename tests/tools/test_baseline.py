@@ -246,7 +246,7 @@ def test_a_narrowed_run_never_widens_what_it_did_not_collect(tmp_path):
             "layouts": ["contiguous", "transposed", "expanded", "offset", "sliced",
                         "noncontiguous", "channels_last", "zero_size", "zero_dim"],
             "paths": ["native", "fallback"], "values": ["ordinary", "special", "promotion"],
-            "modes": ["grad", "inference"], "keyword": ""}  # fmt: skip
+            "modes": ["grad", "inference", "sync"], "keyword": ""}  # fmt: skip
     plain = _load(tmp_path, baseline([({"selection": full}, records)]).files[""], "a.toml")
     assert plain.entries[0].patterns == ("abs-*",)  # every dimension taken in full
     narrowed = {"selection": {**full, "keyword": "grad"}}

@@ -259,3 +259,17 @@ def test_unknown_session_error() -> None:
     assert msg and msg.startswith("nox: ") and "valid: 2.5" in msg and "2.15" in msg
     msg = unknown_session_error(m, ["-s", "conformance-2.8-malloc"], {})
     assert msg and "conformance-2.8" in msg
+
+
+def test_a_labelled_backend_names_its_sessions_apart() -> None:
+    xla = load_matrix(DEFAULT_MATRIX_PATH.parent / "xla.toml")
+    assert xla.backend.label == "xla" and xla.backend.device == "xla"
+    assert xla.sessions() == ["conformance-xla-2.9"]
+    assert xla.cell("conformance-xla-2.9") == xla.cell("2.9") == xla.cell("")
+    assert xla.cell("").run_env() == {"PJRT_DEVICE": "CPU"}
+    assert xla.default_release.extra == ("torch_xla==2.9.0",)
+
+
+def test_a_bad_label_is_one_line() -> None:
+    with pytest.raises(MatrixError, match=r"\[backend\]\.label: 'X-LA' must be lowercase"):
+        parse_matrix(_with(backend__label="X-LA"))

@@ -30,7 +30,9 @@ def test_json_listing_is_the_matrix() -> None:
     proc = _nox("-l", "--json", "-t", "conformance")
     assert proc.returncode == 0, proc.stderr
     listed = json.loads(proc.stdout)
-    assert [s["session"] for s in listed] == load_matrix().sessions()
+    xla = load_matrix(ROOT / "matrices" / "xla.toml")
+    assert [s["session"] for s in listed] == load_matrix().sessions() + xla.sessions()
+    assert xla.sessions() == ["conformance-xla-2.9"]  # named apart by the backend's label
     for entry in listed:
         assert entry["description"].startswith("Conformance suite on torch")
         assert entry["python"] == load_matrix().python
@@ -44,6 +46,14 @@ def test_listing_describes_every_session() -> None:
     assert {"tests", "lint", "report", "conformance"} <= names
     assert set(load_matrix().sessions()) <= names
     assert all(" -> " in ln for ln in lines), "every session needs a docstring"
+
+
+def test_a_cell_of_the_lazy_device_matrix_is_checked_against_its_own_file() -> None:
+    proc = _nox("-s", "conformance-xla-2.8")
+    assert proc.returncode != 0
+    err = proc.stderr.strip()
+    assert "\n" not in err and "Traceback" not in err, err
+    assert "torch 2.8 is not in the matrix matrices/xla.toml (valid: 2.9)" in err
 
 
 @pytest.mark.parametrize(
