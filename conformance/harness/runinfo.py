@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from conformance.engine.environment import compile_environment
 from conformance.findings import Finding
 from conformance.harness.header import header_lines, relies_on
 from conformance.harness.recorder import now, run_info
@@ -28,6 +29,8 @@ def start_info(suite: Suite, plan: Plan | None) -> dict[str, Any]:
     info["header"] = header_lines(suite, plan)
     # what makes shards of one run (the report merges those that agree on all of it)
     info["environment"] = suite.environment()
+    # what the verdicts may depend on beyond the code (report --diff compares two runs on it)
+    info["compile_environment"] = compile_environment(suite.backend.module_name, suite.allocator)
     info["checkers"] = suite.checkers()
     shard = suite.shard_account()
     if shard is not None:

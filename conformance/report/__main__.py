@@ -29,6 +29,7 @@ examples:
   python -m conformance.report results --markdown report.md --html report.html
   python -m conformance.report results --step-summary      # append to $GITHUB_STEP_SUMMARY
   python -m conformance.report results --scorecard site     # site/scorecard.md + badge.svg
+  python -m conformance.report results/a results/b --diff  # environments and changed verdicts
 
 With neither --markdown, --html, --step-summary nor --scorecard, the Markdown goes to stdout.
 Exit status: 0 (also when cases failed: use --fail-on-failures to change that), 1 with
@@ -51,6 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--step-summary",
         action="store_true",
         help="also append the Markdown to $GITHUB_STEP_SUMMARY (ignored when unset)",
+    )
+    parser.add_argument(
+        "--diff",
+        action="store_true",
+        help="with two RESULTS_DIR (A B): what differs between their environments (compiler, "
+        "glibc, ISA, the variables torch, Inductor and the backend read, versions) next to the "
+        "cases whose verdict changed, as Markdown (to --markdown, else stdout)",
     )
     parser.add_argument("--title", default="Conformance report", help="report title")
     parser.add_argument(
@@ -115,6 +123,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     for run in runs:
         for warning in run.warnings:
             print(f"warning: {run.path}: {warning}", file=sys.stderr)
+    if args.diff:
+        if len(runs) != 2:
+            print(
+                f"error: --diff compares two runs; {len(args.results)} folder(s) gave "
+                f"{len(runs)}: pass two results folders, A then B",
+                file=sys.stderr,
+            )
+            return 2
+        from conformance.report.diff import render_diff
+
+        _write(args.markdown or "-", render_diff(*runs))
+        return 0
     markdown = render_markdown(runs, title=args.title, max_failures=args.max_failures)
     if args.markdown:
         _write(args.markdown, markdown)
