@@ -200,3 +200,25 @@ def reset_accumulated_memory_stats(device: object = None) -> None:
 
 def empty_cache() -> None:
     """No caching allocator: nothing to release."""
+
+
+# Inductor's classes for this device, handed over on first use (the custom device module hook of
+# torch._inductor.codegen.common.init_backend_registration): importing echo_npu never imports
+# Inductor. ECHO_NPU_INDUCTOR=0 leaves the device without an Inductor backend.
+_INDUCTOR_CLASSES = ("Scheduling", "PythonWrapperCodegen", "CppWrapperCodegen", "WrapperFxCodegen")
+
+
+if os.environ.get("ECHO_NPU_INDUCTOR_FAULTS"):
+    # Inductor's caches are keyed without the faults: a clean compile cached earlier would be
+    # reused (they are looked up before Inductor asks this module for its classes)
+    import torch._inductor.config
+
+    torch._inductor.config.force_disable_caches = True
+
+
+def __getattr__(name: str) -> Any:
+    if name in _INDUCTOR_CLASSES and os.environ.get("ECHO_NPU_INDUCTOR", "1") != "0":
+        from . import inductor
+
+        return getattr(inductor, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

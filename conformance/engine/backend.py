@@ -59,6 +59,12 @@ class Backend:
     _routable: dict[str, bool] = field(default_factory=dict)
 
     @functools.cached_property
+    def compiler(self) -> str:
+        """The torch.compile backend of the -compile cases: `inductor` where the device has an
+        Inductor backend, else `aot_eager` (engine/compiling.py)."""
+        return compiler_for(self.device_type)
+
+    @functools.cached_property
     def lazy(self) -> LazyRuntime | None:
         """The lazy runtime behind the device's dispatch key (torch_xla, torch._lazy), or None."""
         return runtime_for(self.dispatch_key)
@@ -136,6 +142,17 @@ class Backend:
     def capabilities(self) -> list[str]:
         """The protocol hooks this backend offers."""
         return [h.name for h in HOOKS if self.hook(h.name) is not None]
+
+
+def compiler_for(device_type: str) -> str:
+    """`inductor` where the device has an Inductor backend, else `aot_eager`."""
+    module = getattr(torch, device_type, None)
+    if getattr(module, "Scheduling", None) is not None:
+        return "inductor"
+    from torch._inductor.codegen.common import get_scheduling_for_device, init_backend_registration
+
+    init_backend_registration()
+    return "inductor" if get_scheduling_for_device(device_type) is not None else "aot_eager"
 
 
 # ---- what `import torch` registered -------------------------------------------------------------

@@ -24,6 +24,7 @@ from torch.utils._pytree import tree_flatten
 from conformance.engine import (  # noqa: F401 - bits registers its checks
     bits,
     checks,
+    compiling,
     consistency,
     gradients,
     memory,
@@ -118,6 +119,8 @@ def run_case(
         placements = placements[: gradients.MAX_GRAD_SAMPLES]
     if mode == "sync":
         placements = placements[: syncing.MAX_SYNC_SAMPLES]
+    if mode == "compile":
+        placements = placements[: compiling.MAX_COMPILE_SAMPLES]
     if not placements:
         outcome.skip_reason = (
             f"no sample of {overload} has an input that the '{layout}' layout applies to"
@@ -149,7 +152,12 @@ def run_case(
     for placed in placements:
         failure, compared = None, False
         try:
-            if mode == "sync":
+            if mode == "compile":
+                compiling.run_compile_sample(
+                    op, placed, backend.device, backend.compiler, spec.tol_scale, outcome.stats
+                )
+                raised, bug = False, None
+            elif mode == "sync":
                 if backend.lazy is None:
                     raise NotApplicable("no lazy runtime: nothing to sync")
                 syncing.run_sync_sample(

@@ -65,7 +65,7 @@ def mode_account(cases: CaseList) -> dict[str, Any]:
     """Which overloads have -grad and -inference cases and why the others have no -grad ones
     (run header, run.json "modes"), for the overloads -k keeps."""
     modes, options = cases.modes, cases.options
-    if not set(options.modes) & {"grad", "inference", "sync"}:
+    if not set(options.modes) & {"grad", "inference", "sync", "compile"}:
         return {}
     tested = cases.kept_by_keyword(cases.overloads, False) + cases.kept_by_keyword(
         cases.fallback_only, True
@@ -80,6 +80,9 @@ def mode_account(cases: CaseList) -> dict[str, Any]:
         account["no_grad"] = by_reason
     if "inference" in options.modes:
         account["inference"] = [o for o in tested if modes.inference_applies(o)]
+    if "compile" in options.modes:
+        account["compile"] = [o for o in tested if modes.sync_applies(o)]
+        account["compiler"] = cases.backend.compiler
     if "sync" in options.modes:
         lazy = cases.backend.lazy
         account["sync"] = [o for o in tested if cases.sync_applies(o)]
@@ -104,6 +107,16 @@ def mode_lines(account: dict[str, Any]) -> list[str]:
         lines.append(
             f"modes: -inference cases for {len(account['inference'])} in-place/out=/view "
             "overloads (contiguous, one dtype)"
+        )
+    if "compile" in account:
+        lines.append(
+            f"modes: -compile cases for {len(account['compile'])} overloads (contiguous, one "
+            f"dtype, 2 samples; torch.compile backend {account['compiler']!r}"
+            + (
+                ": the device's Inductor backend)"
+                if account["compiler"] == "inductor"
+                else ": the device has no Inductor backend, its kernels behind AOTAutograd)"
+            )
         )
     if "sync" in account:
         runtime = account["sync_runtime"]

@@ -310,6 +310,10 @@ class CaseList:
                 ]
         if overload in self.grad_only:
             return out
+        if "compile" in self.options.modes and dtypes and "contiguous" in layouts:
+            if self.modes.sync_applies(overload):  # values to compare, no random draws
+                name = dtype_name(torch.float32 if torch.float32 in dtypes else dtypes[0])
+                out += [CaseId(overload, name, "contiguous", "native", "compile")]
         if self.sync_applies(overload) and dtypes and "contiguous" in layouts:
             name = dtype_name(dtypes[0])
             out += [CaseId(overload, name, "contiguous", p, "sync") for p in paths]

@@ -25,8 +25,9 @@ DEFAULT_DTYPES = "float32,float64,float16,bfloat16,int32,int64,bool"
 PATHS = ("native", "fallback")
 ORDINARY = "ordinary"  # the value set of the ordinary samples (ids without a values part)
 VALUE_SETS = (ORDINARY, "special", "promotion")
-# execution modes beyond the plain forward call (ids end in -<mode>)
-MODES = ("grad", "inference", "sync")
+# execution modes beyond the plain forward call (ids end in -<mode>); compile only on request
+MODES = ("grad", "inference", "sync", "compile")
+DEFAULT_MODES = ("grad", "inference", "sync")
 ISOLATE = ("auto", "fork", "spawn", "none")
 DEFAULT_CASE_TIMEOUT = "300"
 
@@ -216,8 +217,11 @@ class Options:
         "torch.inference_mode(), one dtype, contiguous; ids end in -inference) and sync (on a "
         "lazy device only: results read back after the runtime's sync, a save of a subset and a "
         "step, a torch.save/load round trip and .item(), and no recompilation of the same call; "
-        "one dtype, contiguous; ids end in -sync)",
-        default=",".join(MODES),
+        "one dtype, contiguous; ids end in -sync) and compile (not by default: torch.compile "
+        "on the device, with its Inductor backend where it has one, else aot_eager, against "
+        "cpu and the device's eager result; one dtype, contiguous, 2 samples; ids end in "
+        "-compile)",
+        default=",".join(DEFAULT_MODES),
         parse=parse_modes,
     )
     expectations: list[str] | None = option(

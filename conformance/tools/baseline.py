@@ -41,7 +41,7 @@ from conformance.engine.layout_names import LAYOUT_HELP
 from conformance.errors import ConformanceUsageError
 from conformance.findings import Finding, category_of, group_findings
 from conformance.harness.expectations import SCENARIO, Entry, Manifest, load_manifest, scenario_key
-from conformance.harness.options import DEFAULT_DTYPES, MODES, PATHS, VALUE_SETS
+from conformance.harness.options import DEFAULT_DTYPES, DEFAULT_MODES, PATHS, VALUE_SETS
 from conformance.record import CaseId, missing_kernel
 
 __all__ = ["Baseline", "Context", "baseline", "main"]
@@ -83,7 +83,7 @@ def complete_dimensions(meta: Mapping[str, Any]) -> frozenset[int]:
         1: set(DEFAULT_DTYPES.split(",")),
         2: set(LAYOUT_HELP),
         3: set(PATHS),
-        4: {*VALUE_SETS, *MODES},
+        4: {*VALUE_SETS, *DEFAULT_MODES},  # --modes compile is on request only
     }
     chosen = {
         1: sel.get("dtypes"),

@@ -42,6 +42,7 @@ SELF_TESTS = [
     "tests/suite/test_crash_verdicts.py",
     "tests/suite/test_lazy_devices.py",
     "tests/engine/test_syncing.py",
+    "tests/suite/test_compile_mode.py",
 ]
 # tests of crash isolation and repro commands check no verdict: left out to save time
 DESELECT = "not repro and not sigkill and not segfault"

@@ -215,6 +215,8 @@ ABLATIONS: dict[str, Callable[[], None]] = {
     "xfail-excuses-any-check": _patch(
         "conformance.harness.expectations", "Entry.expects", lambda f: lambda self, check: True
     ),
+    # compiled paths (issue 33)
+    "compile": _off("conformance.engine.compiling", "run_compile_sample"),
     # lazy devices (issue 36)
     "lazy-settle": _patch(
         "conformance.engine.runner", "settle", lambda f: lambda lazy, outcome: outcome

@@ -1,0 +1,49 @@
+"""The -compile cases (issue 33, part): torch.compile on the device with echo_npu's Inductor
+backend (backend/echo_npu/inductor.py, handed to Inductor by its device module), against CPU and
+the device's eager result; a planted fault of the generated wrapper is named in the compiled
+path of the op it breaks; without an Inductor backend the cases run with aot_eager and the
+header says so."""
+
+from __future__ import annotations
+
+ARGS = ("--ops", "add.Tensor,relu,sum.dim_IntList", "--modes", "compile", "-k", "compile")
+
+
+def test_compiled_cases_pass_with_the_device_inductor_backend(run_suite):
+    run = run_suite(*ARGS)
+    assert run.returncode == 0, run.output[-3000:]
+    cases = [r for r in run.results if r["id"].endswith("-compile]")]
+    assert {r["op"] for r in cases} == {"add", "relu", "sum"}
+    assert {r["status"] for r in cases} == {"passed"}
+    header = " ".join(run.info["header"])  # the run header's mode lines (run.json)
+    assert "torch.compile backend 'inductor': the device's Inductor backend" in header
+
+
+def test_a_wrapper_that_allocates_wrong_strides_fails_the_compiled_case_of_the_op(run_suite):
+    run = run_suite(*ARGS, env={"ECHO_NPU_INDUCTOR_FAULTS": "wrong_strides"})
+    assert run.returncode == 1, run.output[-3000:]
+    relu = run.case("relu-float32-contiguous-native-compile")
+    assert relu["status"] == "failed" and relu["check"] == "compile", relu
+    assert "compiled (torch.compile, backend='inductor'): output 0:" in relu["message"]
+    assert "ECHO_NPU_INDUCTOR_FAULTS=wrong_strides" in relu["repro"]
+
+
+def test_without_an_inductor_backend_the_cases_run_with_aot_eager(run_suite):
+    run = run_suite(*ARGS, env={"ECHO_NPU_INDUCTOR": "0"})
+    assert run.returncode == 0, run.output[-3000:]
+    header = " ".join(run.info["header"])
+    assert "torch.compile backend 'aot_eager': the device has no Inductor backend" in header
+
+
+def test_importing_echo_npu_never_imports_inductor():
+    """Its Inductor backend is handed over on first use: start-up stays as cheap as before."""
+    import subprocess
+    import sys
+
+    from tests.helpers import clean_env
+
+    code = "import sys, torch, echo_npu; print('torch._inductor' in sys.modules)"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=clean_env(), capture_output=True, text=True, timeout=120
+    )
+    assert proc.stdout.strip() == "False", proc.stderr[-2000:]
