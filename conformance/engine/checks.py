@@ -474,7 +474,7 @@ def check_written(s: Sample) -> None:
     declared = {a.name for a in schema.arguments if a.alias_info and a.alias_info.is_write}
     dev_written = [(leaf, base, view) for leaf, base, view in dev.bases if leaf.written]
     cpu_written = [(leaf, base, view) for leaf, base, view in cpu.bases if leaf.written]
-    for j, ((leaf, _, view), (_, cbase, cview), (ver, ptr), (cver, cptr)) in enumerate(
+    for j, ((leaf, base, view), (_, cbase, cview), (ver, ptr), (cver, cptr)) in enumerate(
         zip(dev_written, cpu_written, before, cpu_before, strict=True)
     ):
         if s.backend.storage and view.data_ptr() != ptr and cview.data_ptr() == cptr:
@@ -514,7 +514,6 @@ def check_written(s: Sample) -> None:
         if s.backend.storage:
             _compare_buffer(leaf.arg, read_storage(view), cbase, cview, spec, inside)
         else:  # no memory to observe: the buffer it was placed in, by value (write-through)
-            base = next(b for lf, b, _ in dev.bases if lf is leaf)
             _compare_buffer(leaf.arg, read_back(base).reshape(-1), cbase, cview, spec, inside)
 
 

@@ -44,14 +44,13 @@ OLD_SAVE_FAILS = (
 LOST_BUFFER = "Check failed: !buffer->IsDeleted(): buffer with shape"
 
 
-def _run(backend: str, results: Path) -> tuple[int, str, dict[str, dict]]:
-    """The donation scenarios against `backend`: (exit code, output, records by scenario)."""
+def _run_on_xla(backend: str, results: Path, *args: str) -> tuple[int, str, list[dict]]:
+    """The suite (`args`) against `backend` on torch_xla's CPU client: (exit code, output, every
+    record)."""
     proc = run_pytest(
-        "conformance/scenarios",
+        *args,
         "-p",
         "no:cacheprovider",
-        "-k",
-        "donation",
         "--backend",
         backend,
         "--results",
@@ -62,8 +61,13 @@ def _run(backend: str, results: Path) -> tuple[int, str, dict[str, dict]]:
     rows = [
         json.loads(x) for f in results.glob("cases-*.jsonl") for x in f.read_text().split("\n") if x
     ]
-    records = {r["overload"]: r for r in rows if r.get("path") == "scenario"}
-    return proc.returncode, proc.stdout + proc.stderr, records
+    return proc.returncode, proc.stdout + proc.stderr, rows
+
+
+def _run(backend: str, results: Path) -> tuple[int, str, dict[str, dict]]:
+    """The donation scenarios against `backend`: (exit code, output, records by scenario)."""
+    code, output, rows = _run_on_xla(backend, results, "conformance/scenarios", "-k", "donation")
+    return code, output, {r["overload"]: r for r in rows if r.get("path") == "scenario"}
 
 
 def test_donation_scenarios_pass_on_torch_xla(tmp_path):
@@ -94,26 +98,8 @@ def test_old_save_path_fails_the_save_scenarios_by_name(tmp_path):
 
 def _sync_cases(backend: str, results: Path) -> tuple[int, str, list[dict]]:
     """The -sync cases of in-place and functional overloads against `backend`."""
-    proc = run_pytest(
-        "--pyargs",
-        "conformance",
-        "-p",
-        "no:cacheprovider",
-        "--ops",
-        "add.Tensor,add_.Tensor,lerp_.Scalar,index_put_",
-        "-k",
-        "sync",
-        "--backend",
-        backend,
-        "--results",
-        str(results),
-        env={"PJRT_DEVICE": "CPU", "PYTHONPATH": str(REPO / "tests" / "backends")},
-        timeout=600,
-    )
-    rows = [
-        json.loads(x) for f in results.glob("cases-*.jsonl") for x in f.read_text().split("\n") if x
-    ]
-    return proc.returncode, proc.stdout + proc.stderr, rows
+    ops = "add.Tensor,add_.Tensor,lerp_.Scalar,index_put_"
+    return _run_on_xla(backend, results, "--pyargs", "conformance", "--ops", ops, "-k", "sync")
 
 
 def test_sync_cases_pass_on_torch_xla_and_name_the_lost_buffer_of_the_old_save(tmp_path):
