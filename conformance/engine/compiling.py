@@ -7,6 +7,10 @@ as torch._inductor.codegen.common.init_backend_registration asks for), else `aot
 device's own kernels behind AOTAutograd), and the run header says which. A sample that cannot be
 compiled fails naming the compiled path, unless CPU cannot compile it either (then it is not
 applicable, with torch's reason): nothing is skipped silently.
+
+Besides the first ordinary samples, a -compile case runs the first sample of the `special`
+value set (NaN, inf, -0.0, subnormals): a compiled kernel built with finite-math assumptions (a
+compiler wrapper adding -ffast-math to Inductor's flags, say) is wrong only there.
 """
 
 from __future__ import annotations
@@ -21,7 +25,14 @@ from conformance.engine.compare import ErrorStats, Scale, compare_values
 from conformance.engine.placing import Materialized, PlacedCall
 from conformance.engine.transfer import read_back
 
-MAX_COMPILE_SAMPLES = 2  # a C++ compile per graph: the first samples say what the path does
+ORDINARY_SAMPLES = 2  # a C++ compile per graph: the first samples say what the path does
+SPECIAL_SAMPLES = 1  # ... and one with NaN, inf, -0.0 and subnormals
+MAX_COMPILE_SAMPLES = ORDINARY_SAMPLES + SPECIAL_SAMPLES
+
+
+def compile_samples(ordinary: list[PlacedCall], special: list[PlacedCall]) -> list[PlacedCall]:
+    """The samples a -compile case runs: the first ordinary ones and the first special one."""
+    return ordinary[:ORDINARY_SAMPLES] + special[:SPECIAL_SAMPLES]
 
 
 def run_compile_sample(

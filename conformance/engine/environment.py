@@ -40,6 +40,28 @@ READ_BY_TOOLS = (
     "PYTORCH_",
 )
 
+#: of those, the ones a compiled kernel depends on (the repro line of a -compile case keeps them)
+READ_BY_COMPILERS = (
+    "TORCHINDUCTOR_",
+    "INDUCTOR_",
+    "CC",
+    "CXX",
+    "CFLAGS",
+    "CXXFLAGS",
+    "CPPFLAGS",
+    "LDFLAGS",
+)
+
+
+def compiler_variables() -> dict[str, str]:
+    """The variables set in this process that Inductor and its C++ compiler read (not the
+    cache folder: Inductor sets it in the process it runs in)."""
+    return {
+        k: v
+        for k, v in sorted(os.environ.items())
+        if _matches(k, READ_BY_COMPILERS) and k != "TORCHINDUCTOR_CACHE_DIR"
+    }
+
 
 def compile_environment(module: str, allocator: str = "") -> dict[str, str]:
     """The record of one run: versions, compiler, C library, instruction set and the variables
@@ -64,7 +86,12 @@ def compile_environment(module: str, allocator: str = "") -> dict[str, str]:
 
 
 def _read_by_tools(key: str) -> bool:
-    return any(key == p or (p.endswith("_") and key.startswith(p)) for p in READ_BY_TOOLS)
+    return _matches(key, READ_BY_TOOLS)
+
+
+def _matches(key: str, names: tuple[str, ...]) -> bool:
+    """`key` is one of `names`, or starts with one of those ending in `_` (a prefix)."""
+    return any(key == p or (p.endswith("_") and key.startswith(p)) for p in names)
 
 
 def _version_of(module: str) -> str:

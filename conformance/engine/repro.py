@@ -91,7 +91,7 @@ def to_cpu(value):
 
 
 expected, cpu_bases, cpu_exc = run(reference, "cpu")
-{route}actual, dev_bases, dev_exc = run(op, device)
+{route}{compiled}actual, dev_bases, dev_exc = run({device_fn}, device)
 print("cpu   :", repr(cpu_exc) if cpu_exc else "returned")
 print("device:", repr(dev_exc) if dev_exc else "returned")
 if cpu_exc or dev_exc:
@@ -118,6 +118,16 @@ if corrupted:
     ok = False
     print("device memory corrupted:", corrupted)
 """
+# a -compile case: the device runs the op under torch.compile, as the case did
+COMPILED = """
+
+def compiled(*args, **kwargs):
+    \"\"\"The case's compiled path: the op under torch.compile on the device.\"\"\"
+    fn = torch.compile(lambda a, k: op(*a, **k), backend={compiler!r}, fullgraph=True)
+    return fn(args, kwargs)
+
+
+"""
 # a CPU reference other than the op itself (CPU has no kernel for e.g. _copy_from): the op spec's
 SPEC_REFERENCE = """# CPU reference of this overload (CPU has no kernel for it): the suite's op spec
 from conformance.ops import spec_for  # noqa: E402
@@ -141,8 +151,10 @@ def write_repro(
     env_prefix: str,
     spec: OpSpec | None = None,
     has_check_memory: bool = False,
+    compiler: str | None = None,
 ) -> str:
-    """Write <dir>/<case>.pt and <dir>/<case>.py; return the script's path."""
+    """Write <dir>/<case>.pt and <dir>/<case>.py; return the script's path. `compiler`: the
+    device runs the op under torch.compile with this backend (a -compile case)."""
     os.makedirs(directory, exist_ok=True)
     name = safe_name(case_id)
     tensors = []
@@ -182,6 +194,8 @@ def write_repro(
         imports=f"import {backend}{note}\n",
         reference=reference + "\n",
         route=ROUTE.format(backend=backend, overload=overload) if routed else "",
+        compiled=COMPILED.format(compiler=compiler) if compiler else "",
+        device_fn="compiled" if compiler else "op",
         memory=MEMORY.format(backend=backend) if has_check_memory else "",
         case_id=case_id,
         headline=headline.replace('"""', "'''"),

@@ -12,6 +12,7 @@ import os
 import shlex
 
 from conformance.engine.backend import Backend
+from conformance.engine.environment import compiler_variables
 from conformance.harness.cases import CaseList
 from conformance.harness.nodes import PACKAGE_DIR
 from conformance.harness.options import Options
@@ -43,8 +44,13 @@ class ReproLines:
         prefixes += ("TORCH_DEVICE_BACKEND_AUTOLOAD",)
         return {k: v for k, v in sorted(os.environ.items()) if k.startswith(prefixes)}
 
-    def env_prefix(self) -> str:
-        return " ".join(f"{k}={shlex.quote(v)}" for k, v in self.environment().items())
+    def env_prefix(self, compiled: bool = False) -> str:
+        """`VAR=value ...` for the repro line; `compiled`: with the variables Inductor and its
+        C++ compiler read (a -compile case's kernel depends on them)."""
+        env = self.environment()
+        if compiled:
+            env.update(compiler_variables())
+        return " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
 
     @staticmethod
     def checkers() -> list[str]:
@@ -98,4 +104,5 @@ class ReproLines:
         checkers = self.checkers()
         if checkers:  # the run was under a preloaded checker: so is the repro
             cmd = f"python -m conformance.tools.launch {' '.join(checkers)} -- {cmd}"
-        return f"{self.env_prefix()} {cmd}".strip()
+        compiled = case is not None and case.values == "compile"
+        return f"{self.env_prefix(compiled)} {cmd}".strip()

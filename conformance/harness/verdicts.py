@@ -9,13 +9,16 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import torch
 
+from conformance.engine import compiling
 from conformance.engine.compare import Mismatch
 from conformance.engine.exactness import Exactness
+from conformance.engine.placing import PlacedCall
 from conformance.engine.runner import CaseOutcome, blame, run_case
 from conformance.harness.nodes import case_of
 from conformance.harness.options import MODES
 from conformance.ops import spec_for
 from conformance.record import CaseId, CaseRecord, Status
+from conformance.samples import values
 
 if TYPE_CHECKING:
     from conformance.harness.suite import Suite
@@ -49,6 +52,15 @@ class CaseVerdicts:
         except Exception:  # noqa: BLE001 - a measurement that cannot run claims nothing
             return None
 
+    def _special(self, overload: str, dtype: torch.dtype, layout: str) -> list[PlacedCall]:
+        """The placed samples of the `special` value set, where it applies to the overload."""
+        spec = spec_for(overload)
+        if spec.value_sets is not None and "special" not in spec.value_sets:
+            return []
+        if not spec.check_values or not values.applies(overload, dtype, "special"):
+            return []
+        return self.suite.samples.placed(overload, dtype, "special", layout, True)
+
     def run(self, case: CaseId, item: pytest.Item) -> None:
         """Run the case; leave its result record on `item`; raise pytest outcomes."""
         nodeid = item.nodeid
@@ -58,6 +70,10 @@ class CaseVerdicts:
             calls = samples.calls(case.overload, dtype, case.values)
             resize = case.values != "grad"  # -grad cases place no resized out=
             placements = samples.placed(case.overload, dtype, case.values, case.layout, resize)
+            if case.values == "compile":  # NaN and inf too: where finite-math kernels differ
+                placements = compiling.compile_samples(
+                    placements, self._special(case.overload, dtype, case.layout)
+                )
         except Exception as exc:  # the suite's own sample sources broke: not the backend's verdict
             text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             message = (
@@ -173,6 +189,7 @@ class CaseVerdicts:
         from conformance.engine.repro import write_repro
 
         failure = outcome.failure
+        compiled = case.values == "compile"
         return write_repro(
             self.suite.options.repro_dir,
             str(case),
@@ -180,9 +197,10 @@ class CaseVerdicts:
             backend=self.suite.backend_name,
             headline=f"[{failure.check}] {failure.message}",
             routed=routed,
-            env_prefix=self.suite.repro_lines.env_prefix(),
+            env_prefix=self.suite.repro_lines.env_prefix(compiled),
             spec=spec_for(case.overload),
             has_check_memory=self.suite.backend.hook("check_memory") is not None,
+            compiler=self.suite.backend.compiler if compiled else None,
         )
 
     def failure_message(self, case: CaseId, outcome: CaseOutcome, nodeid: str) -> str:

@@ -217,6 +217,7 @@ ABLATIONS: dict[str, Callable[[], None]] = {
     ),
     # compiled paths (issue 33)
     "compile": _off("conformance.engine.compiling", "run_compile_sample"),
+    "compile-special": _patch("conformance.engine.compiling", "SPECIAL_SAMPLES", lambda v: 0),
     # lazy devices (issue 36)
     "lazy-settle": _patch(
         "conformance.engine.runner", "settle", lambda f: lambda lazy, outcome: outcome
