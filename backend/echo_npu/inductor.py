@@ -8,14 +8,24 @@ torch._inductor.codegen.common.init_backend_registration), so importing echo_npu
 Inductor. Importing this module also registers the device interface and op overrides Inductor
 asks for.
 
-Faults (ECHO_NPU_INDUCTOR_FAULTS, comma-separated, none by default):
+Inductor emits device guards only for its GPU types, so the wrapper allocates every buffer on
+the device index of the graph's inputs itself (`npu:1`, not `npu`: the current device).
+
+Faults (ECHO_NPU_INDUCTOR_FAULTS, comma-separated, none by default), the kinds real backends have:
 - wrong_strides: the wrapper allocates every 2-D buffer the graph returns with its strides
   swapped (the generated kernel writes it as laid out: the caller reads the values transposed).
+- no_device_guard: buffers are allocated on the current device, as a wrapper without a device
+  guard does: a graph compiled for npu:1 returns its outputs on npu:0.
+- contiguous_inputs: the generated kernels index every npu input as if it were contiguous (and
+  the wrapper checks no input strides): a strided view is read as the wrong elements.
+- cache_without_dtype: compiled kernels are cached by their source with the type names erased,
+  so a kernel compiled for float32 is reused for the same code in int32.
 """
 
 from __future__ import annotations
 
 import os
+import re
 
 from torch._dynamo.device_interface import CpuInterface, register_interface_for_device
 from torch._inductor.codegen.common import register_device_op_overrides
@@ -28,7 +38,9 @@ from torch._inductor.virtualized import V
 
 DEVICE = "npu"
 FAULTS = frozenset(f for f in os.environ.get("ECHO_NPU_INDUCTOR_FAULTS", "").split(",") if f)
-KNOWN_FAULTS = frozenset({"wrong_strides"})
+KNOWN_FAULTS = frozenset(
+    {"wrong_strides", "no_device_guard", "contiguous_inputs", "cache_without_dtype"}
+)
 if FAULTS - KNOWN_FAULTS:
     raise ValueError(
         f"ECHO_NPU_INDUCTOR_FAULTS: unknown fault(s) {sorted(FAULTS - KNOWN_FAULTS)}; known: "
@@ -56,10 +68,19 @@ class PythonWrapperCodegen(_PythonWrapper):
         super()._generate_kernel_call_helper(kernel_name, call_args, triton=triton, **kwargs)
 
     def make_allocation(self, name, device, dtype, shape, stride, *args, **kwargs):
-        if "wrong_strides" in FAULTS and len(stride) == 2 and device.type == DEVICE:
+        if device.type != DEVICE:
+            return super().make_allocation(name, device, dtype, shape, stride, *args, **kwargs)
+        if "wrong_strides" in FAULTS and len(stride) == 2:
             if name in V.graph.get_output_names():  # what the caller gets: wrong strides
                 stride = tuple(reversed(stride))
-        return super().make_allocation(name, device, dtype, shape, stride, *args, **kwargs)
+        line = super().make_allocation(name, device, dtype, shape, stride, *args, **kwargs)
+        if "no_device_guard" in FAULTS or device.index is None:
+            return line  # Inductor's line: device='npu', the current device
+        return line.replace(f"device='{DEVICE}'", f"device='{device}'", 1)
+
+    def codegen_input_size_asserts(self) -> None:
+        if "contiguous_inputs" not in FAULTS:  # the fault's kernels never look at the strides
+            super().codegen_input_size_asserts()
 
 
 CppWrapperCodegen = CppWrapperCpu
@@ -68,5 +89,45 @@ try:  # torch >= 2.9 asks for an FX wrapper too
 except ImportError:  # an older torch never asks for one
     WrapperFxCodegen = None
 
+
+def _plant_contiguous_inputs() -> None:
+    """Inductor lays out every npu graph input as contiguous, whatever its strides."""
+    from torch._inductor.graph import GraphLowering
+
+    original = GraphLowering.static_sizes_strides
+
+    def static_sizes_strides(self, ex):
+        sizes, strides = original(self, ex)
+        if ex.device.type != DEVICE:
+            return sizes, strides
+        return original(self, ex.new_empty(ex.shape))  # the strides of a contiguous tensor
+
+    GraphLowering.static_sizes_strides = static_sizes_strides
+
+
+_TYPE_NAMES = re.compile(r"\b(float|double|u?int(8|16|32|64)_t|bool|c10::(BFloat16|Half))\b")
+_LANES = re.compile(r", static_cast<T>\(\d+L?\)\)")  # a vector's element count: type-dependent
+
+
+def _plant_cache_without_dtype() -> None:
+    """C++ kernels are looked up by their source with the type names erased."""
+    from torch._inductor.async_compile import AsyncCompile
+
+    original = AsyncCompile.cpp_pybinding
+    kernels: dict[str, object] = {}
+
+    def cpp_pybinding(self, argtypes, source_code):
+        key = _LANES.sub(")", _TYPE_NAMES.sub("T", source_code))
+        if key not in kernels:
+            kernels[key] = original(self, argtypes, source_code)
+        return kernels[key]
+
+    AsyncCompile.cpp_pybinding = cpp_pybinding
+
+
+if "contiguous_inputs" in FAULTS:
+    _plant_contiguous_inputs()
+if "cache_without_dtype" in FAULTS:
+    _plant_cache_without_dtype()
 register_interface_for_device(DEVICE, CpuInterface)
 register_device_op_overrides(DEVICE, CpuDeviceOpOverrides())

@@ -73,6 +73,18 @@ class Backend:
     def device(self) -> torch.device:
         return torch.device(self.device_type, 0)
 
+    @functools.cached_property
+    def other_device(self) -> torch.device | None:
+        """The device's last index where it has more than one (never the current device, 0),
+        else None: counted by the device module's `device_count()` (the standard hook that
+        `torch.accelerator` reads too)."""
+        count = getattr(getattr(torch, self.device_type, None), "device_count", None)
+        try:
+            n = int(count()) if callable(count) else 1
+        except Exception:  # noqa: BLE001 - a device module that cannot count has one device
+            n = 1
+        return torch.device(self.device_type, n - 1) if n > 1 else None
+
     @property
     def spec(self) -> str:
         """How a child process loads the same backend: `MODULE` or `MODULE:FUNCTION`."""

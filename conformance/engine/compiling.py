@@ -8,6 +8,10 @@ device's own kernels behind AOTAutograd), and the run header says which. A sampl
 compiled fails naming the compiled path, unless CPU cannot compile it either (then it is not
 applicable, with torch's reason): nothing is skipped silently.
 
+The first sample is also compiled on the device's other index where it has two (inputs on
+npu:1 while npu:0 is current): the outputs must be on the inputs' device. Inductor guards the
+device only for its GPU types, so a backend's wrapper must allocate on the right index itself.
+
 Besides the first ordinary samples, a -compile case runs the first sample of the `special`
 value set (NaN, inf, -0.0, subnormals): a compiled kernel built with finite-math assumptions (a
 compiler wrapper adding -ffast-math to Inductor's flags, say) is wrong only there.
@@ -25,9 +29,19 @@ from conformance.engine.compare import ErrorStats, Scale, compare_values
 from conformance.engine.placing import Materialized, PlacedCall
 from conformance.engine.transfer import read_back
 
+# the cases of one overload: a float and an integer dtype that share a vector width (a kernel
+# cache keyed without the dtype hands one the other's kernel), contiguous and strided inputs (a
+# kernel that assumes contiguous inputs reads a strided view wrong)
+CASE_DTYPES = (torch.float32, torch.int32)
+CASE_LAYOUTS = ("contiguous", "noncontiguous")
 ORDINARY_SAMPLES = 2  # a C++ compile per graph: the first samples say what the path does
 SPECIAL_SAMPLES = 1  # ... and one with NaN, inf, -0.0 and subnormals
 MAX_COMPILE_SAMPLES = ORDINARY_SAMPLES + SPECIAL_SAMPLES
+
+
+def case_dtypes(dtypes: list[torch.dtype]) -> list[torch.dtype]:
+    """The dtypes of an overload's -compile cases, from the dtypes it has samples in."""
+    return [d for d in CASE_DTYPES if d in dtypes] or dtypes[:1]
 
 
 def compile_samples(ordinary: list[PlacedCall], special: list[PlacedCall]) -> list[PlacedCall]:
@@ -42,9 +56,11 @@ def run_compile_sample(
     compiler: str,
     scale: Scale,
     stats: ErrorStats,
+    other: torch.device | None = None,
 ) -> None:
     """Compile `op` for one sample on the device and compare. Raises Mismatch (check
-    `compile`) or NotApplicable."""
+    `compile`) or NotApplicable. `other`: compile it there too (another index of the device,
+    while `device` is current) and check the outputs' device and values."""
     cpu = placed.materialize("cpu")
     expected = invoke(op, cpu)
     if expected.exc is not None:
@@ -83,6 +99,38 @@ def run_compile_sample(
     for (leaf, _, view), (_, _, cview) in zip(dev.bases, cpu.bases, strict=True):
         if leaf.written:
             _same(f"{where}: {leaf.arg} (written)", view, cview, scale, stats, "cpu")
+    if other is not None:
+        _on_other_index(op, compiler, placed, other, device, expected.result, scale, stats)
+
+
+def _on_other_index(
+    op: Any,
+    compiler: str,
+    placed: PlacedCall,
+    other: torch.device,
+    current: torch.device | str,
+    expected: Any,
+    scale: Scale,
+    stats: ErrorStats,
+) -> None:
+    """The sample compiled with its inputs on `other` while `current` is the current device."""
+    where = f"compiled on {other} while {current} is current (torch.compile, {compiler!r})"
+    try:
+        got = _compiled(op, compiler, placed.materialize(other))
+    except Exception as exc:  # noqa: BLE001 - it compiled on the current device: a verdict
+        problem = f"{type(exc).__name__}: {first_line(exc)}"
+        raise Mismatch("compile", f"{where}: raised {problem}") from None
+    outputs = {j: t for j, t, _ in returned(op._schema, got)}
+    for i, e, _ in returned(op._schema, expected):
+        out = outputs.get(i)
+        if isinstance(out, torch.Tensor) and out.device != torch.device(other):
+            raise Mismatch(
+                "compile",
+                f"{where}: output {i} is on {out.device}, its inputs on {other} (the wrapper "
+                "allocates on the current device: a missing device guard)",
+            )
+        if i in outputs:
+            _same(f"{where}: output {i}", out, e, scale, stats, "cpu")
 
 
 def _compiled(op: Any, compiler: str, m: Materialized) -> Any:

@@ -154,7 +154,13 @@ def run_case(
         try:
             if mode == "compile":
                 compiling.run_compile_sample(
-                    op, placed, backend.device, backend.compiler, spec.tol_scale, outcome.stats
+                    op,
+                    placed,
+                    backend.device,
+                    backend.compiler,
+                    spec.tol_scale,
+                    outcome.stats,
+                    other=backend.other_device if placed is placements[0] else None,
                 )
                 raised, bug = False, None
             elif mode == "sync":

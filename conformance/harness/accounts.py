@@ -10,9 +10,15 @@ from typing import Any
 
 from conformance import samples
 from conformance.engine import coverage, discovery, gradients, workloads
+from conformance.engine.compiling import (
+    CASE_DTYPES,
+    CASE_LAYOUTS,
+    ORDINARY_SAMPLES,
+    SPECIAL_SAMPLES,
+)
 from conformance.engine.syncing import SYNC_POINTS
 from conformance.harness.cases import CaseList
-from conformance.harness.sampling import RunSamples
+from conformance.harness.sampling import RunSamples, dtype_name
 from conformance.ops import spec_for
 
 
@@ -110,8 +116,11 @@ def mode_lines(account: dict[str, Any]) -> list[str]:
         )
     if "compile" in account:
         lines.append(
-            f"modes: -compile cases for {len(account['compile'])} overloads (contiguous, one "
-            f"dtype, 2 samples; torch.compile backend {account['compiler']!r}"
+            f"modes: -compile cases for {len(account['compile'])} overloads ("
+            f"{', '.join(CASE_LAYOUTS)}; {', '.join(map(dtype_name, CASE_DTYPES))} where "
+            f"sampled; {ORDINARY_SAMPLES} samples and {SPECIAL_SAMPLES} with NaN/inf; the first "
+            f"also on another device index where there is one; torch.compile backend "
+            f"{account['compiler']!r}"
             + (
                 ": the device's Inductor backend)"
                 if account["compiler"] == "inductor"

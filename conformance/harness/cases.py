@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from conformance import samples
-from conformance.engine import coverage, discovery, gradients, workloads
+from conformance.engine import compiling, coverage, discovery, gradients, workloads
 from conformance.engine.backend import Backend
 from conformance.engine.foundations import ORDER as FOUNDATION_ORDER
 from conformance.engine.layouts import SHAPE_LAYOUTS
@@ -312,8 +312,12 @@ class CaseList:
             return out
         if "compile" in self.options.modes and dtypes and "contiguous" in layouts:
             if self.modes.sync_applies(overload):  # values to compare, no random draws
-                name = dtype_name(torch.float32 if torch.float32 in dtypes else dtypes[0])
-                out += [CaseId(overload, name, "contiguous", "native", "compile")]
+                out += [
+                    CaseId(overload, dtype_name(d), lo, "native", "compile")
+                    for d in compiling.case_dtypes(dtypes)
+                    for lo in layouts
+                    if lo in compiling.CASE_LAYOUTS
+                ]
         if self.sync_applies(overload) and dtypes and "contiguous" in layouts:
             name = dtype_name(dtypes[0])
             out += [CaseId(overload, name, "contiguous", p, "sync") for p in paths]

@@ -218,6 +218,11 @@ ABLATIONS: dict[str, Callable[[], None]] = {
     # compiled paths (issue 33)
     "compile": _off("conformance.engine.compiling", "run_compile_sample"),
     "compile-special": _patch("conformance.engine.compiling", "SPECIAL_SAMPLES", lambda v: 0),
+    "compile-other-index": _off("conformance.engine.compiling", "_on_other_index"),
+    "compile-strided": _patch(
+        "conformance.engine.compiling", "CASE_LAYOUTS", lambda v: ("contiguous",)
+    ),
+    "compile-int-dtype": _patch("conformance.engine.compiling", "CASE_DTYPES", lambda v: v[:1]),
     # lazy devices (issue 36)
     "lazy-settle": _patch(
         "conformance.engine.runner", "settle", lambda f: lambda lazy, outcome: outcome

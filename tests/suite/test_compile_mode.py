@@ -1,10 +1,13 @@
 """The -compile cases (issue 33, part): torch.compile on the device with echo_npu's Inductor
 backend (backend/echo_npu/inductor.py, handed to Inductor by its device module), against CPU and
-the device's eager result; a planted fault of the generated wrapper is named in the compiled
-path of the op it breaks; without an Inductor backend the cases run with aot_eager and the
+the device's eager result; each planted fault of the generated code (wrapper strides, device
+guard, contiguous-input kernels, a kernel cache without the dtype) is named in the compiled
+path of the case it breaks; without an Inductor backend the cases run with aot_eager and the
 header says so."""
 
 from __future__ import annotations
+
+import pytest
 
 ARGS = ("--ops", "add.Tensor,relu,sum.dim_IntList", "--modes", "compile", "-k", "compile")
 
@@ -26,6 +29,41 @@ def test_a_wrapper_that_allocates_wrong_strides_fails_the_compiled_case_of_the_o
     assert relu["status"] == "failed" and relu["check"] == "compile", relu
     assert "compiled (torch.compile, backend='inductor'): output 0:" in relu["message"]
     assert "ECHO_NPU_INDUCTOR_FAULTS=wrong_strides" in relu["repro"]
+
+
+FAULTS = {  # planted fault -> (the case it fails, what its message says)
+    "no_device_guard": (
+        "abs-float32-contiguous-native-compile",
+        "compiled on npu:1 while npu:0 is current (torch.compile, 'inductor'): output 0 is on "
+        "npu:0, its inputs on npu:1 (the wrapper allocates on the current device",
+    ),
+    "contiguous_inputs": (
+        "abs-float32-noncontiguous-native-compile",
+        "compiled (torch.compile, backend='inductor'): output 0:",
+    ),
+    "cache_without_dtype": (
+        "abs-int32-contiguous-native-compile",
+        "compiled (torch.compile, backend='inductor'): output 0:",
+    ),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_each_planted_inductor_fault_fails_the_compiled_case_it_breaks(run_suite, fault):
+    """A wrapper without a device guard, kernels that assume contiguous inputs, a kernel cache
+    keyed without the dtype: each is named in the compiled path of the case it breaks, and
+    only the cases it breaks fail (the eager cases of the op are not run: -k compile)."""
+    run = run_suite("--ops", "abs", "--modes", "compile", "-k", "compile", env={
+        "ECHO_NPU_INDUCTOR_FAULTS": fault
+    })  # fmt: skip
+    case, message = FAULTS[fault]
+    assert run.returncode == 1, run.output[-3000:]
+    record = run.case(case)
+    assert record["status"] == "failed" and record["check"] == "compile", record
+    assert message in record["message"], record["message"]
+    if fault != "no_device_guard":  # every case compiles on npu:1 first
+        clean = [r["id"] for r in run.results if r["status"] == "passed"]
+        assert "test_matches_cpu[abs-float32-contiguous-native-compile]" in clean, clean
 
 
 def test_without_an_inductor_backend_the_cases_run_with_aot_eager(run_suite):
