@@ -20,6 +20,8 @@ Faults (ECHO_NPU_INDUCTOR_FAULTS, comma-separated, none by default), the kinds r
   the wrapper checks no input strides): a strided view is read as the wrong elements.
 - cache_without_dtype: compiled kernels are cached by their source with the type names erased,
   so a kernel compiled for float32 is reused for the same code in int32.
+- static_allocations: a graph compiled with symbolic sizes allocates its buffers with the sizes
+  it was compiled at (their hints), whatever sizes it is called with.
 """
 
 from __future__ import annotations
@@ -39,7 +41,13 @@ from torch._inductor.virtualized import V
 DEVICE = "npu"
 FAULTS = frozenset(f for f in os.environ.get("ECHO_NPU_INDUCTOR_FAULTS", "").split(",") if f)
 KNOWN_FAULTS = frozenset(
-    {"wrong_strides", "no_device_guard", "contiguous_inputs", "cache_without_dtype"}
+    {
+        "wrong_strides",
+        "no_device_guard",
+        "contiguous_inputs",
+        "cache_without_dtype",
+        "static_allocations",
+    }
 )
 if FAULTS - KNOWN_FAULTS:
     raise ValueError(
@@ -70,6 +78,10 @@ class PythonWrapperCodegen(_PythonWrapper):
     def make_allocation(self, name, device, dtype, shape, stride, *args, **kwargs):
         if device.type != DEVICE:
             return super().make_allocation(name, device, dtype, shape, stride, *args, **kwargs)
+        if "static_allocations" in FAULTS:  # the sizes of the compile, not of the call
+            sizes = V.graph.sizevars
+            hints = getattr(sizes, "optimization_hints", None) or sizes.size_hints
+            shape, stride = hints(shape), hints(stride)
         if "wrong_strides" in FAULTS and len(stride) == 2:
             if name in V.graph.get_output_names():  # what the caller gets: wrong strides
                 stride = tuple(reversed(stride))
@@ -125,6 +137,30 @@ def _plant_cache_without_dtype() -> None:
     AsyncCompile.cpp_pybinding = cpp_pybinding
 
 
+def _say_kernels_are_cpp() -> None:
+    """Inductor asks `get_current_backend()` which language a device's kernels are in, and it
+    answers `cpp` only for cpu (any other device gets `config.cuda_backend`, triton): CSE dtype
+    propagation then treats npu's C++ kernels as triton ones and fails inside codegen (tril,
+    index_select: an index with no dtype). npu's kernels are C++, so it answers cpp for npu."""
+    import torch._inductor.codegen.common as common
+    import torch._inductor.scheduler as scheduler
+    import torch._inductor.utils as utils
+
+    original = getattr(utils, "get_current_backend", None)
+    if original is None:  # an older Inductor without the question
+        return
+
+    def get_current_backend(device_type: str | None = None) -> str:
+        if not device_type:
+            device_type = V.graph.get_current_device_or_throw().type
+        return "cpp" if device_type == DEVICE else original(device_type)
+
+    for module in (utils, common, scheduler):
+        if getattr(module, "get_current_backend", None) is original:
+            module.get_current_backend = get_current_backend
+
+
+_say_kernels_are_cpp()
 if "contiguous_inputs" in FAULTS:
     _plant_contiguous_inputs()
 if "cache_without_dtype" in FAULTS:

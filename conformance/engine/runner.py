@@ -67,6 +67,7 @@ class CaseOutcome:
     # the device calls of the case (engine/lazy.py)
     fell_back: set[str] = field(default_factory=set)
     sync: syncing.SyncEvidence = field(default_factory=syncing.SyncEvidence)  # -sync cases
+    compiled: compiling.CompileEvidence = field(default_factory=compiling.CompileEvidence)
 
 
 @dataclass(frozen=True)
@@ -221,6 +222,20 @@ def run_case(
             outcome.failed_call = placed
             break
         outcome.samples += compared
+    if mode == "compile" and outcome.failure is None and outcome.samples:
+        try:
+            compiling.run_dynamic(
+                op,
+                placements,
+                backend.device,
+                backend.compiler,
+                spec.tol_scale,
+                outcome.stats,
+                outcome.compiled,
+            )
+        except compiling.DynamicMismatch as exc:
+            outcome.failure = exc
+            outcome.failed_sample, outcome.failed_call = exc.placed.signature(), exc.placed
     if outcome.failure is None and nondeterministic and layout == "contiguous" and not mode:
         problem = _parametric(ctx, calls)
         if problem is not None:

@@ -264,6 +264,8 @@ class CaseVerdicts:
             record.extra["errors_only"] = True
         if case.values == "sync":
             record.extra.update(outcome.sync.as_record())
+        if case.values == "compile":
+            record.extra.update(outcome.compiled.as_record())
         if self.suite.backend.lazy is not None and outcome.samples:
             # the device's own evidence (its runtime's aten:: counters), not our routing
             record.extra["ran"] = "fallback" if case.op in outcome.fell_back else "native"
