@@ -32,6 +32,7 @@ import re
 from torch._dynamo.device_interface import CpuInterface, register_interface_for_device
 from torch._inductor.codegen.common import register_device_op_overrides
 from torch._inductor.codegen.cpp import CppScheduling
+from torch._inductor.codegen.cpp_utils import DEVICE_TO_ATEN
 from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
 from torch._inductor.codegen.cpu_device_op_overrides import CpuDeviceOpOverrides
 from torch._inductor.codegen.wrapper import PythonWrapperCodegen as _PythonWrapper
@@ -58,6 +59,11 @@ if FAULTS - KNOWN_FAULTS:
 
 class Scheduling(CppScheduling):
     """Inductor's C++ scheduling: the generated kernels read and write host memory."""
+
+    def define_kernel(self, src_code, nodes, kernel_args=None):
+        if "cache_without_dtype" in FAULTS:  # the faulty cache serves npu's kernels only
+            src_code = f"{NPU_KERNEL}\n{src_code}"
+        return super().define_kernel(src_code, nodes, kernel_args)
 
 
 class PythonWrapperCodegen(_PythonWrapper):
@@ -117,6 +123,7 @@ def _plant_contiguous_inputs() -> None:
     GraphLowering.static_sizes_strides = static_sizes_strides
 
 
+NPU_KERNEL = "// echo_npu kernel"
 _TYPE_NAMES = re.compile(r"\b(float|double|u?int(8|16|32|64)_t|bool|c10::(BFloat16|Half))\b")
 _LANES = re.compile(r", static_cast<T>\(\d+L?\)\)")  # a vector's element count: type-dependent
 
@@ -129,6 +136,8 @@ def _plant_cache_without_dtype() -> None:
     kernels: dict[str, object] = {}
 
     def cpp_pybinding(self, argtypes, source_code):
+        if NPU_KERNEL not in source_code:
+            return original(self, argtypes, source_code)
         key = _LANES.sub(")", _TYPE_NAMES.sub("T", source_code))
         if key not in kernels:
             kernels[key] = original(self, argtypes, source_code)
@@ -141,7 +150,8 @@ def _say_kernels_are_cpp() -> None:
     """Inductor asks `get_current_backend()` which language a device's kernels are in, and it
     answers `cpp` only for cpu (any other device gets `config.cuda_backend`, triton): CSE dtype
     propagation then treats npu's C++ kernels as triton ones and fails inside codegen (tril,
-    index_select: an index with no dtype). npu's kernels are C++, so it answers cpp for npu."""
+    index_select: an index with no dtype). npu's kernels are C++, so it answers cpp for npu; and
+    the scheduler's `is_cpu()` (which keeps GPU-only fusions away from C++ kernels) says yes."""
     import torch._inductor.codegen.common as common
     import torch._inductor.scheduler as scheduler
     import torch._inductor.utils as utils
@@ -158,9 +168,18 @@ def _say_kernels_are_cpp() -> None:
     for module in (utils, common, scheduler):
         if getattr(module, "get_current_backend", None) is original:
             module.get_current_backend = get_current_backend
+    # fusion asks is_cpu() to keep GPU-only reindexing away from C++ kernels
+    node = scheduler.BaseSchedulerNode
+    if hasattr(node, "is_cpu"):
+        node.is_cpu = lambda self: (
+            (d := self.get_device()) is not None and d.type in ("cpu", DEVICE)
+        )
 
 
 _say_kernels_are_cpp()
+# the C++ wrapper (cpp_wrapper, AOTInductor) names the device by its ATen type: PrivateUse1
+# (`aoti_torch_device_type_privateuse1()` in the AOTI shim)
+DEVICE_TO_ATEN.setdefault(DEVICE, "at::kPrivateUse1")
 if "contiguous_inputs" in FAULTS:
     _plant_contiguous_inputs()
 if "cache_without_dtype" in FAULTS:

@@ -12,11 +12,9 @@ The first sample is also compiled on the device's other index where it has two (
 npu:1 while npu:0 is current): the outputs must be on the inputs' device. Inductor guards the
 device only for its GPU types, so a backend's wrapper must allocate on the right index itself.
 
-Dynamic shapes: where two of the case's samples are one call at two sizes (the same arguments
-but for their tensors' sizes), the call is compiled once with `dynamic=None` and run at the
-first size, the second (Dynamo recompiles with symbolic sizes), then both again: every result
-must equal CPU's, and the repeats must compile nothing (a recompile is named with the count of
-graphs). The record keeps `compiled_graphs` and `dynamic` (what was checked, or why not).
+The dynamic-shape part of a case is in `dynamic_shapes.py`. A compiled result that differs from
+CPU's eager one but equals Inductor's on CPU is torch's (or the toolchain's) difference, not
+the device's: the case gets the `torch-bug` status with both named.
 
 Besides the first ordinary samples, a -compile case runs the first sample of the `special`
 value set (NaN, inf, -0.0, subnormals): a compiled kernel built with finite-math assumptions (a
@@ -25,17 +23,14 @@ compiler wrapper adding -ffast-math to Inductor's flags, say) is wrong only ther
 
 from __future__ import annotations
 
-import dataclasses
 import warnings
-from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_leaves, tree_map
 
 from conformance.engine.checks import Mismatch, NotApplicable, first_line, invoke, returned
 from conformance.engine.compare import ErrorStats, Scale, compare_values
-from conformance.engine.placing import Leaf, Materialized, PlacedCall
+from conformance.engine.placing import Materialized, PlacedCall
 from conformance.engine.transfer import read_back
 
 # the cases of one overload: a float and an integer dtype that share a vector width (a kernel
@@ -57,191 +52,11 @@ def compile_samples(ordinary: list[PlacedCall], special: list[PlacedCall]) -> li
     """The samples a -compile case runs: the first pair of ordinary samples that are one call
     at two sizes (for the dynamic-shape check), else the first ordinary ones; then the first
     special one."""
+    from conformance.engine.dynamic_shapes import dynamic_pair  # it imports this module
+
     pair = dynamic_pair(ordinary)
     chosen = list(pair) if pair is not None else ordinary[:ORDINARY_SAMPLES]
     return chosen + special[:SPECIAL_SAMPLES]
-
-
-def dynamic_pair(placements: list[PlacedCall]) -> tuple[PlacedCall, PlacedCall] | None:
-    """The first two of `placements` that are one call at two non-empty sizes."""
-    for i, first in enumerate(placements):
-        partner = second_size(first, placements[i + 1 :])
-        if partner is not None:
-            return first, partner
-    return None
-
-
-def _call_shape(placed: PlacedCall) -> tuple[Any, ...] | None:
-    """What two samples must share to be one graph at two sizes: the call's structure, its
-    values other than tensors, and each tensor's argument, dtype, rank and side (None: not
-    comparable, e.g. a storage argument)."""
-    parts: list[Any] = [str(placed.spec)]
-    for x in placed.leaves:
-        if isinstance(x, Leaf):
-            p = x.placement
-            parts.append((x.arg, p.base.dtype, len(p.size), x.on_cpu))
-        elif isinstance(x, (bool, int, float, str, type(None), torch.dtype)):
-            parts.append((type(x).__name__, x))
-        else:
-            return None
-    return tuple(parts)
-
-
-def _sizes(placed: PlacedCall) -> list[tuple[int, ...]]:
-    return [tuple(x.placement.size) for x in placed.leaves if isinstance(x, Leaf)]
-
-
-def second_size(first: PlacedCall, others: list[PlacedCall]) -> PlacedCall | None:
-    """The first of `others` that is `first`'s call at other, non-empty sizes."""
-    shape = _call_shape(first)
-    if shape is None or not _sizes(first) or 0 in [d for s in _sizes(first) for d in s]:
-        return None
-    for other in others:
-        sizes = _sizes(other)
-        if _call_shape(other) == shape and sizes != _sizes(first):
-            if all(d != 0 for s in sizes for d in s):
-                return other
-    return None
-
-
-@dataclasses.dataclass
-class CompileEvidence:
-    """What a -compile case's dynamic-shape check measured (the case record keeps it)."""
-
-    graphs: int | None = None  # graphs Dynamo compiled for the two sizes and their repeats
-    dynamic: str = "not run"
-
-    def as_record(self) -> dict[str, Any]:
-        return {"compiled_graphs": self.graphs, "dynamic": self.dynamic}
-
-
-class DynamicMismatch(Mismatch):
-    """A dynamic-shape failure, with the sample it failed at (for the repro)."""
-
-    def __init__(self, message: str, placed: PlacedCall) -> None:
-        super().__init__("compile", message)
-        self.placed = placed
-
-
-Make = Callable[[Any], tuple[Any, Any]]  # where -> (args, kwargs) of one call, fresh
-
-
-def run_dynamic(
-    op: Any,
-    placements: list[PlacedCall],
-    device: torch.device | str,
-    compiler: str,
-    scale: Scale,
-    stats: ErrorStats,
-    evidence: CompileEvidence,
-) -> None:
-    """The dynamic-shape check (module docstring); fills `evidence`, raises DynamicMismatch.
-    Without two samples of one call at two sizes, the first sample is the first size and the
-    same call with every tensor repeated along dim 0 the second (judged against CPU on those
-    inputs: where CPU cannot run it, nothing is claimed)."""
-    if not placements:
-        return
-    pair = dynamic_pair(placements)
-    if pair is not None:
-        small, large = sorted(pair, key=lambda p: sum(map(_numel, _sizes(p))))
-        sizes = (small, large)
-        make_small, make_large = _made(small), _made(large)
-    else:
-        small = large = placements[0]
-        sizes = (small, None)
-        make_small, make_large = _made(small), _doubled(small)
-    count = [0]
-    inner = torch._dynamo.lookup_backend(compiler)
-
-    def counting(gm: Any, example_inputs: Any) -> Any:
-        count[0] += 1
-        return inner(gm, example_inputs)
-
-    def call(args: Any, kwargs: Any) -> Any:
-        return op(*args, **kwargs)
-
-    torch._dynamo.reset()
-    fn = torch.compile(call, backend=counting, fullgraph=True, dynamic=None)
-    steps = [("first size", make_small, small), ("second size", make_large, large)]
-    steps += [(f"{name} again", make, placed) for name, make, placed in steps]
-    shapes: list[Any] = []
-    for name, make, placed in steps:
-        args, kwargs = make("cpu")
-        expected = invoke(op, Materialized(tuple(args), dict(kwargs), []))
-        if expected.exc is not None:
-            evidence.dynamic = f"cpu raised at the {name}: nothing claimed"
-            return
-        shapes.append(_shapes(args, kwargs))
-        where = f"compiled with dynamic shapes ({compiler!r}), the {name} {shapes[-1]}"
-        before = count[0]
-        args, kwargs = make(device)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                got = fn(args, kwargs)
-        except Exception as exc:  # noqa: BLE001 - it compiled at one size: a verdict
-            problem = f"{type(exc).__name__}: {first_line(exc)}"
-            raise DynamicMismatch(f"{where}: raised {problem}", placed) from None
-        if name.endswith("again") and count[0] > before:
-            raise DynamicMismatch(
-                f"{where}: compiled again ({count[0]} graphs for 2 sizes): a call seen before "
-                "must reuse its graph",
-                placed,
-            )
-        outputs = {j: t for j, t, _ in returned(op._schema, got)}
-        for i, e, _ in returned(op._schema, expected.result):
-            if i not in outputs:
-                raise DynamicMismatch(f"{where}: output {i} missing", placed)
-            try:
-                _same(f"{where}: output {i}", outputs[i], e, scale, stats, "cpu")
-            except Mismatch as exc:
-                raise DynamicMismatch(exc.message, placed) from None
-    evidence.graphs = count[0]
-    how = "two samples" if sizes[1] is not None else "a sample, then repeated on dim 0"
-    evidence.dynamic = f"{shapes[0]} and {shapes[1]} ({how}): results equal, no recompile"
-
-
-def _made(placed: PlacedCall) -> Make:
-    def make(where: Any) -> tuple[Any, Any]:
-        m = placed.materialize(where)
-        return m.args, m.kwargs
-
-    return make
-
-
-def _doubled(placed: PlacedCall) -> Make:
-    """The sample's call with its tensors of the highest rank (>= 1) and the same dim 0
-    repeated along dim 0, contiguous: lower-rank tensors broadcast against the trailing dims
-    and stay as they are."""
-
-    def make(where: Any) -> tuple[Any, Any]:
-        m = placed.materialize("cpu")
-        tensors = [x for x in tree_leaves((m.args, m.kwargs)) if isinstance(x, torch.Tensor)]
-        rank = max((t.dim() for t in tensors), default=0)
-        lead = next((t.shape[0] for t in tensors if t.dim() == rank and rank), None)
-
-        def grow(x: Any) -> Any:
-            if not isinstance(x, torch.Tensor):
-                return x
-            if rank and x.dim() == rank and x.shape[0] == lead:
-                return torch.cat([x, x]).to(where)
-            return x.to(where)
-
-        return tree_map(grow, (m.args, m.kwargs))
-
-    return make
-
-
-def _shapes(args: Any, kwargs: Any) -> list[tuple[int, ...]]:
-    leaves = tree_leaves((args, kwargs))
-    return [tuple(x.shape) for x in leaves if isinstance(x, torch.Tensor)]
-
-
-def _numel(size: tuple[int, ...]) -> int:
-    n = 1
-    for d in size:
-        n *= d
-    return n
 
 
 def run_compile_sample(
@@ -252,10 +67,11 @@ def run_compile_sample(
     scale: Scale,
     stats: ErrorStats,
     other: torch.device | None = None,
-) -> None:
+) -> str | None:
     """Compile `op` for one sample on the device and compare. Raises Mismatch (check
-    `compile`) or NotApplicable. `other`: compile it there too (another index of the device,
-    while `device` is current) and check the outputs' device and values."""
+    `compile`) or NotApplicable; returns a torch bug (Inductor on CPU gives the device's result,
+    not CPU eager's) or None. `other`: compile it there too (another index of the device, while
+    `device` is current) and check the outputs' device and values."""
     cpu = placed.materialize("cpu")
     expected = invoke(op, cpu)
     if expected.exc is not None:
@@ -266,11 +82,11 @@ def run_compile_sample(
         raise NotApplicable("the device raised eagerly: the forward case judges it")
     dev = placed.materialize(device)
     try:
-        got = _compiled(op, compiler, dev)
+        got = compiled_call(op, compiler, dev)
     except Exception as exc:  # noqa: BLE001 - a compile failure is a verdict, unless CPU's too
         problem = f"{type(exc).__name__}: {first_line(exc)}"
         try:
-            _compiled(op, compiler, placed.materialize("cpu"))
+            compiled_call(op, compiler, placed.materialize("cpu"))
         except Exception as cpu_exc:  # noqa: BLE001 - torch cannot compile it anywhere
             raise NotApplicable(
                 f"torch.compile(backend={compiler!r}) cannot compile it on cpu either "
@@ -282,20 +98,60 @@ def run_compile_sample(
             "on cpu",
         ) from None
     where = f"compiled (torch.compile, backend={compiler!r})"
-    outputs = {j: t for j, t, _ in returned(op._schema, got)}
-    eager_out = {j: t for j, t, _ in returned(op._schema, eager.result)}
-    for i, e, _ in returned(op._schema, expected.result):
-        if i not in outputs:
-            raise Mismatch("compile", f"{where}: output {i} missing")
-        name = f"{where}: output {i}"
-        _same(name, outputs[i], e, scale, stats, "cpu")
-        if i in eager_out:
-            _same(name, outputs[i], read_back(eager_out[i]), scale, stats, "the device's eager")
-    for (leaf, _, view), (_, _, cview) in zip(dev.bases, cpu.bases, strict=True):
-        if leaf.written:
-            _same(f"{where}: {leaf.arg} (written)", view, cview, scale, stats, "cpu")
+    eager_out = {j: read_back(t) for j, t, _ in returned(op._schema, eager.result)}
+    try:
+        same_call(op, where, (got, dev), (expected.result, cpu), scale, stats, "cpu")
+        for i, out, _ in returned(op._schema, got):
+            if i in eager_out:
+                name = f"{where}: output {i}"
+                same_result(name, out, eager_out[i], scale, stats, "the device's eager")
+    except Mismatch as mismatch:
+        bug = inductor_on_cpu_agrees(op, compiler, placed.materialize("cpu"), (got, dev), scale)
+        if bug is None:
+            raise
+        return f"{mismatch.message}; {bug}"
     if other is not None:
         _on_other_index(op, compiler, placed, other, device, expected.result, scale, stats)
+    return None
+
+
+def same_call(
+    op: Any,
+    where: str,
+    actual: tuple[Any, Materialized],
+    expected: tuple[Any, Materialized],
+    scale: Scale,
+    stats: ErrorStats,
+    what: str,
+) -> None:
+    """The outputs and written arguments of one call (result, its arguments) equal another's;
+    raises Mismatch (check `compile`)."""
+    (got, m), (want, wm) = actual, expected
+    outputs = {j: t for j, t, _ in returned(op._schema, got)}
+    for i, e, _ in returned(op._schema, want):
+        if i not in outputs:
+            raise Mismatch("compile", f"{where}: output {i} missing")
+        same_result(f"{where}: output {i}", outputs[i], e, scale, stats, what)
+    for (leaf, _, view), (_, _, wview) in zip(m.bases, wm.bases, strict=True):
+        if leaf.written:
+            same_result(f"{where}: {leaf.arg} (written)", view, wview, scale, stats, what)
+
+
+def inductor_on_cpu_agrees(
+    op: Any, compiler: str, cpu: Materialized, actual: tuple[Any, Materialized], scale: Scale
+) -> str | None:
+    """Where the device's compiled call differs from CPU eager: the same call compiled on CPU
+    (fresh arguments `cpu`). If it gives the device's result, the difference is torch's (its
+    decompositions, Inductor, the toolchain), not the device's: returns what to say; else None."""
+    try:
+        cpu_got = compiled_call(op, compiler, cpu)
+        same_call(op, "", actual, (cpu_got, cpu), scale, ErrorStats(), "cpu compiled")
+    except Exception:  # noqa: BLE001 - CPU's compiled call differs too, or cannot run: no excuse
+        return None
+    return (
+        f"torch.compile(backend={compiler!r}) on cpu gives the device's result: the difference "
+        "is torch's compiled path (or the toolchain), not the device's"
+    )
 
 
 def _on_other_index(
@@ -311,7 +167,7 @@ def _on_other_index(
     """The sample compiled with its inputs on `other` while `current` is the current device."""
     where = f"compiled on {other} while {current} is current (torch.compile, {compiler!r})"
     try:
-        got = _compiled(op, compiler, placed.materialize(other))
+        got = compiled_call(op, compiler, placed.materialize(other))
     except Exception as exc:  # noqa: BLE001 - it compiled on the current device: a verdict
         problem = f"{type(exc).__name__}: {first_line(exc)}"
         raise Mismatch("compile", f"{where}: raised {problem}") from None
@@ -325,10 +181,12 @@ def _on_other_index(
                 "allocates on the current device: a missing device guard)",
             )
         if i in outputs:
-            _same(f"{where}: output {i}", out, e, scale, stats, "cpu")
+            same_result(f"{where}: output {i}", out, e, scale, stats, "cpu")
 
 
-def _compiled(op: Any, compiler: str, m: Materialized) -> Any:
+def compiled_call(op: Any, compiler: str, m: Materialized) -> Any:
+    """`op` on the arguments `m` through a fresh `torch.compile` (static shapes, one graph)."""
+
     def call(args: Any, kwargs: Any) -> Any:
         return op(*args, **kwargs)
 
@@ -340,7 +198,7 @@ def _compiled(op: Any, compiler: str, m: Materialized) -> Any:
         return fn(m.args, m.kwargs)
 
 
-def _same(
+def same_result(
     name: str,
     actual: torch.Tensor,
     expected: torch.Tensor,
@@ -348,6 +206,7 @@ def _same(
     stats: ErrorStats,
     what: str,
 ) -> None:
+    """One compiled output equals `expected` (dtype, shape, values); raises Mismatch."""
     if not isinstance(actual, torch.Tensor):
         raise Mismatch("compile", f"{name}: returned {type(actual).__name__}, a tensor expected")
     if actual.shape != expected.shape or actual.dtype != expected.dtype:

@@ -26,6 +26,7 @@ from conformance.engine import (  # noqa: F401 - bits registers its checks
     checks,
     compiling,
     consistency,
+    dynamic_shapes,
     gradients,
     memory,
     oracles,
@@ -67,7 +68,7 @@ class CaseOutcome:
     # the device calls of the case (engine/lazy.py)
     fell_back: set[str] = field(default_factory=set)
     sync: syncing.SyncEvidence = field(default_factory=syncing.SyncEvidence)  # -sync cases
-    compiled: compiling.CompileEvidence = field(default_factory=compiling.CompileEvidence)
+    compiled: dynamic_shapes.CompileEvidence = field(default_factory=dynamic_shapes.CompileEvidence)
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,7 @@ def run_case(
         failure, compared = None, False
         try:
             if mode == "compile":
-                compiling.run_compile_sample(
+                bug = compiling.run_compile_sample(
                     op,
                     placed,
                     backend.device,
@@ -163,7 +164,7 @@ def run_case(
                     outcome.stats,
                     other=backend.other_device if placed is placements[0] else None,
                 )
-                raised, bug = False, None
+                raised = False
             elif mode == "sync":
                 if backend.lazy is None:
                     raise NotApplicable("no lazy runtime: nothing to sync")
@@ -224,7 +225,7 @@ def run_case(
         outcome.samples += compared
     if mode == "compile" and outcome.failure is None and outcome.samples:
         try:
-            compiling.run_dynamic(
+            bug = dynamic_shapes.run_dynamic(
                 op,
                 placements,
                 backend.device,
@@ -233,7 +234,9 @@ def run_case(
                 outcome.stats,
                 outcome.compiled,
             )
-        except compiling.DynamicMismatch as exc:
+            if bug:
+                outcome.torch_bugs.append(f"dynamic shapes: {bug}")
+        except dynamic_shapes.DynamicMismatch as exc:
             outcome.failure = exc
             outcome.failed_sample, outcome.failed_call = exc.placed.signature(), exc.placed
     if outcome.failure is None and nondeterministic and layout == "contiguous" and not mode:

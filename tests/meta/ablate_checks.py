@@ -44,7 +44,7 @@ SELF_TESTS = [
     "tests/engine/test_syncing.py",
     "tests/suite/test_compile_mode.py",
     "tests/suite/test_environment_diff.py",
-    "tests/engine/test_compiling.py",
+    "tests/engine/test_dynamic_shapes.py",
 ]
 # tests of crash isolation and repro commands check no verdict: left out to save time
 DESELECT = "not repro and not sigkill and not segfault"

@@ -219,7 +219,8 @@ ABLATIONS: dict[str, Callable[[], None]] = {
     "compile": _off("conformance.engine.compiling", "run_compile_sample"),
     "compile-special": _patch("conformance.engine.compiling", "SPECIAL_SAMPLES", lambda v: 0),
     "compile-other-index": _off("conformance.engine.compiling", "_on_other_index"),
-    "compile-dynamic": _off("conformance.engine.compiling", "run_dynamic"),
+    "compile-dynamic": _off("conformance.engine.dynamic_shapes", "run_dynamic"),
+    "compile-torch-bug": _off("conformance.engine.compiling", "inductor_on_cpu_agrees"),
     "compile-strided": _patch(
         "conformance.engine.compiling", "CASE_LAYOUTS", lambda v: ("contiguous",)
     ),

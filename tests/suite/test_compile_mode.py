@@ -8,7 +8,12 @@ header says so."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
+
+from tests.helpers import clean_env
 
 ARGS = ("--ops", "add.Tensor,relu,sum.dim_IntList", "--modes", "compile", "-k", "compile")
 
@@ -23,13 +28,24 @@ def test_compiled_cases_pass_with_the_device_inductor_backend(run_suite):
     assert "torch.compile backend 'inductor': the device's Inductor backend" in header
 
 
-def test_a_wrapper_that_allocates_wrong_strides_fails_the_compiled_case_of_the_op(run_suite):
-    run = run_suite(*ARGS, env={"ECHO_NPU_INDUCTOR_FAULTS": "wrong_strides"})
+def test_a_wrapper_that_allocates_wrong_strides_fails_the_compiled_case_of_the_op(
+    run_suite, tmp_path
+):
+    fault = {"ECHO_NPU_INDUCTOR_FAULTS": "wrong_strides"}
+    repros = tmp_path / "repros"
+    run = run_suite(*ARGS, "--repro-dir", str(repros), env=fault)
     assert run.returncode == 1, run.output[-3000:]
     relu = run.case("relu-float32-contiguous-native-compile")
     assert relu["status"] == "failed" and relu["check"] == "compile", relu
     assert "compiled (torch.compile, backend='inductor'): output 0:" in relu["message"]
     assert "ECHO_NPU_INDUCTOR_FAULTS=wrong_strides" in relu["repro"]
+    script = repros / "relu-float32-contiguous-native-compile.py"  # compiles, as the case did
+    for env, code in ((fault, 1), ({}, 0)):
+        ran = subprocess.run(
+            [sys.executable, str(script)], env={**clean_env(), **env},
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert ran.returncode == code, (env, ran.stdout, ran.stderr[-2000:])
 
 
 FAULTS = {  # planted fault -> (the case it fails, what its message says)

@@ -2,7 +2,9 @@
 records the compile environment, and `python -m conformance.report A B --diff` names what
 differs next to the cases whose verdict changed. The planted change is a compiler flag: a `CXX`
 wrapper that adds -ffast-math to Inductor's flags (as a CI image's compiler wrapper may), which
-breaks the compiled amax on a NaN, and only there."""
+breaks the compiled amax on a NaN, and only there. It breaks Inductor's kernels on CPU alike, so
+the case is a torch-bug (the toolchain's, not the device's), and the diff names the change next
+to it."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ import sys
 
 from tests.helpers import REPO, clean_env
 
-ARGS = ("--ops", "amax", "--dtypes", "float32", "--modes", "compile", "-k", "compile")
+ARGS = ("--ops", "amax", "--dtypes", "float32", "--layouts", "contiguous", "--modes", "compile")
+ARGS += ("-k", "compile")
 CASE = "test_matches_cpu[amax-float32-contiguous-native-compile]"
 
 
@@ -22,20 +25,11 @@ def test_report_diff_names_the_planted_compiler_flag_and_the_case_it_broke(run_s
     fast.chmod(0o755)
     cache = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}  # the same in both runs
     plain = run_suite(*ARGS, env=cache)
-    repros = tmp_path / "repros"
-    planted = run_suite(*ARGS, "--repro-dir", str(repros), env={**cache, "CXX": str(fast)})
-    assert plain.returncode == 0, plain.output[-2000:]
-    assert planted.returncode == 1, planted.output[-2000:]
+    planted = run_suite(*ARGS, env={**cache, "CXX": str(fast)})
+    assert plain.returncode == 0 and planted.returncode == 0, planted.output[-2000:]
     amax = planted.case("amax-float32-contiguous-native-compile")
-    assert amax["check"] == "compile" and "vs cpu nan" in amax["message"], amax
-    assert amax["repro"].startswith(f"CXX={fast} "), amax["repro"]  # the repro keeps the flag
-    script = repros / "amax-float32-contiguous-native-compile.py"  # compiles, as the case did
-    for cxx, code in ((str(fast), 1), ("g++", 0)):
-        ran = subprocess.run(
-            [sys.executable, str(script)], env={**clean_env(), **cache, "CXX": cxx},
-            capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-        assert ran.returncode == code, (cxx, ran.stdout, ran.stderr[-2000:])
+    assert amax["status"] == "torch-bug" and "vs cpu nan" in amax["message"], amax
+    assert "on cpu gives the device's result" in amax["message"], amax
     env = json.loads((planted.results_dir / "run.json").read_text())["compile_environment"]
     for key in ("torch", "backend", "compiler", "glibc", "isa", "allocator"):
         assert env.get(key), key
@@ -49,7 +43,7 @@ def test_report_diff_names_the_planted_compiler_flag_and_the_case_it_broke(run_s
     out = proc.stdout
     assert "| `$CXX` | - | " + str(fast) + " |" in out, out
     assert "## Verdicts: 1 case(s) changed" in out, out
-    assert f"| `{CASE}` | passed | failed |" in out, out
+    assert f"| `{CASE}` | passed | torch-bug |" in out, out
 
 
 def test_diff_needs_two_runs_and_says_so_in_one_line(tmp_path, run_suite):

@@ -1,4 +1,4 @@
-"""The dynamic-shape part of the -compile cases (engine/compiling.py), on CPU with `aot_eager`
+"""The dynamic-shape part of the -compile cases (engine/dynamic_shapes.py), on CPU with `aot_eager`
 (no C++ compile): a call at two sizes compiles two graphs and reuses them; a backend whose
 graphs are compiled again for a call seen before is named, with the count."""
 
@@ -9,8 +9,8 @@ import torch
 
 from conformance.engine.calls import Call
 from conformance.engine.compare import ErrorStats
-from conformance.engine.compiling import CompileEvidence, DynamicMismatch, run_dynamic
 from conformance.engine.discovery import resolve
+from conformance.engine.dynamic_shapes import CompileEvidence, DynamicMismatch, run_dynamic
 from conformance.engine.placing import place
 
 
