@@ -235,11 +235,46 @@ def save_load() -> None:
     torch.load(buffer, weights_only=True)
 
 
+class QwenLogits(torch.nn.Module):
+    """The tiny Qwen2's forward as torch.export takes it: (ids, attention_mask) -> logits."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.model(ids, attention_mask=mask, use_cache=False).logits
+
+
+def exported_models(with_qwen2: bool = True) -> list[tuple[str, torch.nn.Module, tuple]]:
+    """(name, model, example inputs) of the models the export scenario exports, on CPU."""
+    torch.manual_seed(0)
+    models = [("small_cnn", small_cnn(dropout=False).eval(), (torch.randn(2, 3, 8, 8),))]
+    if with_qwen2:
+        ids, mask = torch.tensor([[1, 5, 9, 3, 7]]), torch.tensor([[0, 1, 1, 1, 1]])
+        models.append(("tiny_qwen2", QwenLogits(tiny_qwen2()), (ids, mask)))
+    return models
+
+
+def export_core_aten(with_qwen2: bool = True) -> None:
+    """torch.export of the models, `run_decompositions()` to the core ATen set, and a run of
+    the exported programs: what a backend's exported path calls. Exporting traces with fake
+    tensors: only the run is recorded (the recorder's mode is lifted while exporting)."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    for _, model, args in exported_models(with_qwen2):
+        with _disable_current_modes():
+            program = torch.export.export(model, args).run_decompositions()
+        with torch.no_grad():
+            program.module()(*args)
+
+
 WORKLOADS = (
     Workload("qwen2_generate", qwen2_generate, needs="transformers"),
     Workload("cnn_train_step", cnn_train_step),
     Workload("attention_masks", attention_masks),
     Workload("save_load", save_load),
+    Workload("export_core_aten", export_core_aten, needs="transformers"),
 )
 
 
