@@ -1,6 +1,6 @@
 """Benchmark of the conformance suite (run on demand, prints figures; not a test).
 
-    python bench/bench_conformance.py [--backend echo_npu] [--skip-default] [--all]
+    python bench/bench_conformance.py [--backend echo_npu] [--skip-default] [--all] [--compile]
 
 Each figure is printed against its target (issue 13, 2 cores). Ratios are taken within one run
 (both sides measured in the same run, interleaved), so they hold on a machine that others load;
@@ -16,6 +16,10 @@ over 2 is what the run would take on 2 idle cores).
 - the modes (`-grad`, `-inference` cases, issue 21): the default run <= 1.5x the same run with
   `--modes none` (both timed in this run)
 - `--fallback-ops all -n 2` <= 5 min (with --all: takes minutes)
+- the compiled axis (with --compile, issue 33): `--modes compile -k compile -n 2` (the -compile
+  cases, the compile and AOTInductor scenarios) with cold and then warm Inductor caches, and
+  its CPU seconds against the default run's (the default run keeps it out while that ratio is
+  above 0.5x: the default run must stay within 1.5x)
 - echo_npu: every registered overload has samples (from the suite's own account)
 """
 
@@ -231,6 +235,25 @@ def modes_ratio(env: dict[str, str], with_modes_cpu: float) -> None:
     )
 
 
+def compile_axis(env: dict[str, str], default_cpu: float | None) -> None:
+    """The -compile cases and compiled-path scenarios, cold then warm Inductor caches (a fresh
+    cache folder of this run), against the default run's CPU seconds."""
+    cache = tempfile.mkdtemp(prefix="inductor-cache-")
+    env = {**env, "TORCHINDUCTOR_CACHE_DIR": cache}
+    args = ["-n", "2", "--modes", "compile", "-k", "compile"]
+    name = "compiled axis (--modes compile -k compile)"
+    cold = full_run(f"{name}, cold Inductor caches", args, env, 10)
+    warm = full_run(f"{name}, warm Inductor caches", args, env, 10)
+    shutil.rmtree(cache, ignore_errors=True)
+    if default_cpu:
+        within = 1 + warm / default_cpu
+        print(
+            f"compiled axis: {cold / default_cpu:.2f}x (cold) and {warm / default_cpu:.2f}x "
+            f"(warm) the default run's CPU seconds: in the default run it would make it "
+            f"{within:.2f}x (target <= 1.5x: {verdict(within, 1.5)})"
+        )
+
+
 def coverage(env: dict[str, str]) -> None:
     """The suite's own account (run header) of registered overloads with samples."""
     proc = subprocess.run(
@@ -258,6 +281,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="repetitions of the ratios")
     parser.add_argument("--skip-default", action="store_true", help="skip the default run")
     parser.add_argument("--all", action="store_true", help="also time --fallback-ops all")
+    parser.add_argument(
+        "--compile", action="store_true", help="also time the compiled axis (--modes compile)"
+    )
     opts = parser.parse_args()
     # as on a user's machine, the suite's bytecode is cached: with PYTHONDONTWRITEBYTECODE (set
     # on these machines) every process compiled the suite again, while torch's came from pip
@@ -269,8 +295,12 @@ def main() -> None:
     coverage(env)
     masked_fill_ratio(env, opts.rounds)
     overhead(opts.backend, opts.rounds)
+    default_cpu = None
     if not opts.skip_default:
-        modes_ratio(env, full_run("default run (-n 2)", ["-n", "2"], env, 2))
+        default_cpu = full_run("default run (-n 2)", ["-n", "2"], env, 2)
+        modes_ratio(env, default_cpu)
+    if opts.compile:
+        compile_axis(env, default_cpu)
     if opts.all:
         full_run("--fallback-ops all (-n 2)", ["-n", "2", "--fallback-ops", "all"], env, 5)
 

@@ -14,7 +14,13 @@ from conformance.bisect.index import DEFAULT_INDEX, IndexError_, list_versions, 
 from conformance.bisect.output import to_json, to_markdown
 from conformance.bisect.probe import EnvFor, VenvProbeRunner, gated_env, no_env
 from conformance.bisect.search import BisectError, Probe, ProbeRunner, bisect_versions
-from conformance.tools.matrix import CONFORMANCE_MATRIX_ENV, Matrix, MatrixError, load_matrix
+from conformance.tools.matrix import (
+    CONFORMANCE_MATRIX_ENV,
+    DEFAULT_COMPILE_MODES,
+    Matrix,
+    MatrixError,
+    load_matrix,
+)
 
 EPILOG = """\
 examples:
@@ -74,6 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--allocator", default=None, help="allocator mode (default: the matrix's)")
     p.add_argument("--sanitizer", default=None, help="sanitizer build (default: none)")
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="probe the compiled axis: the suite runs with the matrix's [compile] modes (default "
+        f"{DEFAULT_COMPILE_MODES}), so -compile case ids and the AOTInductor scenarios select",
+    )
     p.add_argument("--json", metavar="FILE", help="write the result as JSON")
     p.add_argument("--markdown", metavar="FILE", help="write the result as Markdown")
     p.add_argument(
@@ -110,6 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="torch version from which --fault / --gate-env are active",
     )
     return p
+
+
+def _compile_modes(matrix: Matrix) -> str:
+    """The --modes of a --compile probe: the matrix's [compile] axis, else the default one."""
+    return matrix.compiled.modes if matrix.compiled is not None else DEFAULT_COMPILE_MODES
 
 
 def _env_for(args: argparse.Namespace, matrix: Matrix, versions: Sequence[Version]) -> EnvFor:
@@ -163,6 +180,7 @@ def main(argv: Sequence[str] | None = None, runner: ProbeRunner | None = None) -
                 python=args.python,
                 allocator=args.allocator,
                 sanitizer=args.sanitizer,
+                modes=_compile_modes(matrix) if args.compile else "",
                 env_for=env_for,
                 discard_venvs=args.discard_venvs,
             )

@@ -106,6 +106,7 @@ class VenvProbeRunner:
         python: str | None = None,
         allocator: str | None = None,
         sanitizer: str | None = None,
+        modes: str = "",
         env_for: EnvFor = no_env,
         discard_venvs: bool = False,
         pytest_args: Sequence[str] = (),
@@ -120,14 +121,15 @@ class VenvProbeRunner:
         self.python = python or matrix.python or "3.11"
         self.allocator = allocator or matrix.default_allocator
         self.sanitizer = sanitizer or matrix.default_sanitizer
+        self.modes = modes  # the compiled axis (--compile): the suite's --modes in each probe
         self.env_for = env_for
         self.discard_venvs = discard_venvs
         self.pytest_args = list(pytest_args)
         self.timeout = timeout
 
     def cell(self, version: Version) -> Cell:
-        """The matrix cell a probe of ``version`` stands for (any release, this allocator and
-        sanitizer, the matrix's backend)."""
+        """The matrix cell a probe of ``version`` stands for (any release, this allocator,
+        sanitizer and compiled axis, the matrix's backend)."""
         m = self.matrix
         return Cell(
             probe_release(str(version)),
@@ -136,6 +138,7 @@ class VenvProbeRunner:
             m.default_allocator,
             m.default_sanitizer,
             backend=m.backend,
+            modes=self.modes,
         )
 
     def venv_for(self, version: Version) -> Path:

@@ -57,6 +57,8 @@ CONFORMANCE_MATRIX_ENV = "CONFORMANCE_MATRIX"
 SESSION_PREFIX = "conformance-"
 SCHEMA = 2
 NO_SANITIZER = "none"
+COMPILE_SUFFIX = "compile"  # the compiled axis' cells: conformance-<minor>-compile
+DEFAULT_COMPILE_MODES = "grad,inference,sync,compile"
 #: Preloads a sanitizer build may ask for at run time (see conformance/tools/launch.py).
 PRELOADS = ("asan", "malloc-check")
 _MINOR_RE = re.compile(r"^\d+\.\d+$")
@@ -171,15 +173,20 @@ class Cell:
     default_allocator: str = "default"
     default_sanitizer: str = NO_SANITIZER
     backend: Backend | None = field(default=None, compare=False, repr=False)
+    # the compiled axis ([compile]): the suite's --modes in this cell, "" for the plain cells
+    modes: str = ""
 
     @property
     def key(self) -> str:
-        """The session name without its prefix: ``2.8``, ``2.8-guard``, ``2.13-aligned-asan``."""
+        """The session name without its prefix: ``2.8``, ``2.8-guard``, ``2.13-aligned-asan``,
+        ``2.13-compile``."""
         parts = [self.release.minor]
         if self.allocator != self.default_allocator:
             parts.append(self.allocator)
         if self.sanitizer != self.default_sanitizer:
             parts.append(self.sanitizer)
+        if self.modes:
+            parts.append(COMPILE_SUFFIX)
         return "-".join(parts)
 
     @property
@@ -207,6 +214,8 @@ class Cell:
             text += f", {self.allocator} allocator"
         if self.sanitizer != NO_SANITIZER:
             text += f", built with {self.sanitizer.upper()}"
+        if self.modes:
+            text += f", compiled paths (--modes {self.modes})"
         return text + "."
 
     def build_env(self) -> dict[str, str]:
@@ -223,7 +232,21 @@ class Cell:
         if self.backend.allocator.env:
             env[self.backend.allocator.env] = self.allocator
         env.update(self.backend.sanitizer(self.sanitizer).run_env)
+        if self.modes:
+            env["CONFORMANCE_MODES"] = self.modes
         return env
+
+
+@dataclass(frozen=True)
+class CompileAxis:
+    """[compile]: cells ``<minor>-compile`` (default allocator, plain build) that run the suite
+    with ``modes`` (the -compile cases, the AOTInductor scenarios), for the minors in ``torch``."""
+
+    modes: str = DEFAULT_COMPILE_MODES
+    torch: SpecifierSet | None = None
+
+    def covers(self, minor: str) -> bool:
+        return self.torch is None or Version(minor) in self.torch
 
 
 @dataclass(frozen=True)
@@ -257,6 +280,7 @@ class Matrix:
     backend: Backend
     exclusions: tuple[Exclusion, ...] = ()
     shards: int = 1  # [nightly].shards: jobs per cell in the nightly, merged by its report
+    compiled: CompileAxis | None = None  # [compile]: the compiled axis, if the file has one
     source: str = field(default="matrices/matrix.toml", compare=False)
     path: Path | None = field(default=None, compare=False)
 
@@ -311,7 +335,7 @@ class Matrix:
                 return exc
         return None
 
-    def _cell(self, release: Release, allocator: str, sanitizer: str) -> Cell:
+    def _cell(self, release: Release, allocator: str, sanitizer: str, modes: str = "") -> Cell:
         return Cell(
             release,
             allocator,
@@ -319,16 +343,28 @@ class Matrix:
             self.default_allocator,
             self.default_sanitizer,
             backend=self.backend,
+            modes=modes,
         )
 
+    def _compiled_cell(self, release: Release) -> Cell | None:
+        """The release's ``-compile`` cell, where the [compile] axis covers it."""
+        if self.compiled is None or not self.compiled.covers(release.minor):
+            return None
+        allocator, sanitizer = self.default_allocator, self.default_sanitizer
+        return self._cell(release, allocator, sanitizer, self.compiled.modes)
+
     def cells(self) -> list[Cell]:
-        """Every generated cell: releases oldest first, then sanitizers, then allocators."""
+        """Every generated cell: releases oldest first, then sanitizers, then allocators, then
+        the release's -compile cell."""
         out = []
         for rel in self.releases:
             for sanitizer in self.sanitizers:
                 for allocator in self.allocators:
                     if self.exclusion(rel.minor, allocator, sanitizer) is None:
                         out.append(self._cell(rel, allocator, sanitizer))
+            compiled = self._compiled_cell(rel)
+            if compiled is not None:
+                out.append(compiled)
         return out
 
     def sessions(self) -> list[str]:
@@ -351,6 +387,14 @@ class Matrix:
         minor, *rest = key.split("-")
         release = self.release(minor)
         allocator, sanitizer = self.default_allocator, self.default_sanitizer
+        if rest == [COMPILE_SUFFIX] and self.compiled is not None:
+            compiled = self._compiled_cell(release)
+            if compiled is None:
+                raise MatrixError(
+                    f"cell '{name}': the [compile] axis of {self.source} does not cover torch "
+                    f"{release.minor}"
+                )
+            return compiled
         for part in rest:
             if part in self.allocators and allocator == self.default_allocator:
                 allocator = part
@@ -420,6 +464,30 @@ def _nightly(data: Mapping[str, Any], src: str) -> int:
         raise MatrixError(f"{src}: 'nightly' must be a table ([nightly])")
     _check_keys(table, ["shards"], f"{src} [nightly]")
     return parse_shards(table.get("shards", 1), f"{src} [nightly].shards")
+
+
+def _compile_axis(data: Mapping[str, Any], src: str) -> CompileAxis | None:
+    """[compile]: the compiled axis (optional)."""
+    if "compile" not in data:
+        return None
+    table = data["compile"]
+    where = f"{src} [compile]"
+    if not isinstance(table, Mapping):
+        raise MatrixError(f"{src}: 'compile' must be a table ([compile])")
+    _check_keys(table, ["torch", "modes"], where)
+    modes = _str(table.get("modes", DEFAULT_COMPILE_MODES), f"{where}.modes")
+    if "compile" not in [m.strip() for m in modes.split(",")]:
+        raise MatrixError(f"{where}.modes: '{modes}' must include compile")
+    torch = None
+    if "torch" in table:
+        raw = _str(table["torch"], f"{where}.torch")
+        try:
+            torch = SpecifierSet(raw)
+        except InvalidSpecifier:
+            raise MatrixError(
+                f"{where}.torch: '{raw}' is not a version specifier (e.g. \">=2.9\")"
+            ) from None
+    return CompileAxis(modes=modes, torch=torch)
 
 
 def _release(entry: Any, index: int, src: str) -> Release:
@@ -676,7 +744,7 @@ def parse_matrix(
     """
     src = source
     base = Path(base_dir) if base_dir is not None else DEFAULT_MATRIX_PATH.parent
-    _check_keys(data, ["schema", "torch", "backend", "exclude", "nightly"], src)
+    _check_keys(data, ["schema", "torch", "backend", "exclude", "nightly", "compile"], src)
     if data.get("schema") != SCHEMA:
         hint = ""
         if data.get("schema") == 1:
@@ -721,6 +789,7 @@ def parse_matrix(
         backend=backend,
         exclusions=exclusions,
         shards=_nightly(data, src),
+        compiled=_compile_axis(data, src),
         source=src,
     )
     if matrix.exclusion(default, matrix.default_allocator, NO_SANITIZER) is not None:

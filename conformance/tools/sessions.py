@@ -160,6 +160,7 @@ def _make_cell_session(cell: Cell, root: Path, python: str | None) -> None:
 
     run.__doc__ = cell.describe()
     tags = ["conformance", f"torch-{cell.release.minor}", cell.allocator, cell.sanitizer]
+    tags += ["compile"] if cell.modes else []
     nox.session(name=cell.session, python=python, tags=tags, default=False)(run)
 
 

@@ -136,3 +136,15 @@ def test_copy_sources_leaves_build_products_out(tmp_path: Path) -> None:
     assert (dest / "backend" / "echo_npu" / "__init__.py").is_file()
     assert not (dest / "backend" / "echo_npu" / "_C.so").exists()
     assert (dest / "setup.py").is_file()
+
+
+def test_a_compile_probe_runs_the_suite_with_the_compiled_modes(tmp_path: Path, monkeypatch):
+    """bisect --compile: the probe's suite runs with the matrix's [compile] modes (so -compile
+    case ids select), on the plain build (the same venv as a plain probe of that release)."""
+    modes, version = "grad,inference,sync,compile", Version("2.9.1")
+    plain, _, _ = make_runner(tmp_path / "plain", monkeypatch, matrix=load_matrix().path)
+    plain_venv = plain.venv_for(version).name
+    runner, calls, _ = make_runner(tmp_path, monkeypatch, matrix=load_matrix().path, modes=modes)
+    runner.probe(version)
+    assert calls[3][1]["CONFORMANCE_MODES"] == modes
+    assert runner.venv_for(version).name == plain_venv

@@ -273,3 +273,32 @@ def test_a_labelled_backend_names_its_sessions_apart() -> None:
 def test_a_bad_label_is_one_line() -> None:
     with pytest.raises(MatrixError, match=r"\[backend\]\.label: 'X-LA' must be lowercase"):
         parse_matrix(_with(backend__label="X-LA"))
+
+
+def test_the_compiled_axis_adds_one_compile_cell_per_covered_minor() -> None:
+    """[compile]: conformance-<minor>-compile for the minors its specifier covers, default
+    allocator and plain build, running the suite with the axis' --modes (CONFORMANCE_MODES)."""
+    m = load_matrix()
+    compiled = [s for s in m.sessions() if s.endswith("-compile")]
+    assert compiled == [f"conformance-2.{n}-compile" for n in range(9, 16)]
+    cell = m.cell("conformance-2.13-compile")
+    assert cell.run_env()["CONFORMANCE_MODES"] == "grad,inference,sync,compile"
+    assert (cell.allocator, cell.sanitizer) == ("malloc", "none")
+    assert "CONFORMANCE_MODES" not in m.cell("2.13").run_env()
+    with pytest.raises(MatrixError, match=r"does not cover torch 2\.5$"):
+        m.cell("2.5-compile")
+    assert not [s for s in parse_matrix(_with(compile=None)).sessions() if "compile" in s]
+
+
+@pytest.mark.parametrize(
+    ("compile_table", "fragment"),
+    [
+        ({"modes": "grad"}, "[compile].modes: 'grad' must include compile"),
+        ({"torch": "2.9"}, "[compile].torch: '2.9' is not a version specifier"),
+        ({"cells": 1}, "[compile]"),
+    ],
+)
+def test_a_bad_compiled_axis_is_one_line(compile_table: dict, fragment: str) -> None:
+    with pytest.raises(MatrixError) as info:
+        parse_matrix(_with(compile=compile_table))
+    assert fragment in str(info.value) and "\n" not in str(info.value)
