@@ -18,29 +18,8 @@ from importlib import metadata
 
 import torch
 
-#: environment variables torch, Inductor, compilers and runtimes read (prefixes and names)
-READ_BY_TOOLS = (
-    "TORCHINDUCTOR_",
-    "TORCH_",
-    "INDUCTOR_",
-    "ATEN_CPU_CAPABILITY",
-    "CC",
-    "CXX",
-    "CFLAGS",
-    "CXXFLAGS",
-    "CPPFLAGS",
-    "LDFLAGS",
-    "LD_PRELOAD",
-    "LD_LIBRARY_PATH",
-    "OMP_",
-    "KMP_",
-    "MKL_",
-    "PJRT_",
-    "XLA_",
-    "PYTORCH_",
-)
-
-#: of those, the ones a compiled kernel depends on (the repro line of a -compile case keeps them)
+#: environment variables a compiled kernel depends on: Inductor's and its C++ compiler's
+#: (prefixes and names; the repro line of a -compile case keeps them)
 READ_BY_COMPILERS = (
     "TORCHINDUCTOR_",
     "INDUCTOR_",
@@ -50,6 +29,20 @@ READ_BY_COMPILERS = (
     "CXXFLAGS",
     "CPPFLAGS",
     "LDFLAGS",
+)
+
+#: environment variables torch, Inductor, compilers and runtimes read (prefixes and names)
+READ_BY_TOOLS = READ_BY_COMPILERS + (
+    "TORCH_",
+    "ATEN_CPU_CAPABILITY",
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "OMP_",
+    "KMP_",
+    "MKL_",
+    "PJRT_",
+    "XLA_",
+    "PYTORCH_",
 )
 
 

@@ -119,8 +119,8 @@ def mode_lines(account: dict[str, Any]) -> list[str]:
             f"modes: -compile cases for {len(account['compile'])} overloads ("
             f"{', '.join(CASE_LAYOUTS)}; {', '.join(map(dtype_name, CASE_DTYPES))} where "
             f"sampled; {ORDINARY_SAMPLES} samples and {SPECIAL_SAMPLES} with NaN/inf; the first "
-            f"also on another device index where there is one; torch.compile backend "
-            f"{account['compiler']!r}"
+            "also on the last device index where the device module counts two; torch.compile "
+            f"backend {account['compiler']!r}"
             + (
                 ": the device's Inductor backend)"
                 if account["compiler"] == "inductor"
