@@ -28,7 +28,7 @@ class Status(str, Enum):
     BLOCKED = "blocked"  # failed, but depends on a foundation op that failed first (blocked_by)
     XPASSED = "xpassed"  # an expected failure passed: the manifest entry must go (strict)
     UNSUPPORTED = "unsupported"  # the device raised "not implemented", declared (or CPU raises)
-    TORCH_BUG = "torch-bug"  # CPU disagrees with itself across layouts; the device agrees
+    TORCH_BUG = "torch-bug"  # torch disagrees with itself (CPU across layouts, compiled vs eager)
     XFAILED = "xfailed"  # failed as a manifest entry expects
     PASSED = "passed"  # compared, and every check held
     SKIPPED = "skipped"  # nothing to compare (no sample fits this layout, dtype not supported)

@@ -233,7 +233,8 @@ def _not_failures(tr, records: list[dict[str, Any]]) -> None:
     )
     if bugs:
         tr.write_line(
-            "torch-bug (CPU disagrees with itself across layouts, the device agrees): "
+            "torch-bug (torch disagrees with itself: CPU across layouts, or Inductor on CPU "
+            "with CPU eager; the device agrees): "
             f"{sum(bugs.values())} case(s) in {_by_op(dict(bugs.most_common()))}"
         )
 
