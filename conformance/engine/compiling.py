@@ -30,7 +30,7 @@ import torch
 
 from conformance.engine.checks import Mismatch, NotApplicable, first_line, invoke, returned
 from conformance.engine.compare import ErrorStats, Scale, compare_values
-from conformance.engine.placing import Materialized, PlacedCall
+from conformance.engine.placing import Leaf, Materialized, PlacedCall
 from conformance.engine.transfer import read_back
 
 # the cases of one overload: a float and an integer dtype that share a vector width (a kernel
@@ -52,11 +52,52 @@ def compile_samples(ordinary: list[PlacedCall], special: list[PlacedCall]) -> li
     """The samples a -compile case runs: the first pair of ordinary samples that are one call
     at two sizes (for the dynamic-shape check), else the first ordinary ones; then the first
     special one."""
-    from conformance.engine.dynamic_shapes import dynamic_pair  # it imports this module
-
     pair = dynamic_pair(ordinary)
     chosen = list(pair) if pair is not None else ordinary[:ORDINARY_SAMPLES]
     return chosen + special[:SPECIAL_SAMPLES]
+
+
+def dynamic_pair(placements: list[PlacedCall]) -> tuple[PlacedCall, PlacedCall] | None:
+    """The first two of `placements` that are one call at two non-empty sizes."""
+    for i, first in enumerate(placements):
+        partner = second_size(first, placements[i + 1 :])
+        if partner is not None:
+            return first, partner
+    return None
+
+
+def _call_shape(placed: PlacedCall) -> tuple[Any, ...] | None:
+    """What two samples must share to be one graph at two sizes: the call's structure, its
+    values other than tensors, and each tensor's argument, dtype, rank and side (None: not
+    comparable, e.g. a storage argument)."""
+    parts: list[Any] = [str(placed.spec)]
+    for x in placed.leaves:
+        if isinstance(x, Leaf):
+            p = x.placement
+            parts.append((x.arg, p.base.dtype, len(p.size), x.on_cpu))
+        elif isinstance(x, (bool, int, float, str, type(None), torch.dtype)):
+            parts.append((type(x).__name__, x))
+        else:
+            return None
+    return tuple(parts)
+
+
+def sample_sizes(placed: PlacedCall) -> list[tuple[int, ...]]:
+    """The sizes of the sample's tensors, in argument order."""
+    return [tuple(x.placement.size) for x in placed.leaves if isinstance(x, Leaf)]
+
+
+def second_size(first: PlacedCall, others: list[PlacedCall]) -> PlacedCall | None:
+    """The first of `others` that is `first`'s call at other, non-empty sizes."""
+    shape = _call_shape(first)
+    if shape is None or not sample_sizes(first) or 0 in [d for s in sample_sizes(first) for d in s]:
+        return None
+    for other in others:
+        sizes = sample_sizes(other)
+        if _call_shape(other) == shape and sizes != sample_sizes(first):
+            if all(d != 0 for s in sizes for d in s):
+                return other
+    return None
 
 
 def run_compile_sample(

@@ -22,50 +22,8 @@ from torch.utils._pytree import tree_leaves, tree_map
 
 from conformance.engine.checks import Mismatch, first_line, invoke, returned
 from conformance.engine.compare import ErrorStats, Scale
-from conformance.engine.compiling import same_result
-from conformance.engine.placing import Leaf, Materialized, PlacedCall
-
-
-def dynamic_pair(placements: list[PlacedCall]) -> tuple[PlacedCall, PlacedCall] | None:
-    """The first two of `placements` that are one call at two non-empty sizes."""
-    for i, first in enumerate(placements):
-        partner = second_size(first, placements[i + 1 :])
-        if partner is not None:
-            return first, partner
-    return None
-
-
-def _call_shape(placed: PlacedCall) -> tuple[Any, ...] | None:
-    """What two samples must share to be one graph at two sizes: the call's structure, its
-    values other than tensors, and each tensor's argument, dtype, rank and side (None: not
-    comparable, e.g. a storage argument)."""
-    parts: list[Any] = [str(placed.spec)]
-    for x in placed.leaves:
-        if isinstance(x, Leaf):
-            p = x.placement
-            parts.append((x.arg, p.base.dtype, len(p.size), x.on_cpu))
-        elif isinstance(x, (bool, int, float, str, type(None), torch.dtype)):
-            parts.append((type(x).__name__, x))
-        else:
-            return None
-    return tuple(parts)
-
-
-def _sizes(placed: PlacedCall) -> list[tuple[int, ...]]:
-    return [tuple(x.placement.size) for x in placed.leaves if isinstance(x, Leaf)]
-
-
-def second_size(first: PlacedCall, others: list[PlacedCall]) -> PlacedCall | None:
-    """The first of `others` that is `first`'s call at other, non-empty sizes."""
-    shape = _call_shape(first)
-    if shape is None or not _sizes(first) or 0 in [d for s in _sizes(first) for d in s]:
-        return None
-    for other in others:
-        sizes = _sizes(other)
-        if _call_shape(other) == shape and sizes != _sizes(first):
-            if all(d != 0 for s in sizes for d in s):
-                return other
-    return None
+from conformance.engine.compiling import dynamic_pair, same_result, sample_sizes
+from conformance.engine.placing import Materialized, PlacedCall
 
 
 @dataclasses.dataclass
@@ -108,7 +66,7 @@ def run_dynamic(
         return None
     pair = dynamic_pair(placements)
     if pair is not None:
-        small, large = sorted(pair, key=lambda p: sum(map(_numel, _sizes(p))))
+        small, large = sorted(pair, key=lambda p: sum(map(_numel, sample_sizes(p))))
         sizes = (small, large)
         make_small, make_large = _made(small), _made(large)
     else:
