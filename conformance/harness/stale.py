@@ -9,7 +9,7 @@ import fnmatch
 from conformance.engine.layout_names import LAYOUT_HELP
 from conformance.harness.cases import CaseList
 from conformance.harness.expectations import SCENARIO, Entry, Manifest, scenario_key
-from conformance.harness.options import DEFAULT_DTYPES, PATHS, parse_dtypes
+from conformance.harness.options import DEFAULT_DTYPES, MODES, PATHS, parse_dtypes
 from conformance.harness.sampling import dtype_name
 from conformance.record import CaseRecord, Status
 
@@ -36,9 +36,12 @@ def stale_expectations(
     def judged(pattern: str) -> bool:
         """Fallback-only overloads outside this run's set (--fallback-ops) are not run, so
         their entries cannot be judged, nor patterns of a path this backend has no case of
-        (no boxed fallback, no routing); entries naming any other op can."""
+        (no boxed fallback, no routing) or of a mode the run left out (--modes: an entry for
+        -compile cases in a run without them); entries naming any other op can."""
         parts = pattern.split("-")
         if len(parts) > 3 and parts[3] in PATHS and parts[3] not in paths:
+            return False
+        if parts[-1] in MODES and parts[-1] not in o.modes:
             return False
         op = parts[0]
         if any(fnmatch.fnmatchcase(r, op) for r in run):

@@ -136,12 +136,15 @@ def test_stale_entries_are_reported_for_the_full_matrix(run_suite, tmp_path, xdi
     path.write_text(
         '[[entry]]\npattern = "abs-float32-*"\nstatus = "skip"\ncategory = "flaky"\n'
         'reason = "r"\n\n[[entry]]\npattern = "nothing-matches-this"\nstatus = "xfail"\n'
-        'category = "flaky"\nreason = "r"\n'
+        'category = "flaky"\nreason = "r"\n\n[[entry]]\npattern = "abs-*-native-compile"\n'
+        'status = "xfail"\ncheck = "compile"\ncategory = "torch-bug"\nreason = "r"\n'
     )
     run = run_suite("-k", "abs-float32-contiguous", "--expectations", str(path), *xdist)
     assert run.returncode == 0, run.output
     assert "'nothing-matches-this'" in run.output and "matches no case of the matrix" in run.output
     assert "'abs-float32-*'" not in run.output
+    # an entry for the -compile cases is not judged by a run without them (--modes)
+    assert "'abs-*-native-compile'" not in run.output
 
 
 def test_a_backend_that_keeps_the_privateuseone_name(run_suite, tmp_path):
