@@ -32,7 +32,6 @@ import re
 from torch._dynamo.device_interface import CpuInterface, register_interface_for_device
 from torch._inductor.codegen.common import register_device_op_overrides
 from torch._inductor.codegen.cpp import CppScheduling
-from torch._inductor.codegen.cpp_utils import DEVICE_TO_ATEN
 from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
 from torch._inductor.codegen.cpu_device_op_overrides import CpuDeviceOpOverrides
 from torch._inductor.codegen.wrapper import PythonWrapperCodegen as _PythonWrapper
@@ -177,9 +176,14 @@ def _say_kernels_are_cpp() -> None:
 
 
 _say_kernels_are_cpp()
-# the C++ wrapper (cpp_wrapper, AOTInductor) names the device by its ATen type: PrivateUse1
-# (`aoti_torch_device_type_privateuse1()` in the AOTI shim)
-DEVICE_TO_ATEN.setdefault(DEVICE, "at::kPrivateUse1")
+# the C++ wrapper (cpp_wrapper, AOTInductor) of torch <= 2.14 names the device by its ATen type:
+# PrivateUse1 (`aoti_torch_device_type_privateuse1()` in the AOTI shim); 2.15 has no such table
+try:
+    from torch._inductor.codegen.cpp_utils import DEVICE_TO_ATEN
+
+    DEVICE_TO_ATEN.setdefault(DEVICE, "at::kPrivateUse1")
+except ImportError:
+    pass
 if "contiguous_inputs" in FAULTS:
     _plant_contiguous_inputs()
 if "cache_without_dtype" in FAULTS:

@@ -126,6 +126,11 @@ def run_compile_sample(
         got = compiled_call(op, compiler, dev)
     except Exception as exc:  # noqa: BLE001 - a compile failure is a verdict, unless CPU's too
         problem = f"{type(exc).__name__}: {first_line(exc)}"
+        broken = inductor_load_error(torch.device(device).type)
+        if broken is not None:  # it breaks every compile in the process, CPU's too
+            raise Mismatch(
+                "compile", f"the device's Inductor backend fails to load: {broken}"
+            ) from None
         try:
             compiled_call(op, compiler, placed.materialize("cpu"))
         except Exception as cpu_exc:  # noqa: BLE001 - torch cannot compile it anywhere
@@ -153,6 +158,22 @@ def run_compile_sample(
         return f"{mismatch.message}; {bug}"
     if other is not None:
         _on_other_index(op, compiler, placed, other, device, expected.result, scale, stats)
+    return None
+
+
+#: what a device module hands Inductor (torch._inductor.codegen.common.init_backend_registration)
+INDUCTOR_HOOKS = ("Scheduling", "PythonWrapperCodegen", "CppWrapperCodegen")
+
+
+def inductor_load_error(device_type: str) -> str | None:
+    """The error of the device module's Inductor classes, where asking for one raises (None
+    where they load or the module offers none)."""
+    module = getattr(torch, device_type, None)
+    for name in INDUCTOR_HOOKS:
+        try:
+            getattr(module, name, None)
+        except Exception as exc:  # noqa: BLE001 - any error of the hook is the finding
+            return f"torch.{device_type}.{name}: {type(exc).__name__}: {first_line(exc)}"
     return None
 
 

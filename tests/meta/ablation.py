@@ -221,6 +221,7 @@ ABLATIONS: dict[str, Callable[[], None]] = {
     "compile-other-index": _off("conformance.engine.compiling", "_on_other_index"),
     "compile-dynamic": _off("conformance.engine.dynamic_shapes", "run_dynamic"),
     "compile-torch-bug": _off("conformance.engine.compiling", "inductor_on_cpu_agrees"),
+    "compile-load-error": _off("conformance.engine.compiling", "inductor_load_error"),
     "compile-strided": _patch(
         "conformance.engine.compiling", "CASE_LAYOUTS", lambda v: ("contiguous",)
     ),

@@ -87,6 +87,23 @@ def test_each_planted_inductor_fault_fails_the_compiled_case_it_breaks(run_suite
         assert "test_matches_cpu[abs-float32-contiguous-native-compile]" in clean, clean
 
 
+def test_an_inductor_backend_that_fails_to_load_fails_the_cases_with_its_error(run_suite):
+    """A device module whose Inductor classes raise on import breaks every compile in the
+    process, CPU's too: the case names the device's backend, never skips as 'cpu cannot either'
+    (torch 2.15 dropped a table echo_npu's backend imported: a whole run stopped on it once)."""
+    run = run_suite(
+        "--ops", "abs", "--dtypes", "float32", "--layouts", "contiguous", "--modes", "compile",
+        "-k", "compile", env={"ECHO_NPU_INDUCTOR_FAULTS": "no_such_fault"},
+    )  # fmt: skip
+    assert run.returncode == 1, run.output[-3000:]
+    record = run.case("abs-float32-contiguous-native-compile")
+    assert record["status"] == "failed" and record["check"] == "compile", record
+    assert (
+        "the device's Inductor backend fails to load: torch.npu.Scheduling: ValueError"
+        in (record["message"])
+    )
+
+
 def test_without_an_inductor_backend_the_cases_run_with_aot_eager(run_suite):
     run = run_suite(*ARGS, env={"ECHO_NPU_INDUCTOR": "0"})
     assert run.returncode == 0, run.output[-3000:]
