@@ -24,6 +24,7 @@ compiler wrapper adding -ffast-math to Inductor's flags, say) is wrong only ther
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -89,13 +90,13 @@ def sample_sizes(placed: PlacedCall) -> list[tuple[int, ...]]:
 
 def second_size(first: PlacedCall, others: list[PlacedCall]) -> PlacedCall | None:
     """The first of `others` that is `first`'s call at other, non-empty sizes."""
-    shape = _call_shape(first)
-    if shape is None or not sample_sizes(first) or 0 in [d for s in sample_sizes(first) for d in s]:
+    shape, first_sizes = _call_shape(first), sample_sizes(first)
+    if shape is None or not first_sizes or any(0 in s for s in first_sizes):
         return None
     for other in others:
         sizes = sample_sizes(other)
-        if _call_shape(other) == shape and sizes != sample_sizes(first):
-            if all(d != 0 for s in sizes for d in s):
+        if _call_shape(other) == shape and sizes != first_sizes:
+            if not any(0 in s for s in sizes):
                 return other
     return None
 
@@ -189,14 +190,21 @@ def same_call(
     """The outputs and written arguments of one call (result, its arguments) equal another's;
     raises Mismatch (check `compile`)."""
     (got, m), (want, wm) = actual, expected
+    same_outputs(op, where, got, want, scale, stats, what)
+    for (leaf, _, view), (_, _, wview) in zip(m.bases, wm.bases, strict=True):
+        if leaf.written:
+            same_result(f"{where}: {leaf.arg} (written)", view, wview, scale, stats, what)
+
+
+def same_outputs(
+    op: Any, where: str, got: Any, want: Any, scale: Scale, stats: ErrorStats, what: str
+) -> None:
+    """Every output of `want` (a result of `op`) is in `got` and equal; raises Mismatch."""
     outputs = {j: t for j, t, _ in returned(op._schema, got)}
     for i, e, _ in returned(op._schema, want):
         if i not in outputs:
             raise Mismatch("compile", f"{where}: output {i} missing")
         same_result(f"{where}: output {i}", outputs[i], e, scale, stats, what)
-    for (leaf, _, view), (_, _, wview) in zip(m.bases, wm.bases, strict=True):
-        if leaf.written:
-            same_result(f"{where}: {leaf.arg} (written)", view, wview, scale, stats, what)
 
 
 def inductor_on_cpu_agrees(
@@ -248,16 +256,25 @@ def _on_other_index(
 
 def compiled_call(op: Any, compiler: str, m: Materialized) -> Any:
     """`op` on the arguments `m` through a fresh `torch.compile` (static shapes, one graph)."""
+    return compiled(op, compiler, dynamic=False)(m.args, m.kwargs)
+
+
+def compiled(op: Any, backend: Any, dynamic: bool | None) -> Callable[[Any, Any], Any]:
+    """`fn(args, kwargs)`: `op` under a fresh `torch.compile` (Dynamo's caches reset first: each
+    sample would count as a recompile of the last), torch's warnings silenced."""
 
     def call(args: Any, kwargs: Any) -> Any:
         return op(*args, **kwargs)
 
-    # every sample is a compile of its own: dynamo would count each as a recompile of `call`
     torch._dynamo.reset()
-    fn = torch.compile(call, backend=compiler, fullgraph=True, dynamic=False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return fn(m.args, m.kwargs)
+    fn = torch.compile(call, backend=backend, fullgraph=True, dynamic=dynamic)
+
+    def run(args: Any, kwargs: Any) -> Any:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return fn(args, kwargs)
+
+    return run
 
 
 def same_result(

@@ -13,16 +13,15 @@ result Inductor gives on CPU too is torch's difference (`torch-bug`). The record
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch.utils._pytree import tree_leaves, tree_map
 
-from conformance.engine.checks import Mismatch, first_line, invoke, returned
+from conformance.engine.checks import Mismatch, first_line, invoke
 from conformance.engine.compare import ErrorStats, Scale
-from conformance.engine.compiling import dynamic_pair, same_result, sample_sizes
+from conformance.engine.compiling import compiled, dynamic_pair, same_outputs, sample_sizes
 from conformance.engine.placing import Materialized, PlacedCall
 
 
@@ -80,11 +79,7 @@ def run_dynamic(
         count[0] += 1
         return inner(gm, example_inputs)
 
-    def call(args: Any, kwargs: Any) -> Any:
-        return op(*args, **kwargs)
-
-    torch._dynamo.reset()
-    fn = torch.compile(call, backend=counting, fullgraph=True, dynamic=None)
+    fn = compiled(op, counting, dynamic=None)
     steps = [("first size", make_small, small), ("second size", make_large, large)]
     steps += [(f"{name} again", make, placed) for name, make, placed in steps]
     shapes: list[Any] = []
@@ -99,9 +94,7 @@ def run_dynamic(
         before = count[0]
         args, kwargs = make(device)
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                got = fn(args, kwargs)
+            got = fn(args, kwargs)
         except Exception as exc:  # noqa: BLE001 - a verdict, unless CPU's compile fails too
             problem = f"{type(exc).__name__}: {first_line(exc)}"
             on_cpu = _on_cpu(op, compiler, [make for _, make, _ in steps[: len(shapes)]])
@@ -116,13 +109,13 @@ def run_dynamic(
                 placed,
             )
         try:
-            _same_outputs(op, where, got, expected.result, scale, stats, "cpu")
+            same_outputs(op, where, got, expected.result, scale, stats, "cpu")
         except Mismatch as exc:
             on_cpu = _on_cpu(op, compiler, [make for _, make, _ in steps[: len(shapes)]])
             if isinstance(on_cpu, str):
                 raise DynamicMismatch(exc.message, placed) from None
             try:
-                _same_outputs(op, where, got, on_cpu, scale, ErrorStats(), "cpu compiled")
+                same_outputs(op, where, got, on_cpu, scale, ErrorStats(), "cpu compiled")
             except Mismatch:
                 raise DynamicMismatch(exc.message, placed) from None
             evidence.dynamic = f"the {name}: Inductor on cpu gives the device's result"
@@ -139,30 +132,14 @@ def _on_cpu(op: Any, compiler: str, makes: list[Make]) -> Any:
     """The same dynamic-shape calls compiled on CPU: the last one's result, or the error (a
     str) where CPU cannot compile or run them either."""
 
-    def call(args: Any, kwargs: Any) -> Any:
-        return op(*args, **kwargs)
-
-    torch._dynamo.reset()
-    fn = torch.compile(call, backend=compiler, fullgraph=True, dynamic=None)
+    fn = compiled(op, compiler, dynamic=None)
     result = None
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for make in makes:
-                result = fn(*make("cpu"))
+        for make in makes:
+            result = fn(*make("cpu"))
     except Exception as exc:  # noqa: BLE001 - torch cannot compile it this way anywhere
         return f"{type(exc).__name__}: {first_line(exc)}"
     return result
-
-
-def _same_outputs(
-    op: Any, where: str, got: Any, want: Any, scale: Scale, stats: ErrorStats, what: str
-) -> None:
-    outputs = {j: t for j, t, _ in returned(op._schema, got)}
-    for i, e, _ in returned(op._schema, want):
-        if i not in outputs:
-            raise Mismatch("compile", f"{where}: output {i} missing")
-        same_result(f"{where}: output {i}", outputs[i], e, scale, stats, what)
 
 
 def _made(placed: PlacedCall) -> Make:

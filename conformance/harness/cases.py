@@ -265,12 +265,8 @@ class CaseList:
         layouts = [lo for lo in self.options.layouts if spec.layouts is None or lo in spec.layouts]
         if not self.backend.storage:  # memory layouts cannot be observed: shapes only
             layouts = [lo for lo in layouts if lo in SHAPE_LAYOUTS]
-        value_sets = [
-            v
-            for v in self.options.values
-            if v != ORDINARY and (spec.value_sets is None or v in spec.value_sets)
-        ]
-        if not spec.check_values or "contiguous" not in layouts:
+        value_sets = [v for v in self.options.values if v != ORDINARY]
+        if "contiguous" not in layouts:
             value_sets = []
         out = []
         for dtype in dtypes:
@@ -280,7 +276,7 @@ class CaseList:
             if ORDINARY in self.options.values:
                 out += [CaseId(overload, name, lo, p) for lo in layouts for p in paths]
             for v in value_sets:
-                if values.applies(overload, dtype, v):
+                if values.runs(overload, dtype, v):
                     out += [CaseId(overload, name, "contiguous", p, v) for p in paths]
         return out + self._mode_cases(overload, dtypes, paths, layouts, probe)
 

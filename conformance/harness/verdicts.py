@@ -53,11 +53,8 @@ class CaseVerdicts:
             return None
 
     def _special(self, overload: str, dtype: torch.dtype, layout: str) -> list[PlacedCall]:
-        """The placed samples of the `special` value set, where it applies to the overload."""
-        spec = spec_for(overload)
-        if spec.value_sets is not None and "special" not in spec.value_sets:
-            return []
-        if not spec.check_values or not values.applies(overload, dtype, "special"):
+        """The placed samples of the `special` value set, where the overload gets them."""
+        if not values.runs(overload, dtype, "special"):
             return []
         return self.suite.samples.placed(overload, dtype, "special", layout, True)
 

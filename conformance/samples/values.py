@@ -83,6 +83,15 @@ def data_args(schema: Any) -> list[tuple[int, Any]]:
     ]
 
 
+def runs(overload: str, dtype: torch.dtype, values: str) -> bool:
+    """Whether (overload, dtype) gets samples of the value set: its op spec compares values and
+    allows the set, and the set can say something about it (`applies`)."""
+    spec = spec_for(overload)
+    if not spec.check_values or (spec.value_sets is not None and values not in spec.value_sets):
+        return False
+    return applies(overload, dtype, values)
+
+
 def applies(overload: str, dtype: torch.dtype, values: str) -> bool:
     """Whether the value set can say anything about (overload, dtype): decided from the schema,
     without samples (collection stays cheap)."""
