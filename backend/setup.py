@@ -9,6 +9,7 @@ Environment: ``MAX_JOBS`` (default 2) compile jobs; ``ECHO_NPU_ASAN=1`` builds w
 
 import glob
 import os
+import runpy
 
 from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension
@@ -17,9 +18,15 @@ os.environ.setdefault("MAX_JOBS", "2")
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 CSRC = "csrc"
+INCLUDE = os.path.join(ROOT, "echo_npu", "include")  # shipped: Inductor's C++ wrapper includes it
+# AOTInductor's C shims for npu, generated from this torch's torchgen (csrc/aoti/generate.py)
+AOTI = os.path.join(ROOT, CSRC, "aoti")
+runpy.run_path(os.path.join(AOTI, "generate.py"))["write"](
+    os.path.join(INCLUDE, "echo_npu", "c_shim_npu.h"), os.path.join(AOTI, "c_shim_npu.cpp")
+)
 sources = sorted(
     os.path.relpath(p, ROOT)
-    for sub in ("runtime", "kernels", "device", "aten", "python")
+    for sub in ("runtime", "kernels", "device", "aten", "aoti", "python")
     for p in glob.glob(os.path.join(ROOT, CSRC, sub, "*.cpp"))
 )
 
@@ -34,7 +41,7 @@ setup(
         CppExtension(
             name="echo_npu._C",
             sources=sources,
-            include_dirs=[os.path.join(ROOT, CSRC)],
+            include_dirs=[os.path.join(ROOT, CSRC), INCLUDE],
             extra_compile_args={"cxx": cxx_flags},
             extra_link_args=link_flags,
         )

@@ -52,6 +52,10 @@ def _register_device() -> None:
     _C.set_faults(_FAULTS)
     _C.register_kernels(not _NO_FALLBACK)
     _C.set_fallback_routes(_ROUTES)  # names are checked against the registered kernels
+    _C.register_aoti_runner(DEVICE_NAME)  # aoti_load_package's runner for npu packages
+    # what Inductor builds for npu (cpp_wrapper modules, AOTI models, also from its caches
+    # without compiling again) calls aoti_torch_npu_* shims: make _C's symbols global
+    _C.export_aoti_shims()
 
     from . import device as device_module
 

@@ -22,6 +22,11 @@ Faults (ECHO_NPU_INDUCTOR_FAULTS, comma-separated, none by default), the kinds r
   so a kernel compiled for float32 is reused for the same code in int32.
 - static_allocations: a graph compiled with symbolic sizes allocates its buffers with the sizes
   it was compiled at (their hints), whatever sizes it is called with.
+- cpu_shims: the C++ wrapper calls CPU's shims (`aoti_torch_cpu_<op>`: CPU's kernels called
+  directly, as a backend whose memory is host memory might) for the ops it does not compile:
+  sort and topk then fail on npu tensors (CPU's kernels check the device), mm and nonzero pass.
+- cpp_index_zero: the C++ wrapper allocates every npu buffer on index 0 (the index C++ wrappers
+  write for a device given without one): a graph compiled for npu:1 returns its outputs on npu:0.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from __future__ import annotations
 import os
 import re
 
+import torch
 from torch._dynamo.device_interface import CpuInterface, register_interface_for_device
 from torch._inductor.codegen.common import register_device_op_overrides
 from torch._inductor.codegen.cpp import CppScheduling
@@ -37,6 +43,8 @@ from torch._inductor.codegen.cpu_device_op_overrides import CpuDeviceOpOverrides
 from torch._inductor.codegen.wrapper import PythonWrapperCodegen as _PythonWrapper
 from torch._inductor.codegen.wrapper import SubgraphPythonWrapperCodegen
 from torch._inductor.virtualized import V
+
+from . import _C
 
 DEVICE = "npu"
 FAULTS = frozenset(f for f in os.environ.get("ECHO_NPU_INDUCTOR_FAULTS", "").split(",") if f)
@@ -47,6 +55,8 @@ KNOWN_FAULTS = frozenset(
         "contiguous_inputs",
         "cache_without_dtype",
         "static_allocations",
+        "cpu_shims",
+        "cpp_index_zero",
     }
 )
 if FAULTS - KNOWN_FAULTS:
@@ -100,7 +110,81 @@ class PythonWrapperCodegen(_PythonWrapper):
             super().codegen_input_size_asserts()
 
 
-CppWrapperCodegen = CppWrapperCpu
+class CppWrapperCodegen(CppWrapperCpu):
+    """Inductor's C++ wrapper (`cpp_wrapper=True`, AOTInductor) for npu: CPU's C++ kernels,
+    buffers allocated on npu (`aoti_torch_device_type_privateuse1()`, the graph's device index),
+    and every op Inductor does not compile called through echo_npu's generated shims
+    `aoti_torch_npu_<op>` (the dispatcher: the device's own kernels; csrc/aoti/generate.py).
+
+    torch has headers for its own devices only (`torch/csrc/inductor/cpp_wrapper/<device>.h`):
+    npu's include CPU's and echo_npu's shim header, and npu's wrapper is built as CPU C++."""
+
+    def __init__(self) -> None:
+        self.device = DEVICE  # read by CppWrapperCpu.__init__
+        super().__init__()
+        self.needs_vec_isa = True  # the kernels are CPU's vectorized C++
+
+    @staticmethod
+    def create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures=None):
+        return CppWrapperCodegen()
+
+    @staticmethod
+    def get_device_include_path_jit(device: str) -> str:
+        return _with_shims(device, CppWrapperCpu.get_device_include_path_jit)
+
+    @staticmethod
+    def get_device_include_path_aot(device: str) -> str:
+        return _with_shims(device, CppWrapperCpu.get_device_include_path_aot)
+
+    @staticmethod
+    def get_device_include_path(device: str) -> str:  # older torch (2.9): one for both
+        return _with_shims(device, CppWrapperCpu.get_device_include_path)
+
+    @staticmethod
+    def get_c_shim_func_name(kernel: str, device: str) -> str:
+        if "cpu_shims" in FAULTS and device == DEVICE:  # CPU's kernels on npu tensors
+            device = "cpu"
+        return CppWrapperCpu.get_c_shim_func_name(kernel, device)
+
+    def codegen_device(self, device) -> str:
+        if "cpp_index_zero" in FAULTS and device.type == DEVICE:
+            device = torch.device(DEVICE, 0)
+        return super().codegen_device(device)
+
+    def _built_as_cpu(self, write_end, result) -> None:
+        # the module is built as CPU C++: torch precompiles `cpp_wrapper/<device>.h`, which npu
+        # has not (its header is included by name instead)
+        device, self.device = self.device, "cpu"
+        try:
+            write_end(result)
+        finally:
+            self.device = device
+
+    if hasattr(CppWrapperCpu, "_generate_end_jit"):
+
+        def _generate_end_jit(self, result) -> None:
+            self._built_as_cpu(super()._generate_end_jit, result)
+
+    else:  # an older torch (2.9) writes the JIT module's build in generate_end
+
+        def generate_end(self, result):
+            if V.graph.aot_mode:
+                return super().generate_end(result)
+            return self._built_as_cpu(super().generate_end, result)
+
+
+def _with_shims(device: str, include_of) -> str:
+    """CPU's header for npu (the kernels are CPU's C++), and echo_npu's shim declarations."""
+    if device != DEVICE:
+        return include_of(device)
+    return f"{include_of('cpu')}\n{SHIM_INCLUDE}"
+
+
+SHIM_INCLUDE = (
+    f'#include "{os.path.join(os.path.dirname(__file__), "include", "echo_npu", "c_shim_npu.h")}"'
+)
+if _C.aoti_shim_count() == 0:  # this torch's torchgen generated no shims: no C++ wrapper
+    CppWrapperCodegen = None
 try:  # torch >= 2.9 asks for an FX wrapper too
     from torch._inductor.codegen.wrapper_fxir import WrapperFxCodegen
 except ImportError:  # an older torch never asks for one

@@ -378,7 +378,10 @@ class ConformanceRun:
             coverage=suite.coverage.summary_line() if suite.coverage is not None else "",
             accounting=counts if self.accounting.collected and not collect_only else None,
             results=self.recorder.directory if self.recorder is not None else None,
-            stale=suite.stale_expectations(self.records),
+            stale=suite.stale_expectations(
+                self.records,
+                selected_by_keyword=bool(self.config.option.keyword or self.config.option.markexpr),
+            ),
             unpinned=[e for e in suite.manifest.entries if e.status == "xfail" and not e.checks],
         )
         note = self.accounting.start_failure_note()

@@ -1,6 +1,7 @@
 """Manifest entries that no longer say anything: patterns that match no case of the run's full
 matrix (nor any scenario), and `unsupported_dtypes` that no case needed. Judged only when the
-run was not narrowed by --ops/--dtypes/--layouts/--paths; reported at the end of the run."""
+run was not narrowed by --ops/--dtypes/--layouts/--paths (scenario entries: nor by -k/-m, which
+deselect scenarios the run never sees); reported at the end of the run."""
 
 from __future__ import annotations
 
@@ -15,7 +16,11 @@ from conformance.record import CaseRecord, Status
 
 
 def stale_expectations(
-    manifest: Manifest, cases: CaseList, records: list[CaseRecord], allocator: str
+    manifest: Manifest,
+    cases: CaseList,
+    records: list[CaseRecord],
+    allocator: str,
+    selected_by_keyword: bool = False,
 ) -> list[str]:
     """One line per stale pattern or dtype declaration ([] for a narrowed run)."""
     o = cases.options
@@ -49,6 +54,8 @@ def stale_expectations(
         return not any(fnmatch.fnmatchcase(r, op) for r in reachable)
 
     scenarios = [scenario_key(r.id) for r in records if r.path == "scenario"]
+    if selected_by_keyword:  # -k/-m: the scenarios left out are not known here
+        scenarios = []
 
     def matches_none(entry: Entry, pattern: str) -> bool:
         if pattern.startswith(SCENARIO):  # judged when the scenarios ran

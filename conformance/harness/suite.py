@@ -163,8 +163,12 @@ class Suite:
     def mode_lines(self) -> list[str]:
         return mode_lines(self.mode_account())
 
-    def stale_expectations(self, records: list[CaseRecord]) -> list[str]:
-        return stale_expectations(self.manifest, self.case_list, records, self.allocator)
+    def stale_expectations(
+        self, records: list[CaseRecord], selected_by_keyword: bool = False
+    ) -> list[str]:
+        return stale_expectations(
+            self.manifest, self.case_list, records, self.allocator, selected_by_keyword
+        )
 
     # ---- the manifest --------------------------------------------------------------------------
     def expectation(self, case: CaseId) -> Entry | None:

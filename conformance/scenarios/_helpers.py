@@ -70,6 +70,14 @@ def assert_same(device_value: Any, cpu_value: Any, what: str, atol=1e-5, rtol=1e
         assert got == cpu_value, f"{what}: device gave {got!r}, CPU {cpu_value!r}"
 
 
+def assert_on(value: Any, where: torch.device, what: str) -> None:
+    """Every tensor of a result is on `where` (type and index)."""
+    values = value if isinstance(value, (list, tuple)) else (value,)
+    for i, out in enumerate(values):
+        if isinstance(out, torch.Tensor) and out.device != where:
+            raise AssertionError(f"{what}: output {i} is on {out.device}, its inputs on {where}")
+
+
 def on_both(fn: Callable[[torch.device], Any], device: torch.device, what: str, **tol) -> Any:
     """Run fn on CPU and on the device, compare, return the device result."""
     expected = fn(torch.device("cpu"))

@@ -39,6 +39,13 @@ def pytest_runtest_setup(item: pytest.Item):
 
 
 @pytest.fixture
+def compile_mode_only(request):
+    """For compiled-path scenarios that build C++ (minutes): only `--modes compile` runs them."""
+    if "compile" not in run_of(request.config).suite.options.modes:
+        pytest.skip("compiled-path scenario (Inductor builds C++): --modes compile runs it")
+
+
+@pytest.fixture
 def device(conformance_suite):
     """The device of the backend the suite is pointed at."""
     return conformance_suite.backend.device

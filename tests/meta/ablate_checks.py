@@ -45,6 +45,7 @@ SELF_TESTS = [
     "tests/suite/test_compile_mode.py",
     "tests/suite/test_environment_diff.py",
     "tests/engine/test_dynamic_shapes.py",
+    "tests/scenarios/test_compiled_scenarios.py",
 ]
 # tests of crash isolation and repro commands check no verdict: left out to save time
 DESELECT = "not repro and not sigkill and not segfault"

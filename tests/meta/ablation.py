@@ -226,6 +226,7 @@ ABLATIONS: dict[str, Callable[[], None]] = {
         "conformance.engine.compiling", "CASE_LAYOUTS", lambda v: ("contiguous",)
     ),
     "compile-int-dtype": _patch("conformance.engine.compiling", "CASE_DTYPES", lambda v: v[:1]),
+    "scenario-output-device": _off("conformance.scenarios._helpers", "assert_on"),
     # lazy devices (issue 36)
     "lazy-settle": _patch(
         "conformance.engine.runner", "settle", lambda f: lambda lazy, outcome: outcome

@@ -179,3 +179,17 @@ def test_ops_reached_only_through_the_fallback(run_suite):
     assert run.returncode == 0, run.output
     assert run.case("nonzero-float32-transposed-fallback")["status"] == "passed"
     assert not [r for r in run.results if r["op"] == "nonzero" and r["path"] == "native"]
+
+
+def test_scenario_entries_are_not_judged_by_a_run_that_k_narrowed(run_suite, tmp_path):
+    """-k deselects scenarios this run never sees: their entries are not stale (the entries of
+    the compiled-path scenarios were reported by `-k cpp_wrapper` once)."""
+    path = tmp_path / "m.toml"
+    path.write_text(
+        '[[entry]]\npattern = "scenario:test_aoti_package_for_the_device_matches_cpu"\n'
+        'status = "xfail"\ncheck = "scenario"\ncategory = "unsupported"\nreason = "r"\n'
+    )
+    run = run_suite("-k", "save_load_tensors_views", "--expectations", str(path))
+    assert run.returncode == 0, run.output
+    assert "1 passed" in run.output, run.output[-2000:]  # the one scenario -k selects
+    assert "matches no case of the matrix" not in run.output, run.output[-2000:]

@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 
+#include "../aoti/runner.h"
 #include "../aten/registry.h"
 #include "../device/api.h"
 #include "../device/rng.h"
@@ -95,6 +96,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("check_memory", &check_memory);
   m.def("clear_memory_errors", [] { enpuClearMemoryErrors(); });
   m.def("kernel_launches", [] { return enpuKernelLaunchCount(); });
+  m.def("register_aoti_runner", &enpu::register_aoti_runner, py::arg("device"));
+  m.def("aoti_shim_count", &enpu::aoti_shim_count);
+  m.def("export_aoti_shims", &enpu::export_aoti_shims);
   m.def("set_fallback_routes", &enpu::set_routes);
   m.def("get_fallback_routes", &enpu::get_routes);
   m.def("native_ops", &enpu::native_ops);

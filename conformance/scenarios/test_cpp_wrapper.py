@@ -1,0 +1,85 @@
+"""Scenario 11: Inductor's C++ wrapper on the device (`torch.compile(options={"cpp_wrapper":
+True})`, the wrapper AOTInductor packages too; compiled-path scenarios: `--modes compile` runs
+them, each graph is a C++ build of seconds).
+
+The C++ wrapper is another program than the Python one: it allocates through the AOTI C ABI
+(`aoti_torch_empty_strided` with the device's type and index) and calls every op Inductor does
+not compile itself through a C shim per device (`aoti_torch_<device>_<op>`). Each function mixes
+kernels Inductor compiles with such ops (mm, sort, nonzero, topk); its results must match CPU
+eager and the device's eager results, on the device and index of the inputs (the last index
+too, while index 0 is current).
+
+A device with no Inductor backend, or one with no C++ wrapper, is skipped with that reason.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conformance.scenarios._helpers import assert_on, assert_same, step, to_cpu
+
+pytestmark = pytest.mark.usefixtures("compile_mode_only")
+
+
+def matmul_bias(x, w):
+    return torch.relu(torch.mm(x, w) + 1.0)
+
+
+def sort_scale(x):
+    values, indices = torch.sort(x, dim=1)
+    return values * 2.0, indices
+
+
+def nonzero_rows(x):
+    return torch.nonzero(x > 0), (x > 0).sum(dim=1)
+
+
+def topk_softmax(x):
+    values, indices = torch.topk(x, 3, dim=-1)
+    return torch.softmax(values, dim=-1), indices
+
+
+FUNCTIONS = {
+    "matmul_bias": (matmul_bias, lambda: (torch.randn(4, 6), torch.randn(6, 5))),
+    "sort_scale": (sort_scale, lambda: (torch.randn(3, 7),)),
+    "nonzero_rows": (nonzero_rows, lambda: (torch.randn(4, 5),)),
+    "topk_softmax": (topk_softmax, lambda: (torch.randn(2, 8),)),
+}
+
+
+def _cpp_wrapper_or_skip(device: torch.device) -> None:
+    from torch._inductor.codegen.common import (
+        get_scheduling_for_device,
+        get_wrapper_codegen_for_device,
+        init_backend_registration,
+    )
+
+    init_backend_registration()
+    if get_scheduling_for_device(device.type) is None:
+        pytest.skip(f"'{device.type}' has no Inductor backend: no C++ wrapper to check")
+    if get_wrapper_codegen_for_device(device.type, cpp_wrapper=True) is None:
+        pytest.skip(f"'{device.type}' has an Inductor backend without a C++ wrapper")
+
+
+@pytest.mark.parametrize("name", list(FUNCTIONS))
+def test_cpp_wrapper_matches_eager(conformance_suite, device, name):
+    _cpp_wrapper_or_skip(device)
+    fn, make = FUNCTIONS[name]
+    torch.manual_seed(0)
+    inputs = make()
+    expected = fn(*inputs)
+    other = conformance_suite.backend.other_device  # the last index, where there are more
+    for target in [device] + ([other] if other is not None else []):
+        args = tuple(a.to(target) for a in inputs)
+        where = args[0].device  # with its index
+        step(f"eager {name} on {where}")
+        eager = fn(*args)
+        assert_same(eager, expected, f"eager {name} on {where}")
+        torch._dynamo.reset()
+        step(f"torch.compile(cpp_wrapper=True) {name} on {where}")
+        compiled = torch.compile(fn, fullgraph=True, options={"cpp_wrapper": True})
+        got = compiled(*args)
+        assert_on(got, where, f"cpp_wrapper {name}")
+        assert_same(got, expected, f"cpp_wrapper {name} on {where} vs CPU eager")
+        assert_same(got, to_cpu(eager), f"cpp_wrapper {name} on {where} vs eager on the device")
