@@ -31,6 +31,7 @@ Faults (ECHO_NPU_INDUCTOR_FAULTS, comma-separated, none by default), the kinds r
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 
@@ -243,10 +244,16 @@ def _say_kernels_are_cpp() -> None:
     if original is None:  # an older Inductor without the question
         return
 
+    # torch 2.9's takes no device (it reads the graph's): passing one broke every compile for
+    # another device in a process that had loaded this module (measured: a CPU AOTI package)
+    asks_device = bool(inspect.signature(original).parameters)
+
     def get_current_backend(device_type: str | None = None) -> str:
         if not device_type:
             device_type = V.graph.get_current_device_or_throw().type
-        return "cpp" if device_type == DEVICE else original(device_type)
+        if device_type == DEVICE:
+            return "cpp"
+        return original(device_type) if asks_device else original()
 
     for module in (utils, common, scheduler):
         if getattr(module, "get_current_backend", None) is original:
@@ -260,8 +267,19 @@ def _say_kernels_are_cpp() -> None:
 
 
 _say_kernels_are_cpp()
-# the C++ wrapper (cpp_wrapper, AOTInductor) of torch <= 2.14 names the device by its ATen type:
-# PrivateUse1 (`aoti_torch_device_type_privateuse1()` in the AOTI shim); 2.15 has no such table
+
+
+class DeviceOpOverrides(CpuDeviceOpOverrides):
+    """CPU's op overrides (npu's kernels are CPU's C++), with npu's ATen device type: the C++
+    wrapper of torch 2.15 names a device's buffers by `aten_device_type()` (CPU's answers
+    at::kCPU: measured, every npu buffer was allocated on cpu)."""
+
+    def aten_device_type(self) -> str:
+        return "at::kPrivateUse1"
+
+
+# the C++ wrapper of torch <= 2.14 names the device's buffers by DEVICE_TO_ATEN instead:
+# PrivateUse1 (`aoti_torch_device_type_privateuse1()` in the AOTI shim)
 try:
     from torch._inductor.codegen.cpp_utils import DEVICE_TO_ATEN
 
@@ -273,4 +291,4 @@ if "contiguous_inputs" in FAULTS:
 if "cache_without_dtype" in FAULTS:
     _plant_cache_without_dtype()
 register_interface_for_device(DEVICE, CpuInterface)
-register_device_op_overrides(DEVICE, CpuDeviceOpOverrides())
+register_device_op_overrides(DEVICE, DeviceOpOverrides())
