@@ -65,6 +65,13 @@ def shims(device: str) -> tuple[list[str], list[str], list[str]]:
 def write(header_path: str, source_path: str, device: str = "npu") -> int:
     """Write the header and the source; return how many shims they hold (0: none generated)."""
     try:
+        import yaml  # noqa: F401 - torchgen reads native_functions.yaml with it
+    except ImportError:
+        raise SystemExit(
+            "echo_npu: the build needs PyYAML (torchgen reads native_functions.yaml to generate "
+            "the AOTInductor shims): python -m pip install pyyaml"
+        ) from None
+    try:
         declarations, definitions, includes = shims(device)
     except Exception as error:  # noqa: BLE001 - another torch's torchgen: build without shims
         print(f"echo_npu: no AOTInductor shims for this torch ({error!r})", file=sys.stderr)
