@@ -256,6 +256,20 @@ def test_fallback_addmm_drops_bias(npu, faults):
     assert npu.fallback_counts().get("addmm.out", 0) >= 1  # and it came through cpu_fallback
 
 
+def test_fallback_bn_legit_drops_var_only_on_the_decomposed_op(npu, faults):
+    x, weight, bias = torch.randn(2, 3, 4, 4), torch.ones(3), torch.zeros(3)
+    mean, var = torch.zeros(3), torch.full((3,), 4.0)
+    on = [t.to("npu") for t in (x, weight, bias, mean, var)]
+    expected = torch.ops.aten._native_batch_norm_legit_no_training(
+        x, weight, bias, mean, var, 0.1, 1e-5
+    )
+    faults(["fallback_bn_legit_drops_var"])
+    got = torch.ops.aten._native_batch_norm_legit_no_training(*on, 0.1, 1e-5)[0].cpu()
+    assert not torch.allclose(got, expected[0])  # normalized by 1, not by 4
+    eager = torch.nn.functional.batch_norm(*on[:1], on[3], on[4], on[1], on[2]).cpu()
+    assert torch.allclose(eager, expected[0], atol=1e-5)  # eager BatchNorm: native_batch_norm
+
+
 def test_resize_segfault_crashes_only_when_growing(run_py):
     code = (
         "import torch, echo_npu\nx = torch.zeros(3, device='npu')\nx.resize_(2)\n"

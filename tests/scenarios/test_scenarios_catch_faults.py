@@ -61,6 +61,11 @@ FAULTS = {
         "test_exported_program_on_the_device_matches_eager_and_cpu[small_cnn]",
         ["eager small_cnn: device result differs from CPU"],
     ),
+    "fallback_bn_legit_drops_var": (  # only the decomposed program calls it: export-specific
+        "exported_program and small_cnn",
+        "test_exported_program_on_the_device_matches_eager_and_cpu[small_cnn]",
+        ["exported small_cnn (core ATen) against cpu eager: device result differs"],
+    ),
     "segfault_empty": (
         "attention_mask_pipeline",
         "test_attention_mask_pipeline[empty_batch]",

@@ -61,6 +61,12 @@ void fallback_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     const size_t first = stack->size() - op.schema().arguments().size();
     (*stack)[first] = c10::IValue(at::zeros_like((*stack)[first].toTensor()));  // self: the bias
   }
+  if (name == "_native_batch_norm_legit" && fault(Fault::FallbackBnLegitDropsVar)) {
+    const size_t first = stack->size() - op.schema().arguments().size();
+    if (!(*stack)[first + 5].toBool()) {  // training=False: running_var only read
+      (*stack)[first + 4] = c10::IValue(at::ones_like((*stack)[first + 4].toTensor()));
+    }
+  }
   at::native::cpu_fallback(op, stack);
 }
 
