@@ -53,9 +53,10 @@ def stale_expectations(
             return True
         return not any(fnmatch.fnmatchcase(r, op) for r in reachable)
 
-    scenarios = [scenario_key(r.id) for r in records if r.path == "scenario"]
-    if selected_by_keyword:  # -k/-m: the scenarios left out are not known here
-        scenarios = []
+    # -k/-m: the scenarios left out are not known here, so no scenario entry is judged
+    scenarios = (
+        [] if selected_by_keyword else [scenario_key(r.id) for r in records if r.path == "scenario"]
+    )
 
     def matches_none(entry: Entry, pattern: str) -> bool:
         if pattern.startswith(SCENARIO):  # judged when the scenarios ran

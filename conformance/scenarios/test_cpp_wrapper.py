@@ -17,6 +17,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from conformance.engine.backend import compiler_for
+from conformance.engine.compiling import inductor_load_error
 from conformance.engine.errorclass import first_line
 from conformance.scenarios._helpers import assert_on, assert_same, step, to_cpu
 
@@ -50,15 +52,19 @@ FUNCTIONS = {
 
 
 def _cpp_wrapper_or_skip(device: torch.device) -> None:
+    """Skip, naming why, where the device has no C++ wrapper; fail where its Inductor backend
+    fails to load (that breaks CPU's compiles too: never a skip)."""
     from torch._inductor.codegen.common import (
-        get_scheduling_for_device,
         get_wrapper_codegen_for_device,
         init_backend_registration,
     )
 
-    init_backend_registration()
-    if get_scheduling_for_device(device.type) is None:
+    broken = inductor_load_error(device.type)
+    if broken is not None:
+        pytest.fail(f"the device's Inductor backend fails to load: {broken}")
+    if compiler_for(device.type) != "inductor":
         pytest.skip(f"'{device.type}' has no Inductor backend: no C++ wrapper to check")
+    init_backend_registration()  # registers the classes the device module hands over
     if get_wrapper_codegen_for_device(device.type, cpp_wrapper=True) is None:
         pytest.skip(f"'{device.type}' has an Inductor backend without a C++ wrapper")
 

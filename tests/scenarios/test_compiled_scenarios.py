@@ -41,6 +41,18 @@ def test_each_cpp_wrapper_fault_fails_the_function_it_breaks(run_scenarios, faul
     assert text in run.output, run.output[-3000:]
 
 
+def test_a_device_whose_inductor_backend_fails_to_load_fails_never_skips(run_scenarios):
+    """A broken Inductor backend breaks CPU's compiles too: the scenario names it, never skips
+    as 'cpu cannot compile it either'."""
+    run = run_scenarios(
+        *COMPILE, "-k", "cpp_wrapper", env={"ECHO_NPU_INDUCTOR_FAULTS": "no_such_fault"}
+    )
+    assert len(_failed(run.output)) == 4, run.output[-3000:]
+    assert "the device's Inductor backend fails to load: torch.npu.Scheduling: ValueError" in (
+        run.output
+    ), run.output[-3000:]
+
+
 def test_the_device_package_is_built_and_refused_by_torchs_runtime_only(run_scenarios):
     """Without the manifest the AOTI scenario for the device fails at loading, with echo_npu's
     runner naming torch's device list: packaging (its C++ wrapper and shims) worked."""

@@ -27,7 +27,7 @@ std::unique_ptr<AOTIModelContainerRunner> create(const std::string& so_path, siz
                                                  const std::string& device,
                                                  const std::string& bin_dir,
                                                  const bool single_threaded) {
-  enpu::export_aoti_shims();  // the model's shim calls resolve against this library
+  // the model's shim calls resolve against this library: exported when the device registered
   try {
     return std::make_unique<NpuRunner>(so_path, num_models, device, bin_dir, single_threaded);
   } catch (const std::exception& e) {
