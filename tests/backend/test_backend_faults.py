@@ -428,3 +428,112 @@ def test_to_bf16_truncates(npu, faults, source):
     faults(["to_bf16_truncates"])
     got = x.to("npu").to(torch.bfloat16).cpu()
     assert got.tolist() == [1.0, -(1 + 2**-7), 3.0]  # the mantissa cut, not rounded
+
+
+# ---- faults only large sizes or particular arguments reveal -----------------------------------
+def test_sum_bf16_tiles(npu, faults):
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(65536, generator=g).to(torch.bfloat16)
+    rows = torch.rand(8, 16, generator=g).to(torch.bfloat16)  # reduced extent 16: one tile
+    right = x.to("npu").sum().cpu()
+    right_rows = rows.to("npu").sum(1).cpu()
+    assert abs(float(right) - float(x.sum())) < 256  # ~32768
+    faults(["sum_bf16_tiles"])
+    assert float(x.to("npu").sum().cpu()) <= 4096  # the bfloat16 total stalls at 2^12
+    assert float(x.to("npu").sum(0).cpu()) <= 4096
+    assert torch.equal(rows.to("npu").sum(1).cpu(), right_rows)
+    assert torch.equal(x.to("npu").sum(0, dtype=torch.float32).cpu(), x.sum(0, dtype=torch.float32))
+    faults([])
+    assert torch.equal(x.to("npu").sum().cpu(), right)
+
+
+def test_exp_skips_tail(npu, faults):
+    g = torch.Generator().manual_seed(0)
+    faults(["exp_skips_tail"])
+    for n in (5, 1023, 1024, 2048):  # below 1024 elements, or no tail: right
+        x = torch.randn(n, generator=g)
+        torch.testing.assert_close(torch.exp(x.to("npu")).cpu(), torch.exp(x))
+    x = torch.randn(1027, generator=g)
+    out = torch.empty(1027, device="npu")
+    got = [torch.exp(x.to("npu")), x.to("npu").exp_(), torch.exp(x.to("npu"), out=out)]
+    for r in (t.cpu() for t in got):
+        torch.testing.assert_close(r[:1024], torch.exp(x[:1024]))
+        assert torch.equal(r[1024:], x[1024:])  # the last 1027 % 8 = 3 keep the input's values
+    faults([])
+    torch.testing.assert_close(torch.exp(x.to("npu")).cpu(), torch.exp(x))
+
+
+def test_cumsum_carry(npu, faults):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 3000, generator=g, dtype=torch.float64)
+    i = torch.randint(-50, 50, (2500,), generator=g)
+    faults(["cumsum_carry"])
+    short = x[:, :1024]  # one block: right (also scanned along dim 0 of the transpose)
+    assert torch.equal(short.to("npu").cumsum(1).cpu(), short.cumsum(1))
+    assert torch.equal(short.t().to("npu").cumsum(0).cpu(), short.t().cumsum(0))
+    got = x.to("npu").cumsum(1).cpu()
+    assert torch.equal(got[:, :1024], x[:, :1024].cumsum(1))
+    # from the second block on: the carry is the last input element of the block before
+    carry = x[:, 1023:1024]
+    torch.testing.assert_close(got[:, 1024:2048], carry + x[:, 1024:2048].cumsum(1))
+    assert not torch.allclose(got[:, 1024:], x.cumsum(1)[:, 1024:])
+    wrong = torch.cumsum(i.to("npu"), 0).cpu()
+    assert torch.equal(wrong[:1024], i.cumsum(0)[:1024]) and not torch.equal(wrong, i.cumsum(0))
+    faults([])
+    assert torch.equal(x.to("npu").cumsum(1).cpu(), x.cumsum(1))
+    assert torch.equal(torch.cumsum(i.to("npu"), 0).cpu(), i.cumsum(0))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_sqrt_ulp(npu, faults, dtype):
+    values = [4.0, 2.0, 0.5, 0.0, -0.0, float("inf"), float("nan"), 9.0]
+    x = torch.tensor(values + [0.0] * 7 + [16.0] + [3.0] * 7 + [float("inf")], dtype=dtype)
+    right = torch.sqrt(x.to("npu")).cpu()
+    assert _bits(right[:7]) == _bits(torch.sqrt(x[:7]))  # specials as CPU: -0.0, inf, NaN
+    faults(["sqrt_ulp"])
+    out = torch.empty(0, dtype=dtype, device="npu")
+    for got in (torch.sqrt(x.to("npu")), x.to("npu").sqrt_(), torch.sqrt(x.to("npu"), out=out)):
+        got = got.cpu()
+        differs = [
+            i for i, (a, b) in enumerate(zip(_bits(got), _bits(right), strict=True)) if a != b
+        ]
+        assert differs == [7, 15]  # flat index % 8 == 7; index 23 holds inf: unchanged
+        assert (
+            torch.nextafter(right[differs], torch.tensor(float("inf"), dtype=dtype)) == got[differs]
+        ).all()  # one ulp away from zero
+    faults([])
+
+
+def _nll(inp, tgt, **kw):
+    return torch.nn.functional.nll_loss(inp, tgt, **kw)
+
+
+def test_fallback_nll_mean_by_n(npu, faults):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 4, generator=g).log_softmax(1)
+    target, weight = torch.tensor([0, 1, 2, 3, 1, -100]), torch.tensor([1.0, 2.0, 3.0, 4.0])
+    x4 = torch.randn(2, 4, 3, 3, generator=g).log_softmax(1)
+    t4 = torch.randint(0, 4, (2, 3, 3), generator=g)
+
+    def on_npu(inp, tgt, **kw):
+        kw = {k: v.to("npu") if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
+        return torch.nn.functional.nll_loss(inp.to("npu"), tgt.to("npu"), **kw).cpu()
+
+    variants = [dict(weight=weight, reduction="sum"), dict(weight=weight, reduction="none"), {}]
+    faults(["fallback_nll_mean_by_n"])
+    npu.reset_fallback_counts()
+    for inp, tgt in ((x, target), (x4, t4)):
+        for kw in variants:  # right without reduction=mean and a weight
+            torch.testing.assert_close(on_npu(inp, tgt, **kw), _nll(inp, tgt, **kw))
+        weighted = _nll(inp, tgt, weight=weight, reduction="sum")
+        count = (tgt != -100).sum()
+        got = on_npu(inp, tgt, weight=weight)
+        torch.testing.assert_close(got, weighted / count)  # divided by the count
+        assert not torch.allclose(got, _nll(inp, tgt, weight=weight))
+    counts = npu.fallback_counts()
+    assert counts.get("nll_loss_forward", 0) + counts.get("nll_loss_forward.output", 0) >= 1
+    assert counts.get("nll_loss2d_forward", 0) >= 1, counts
+    op = torch.ops.aten.nll_loss_forward(x.to("npu"), target.to("npu"), weight.to("npu"), 1, -100)
+    assert float(op[1].cpu()) == 12.0  # total_weight stays right: 1 + 2 + 3 + 4 + 2
+    faults([])
+    torch.testing.assert_close(on_npu(x, target, weight=weight), _nll(x, target, weight=weight))

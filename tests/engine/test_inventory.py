@@ -40,6 +40,9 @@ as_strided
 cat
 convolution_backward_overrideable
 convolution_overrideable
+cumsum
+cumsum.out
+cumsum_
 div.Tensor
 div.out
 div_.Tensor
@@ -78,6 +81,9 @@ resize_
 set_.source_Storage
 set_.source_Storage_storage_offset
 set_.source_Tensor
+sqrt
+sqrt.out
+sqrt_
 sub.Tensor
 sub.out
 sub_.Tensor

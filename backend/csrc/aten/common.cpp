@@ -2,12 +2,18 @@
 #include "common.h"
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/core/Reduction.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/copy_native.h>
 #include <ATen/ops/empty_strided.h>
+#include <ATen/ops/div.h>
 #include <ATen/ops/from_blob.h>
+#include <ATen/ops/ne.h>
+#include <ATen/ops/nll_loss2d_forward.h>
+#include <ATen/ops/nll_loss_forward.h>
 #include <ATen/ops/resize_native.h>
 #include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/sum.h>
 #include <ATen/ops/zeros_like.h>
 #include <c10/core/DeviceGuard.h>
 #if defined(__SANITIZE_ADDRESS__)
@@ -16,6 +22,9 @@
 
 #include <cstring>
 #include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace enpu {
 
@@ -47,6 +56,112 @@ void check_same_device(const c10::OperatorHandle& op, const torch::jit::Stack& s
               *device, " and ", *cpu, "!");
 }
 
+// Fault "fallback_nll_mean_by_n": what the fix-up after CPU's nll_loss(2d)_forward needs.
+struct NllMeanByN {
+  bool two_d = false;
+  at::Tensor self, target, weight;
+  int64_t ignore_index = 0;
+};
+
+// The arguments of an nll_loss_forward / nll_loss2d_forward call (either overload) with
+// reduction=mean and a weight, read off the stack before cpu_fallback consumes it.
+std::optional<NllMeanByN> nll_mean_by_n(const std::string& name, const c10::OperatorHandle& op,
+                                        const torch::jit::Stack& stack) {
+  const bool one_d = name == "nll_loss_forward" || name == "nll_loss_forward.output";
+  const bool two_d = name == "nll_loss2d_forward" || name == "nll_loss2d_forward.output";
+  if (!(one_d || two_d) || !fault(Fault::FallbackNllMeanByN)) return std::nullopt;
+  const size_t first = stack.size() - op.schema().arguments().size();
+  const c10::IValue& weight = stack[first + 2];
+  if (weight.isNone() || !weight.toTensor().defined()) return std::nullopt;
+  if (stack[first + 3].toInt() != at::Reduction::Mean) return std::nullopt;
+  return NllMeanByN{two_d, stack[first].toTensor(), stack[first + 1].toTensor(),
+                    weight.toTensor(), stack[first + 4].toInt()};
+}
+
+// The weighted sum (CPU's own, reduction=sum) divided by the number of non-ignored targets,
+// written into the `output` the fallback returned (second to last on the stack).
+void nll_divide_by_count(const NllMeanByN& f, torch::jit::Stack& stack) {
+  const at::Tensor output = stack[stack.size() - 2].toTensor();
+  const at::Tensor self = f.self.cpu(), target = f.target.cpu(), weight = f.weight.cpu();
+  const int64_t sum = at::Reduction::Sum;
+  at::Tensor weighted =
+      f.two_d ? std::get<0>(at::nll_loss2d_forward(self, target, weight, sum, f.ignore_index))
+              : std::get<0>(at::nll_loss_forward(self, target, weight, sum, f.ignore_index));
+  at::Tensor count = at::ne(target, f.ignore_index).sum();
+  output.copy_(at::div(weighted, count));
+}
+
+// cpu_fallback puts its outputs on the device of the first tensor argument
+// (compute_target_device: "we use the first tensor arg to pick the device", `t_args[0].device()`).
+// When that is a CPU tensor (a wrapped Python number, `1.0 - x` -> sub.Tensor(tensor(1.0), x), or
+// a 0-dim CPU tensor, which TensorIterator ops accept beside device tensors) the results come back
+// on CPU, where CPU eager semantics put them on the device. The device CPU eager would pick: the
+// first non-CPU plain tensor argument, when the first tensor argument is on CPU (nullopt
+// otherwise, and when a Device argument gives cpu_fallback its target).
+std::optional<c10::Device> device_for_outputs(const c10::OperatorHandle& op,
+                                              const torch::jit::Stack& stack) {
+  const size_t first = stack.size() - op.schema().arguments().size();
+  std::optional<c10::Device> first_tensor, device;
+  for (size_t i = first; i < stack.size(); ++i) {
+    const c10::IValue& v = stack[i];
+    if (v.isDevice()) return std::nullopt;
+    if (!v.isTensor()) continue;
+    const at::Tensor& t = v.toTensor();
+    if (!first_tensor) {
+      if (!t.defined()) return std::nullopt;
+      first_tensor = t.device();
+    }
+    if (!device && t.defined() && t.device().is_privateuseone()) device = t.device();
+  }
+  if (!first_tensor || !first_tensor->is_cpu()) return std::nullopt;
+  return device;
+}
+
+// Moves the CPU results cpu_fallback left on the stack to dev. Returns that alias an argument
+// (in-place/out=, `Tensor(a!)`) stay that very argument, as cpu_fallback put it back.
+void move_outputs(const c10::OperatorHandle& op, torch::jit::Stack& stack, c10::Device dev) {
+  const auto& returns = op.schema().returns();
+  const size_t first = stack.size() - returns.size();
+  for (size_t i = 0; i < returns.size(); ++i) {
+    const c10::AliasInfo* alias = returns[i].alias_info();
+    if (alias != nullptr && alias->isWrite()) continue;
+    c10::IValue& v = stack[first + i];
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      if (t.defined() && t.device().is_cpu()) v = c10::IValue(t.to(dev));
+    } else if (v.isTensorList()) {
+      std::vector<at::Tensor> ts = v.toTensorVector();
+      for (auto& t : ts)
+        if (t.defined() && t.device().is_cpu()) t = t.to(dev);
+      v = c10::IValue(c10::List<at::Tensor>(ts));
+    }
+  }
+}
+
+// native_batch_norm (and .out) updates running_mean/running_var in place when training, but its
+// schema declares them `Tensor? running_mean` (not `Tensor(a!)`), and cpu_fallback copies back
+// only arguments whose "alias_info->isWrite()": the device's statistics would stay unchanged.
+// The CPU op is handed CPU copies of them (cpu_fallback leaves CPU tensors as they are); after
+// it, each is copied back into its device tensor with the device's copy. (_native_batch_norm_legit
+// and _batch_norm_with_update mark them `Tensor(a!)`: cpu_fallback copies those back itself.)
+using RunningStats = std::vector<std::pair<at::Tensor, at::Tensor>>;  // (device, CPU copy)
+
+RunningStats bn_running_stats(const std::string& name, const c10::OperatorHandle& op,
+                              torch::jit::Stack& stack) {
+  RunningStats stats;
+  if (name != "native_batch_norm" && name != "native_batch_norm.out") return stats;
+  const size_t first = stack.size() - op.schema().arguments().size();
+  if (!stack[first + 5].toBool()) return stats;  // training=False: only read
+  for (size_t i : {first + 3, first + 4}) {      // running_mean, running_var
+    if (!stack[i].isTensor()) continue;          // None
+    const at::Tensor t = stack[i].toTensor();
+    if (!t.defined() || !t.device().is_privateuseone()) continue;
+    stats.emplace_back(t, t.cpu());
+    stack[i] = c10::IValue(stats.back().second);
+  }
+  return stats;
+}
+
 }  // namespace
 
 void fallback_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -67,7 +182,13 @@ void fallback_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       (*stack)[first + 4] = c10::IValue(at::ones_like((*stack)[first + 4].toTensor()));
     }
   }
+  const std::optional<NllMeanByN> nll = nll_mean_by_n(name, op, *stack);
+  const std::optional<c10::Device> out_device = device_for_outputs(op, *stack);
+  const RunningStats stats = bn_running_stats(name, op, *stack);
   at::native::cpu_fallback(op, stack);
+  for (const auto& [dev, cpu] : stats) dev.copy_(cpu);
+  if (out_device) move_outputs(op, *stack, *out_device);
+  if (nll) nll_divide_by_count(*nll, *stack);
 }
 
 void check_runtime(enpuError_t err) {

@@ -24,6 +24,7 @@
 #include <ATen/ops/neg.h>
 #include <ATen/ops/relu.h>
 #include <ATen/ops/result_type.h>
+#include <ATen/ops/sqrt.h>
 #include <ATen/ops/sub.h>
 #include <ATen/ops/where.h>
 
@@ -146,18 +147,34 @@ Tensor& binary_out(k::BinOp kop, const Tensor& self, const Tensor& other, Tensor
 }
 
 // ---- unary --------------------------------------------------------------------------------
+// Fault "exp_skips_tail": from this many elements on, exp takes an 8-wide vector path.
+constexpr int64_t kExpVectorMin = 1024;
+
 Tensor unary_compute(k::UnOp op, const Tensor& self, at::ScalarType ct, c10::Device dev) {
   Tensor a = stage(self, self.sizes(), ct, dev);
   Tensor r = empty_dev(self.sizes(), ct, dev);
-  const unsigned quirks = op == k::UnOp::Neg && fault(Fault::NegSignedZero) ? k::kZeroMinusX : 0u;
-  launch("unary", [&] { k::unary(op, kdt(ct), a.data_ptr(), r.data_ptr(), r.numel(), quirks); });
+  unsigned quirks = 0;
+  if (op == k::UnOp::Neg && fault(Fault::NegSignedZero)) quirks |= k::kZeroMinusX;
+  if (op == k::UnOp::Sqrt && fault(Fault::SqrtUlp)) quirks |= k::kSqrtUlpEvery8;
+  const int64_t n = r.numel();
+  if (op == k::UnOp::Exp && n >= kExpVectorMin && fault(Fault::ExpSkipsTail)) {
+    // The vector path runs in place over a copy of the input, 8 elements at a time, and its
+    // scalar tail loop is missing: the last n % 8 elements keep the input's values.
+    check_runtime(enpuMemcpy(r.data_ptr(), a.data_ptr(), static_cast<size_t>(r.nbytes()),
+                             enpuMemcpyDeviceToDevice));
+    launch("unary", [&] { k::unary(op, kdt(ct), r.data_ptr(), r.data_ptr(), n - n % 8, quirks); });
+    return r;
+  }
+  launch("unary", [&] { k::unary(op, kdt(ct), a.data_ptr(), r.data_ptr(), n, quirks); });
   return r;
 }
 
 at::ScalarType unary_ct(k::UnOp op, const Tensor& self) {
   TORCH_CHECK_NOT_IMPLEMENTED(op != k::UnOp::Abs || self.scalar_type() != at::kBool,
                               "\"abs_cpu\" not implemented for 'Bool'");
-  if (op == k::UnOp::Exp && at::isIntegralType(self.scalar_type(), true)) return default_float();
+  // exp and sqrt of integers (bool included): computed in the default float dtype, as CPU
+  if ((op == k::UnOp::Exp || op == k::UnOp::Sqrt) && at::isIntegralType(self.scalar_type(), true))
+    return default_float();
   return self.scalar_type();
 }
 
@@ -388,7 +405,7 @@ Tensor& div_out(const Tensor& self, const Tensor& other, Tensor& out) {
   return binary_out<at::_ops::div_out, at::_ops::div_Tensor>(k::BinOp::Div, self, other, out);
 }
 
-// ---- neg / abs / exp / relu ---------------------------------------------------------------
+// ---- neg / abs / exp / sqrt / relu --------------------------------------------------------
 // neg_aborts_after_abs: the state abs leaves (a workspace flag, not a corruption)
 std::atomic<bool> g_abs_ran{false};
 
@@ -460,6 +477,24 @@ Tensor& exp_out(const Tensor& self, Tensor& out) {
   if (use_fallback("exp.out", {self, out})) return fallback<at::_ops::exp_out>(self, out);
   if (fault(Fault::IntNotImplemented)) refuse_integer("exp_npu", self);
   return unary_out<at::_ops::exp_out>(k::UnOp::Exp, self, out);
+}
+
+Tensor sqrt(const Tensor& self) {
+  OpScope s("sqrt");
+  if (use_fallback("sqrt", {self})) return fallback<at::_ops::sqrt>(self);
+  return unary_functional<at::_ops::sqrt>(k::UnOp::Sqrt, self);
+}
+
+Tensor& sqrt_(Tensor& self) {
+  OpScope s("sqrt_");
+  if (use_fallback("sqrt_", {self})) return fallback<at::_ops::sqrt_>(self);
+  return unary_inplace<at::_ops::sqrt_>(k::UnOp::Sqrt, self);
+}
+
+Tensor& sqrt_out(const Tensor& self, Tensor& out) {
+  OpScope s("sqrt.out");
+  if (use_fallback("sqrt.out", {self, out})) return fallback<at::_ops::sqrt_out>(self, out);
+  return unary_out<at::_ops::sqrt_out>(k::UnOp::Sqrt, self, out);
 }
 
 Tensor relu(const Tensor& self) {

@@ -67,6 +67,9 @@ Tensor& abs_out(const Tensor& self, Tensor& out);
 Tensor exp(const Tensor& self);
 Tensor& exp_(Tensor& self);
 Tensor& exp_out(const Tensor& self, Tensor& out);
+Tensor sqrt(const Tensor& self);
+Tensor& sqrt_(Tensor& self);
+Tensor& sqrt_out(const Tensor& self, Tensor& out);
 Tensor relu(const Tensor& self);
 Tensor& relu_(Tensor& self);
 Tensor eq_Tensor(const Tensor& self, const Tensor& other);
@@ -85,7 +88,7 @@ Tensor& masked_fill__Scalar(Tensor& self, const Tensor& mask, const Scalar& valu
 Tensor& masked_fill__Tensor(Tensor& self, const Tensor& mask, const Tensor& value);
 Tensor where_self(const Tensor& cond, const Tensor& self, const Tensor& other);
 
-// ---- reductions, softmax (reduce.cpp) -----------------------------------------------------
+// ---- reductions, softmax, cumsum (reduce.cpp) ---------------------------------------------
 Tensor sum_dim_IntList(const Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
                        std::optional<at::ScalarType> dtype);
 Tensor mean_dim(const Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
@@ -96,6 +99,10 @@ Tensor any(const Tensor& self);
 Tensor all_dim(const Tensor& self, int64_t dim, bool keepdim);
 Tensor any_dim(const Tensor& self, int64_t dim, bool keepdim);
 Tensor _softmax(const Tensor& self, int64_t dim, bool half_to_float);
+Tensor cumsum(const Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype);
+Tensor& cumsum_(Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype);
+Tensor& cumsum_out(const Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype,
+                   Tensor& out);
 
 // ---- shape ops, convolution (shape.cpp) ---------------------------------------------------
 Tensor tril(const Tensor& self, int64_t diag);

@@ -1,11 +1,14 @@
-// echo_npu kernels: reductions (sum, mean, amax, all, any) and softmax. Reduced dims are permuted
-// to the end and staged contiguous so the cmodel kernel reduces rows of a [outer, r] buffer.
+// echo_npu kernels: reductions (sum, mean, amax, all, any), softmax and cumsum. Reduced dims are
+// permuted to the end and staged contiguous so the cmodel kernel reduces rows of a [outer, r]
+// buffer; cumsum scans the middle dim of a contiguous [outer, len, inner] buffer.
 #include <ATen/ops/_softmax.h>
 #include <ATen/ops/all.h>
 #include <ATen/ops/amax.h>
 #include <ATen/ops/any.h>
+#include <ATen/ops/cumsum.h>
 #include <ATen/ops/mean.h>
 #include <ATen/ops/sum.h>
+#include <ATen/MemoryOverlap.h>
 #include <c10/core/WrapDimMinimal.h>
 
 #include "common.h"
@@ -39,8 +42,50 @@ Tensor reduce_impl(k::RedOp op, const Tensor& self, at::OptionalIntArrayRef dims
   }
   Tensor out = empty_dev(meta.sizes(), meta.scalar_type(), dev);
   if (out.numel() == 0) return finish(out, meta, dev);
-  launch("reduce", [&] { k::reduce(op, kdt(ct), sx.data_ptr(), out.data_ptr(), outer, r); });
+  // Fault "sum_bf16_tiles": bfloat16 sums of float32 tiles (rows of more than 16 elements)
+  const unsigned quirks = op == k::RedOp::Sum && ct == at::kBFloat16 &&
+                                  self.scalar_type() == at::kBFloat16 && fault(Fault::SumBf16Tiles)
+                              ? k::kBf16TileSum
+                              : 0u;
+  launch("reduce", [&] { k::reduce(op, kdt(ct), sx.data_ptr(), out.data_ptr(), outer, r, quirks); });
   return finish(out, meta, dev);
+}
+
+// cumsum of self along dim into a new contiguous device tensor of dtype ct (the meta kernel's
+// result dtype), as CPU: a 0-dim self is copied (converted), an empty one gives an
+// empty result, otherwise self converted to ct is scanned in ct's accumulate type.
+Tensor cumsum_compute(const Tensor& self, int64_t dim, at::ScalarType ct, c10::Device dev) {
+  Tensor r = empty_dev(self.sizes(), ct, dev);
+  if (self.numel() == 0) return r;
+  if (self.dim() == 0) {  // CPU: result.fill_(self), a copy (unchecked conversion)
+    copy_any(r, self);
+    return r;
+  }
+  const int64_t w = c10::maybe_wrap_dim(dim, self.dim());
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < w; ++d) outer *= self.size(d);
+  for (int64_t d = w + 1; d < self.dim(); ++d) inner *= self.size(d);
+  Tensor x = stage(self, self.sizes(), ct, dev);
+  const unsigned quirks = fault(Fault::CumsumCarry) ? k::kScanCarryInput : 0u;
+  launch("cumsum", [&] {
+    k::cumsum(kdt(ct), x.data_ptr(), r.data_ptr(), outer, self.size(w), inner, quirks);
+  });
+  return r;
+}
+
+// CPU's overlap checks (its TensorIterator's): only for a non-empty self of at least one dim,
+// and against self only when self is not first converted to the result's dtype.
+void cumsum_check_overlap(const Tensor& out, const Tensor& self) {
+  if (self.numel() == 0 || self.dim() == 0) return;
+  at::assert_no_internal_overlap(out);
+  if (self.scalar_type() == out.scalar_type() && self.device() == out.device())
+    at::assert_no_partial_overlap(out, self);
+}
+
+// dtypes the cmodel scan lacks: a dtype= argument it does not support, bool results (CPU has
+// no bool kernel: the fallback raises its error)
+bool cumsum_native(const Tensor& self, std::optional<at::ScalarType> dtype) {
+  return native_ok({self}) && (!dtype.has_value() || k::supported(static_cast<int>(*dtype)));
 }
 
 }  // namespace
@@ -117,6 +162,44 @@ Tensor any_dim(const Tensor& self, int64_t dim, bool keepdim) {
   Tensor meta = at::_ops::any_dim::call(to_meta(self), dim, keepdim);
   int64_t d[1] = {dim};
   return reduce_impl(k::RedOp::Any, self, at::IntArrayRef(d, 1), self.scalar_type(), meta, dev);
+}
+
+Tensor cumsum(const Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype) {
+  OpScope s("cumsum");
+  if (routed("cumsum") || !cumsum_native(self, dtype))
+    return fallback<at::_ops::cumsum>(self, dim, dtype);
+  auto dev = device_of({self});
+  Tensor meta = at::_ops::cumsum::call(to_meta(self), dim, dtype);
+  if (meta.scalar_type() == at::kBool) return fallback<at::_ops::cumsum>(self, dim, dtype);
+  return finish(cumsum_compute(self, dim, meta.scalar_type(), dev), meta, dev);
+}
+
+Tensor& cumsum_(Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype) {
+  OpScope s("cumsum_");
+  if (routed("cumsum_") || !cumsum_native(self, dtype))
+    return fallback<at::_ops::cumsum_>(self, dim, dtype);
+  auto dev = device_of({self});
+  Tensor ms = to_meta(self);
+  at::_ops::cumsum_::call(ms, dim, dtype);
+  if (self.scalar_type() == at::kBool) return fallback<at::_ops::cumsum_>(self, dim, dtype);
+  cumsum_check_overlap(self, self);
+  copy_any(self, cumsum_compute(self, dim, self.scalar_type(), dev));
+  return self;
+}
+
+Tensor& cumsum_out(const Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype,
+                   Tensor& out) {
+  OpScope s("cumsum.out");
+  if (routed("cumsum.out") || !cumsum_native(self, dtype) || !native_ok({out}))
+    return fallback<at::_ops::cumsum_out>(self, dim, dtype, out);
+  auto dev = device_of({self, out});
+  Tensor mo = to_meta(out);
+  at::_ops::cumsum_out::call(to_meta(self), dim, dtype, mo);
+  if (mo.scalar_type() == at::kBool) return fallback<at::_ops::cumsum_out>(self, dim, dtype, out);
+  resize_out_like(out, mo);
+  cumsum_check_overlap(out, self);
+  copy_any(out, cumsum_compute(self, dim, out.scalar_type(), dev));
+  return out;
 }
 
 Tensor _softmax(const Tensor& self, int64_t dim, bool half_to_float) {

@@ -84,6 +84,9 @@ void aten_kernels(torch::Library& m) {
   ENPU_KERNEL(m, "exp", ops::exp);
   ENPU_KERNEL(m, "exp_", ops::exp_);
   ENPU_KERNEL(m, "exp.out", ops::exp_out);
+  ENPU_KERNEL(m, "sqrt", ops::sqrt);
+  ENPU_KERNEL(m, "sqrt_", ops::sqrt_);
+  ENPU_KERNEL(m, "sqrt.out", ops::sqrt_out);
   ENPU_KERNEL(m, "relu", ops::relu);
   ENPU_KERNEL(m, "relu_", ops::relu_);
   // comparisons (elementwise.cpp)
@@ -103,7 +106,7 @@ void aten_kernels(torch::Library& m) {
   ENPU_KERNEL(m, "masked_fill_.Scalar", ops::masked_fill__Scalar);
   ENPU_KERNEL(m, "masked_fill_.Tensor", ops::masked_fill__Tensor);
   ENPU_KERNEL(m, "where.self", ops::where_self);
-  // reductions, softmax (reduce.cpp)
+  // reductions, softmax, cumsum (reduce.cpp)
   ENPU_KERNEL(m, "sum.dim_IntList", ops::sum_dim_IntList);
   ENPU_KERNEL(m, "mean.dim", ops::mean_dim);
   ENPU_KERNEL(m, "amax", ops::amax);
@@ -112,6 +115,9 @@ void aten_kernels(torch::Library& m) {
   ENPU_KERNEL(m, "all.dim", ops::all_dim);
   ENPU_KERNEL(m, "any.dim", ops::any_dim);
   ENPU_KERNEL(m, "_softmax", ops::_softmax);
+  ENPU_KERNEL(m, "cumsum", ops::cumsum);
+  ENPU_KERNEL(m, "cumsum_", ops::cumsum_);
+  ENPU_KERNEL(m, "cumsum.out", ops::cumsum_out);
   // shape ops, convolution (shape.cpp)
   ENPU_KERNEL(m, "tril", ops::tril);
   ENPU_KERNEL(m, "triu", ops::triu);

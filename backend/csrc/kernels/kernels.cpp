@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 namespace enpu::k {
 namespace {
@@ -51,6 +52,43 @@ T mul_toward_zero(A x, A y) {
     double back = static_cast<double>(static_cast<A>(o));
     if (std::isfinite(exact) && std::fabs(back) > std::fabs(exact)) o = toward_zero(o);
     return o;
+  }
+}
+
+// One ulp away from zero (zeros, infinities and NaN as they are).
+template <typename T>
+T away_from_zero(T v) {
+  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+    const float f = static_cast<float>(v);
+    if ((v.x & 0x7fff) == 0 || std::isnan(f) || std::isinf(f)) return v;
+    return T(static_cast<uint16_t>(v.x + 1), T::from_bits());  // sign-magnitude: |v| + 1 ulp
+  } else {
+    if (v == T(0) || std::isnan(v) || std::isinf(v)) return v;
+    return std::nextafter(v, std::signbit(v) ? -std::numeric_limits<T>::infinity()
+                                             : std::numeric_limits<T>::infinity());
+  }
+}
+
+// sqrt of x correctly rounded to T, with the NaN CPU's kernels return: float and double (MKL's
+// VML on x86 builds) give +NaN for a negative x and keep a NaN input; float16 goes through
+// float's sqrt (x86's default NaN, negative); bfloat16's vectorized conversion makes every NaN
+// 0xFFFF. sqrt(-0.0) is -0.0.
+template <typename T>
+T sqrt_rounded(T v) {
+  if constexpr (std::is_same_v<T, double>) {
+    if (v < 0) return std::numeric_limits<double>::quiet_NaN();
+    return std::sqrt(v);
+  } else if constexpr (std::is_same_v<T, float>) {
+    if (v < 0) return std::numeric_limits<float>::quiet_NaN();
+    return static_cast<float>(std::sqrt(static_cast<double>(v)));  // 53 >= 2*24+2: one rounding
+  } else if constexpr (std::is_same_v<T, Half>) {
+    const float x = static_cast<float>(v);
+    if (x < 0) return Half(static_cast<uint16_t>(0xFE00), Half::from_bits());
+    return static_cast<Half>(std::sqrt(x));  // 24 >= 2*11+2: rounding float's result is exact
+  } else {
+    const float r = std::sqrt(static_cast<float>(v));
+    if (std::isnan(r)) return BFloat16(static_cast<uint16_t>(0xFFFF), BFloat16::from_bits());
+    return static_cast<BFloat16>(r);
   }
 }
 
@@ -193,6 +231,16 @@ void unary(UnOp op, DType dt, const void* in_, void* out_, int64_t n, unsigned q
     using A = typename Acc<T>::type;
     const T* in = static_cast<const T*>(in_);
     T* out = static_cast<T*>(out_);
+    if (op == UnOp::Sqrt) {
+      if constexpr (is_fp<T>) {
+        for (int64_t i = 0; i < n; ++i) {
+          T r = sqrt_rounded(in[i]);
+          if ((quirks & kSqrtUlpEvery8) && i % 8 == 7) r = away_from_zero(r);
+          out[i] = r;
+        }
+      }  // glue stages integer inputs to float first
+      return;
+    }
     for (int64_t i = 0; i < n; ++i) {
       A x = static_cast<A>(in[i]);
       A r;
@@ -280,7 +328,8 @@ void index_select(size_t elem, const void* in, const int64_t* idx, void* out, in
       std::memcpy(o + (a * nidx + j) * row, s + (a * dim + idx[j]) * row, row);
 }
 
-void reduce(RedOp op, DType dt, const void* in_, void* out_, int64_t outer, int64_t r) {
+void reduce(RedOp op, DType dt, const void* in_, void* out_, int64_t outer, int64_t r,
+            unsigned quirks) {
   dispatch(dt, [&](auto tag) {
     using T = decltype(tag);
     using A = std::conditional_t<is_fp<T>, double, std::conditional_t<std::is_same_v<T, bool>, int64_t, T>>;
@@ -306,6 +355,19 @@ void reduce(RedOp op, DType dt, const void* in_, void* out_, int64_t outer, int6
         }
         out[o] = static_cast<T>(static_cast<typename Acc<T>::type>(m));
         continue;
+      }
+      if constexpr (std::is_same_v<T, BFloat16>) {
+        if (op == RedOp::Sum && (quirks & kBf16TileSum) && r > 16) {
+          // float32 tiles of 16 elements; the running total kept in bfloat16
+          BFloat16 total(0.0f);
+          for (int64_t t = 0; t < r; t += 16) {
+            float tile = 0.0f;
+            for (int64_t i = t; i < std::min(r, t + 16); ++i) tile += static_cast<float>(row[i]);
+            total = static_cast<BFloat16>(static_cast<float>(total) + tile);
+          }
+          out[o] = total;
+          continue;
+        }
       }
       A acc = 0;
       for (int64_t i = 0; i < r; ++i) acc += static_cast<A>(static_cast<typename Acc<T>::type>(row[i]));
@@ -347,6 +409,45 @@ void nan_to_zero(DType dt, void* data, int64_t n) {
       T* p = static_cast<T*>(data);
       for (int64_t i = 0; i < n; ++i)
         if (isnan_(p[i])) p[i] = T(0);
+    }
+  });
+}
+
+}  // namespace enpu::k
+
+namespace enpu::k {
+
+void cumsum(DType dt, const void* in_, void* out_, int64_t outer, int64_t len, int64_t inner,
+            unsigned quirks) {
+  dispatch(dt, [&](auto tag) {
+    using T = decltype(tag);
+    // CPU's at::acc_type<T, /*is_cuda=*/false>: double for float/double, float for half types,
+    // int64 for integers (bool included here: an int64 sum is nonzero iff an OR scan is true)
+    using A = std::conditional_t<std::is_same_v<T, float> || std::is_same_v<T, double>, double,
+                                 std::conditional_t<is_fp<T>, float, int64_t>>;
+    const T* in = static_cast<const T*>(in_);
+    T* out = static_cast<T*>(out_);
+    std::vector<A> acc(static_cast<size_t>(inner));
+    for (int64_t o = 0; o < outer; ++o) {
+      const T* x = in + o * len * inner;
+      T* y = out + o * len * inner;
+      for (int64_t b = 0; b < len; b += kScanBlock) {
+        const int64_t end = std::min(len, b + kScanBlock);
+        for (int64_t i = 0; i < inner; ++i) {
+          // the carry: the running total of the blocks before (fault kScanCarryInput: the
+          // previous block's last input element)
+          if (b == 0) acc[i] = A(0);
+          else if (quirks & kScanCarryInput)
+            acc[i] = static_cast<A>(static_cast<typename Acc<T>::type>(x[(b - 1) * inner + i]));
+        }
+        for (int64_t j = b; j < end; ++j)
+          for (int64_t i = 0; i < inner; ++i) {
+            if constexpr (is_fp<T>) acc[i] += static_cast<A>(x[j * inner + i]);
+            else acc[i] = static_cast<A>(static_cast<uint64_t>(acc[i]) +  // wraps like CPU
+                                         static_cast<uint64_t>(static_cast<int64_t>(x[j * inner + i])));
+            y[j * inner + i] = static_cast<T>(acc[i]);
+          }
+      }
     }
   });
 }

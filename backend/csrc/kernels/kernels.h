@@ -15,7 +15,7 @@ size_t elem_size(DType dt);
 
 enum class BinOp { Add, Sub, Mul, Div };
 enum class CmpOp { Eq, Ne, Lt, Le, Gt, Ge };
-enum class UnOp { Neg, Abs, Exp, Relu };
+enum class UnOp { Neg, Abs, Exp, Relu, Sqrt };
 enum class RedOp { Sum, Mean, Amax, All, Any };
 
 // Deliberate deviations from IEEE round-to-nearest arithmetic, for echo_npu's fault switches
@@ -24,6 +24,12 @@ enum Quirk : unsigned {
   kRoundTowardZero = 1u,  // Mul: the product rounded toward zero instead of to nearest
   kFlushSubnormals = 2u,  // subnormal results become a zero of their sign (FTZ)
   kZeroMinusX = 4u,       // Neg: computed as 0 - x, so -(+0) is +0 and -(-0) is +0
+  kSqrtUlpEvery8 = 8u,    // Sqrt: results at flat index % 8 == 7 one ulp away from zero
+                          // (zeros, infinities and NaN unchanged)
+  kBf16TileSum = 16u,     // reduce Sum, bfloat16: float32 sums of tiles of 16 elements,
+                          // accumulated in bfloat16 (rounded after every tile), rows above 16
+  kScanCarryInput = 32u,  // cumsum: the carry into every block after the first is the previous
+                          // block's last input element instead of its running total
 };
 
 // out[i] = a[i] op b[i] (Add/Sub: a + alpha*b, a - alpha*b); alpha as double for floating
@@ -48,7 +54,15 @@ void tri(size_t elem, const void* in, void* out, int64_t batch, int64_t rows, in
 void index_select(size_t elem, const void* in, const int64_t* idx, void* out, int64_t outer,
                   int64_t dim, int64_t inner, int64_t nidx);
 // in: [outer, r] contiguous -> out: [outer]. All/Any write 0/1 bytes; others write dt.
-void reduce(RedOp op, DType dt, const void* in, void* out, int64_t outer, int64_t r);
+void reduce(RedOp op, DType dt, const void* in, void* out, int64_t outer, int64_t r,
+            unsigned quirks = 0);
+// Inclusive scan along the middle dim of [outer, len, inner] (in and out of dt), as CPU's
+// cumsum: floats accumulated in CPU's accumulate type (double for float/double, float for
+// half types), integers in int64 (wrapping), each result rounded/truncated to dt. A block scan:
+// blocks of kScanBlock elements along len, each started from the carry of the previous one.
+constexpr int64_t kScanBlock = 1024;
+void cumsum(DType dt, const void* in, void* out, int64_t outer, int64_t len, int64_t inner,
+            unsigned quirks = 0);
 // NaN elements of a floating buffer become 0 (no-op for other dtypes).
 void nan_to_zero(DType dt, void* data, int64_t n);
 // softmax over the last dim of [outer, r].
