@@ -12,6 +12,7 @@ case fails on its own and names the broken foundation it might be related to.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import warnings
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from conformance.engine import (  # noqa: F401 - bits registers its checks
     compiling,
     consistency,
     dynamic_shapes,
+    evidence,
     gradients,
     memory,
     oracles,
@@ -86,6 +88,7 @@ class RunContext:
     mode: str = ""  # "" (the forward call), "grad" or "inference" (CaseId.values)
     exactness: Exactness | None = None  # CPU's result is exact: the rounding check applies
     flushes_subnormals: bool = False  # declared by the manifest for the case's dtype
+    evidence: bool = False  # tolerances from CPU's own error per sample (engine/evidence.py)
 
 
 def run_case(
@@ -102,6 +105,7 @@ def run_case(
     placements: list[PlacedCall] | None = None,
     exactness: Exactness | None = None,
     flushes_subnormals: bool = False,
+    evidence: bool = False,
 ) -> CaseOutcome:
     """Run every sample of the case; stop at the first failed check.
 
@@ -110,7 +114,9 @@ def run_case(
     reaches the fallback by itself. `mode`: "grad" compares gradients (`gradients.py`),
     "inference" runs the samples on inference tensors inside `torch.inference_mode()`.
     `exactness`: whether CPU's result of (overload, dtype) is exact (engine/exactness.py);
-    `flushes_subnormals`: the manifest says the device flushes them in this dtype.
+    `flushes_subnormals`: the manifest says the device flushes them in this dtype;
+    `evidence`: each sample's tolerance is CPU's own error against float64 (engine/evidence.py:
+    the -sizes cases).
     `placements`: `placed_calls(calls, layout, ...)` computed earlier (the cases of one overload,
     dtype and layout share their placements and what depends on them alone)."""
     op = resolve(overload)
@@ -147,6 +153,7 @@ def run_case(
         mode,
         exactness,
         flushes_subnormals,
+        evidence,
     )
     outcome.context = ctx
     watch = memory.MemoryWatch(backend)
@@ -441,6 +448,11 @@ def _run_sample(
     cpu_before = [(version(view), view.data_ptr()) for leaf, _, view in cpu.bases if leaf.written]
     with mode():
         expected = invoke(reference, cpu, ctx.nondeterministic)
+    if ctx.evidence and expected.exc is None and not ctx.nondeterministic:
+        written = [view for leaf, _, view in cpu.bases if leaf.written]
+        scale = evidence.measured_scale(reference, ctx.op._schema, placed, expected.result, written)
+        if scale is not None:  # CPU's own error on this sample: the tolerance
+            spec = dataclasses.replace(spec, tol_scale=scale)
     free = None
     if placed.layout != "contiguous" and not ctx.nondeterministic:
         # the same for every case that shares this placement (the paths, the modes)

@@ -10,11 +10,18 @@ of a backend without its own kernel). The result is a golden list per torch mino
 A run walks the list with the dispatcher's view of the backend under test
 (`discovery.how_reached`): the overloads it reaches through its boxed fallback are the default
 fallback set. Nothing in it names a backend.
+
+The same pass records the arguments of the calls (shapes, dtypes, option values, the values of
+small integer and bool tensors; never floating values), at most `CALLS_PER_OVERLOAD` distinct
+ones per overload, in `torch-<major.minor>-calls.jsonl` beside the list: the model shapes
+samples/models.py replays.
 """
 
 from __future__ import annotations
 
 import io
+import json
+import math
 import os
 import re
 import warnings
@@ -23,9 +30,10 @@ from dataclasses import dataclass, field
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_flatten, tree_map
 
 from conformance.engine.discovery import overload_name
+from conformance.engine.siblings import _is_out
 
 # package data (pyproject.toml), so an installed suite has them too
 WORKLOADS_DIR = os.path.join(
@@ -50,13 +58,26 @@ class OverloadRecorder(TorchDispatchMode):
     with the mode active, on meta copies of its arguments (on CPU copies where meta cannot run
     it), so its callees are recorded as reached `inside` it: that is the path of a backend that
     registers no kernel for it. The real call runs unchanged on CPU.
+
+    `calls` holds each overload's distinct argument signatures ({key: encoded call}, the first
+    call of each key), for the calls made directly and inside composite kernels alike: inside
+    calls are what a backend without the composite kernel runs (`addmm.out` at the linear
+    layer's shapes). A meta copy's integer values are read from the tensor it copies.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.top: set[str] = set()  # called by the workload itself
         self.inside: dict[str, set[str]] = {}  # callee -> composite overloads that called it
+        self.calls: dict[str, dict[str, dict]] = {}
         self._stack: list[str] = []
+        # id(meta tensor) -> (it, the tensor it copies or views, whether a view): the pair
+        # keeps the id from being reused
+        self._origin: dict[int, tuple[torch.Tensor, torch.Tensor, bool]] = {}
+        self._partial: set[str] = set()  # kept calls with bool tensors of unknown values
+        # storages no op wrote since an `empty` made them (their values are whatever memory
+        # held): kept alive while here, so that no other storage takes their address
+        self._fresh: dict[int, torch.UntypedStorage] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -67,9 +88,87 @@ class OverloadRecorder(TorchDispatchMode):
                 self.inside.setdefault(overload, set()).add(self._stack[-1])
             else:
                 self.top.add(overload)
+            noted = self._note(func, overload, args, kwargs)
             if overload not in self._stack:
                 self._probe(func, overload, args, kwargs)
+            for written in _written(func, args, kwargs):
+                self._fresh.pop(_storage_key(written), None)
+            grows = overload.partition(".")[0] in RESIZES and _is_cpu(args[0])
+            before = args[0].numel() if grows else 0
+            result = func(*args, **kwargs)
+            if overload.partition(".")[0] in UNINITIALIZED or (grows and result.numel() > before):
+                if _is_cpu(result):
+                    self._fresh[_storage_key(result)] = result.untyped_storage()
+            if noted is not None and isinstance(result, torch.Tensor):
+                noted["result"] = _name(result.dtype)  # the dtype of a call without tensors
+            if self._stack and func.is_view and _is_meta(result) and _is_meta(args[0]):
+                self._origin[id(result)] = (result, args[0], True)  # (a probe's view)
+            return result
         return func(*args, **kwargs)
+
+    def _note(self, func, overload: str, args: tuple, kwargs: dict) -> dict | None:
+        """Keep the call's arguments if no earlier call of `overload` had the same signature
+        (or only one without some bool values); the kept call if it has no tensor argument
+        (its result's dtype is the caller's to add)."""
+        try:
+            key = json.dumps(encode_call(func, overload, args, kwargs, None))
+        except Unencodable:
+            return None
+        seen = self.calls.setdefault(overload, {})
+        if seen.get(key) and key not in self._partial:
+            return None
+        missing: list[torch.Tensor] = []
+        try:
+            call = encode_call(func, overload, args, kwargs, self._values, missing)
+        except Unencodable:  # integer values unknown (a larger tensor, or a meta one):
+            seen.setdefault(key, {})  # a later call of the same signature may have them
+            return None
+        if seen.get(key) and missing:
+            return None
+        seen[key] = call
+        if missing:
+            self._partial.add(key)
+        else:
+            self._partial.discard(key)
+        tensors = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, torch.Tensor)]
+        return None if tensors else call
+
+    def _values(self, t: torch.Tensor) -> torch.Tensor | None:
+        """The CPU tensor holding `t`'s values, with `t`'s strides: `t`, or for a meta copy
+        (or a view of one, made inside a composite kernel) the same elements of the tensor it
+        copies; None if unknown, UNSET if no op wrote them yet."""
+        if t.device.type == "cpu":
+            return UNSET if _storage_key(t) in self._fresh else t
+        _, source, view = self._origin.get(id(t), (None, None, False))
+        values = self._values(source) if source is not None else None
+        if values is None or values is UNSET or not view:
+            return values
+        offset = values.storage_offset() + t.storage_offset() - source.storage_offset()
+        return values.as_strided(t.shape, t.stride(), offset)
+
+    def _to_meta(self, x):
+        if isinstance(x, torch.Tensor):
+            meta = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+            self._origin[id(meta)] = (meta, x, False)
+            return meta
+        return x
+
+    def _clone_written(self, func):
+        """Copies only for tensors the schema writes (the probe must not change the
+        workload)."""
+
+        def copy(x):
+            if not isinstance(x, torch.Tensor):
+                return x
+            clone = x.detach().clone()
+            if _storage_key(x) in self._fresh:
+                self._fresh[_storage_key(clone)] = clone.untyped_storage()
+            return clone
+
+        writes = any(
+            a.alias_info is not None and a.alias_info.is_write for a in func._schema.arguments
+        )
+        return copy if writes else (lambda x: x)
 
     def _probe(self, func, overload: str, args: tuple, kwargs: dict) -> None:
         key = next(
@@ -83,7 +182,7 @@ class OverloadRecorder(TorchDispatchMode):
         if key is None:
             return
         dispatch_key = getattr(torch._C.DispatchKey, key)
-        for copy in (_to_meta, _clone_written(func)):
+        for copy in (self._to_meta, self._clone_written(func)):
             probe_args, probe_kwargs = tree_map(copy, (args, kwargs))
             self._stack.append(overload)
             try:
@@ -95,22 +194,124 @@ class OverloadRecorder(TorchDispatchMode):
                 continue  # data-dependent on meta: try CPU copies
             finally:
                 self._stack.pop()
+                if not self._stack:
+                    self._origin.clear()
 
 
-def _to_meta(x):
-    if isinstance(x, torch.Tensor):
-        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
-    return x
+# overloads (by name) whose result holds whatever memory held (a resize that grows its tensor:
+# in part): its values are never recorded
+UNINITIALIZED = frozenset(
+    {"empty", "empty_like", "empty_strided", "empty_permuted", "new_empty", "new_empty_strided"}
+)
+RESIZES = frozenset({"resize_", "resize_as_"})
+UNSET = object()  # `_values` of such a tensor, until an op writes it
 
 
-def _clone_written(func):
-    """Copies only for tensors the schema writes (the probe must not change the workload)."""
+def _storage_key(t: torch.Tensor) -> int:
+    return t.untyped_storage()._cdata
 
-    def copy(x):
-        return x.detach().clone() if isinstance(x, torch.Tensor) else x
 
-    writes = any(a.alias_info is not None and a.alias_info.is_write for a in func._schema.arguments)
-    return copy if writes else (lambda x: x)
+def _written(func, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The tensors the call writes (in-place and out= arguments)."""
+    written = []
+    for i, a in enumerate(func._schema.arguments):
+        if a.alias_info is not None and a.alias_info.is_write:
+            value = kwargs.get(a.name) if a.kwarg_only else (args[i] if i < len(args) else None)
+            leaves = value if isinstance(value, list | tuple) else [value]
+            written += [t for t in leaves if _is_cpu(t)]
+    return written
+
+
+def _is_cpu(x) -> bool:
+    return isinstance(x, torch.Tensor) and x.device.type == "cpu"
+
+
+def _is_meta(x) -> bool:
+    return isinstance(x, torch.Tensor) and x.device.type == "meta"
+
+
+# what the calls file keeps: distinct signatures per overload; integer and bool tensor values up
+# to this many elements (a call whose larger integer input has no values is never kept)
+CALLS_PER_OVERLOAD = 4
+MAX_RECORDED_VALUES = 4096
+
+
+class Unencodable(Exception):
+    """An argument the calls file cannot hold (a storage, a generator), or integer values
+    that were not recorded."""
+
+
+def encode_call(
+    func, overload: str, args: tuple, kwargs: dict, values_of, missing: list | None = None
+) -> dict:
+    """One call as JSON data: {"op", "args", "kwargs"?} (positional and keyword as the
+    dispatcher passed them). Tensors become {"tensor": dtype, "shape", "stride" (only if not
+    contiguous: a layout hint), "values" (of integer and bool inputs, flat)}; `values_of` gives
+    the CPU tensor holding a tensor's values (or None: an integer input raises Unencodable, a
+    bool one, always safe to refill, is encoded without values and appended to `missing`);
+    without `values_of`, the call's signature (no strides, no values). Dtypes, layouts, memory
+    formats and devices become {"dtype": name} and the like (every device "cpu"), non-finite
+    floats {"float": "inf"}."""
+    schema = func._schema
+    outs = {a.name for a in schema.arguments if _is_out(a)}
+
+    def encode(x, out: bool):
+        if isinstance(x, torch.Tensor):
+            return _encode_tensor(x, out, values_of, missing)
+        if isinstance(x, (list, tuple)):
+            return [encode(v, out) for v in x]
+        if x is None or isinstance(x, (bool, int, str)):
+            return x
+        if isinstance(x, float):
+            return x if math.isfinite(x) else {"float": str(x)}
+        if isinstance(x, complex):
+            return {"complex": [encode(x.real, out), encode(x.imag, out)]}
+        if isinstance(x, torch.dtype):
+            return {"dtype": _name(x)}
+        if isinstance(x, torch.layout):
+            return {"layout": _name(x)}
+        if isinstance(x, torch.memory_format):
+            return {"memory_format": _name(x)}
+        if isinstance(x, torch.device):
+            return {"device": "cpu"}
+        raise Unencodable(type(x).__name__)
+
+    positional = [a for a in schema.arguments if not a.kwarg_only]
+    call = {
+        "op": overload,
+        "args": [
+            encode(x, i < len(positional) and _is_out(positional[i])) for i, x in enumerate(args)
+        ],
+    }
+    if kwargs:
+        call["kwargs"] = {k: encode(v, k in outs) for k, v in kwargs.items()}
+    return call
+
+
+def _encode_tensor(t: torch.Tensor, out: bool, values_of, missing: list | None) -> dict:
+    encoded = {"tensor": _name(t.dtype), "shape": list(t.shape)}
+    if t.layout != torch.strided:
+        raise Unencodable(str(t.layout))
+    if values_of is None:  # the signature: no strides, no values
+        return encoded
+    if not t.is_contiguous():
+        encoded["stride"] = list(t.stride())
+    if out or t.is_floating_point() or t.is_complex():
+        return encoded
+    source = values_of(t) if t.numel() <= MAX_RECORDED_VALUES else None
+    if source is UNSET:  # not written since `empty` made it: nothing to record (zeros)
+        return encoded
+    if source is None and t.dtype == torch.bool and missing is not None:
+        missing.append(t)
+        return encoded
+    if source is None:
+        raise Unencodable("integer values")
+    encoded["values"] = [int(v) for v in source.reshape(-1).tolist()]
+    return encoded
+
+
+def _name(x) -> str:
+    return str(x).removeprefix("torch.")
 
 
 @dataclass(frozen=True)
@@ -299,13 +500,28 @@ class Reach:
     inside: set[str] = field(default_factory=set)
 
 
+@dataclass
+class Recording:
+    """What one pass over the workloads recorded: the graph of the golden list and the kept
+    calls of each overload (`select_calls`)."""
+
+    graph: dict[str, Reach]
+    calls: dict[str, list[dict]]
+
+
 def record(workloads: tuple[Workload, ...] = WORKLOADS) -> dict[str, Reach]:
-    """{overload: Reach} over the workloads, recorded on CPU. Attention runs SDPA's math
+    """{overload: Reach} over the workloads, recorded on CPU (`recording`)."""
+    return recording(workloads).graph
+
+
+def recording(workloads: tuple[Workload, ...] = WORKLOADS) -> Recording:
+    """The graph and the calls of the workloads, recorded on CPU. Attention runs SDPA's math
     backend: the one PyTorch picks for a PrivateUse1 device that registers no
     `_fused_sdp_choice` (a backend that does is tested on its registered kernels)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     graph: dict[str, Reach] = {}
+    candidates: dict[str, dict[str, dict]] = {}
     for workload in workloads:
         if workload.needs:
             __import__(workload.needs)  # ImportError names what to install
@@ -316,7 +532,79 @@ def record(workloads: tuple[Workload, ...] = WORKLOADS) -> dict[str, Reach]:
             graph.setdefault(name, Reach()).workloads.add(workload.name)
         for name, callers in recorder.inside.items():
             graph.setdefault(name, Reach()).inside.update(callers)
-    return graph
+        for name, calls in recorder.calls.items():
+            kept = candidates.setdefault(name, {})
+            for key, call in calls.items():
+                if call and key not in kept:
+                    kept[key] = call
+    calls = {name: select_calls(list(c.values())) for name, c in candidates.items() if c}
+    return Recording(graph, calls)
+
+
+def select_calls(candidates: list[dict], limit: int = CALLS_PER_OVERLOAD) -> list[dict]:
+    """At most `limit` of one overload's distinct calls, the most varied first: each pick adds
+    a dtype combination, then option values, then tensor ranks not picked yet, else the most
+    operand shapes not picked yet, then the most elements (ties by the call's text: the same
+    candidates give the same picks)."""
+    left = sorted(candidates, key=lambda c: json.dumps(c, sort_keys=True))
+    features = {id(c): _features(c) for c in left}
+    picked: list[dict] = []
+    seen: tuple[set, set, set] = (set(), set(), set())
+    shapes: set[tuple[int, tuple]] = set()  # (operand, shape)
+    while left and len(picked) < limit:
+
+        def score(c: dict) -> tuple:
+            dtypes, options, ranks, sizes = features[id(c)]
+            new = sum((i, s) not in shapes for i, s in enumerate(sizes))
+            known = (dtypes in seen[0], options in seen[1], ranks in seen[2])
+            return (*(not k for k in known), new, sum(math.prod(s) for s in sizes))
+
+        best = max(left, key=score)  # (the first of equal scores: sorted by text)
+        left.remove(best)
+        picked.append(best)
+        dtypes, options, ranks, sizes = features[id(best)]
+        for known, feature in zip(seen, (dtypes, options, ranks), strict=True):
+            known.add(feature)
+        shapes.update(enumerate(sizes))
+    return picked
+
+
+def _features(call: dict) -> tuple[tuple, str, tuple, tuple]:
+    """(tensor dtypes, the non-tensor arguments, tensor ranks, tensor shapes) of an encoded
+    call."""
+    tensors: list[dict] = []
+
+    def strip(x):
+        if isinstance(x, dict) and "tensor" in x:
+            tensors.append(x)
+            return "T"
+        if isinstance(x, list):
+            return [strip(v) for v in x]
+        if isinstance(x, dict):
+            return {k: strip(v) for k, v in x.items()}
+        return x
+
+    options = json.dumps(strip({"args": call["args"], "kwargs": call.get("kwargs", {})}))
+    dtypes = tuple(t["tensor"] for t in tensors)
+    ranks = tuple(len(t["shape"]) for t in tensors)
+    return dtypes, options, ranks, tuple(tuple(t["shape"]) for t in tensors)
+
+
+def calls_text(calls: dict[str, list[dict]]) -> str:
+    """One JSON object per line, sorted by overload, then by text."""
+    lines = sorted(
+        (name, json.dumps(call, allow_nan=False)) for name, kept in calls.items() for call in kept
+    )
+    return "".join(f"{line}\n" for _, line in lines)
+
+
+def parse_calls(text: str) -> dict[str, list[dict]]:
+    calls: dict[str, list[dict]] = {}
+    for line in text.splitlines():
+        if line.strip():
+            call = json.loads(line)
+            calls.setdefault(call["op"], []).append(call)
+    return calls
 
 
 def golden_text(graph: dict[str, Reach]) -> str:
@@ -418,6 +706,21 @@ def nearest_golden_path(version: str | None = None, directory: str = WORKLOADS_D
         )
     older = [v for v in found if v <= want]
     return found[max(older)] if older else found[min(found)]
+
+
+def calls_path(list_path: str) -> str:
+    """The calls file beside a golden list: torch-X.Y.txt -> torch-X.Y-calls.jsonl."""
+    return re.sub(r"\.txt$", "", list_path) + "-calls.jsonl"
+
+
+def nearest_calls_path(version: str | None = None, directory: str = WORKLOADS_DIR) -> str | None:
+    """The calls file beside the nearest golden list (`nearest_golden_path`), or None when
+    that list has none (or there is no list): no model calls for this torch."""
+    try:
+        path = calls_path(nearest_golden_path(version, directory))
+    except FileNotFoundError:
+        return None
+    return path if os.path.exists(path) else None
 
 
 def read_golden(path: str) -> dict[str, Reach]:

@@ -20,6 +20,7 @@ from conformance.engine.syncing import SYNC_POINTS
 from conformance.harness.cases import CaseList
 from conformance.harness.sampling import RunSamples, dtype_name
 from conformance.ops import spec_for
+from conformance.samples import arguments, valuesets
 
 
 def coverage_account(cases: CaseList, run_samples: RunSamples) -> coverage.Coverage:
@@ -135,4 +136,64 @@ def mode_lines(account: dict[str, Any]) -> list[str]:
             if runtime
             else "modes: no -sync cases: the device has no lazy runtime (torch_xla, torch._lazy)"
         )
+    return lines
+
+
+REACHED = ("ordinary", "derived")
+
+
+def argument_account(cases: CaseList, run_samples: RunSamples) -> dict[str, dict[str, str]]:
+    """{overload: {class label: how it is reached ("ordinary", "derived") or why it is left
+    out}} of the overloads this run tests (samples/arguments.py), merged over their dtypes: a
+    class counts as reached where any dtype reaches it (run header, run.json "arguments")."""
+    if "arguments" not in cases.options.values:
+        return {}
+    tested = cases.kept_by_keyword(cases.overloads, False) + cases.kept_by_keyword(
+        cases.fallback_only, True
+    )
+    found: dict[str, dict[str, str]] = {}
+    for overload in tested:
+        labels = [c.label for c in arguments.classes(overload)]
+        if not labels:
+            continue
+        dtypes = cases.dtypes(overload, overload in cases.fallback_only_set)
+        dtypes = [d for d in dtypes if cases._has_samples(overload, d)]
+        if not dtypes:
+            found[overload] = dict.fromkeys(labels, "no samples")
+            continue
+        merged: dict[str, str] = {}
+        for dtype in dtypes:
+            derive = valuesets.runs(overload, dtype, "arguments")
+            for label, how in run_samples.arguments(overload, dtype, derive).items():
+                if merged.get(label) not in REACHED:
+                    merged[label] = how or "not derived"
+        found[overload] = merged
+    return found
+
+
+def argument_lines(account: dict[str, dict[str, str]]) -> list[str]:
+    """The argument account as run header lines: totals, then each class left out with the
+    reason, grouped by reason (every other class is reached)."""
+    if not account:
+        return []
+    total = sum(len(v) for v in account.values())
+    hows = [how for classes in account.values() for how in classes.values()]
+    ordinary, derived = hows.count("ordinary"), hows.count("derived")
+    left: dict[str, list[str]] = {}
+    for overload, classes in sorted(account.items()):
+        for label, how in classes.items():
+            if how not in REACHED:
+                left.setdefault(how, []).append(f"{overload} {label}")
+    lines = [
+        f"arguments: {ordinary + derived} of {total} value classes of {len(account)} overloads "
+        f"reached ({ordinary} by the samples, {derived} by -arguments cases); "
+        f"{total - ordinary - derived} left out"
+        + (", by reason below" if left else "")
+        + " (run.json 'arguments' has every overload's classes)"
+    ]
+    for why, labels in sorted(left.items(), key=lambda kv: -len(kv[1])):
+        shown = ", ".join(labels[:12]) + (
+            f", ... ({len(labels) - 12} more)" if len(labels) > 12 else ""
+        )
+        lines.append(f"arguments: left out, {why}: {len(labels)} ({shown})")
     return lines

@@ -24,17 +24,46 @@ from conformance.engine.layouts import SHAPE_LAYOUTS
 from conformance.errors import ConformanceUsageError
 from conformance.harness.modes import ModeAccount
 from conformance.harness.options import ORDINARY, Options
-from conformance.harness.sampling import dtype_name
+from conformance.harness.sampling import RunSamples, dtype_name
 from conformance.ops import spec_for
 from conformance.record import TEST_NAME, CaseId
-from conformance.samples import values
+from conformance.samples import valuesets
 from conformance.samples.summary import SampleSummary
 from conformance.sharding import Partition, digest
 
 
 class CaseList:
     """The cases of one run (and of this shard), from the options and what the backend
-    registered."""
+    registered (`for_run` wires one to the run's samples)."""
+
+    @classmethod
+    def for_run(
+        cls,
+        options: Options,
+        backend: Backend,
+        samples: RunSamples,
+        keep: Callable[[str], bool] | None = None,
+        *,
+        keyword: str = "",
+        sharded: bool = True,
+    ) -> CaseList:
+        """The case list of a run whose samples are `samples`: its mode account asks them,
+        they keep fewer samples for the fallback-only overloads, and the -arguments cases exist
+        where they made a call (what the Suite and the power tool both build)."""
+        modes = ModeAccount(samples.calls, samples.remember)
+        cases = cls(
+            options,
+            backend,
+            modes,
+            samples.cache_dir,
+            keep,
+            keyword=keyword,
+            sharded=sharded,
+            summary=samples.summary,
+        )
+        samples.fallback_only = cases.fallback_only_set
+        cases.derived = lambda o, d: "derived" in samples.arguments(o, d).values()
+        return cases
 
     def __init__(
         self,
@@ -67,6 +96,8 @@ class CaseList:
         self.grad_only = self.selected_grad_only_overloads()
         # (overload, dtype) pairs without samples (set with the coverage account; None: all have)
         self.coverage: coverage.Coverage | None = None
+        # whether (overload, dtype) has derived -arguments calls (None: assume so)
+        self.derived: Callable[[str, torch.dtype], bool] | None = None
         # --shard: a spawned runner collects every case (its parent chose which ones run)
         self.shard = options.shard if sharded else None
         self.partition = self._partition() if sharded else None
@@ -266,6 +297,8 @@ class CaseList:
         if not self.backend.storage:  # memory layouts cannot be observed: shapes only
             layouts = [lo for lo in layouts if lo in SHAPE_LAYOUTS]
         value_sets = [v for v in self.options.values if v != ORDINARY]
+        if self.options.sizes == "none":
+            value_sets = [v for v in value_sets if v != "sizes"]
         if "contiguous" not in layouts:
             value_sets = []
         out = []
@@ -276,9 +309,19 @@ class CaseList:
             if ORDINARY in self.options.values:
                 out += [CaseId(overload, name, lo, p) for lo in layouts for p in paths]
             for v in value_sets:
-                if values.runs(overload, dtype, v):
-                    out += [CaseId(overload, name, "contiguous", p, v) for p in paths]
+                if not valuesets.runs(overload, dtype, v):
+                    continue
+                if v == "arguments" and probe and not self._derives(overload, dtype):
+                    continue  # every class reached, or none can be made
+                native = [p for p in paths if p == "native"]
+                chosen = native if valuesets.value_set(v).kernels_only else paths
+                out += [CaseId(overload, name, "contiguous", p, v) for p in chosen]
         return out + self._mode_cases(overload, dtypes, paths, layouts, probe)
+
+    def _derives(self, overload: str, dtype: torch.dtype) -> bool:
+        """Whether the -arguments case of (overload, dtype) has a derived call (the account of
+        samples/arguments.py, remembered on disk)."""
+        return self.derived is None or self.derived(overload, dtype)
 
     def _mode_cases(
         self,

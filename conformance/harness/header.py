@@ -44,6 +44,7 @@ def header_lines(suite: Suite, plan: Plan | None) -> list[str]:
     if suite.coverage is not None:
         lines += suite.coverage.header_lines()
     lines += suite.mode_lines()
+    lines += suite.argument_lines()
     lines.append(f"expectations: {files}; results: {suite.options.results or 'off'}")
     return lines
 
@@ -98,14 +99,23 @@ def relies_on(suite: Suite) -> dict[str, str]:
         "(Kolmogorov-Smirnov); where the parameters are known, one draw of "
         f"{parametric.DRAWS} values against them (engine/parametric.py: catches bernoulli p "
         "+-0.02, normal std +-3 %, mean +-0.05 sigma; docs/POWER.md)",
-        "last bits": "rounding: bit for bit where CPU is measured exact for the (overload, "
-        "dtype) (engine/exactness.py, cached), or the correctly rounded float64 result; "
+        "last bits": "rounding: by what IEEE 754 asks of the op (engine/ieee.py) where CPU is "
+        "measured exact for the (overload, dtype) (engine/exactness.py, cached): CPU's bits or "
+        "the correctly rounded float64 result, for +, -, *, /, sqrt also where CPU is 1 ulp off "
+        "on some elements; within 1 ulp for functions IEEE only recommends rounding correctly; "
         "signed-zero: pointwise ops, conversions and exact non-reductions; subnormal: FTZ/DAZ "
         "from the outputs; "
         + (
             "flushes subnormals as declared: " + ", ".join(sorted(flushes))
             if flushes
             else "no flush of subnormals declared (manifest flushes_subnormals)"
+        ),
+        "sizes, arguments, models": "-sizes, -arguments and -models samples judged by CPU's own "
+        "error against the call in float64 (engine/evidence.py), not the op's tolerance; "
+        + (
+            f"-sizes extents: {suite.options.sizes} (samples/sizes.py)"
+            if "sizes" in suite.options.values and suite.options.sizes != "none"
+            else "no -sizes cases"
         ),
         "blame": "foundation probes (engine/foundations.py) and torch.profiler for the ops a "
         "failed sample reaches",

@@ -24,7 +24,10 @@ from conformance.sharding import Shard
 DEFAULT_DTYPES = "float32,float64,float16,bfloat16,int32,int64,bool"
 PATHS = ("native", "fallback")
 ORDINARY = "ordinary"  # the value set of the ordinary samples (ids without a values part)
-VALUE_SETS = (ORDINARY, "special", "promotion")
+# every value set of samples/valuesets.py (a meta test checks they agree; this module is read
+# by --help without torch)
+VALUE_SETS = (ORDINARY, "special", "promotion", "arguments", "sizes", "models")
+SIZE_SETS = ("boundaries", "large", "none")  # samples/sizes.py
 # execution modes beyond the plain forward call (ids end in -<mode>); compile only on request
 MODES = ("grad", "inference", "sync", "compile")
 DEFAULT_MODES = ("grad", "inference", "sync")
@@ -203,11 +206,25 @@ class Options:
     )
     values: list[str] = option(
         "comma-separated value sets: ordinary (the op's samples), special (NaN, infinities, "
-        "-0.0, subnormals, dtype extremes; case ids end in -special) and promotion (operands of "
+        "-0.0, subnormals, dtype extremes; case ids end in -special), promotion (operands of "
         "another dtype: int with float, 0-dim CPU tensors, bool with int; ids end in "
-        "-promotion), run on the contiguous layout",
+        "-promotion), arguments (every value class of every schema argument the samples miss: "
+        "reduction none/mean/sum, optional tensors present and absent, both bools, negative "
+        "and several dims, ignore_index hit and missed; ids end in -arguments), sizes (reduced, "
+        "scanned and pointwise extents across tile and vector boundaries, see --sizes; native "
+        "path only; ids end in -sizes) and models (the shapes and arguments the representative "
+        "models call the overload with; ids end in -models); each but ordinary on the "
+        "contiguous layout",
         default=",".join(VALUE_SETS),
         parse=parse_values,
+    )
+    sizes: str = option(
+        "the extents of the -sizes cases: boundaries (one past each tile and vector boundary: "
+        "reductions and scans over 1, 17, 33, 257, 1025 and 65537 elements, pointwise ops on "
+        "7, 9, 17, 65 and 4097), large (both sides of every boundary, and 2^20), none (no "
+        "-sizes cases)",
+        default=SIZE_SETS[0],
+        parse=lambda v: _choice("--sizes", v, SIZE_SETS),
     )
     modes: list[str] = option(
         "comma-separated execution modes beyond the forward call, or none: grad (gradients "
@@ -334,3 +351,13 @@ def read_options(config: pytest.Config) -> Options:
             given[f.name] = raw
         values[f.name] = f.metadata["parse"](raw)
     return Options(**values, given=given)
+
+
+def default_options(**given: str) -> Options:
+    """The options of a run given only `given` (raw text by field name, as typed after the
+    flag): what a tool that builds a run's cases outside pytest uses."""
+    values = {}
+    for f in option_fields():
+        raw = given.get(f.name, f.metadata["default"])
+        values[f.name] = f.metadata["parse"](raw)
+    return Options(**values, given=dict(given))

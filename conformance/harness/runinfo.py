@@ -38,6 +38,8 @@ def start_info(suite: Suite, plan: Plan | None) -> dict[str, Any]:
     if suite.coverage is not None:
         info["coverage"] = suite.coverage.to_json()
     info["modes"] = suite.mode_account()
+    if suite.arguments:
+        info["arguments"] = suite.arguments
     info["selection"] = suite.selection()
     return info
 

@@ -12,17 +12,18 @@ from typing import Any
 import torch
 
 from conformance import samples
-from conformance.engine import coverage, exactness, oracles
-from conformance.engine.calls import content_digest
+from conformance.engine import coverage, exactness, ieee, oracles
+from conformance.engine.calls import Call, content_digest
 from conformance.engine.discovery import resolve
 from conformance.engine.exactness import Exactness
+from conformance.engine.operands import data_args
 from conformance.engine.placing import PlacedCall
 from conformance.engine.runner import placed_calls
 from conformance.engine.siblings import functional_of
-from conformance.harness.options import MODES
+from conformance.harness.options import MODES, SIZE_SETS
 from conformance.ops import spec_for
+from conformance.samples import arguments
 from conformance.samples.summary import SampleSummary
-from conformance.samples.values import data_args
 
 CALLS_KEPT = 64  # (overload, dtype, value set) whose samples one process keeps in memory
 PLACED_KEPT = 32  # (overload, dtype, value set, layout, resize) placements kept (cases of one
@@ -36,8 +37,9 @@ def dtype_name(dtype: torch.dtype) -> str:
 class RunSamples:
     """Samples by (overload, dtype, value set), and remembered answers about them."""
 
-    def __init__(self, cache_dir: str | None) -> None:
+    def __init__(self, cache_dir: str | None, sizes: str = SIZE_SETS[0]) -> None:
         self.cache_dir = cache_dir
+        self.sizes = sizes  # the extents of the -sizes cases (--sizes)
         self._calls: OrderedDict[tuple[str, torch.dtype, str], list] = OrderedDict()
         self._placed: OrderedDict[tuple[Any, ...], list[PlacedCall]] = OrderedDict()
         self._exact: dict[tuple[str, torch.dtype], Exactness | None] = {}
@@ -55,7 +57,7 @@ class RunSamples:
             self._calls.move_to_end(key)
             return self._calls[key]
         calls = samples.calls_for(
-            overload, dtype, self.cache_dir, value_set, limit=self.limit(overload)
+            overload, dtype, self.cache_dir, value_set, self.limit(overload), self.sizes
         )
         self._calls[key] = calls
         if len(self._calls) > CALLS_KEPT:
@@ -82,17 +84,21 @@ class RunSamples:
         return found
 
     def exactness(self, overload: str, dtype: torch.dtype) -> Exactness | None:
-        """Whether CPU's result of (overload, dtype) is exact (engine/exactness.py), measured on
-        float32 and the dtype's own samples once and remembered on disk; None where nothing is
-        claimed (not a float dtype, values not compared, random ops)."""
+        """Whether CPU's result of (overload, dtype) is exact, and by which rule
+        (engine/exactness.py), measured on the dtype's own samples (float64: float32's) once
+        and remembered on disk; None where nothing is claimed (values not compared, random ops,
+        integer dtypes of ops that are not pointwise)."""
         if (overload, dtype) not in self._exact:
             self._exact[overload, dtype] = self._exactness(overload, dtype)
         return self._exact[overload, dtype]
 
     def _exactness(self, overload: str, dtype: torch.dtype) -> Exactness | None:
         spec, op = spec_for(overload), resolve(overload)
-        if dtype not in exactness.FLOATS or not spec.check_values or spec.exact is False:
+        kind = ieee.kind(overload)
+        if dtype not in exactness.FLOATS + exactness.MEASURED or not spec.check_values:
             return None
+        if spec.exact is False or (not dtype.is_floating_point and kind == ieee.EXACT):
+            return None  # integer inputs: only pointwise ops give a float result per element
         if spec.nondeterministic or (
             spec.nondeterministic is None and oracles.is_nondeterministic(op)
         ):
@@ -102,21 +108,44 @@ class RunSamples:
         data = {i for i, _ in data_args(op._schema)}
         functional = functional_of(overload)
 
-        def measured(d: torch.dtype) -> Exactness:
+        def measured(d: torch.dtype) -> exactness.Measured:
             try:
                 calls = self.calls(overload, d)
             except Exception as exc:  # noqa: BLE001 - no samples: no claim
-                return Exactness(False, 0, f"no samples ({type(exc).__name__})")
+                return exactness.Measured(0, failed=f"no samples ({type(exc).__name__})")
             # by the samples' contents: an op spec's own samples too are measured once
             key = f"{overload}|{dtype_name(d)}|exact|{content_digest(calls)}"
             found = self.summary.remember(
                 key, lambda: exactness.measure(op, calls, d, data, functional).to_json(), save=True
             )
-            return Exactness.from_json(found)
+            return exactness.Measured.from_json(found)
 
-        float32 = measured(torch.float32)
-        own = measured(dtype) if dtype in exactness.MEASURED[1:] and float32.exact else None
-        return exactness.judge(own, float32, dtype)
+        float32 = measured(torch.float32) if dtype.is_floating_point else None
+        own = measured(dtype) if dtype in exactness.MEASURED[1:] else None
+        return exactness.judge(kind, own, float32, dtype, overload)
+
+    def arguments(self, overload: str, dtype: torch.dtype, derive: bool = True) -> dict[str, str]:
+        """{class label: how it is reached}: "ordinary" (an ordinary sample), "derived" (a call
+        of the -arguments case), else why it is left out (samples/arguments.py); remembered.
+        Without `derive` (an op spec that takes no -arguments samples) the ordinary samples'
+        classes only."""
+
+        def compute(overload: str) -> dict[str, str]:
+            try:
+                ordinary = self.calls(overload, dtype)
+            except Exception as exc:  # noqa: BLE001 - no samples: nothing reached
+                reason = f"no samples ({type(exc).__name__})"
+                return {c.label: reason for c in arguments.classes(overload)}
+            found = arguments.account(overload, ordinary)
+            if not derive:
+                why = "its op spec takes no -arguments samples (conformance/ops)"
+                return {label: how or why for label, how in found.items()}
+            for label, made in arguments.derive(overload, dtype, ordinary).items():
+                found[label] = "derived" if isinstance(made, Call) else made
+            return found
+
+        what = "arguments" if derive else "arguments-ordinary"
+        return self.remember(overload, dtype, what, compute)
 
     def limit(self, overload: str) -> int:
         if overload in self.fallback_only:

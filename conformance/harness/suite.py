@@ -17,7 +17,13 @@ import torch
 from conformance.engine.backend import Backend, load_backend
 from conformance.engine.coverage import Coverage
 from conformance.engine.foundations import Blame, Foundations, Probe
-from conformance.harness.accounts import coverage_account, mode_account, mode_lines
+from conformance.harness.accounts import (
+    argument_account,
+    argument_lines,
+    coverage_account,
+    mode_account,
+    mode_lines,
+)
 from conformance.harness.cases import CaseList
 from conformance.harness.expectations import (
     Entry,
@@ -27,7 +33,6 @@ from conformance.harness.expectations import (
     scenario_key,
 )
 from conformance.harness.keyword import keyword_filter
-from conformance.harness.modes import ModeAccount
 from conformance.harness.options import Options
 from conformance.harness.repro_lines import ReproLines
 from conformance.harness.rundir import RunDir
@@ -63,21 +68,19 @@ class Suite:
         self.backend_name = self.backend.module_name
         self.allocator = self.backend.allocator_mode()
         self.manifest = self._manifest()
-        self.samples = RunSamples(cache_dir)
-        self.modes = ModeAccount(self.samples.calls, self.samples.remember)
-        self.case_list = CaseList(
+        self.samples = RunSamples(cache_dir, options.sizes)
+        self.case_list = CaseList.for_run(
             options,
             self.backend,
-            self.modes,
-            cache_dir,
+            self.samples,
             self.keep,
             keyword=self.keyword,
             # a spawned case runner collects every case (its parent chose which ones run)
             sharded=with_coverage,
-            summary=self.samples.summary,
         )
-        self.samples.fallback_only = self.case_list.fallback_only_set
+        self.modes = self.case_list.modes
         self.case_list.coverage = self._coverage() if with_coverage else None
+        self.arguments = argument_account(self.case_list, self.samples) if with_coverage else {}
         self.samples.summary.save()
         self._mode_account: dict[str, Any] | None = None
         # where processes of this run share what they found (set by the session; None: alone)
@@ -162,6 +165,9 @@ class Suite:
 
     def mode_lines(self) -> list[str]:
         return mode_lines(self.mode_account())
+
+    def argument_lines(self) -> list[str]:
+        return argument_lines(self.arguments)
 
     def stale_expectations(
         self, records: list[CaseRecord], selected_by_keyword: bool = False

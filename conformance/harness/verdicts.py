@@ -9,16 +9,14 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import torch
 
-from conformance.engine import compiling
 from conformance.engine.compare import Mismatch
-from conformance.engine.exactness import Exactness
 from conformance.engine.placing import PlacedCall
-from conformance.engine.runner import CaseOutcome, blame, run_case
+from conformance.engine.runner import CaseOutcome, blame
+from conformance.harness.casework import CaseWork, SampleError
 from conformance.harness.nodes import case_of
-from conformance.harness.options import MODES
 from conformance.ops import spec_for
 from conformance.record import CaseId, CaseRecord, Status
-from conformance.samples import values
+from conformance.samples import arguments
 
 if TYPE_CHECKING:
     from conformance.harness.suite import Suite
@@ -41,62 +39,29 @@ class CaseVerdicts:
 
     def __init__(self, suite: Suite) -> None:
         self.suite = suite
-
-    def _exactness(self, case: CaseId, dtype: torch.dtype) -> Exactness | None:
-        """Whether CPU's result is exact for the case (None: no claim, also where measuring
-        it failed: the tolerance stands)."""
-        if case.values == "grad":
-            return None
-        try:
-            return self.suite.samples.exactness(case.overload, dtype)
-        except Exception:  # noqa: BLE001 - a measurement that cannot run claims nothing
-            return None
-
-    def _special(self, overload: str, dtype: torch.dtype, layout: str) -> list[PlacedCall]:
-        """The placed samples of the `special` value set, where the overload gets them."""
-        if not values.runs(overload, dtype, "special"):
-            return []
-        return self.suite.samples.placed(overload, dtype, "special", layout, True)
+        self.work = CaseWork(
+            suite.backend,
+            suite.samples,
+            set(suite.registered),
+            suite.options.strict_errors,
+            suite.manifest.flushes_subnormals,
+        )
 
     def run(self, case: CaseId, item: pytest.Item) -> None:
         """Run the case; leave its result record on `item`; raise pytest outcomes."""
         nodeid = item.nodeid
-        spec = spec_for(case.overload)
         try:
-            dtype, samples = getattr(torch, case.dtype), self.suite.samples
-            calls = samples.calls(case.overload, dtype, case.values)
-            resize = case.values != "grad"  # -grad cases place no resized out=
-            placements = samples.placed(case.overload, dtype, case.values, case.layout, resize)
-            if case.values == "compile":  # NaN and inf too: where finite-math kernels differ
-                placements = compiling.compile_samples(
-                    placements, self._special(case.overload, dtype, case.layout)
-                )
-        except Exception as exc:  # the suite's own sample sources broke: not the backend's verdict
-            text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            outcome = self.work.outcome(case)
+        except SampleError as exc:  # the suite's own sample sources broke: not a verdict
             message = (
                 f"[harness] building the samples of {case.overload} ({case.dtype}) failed: "
-                f"{type(exc).__name__}: {text}\n  repro: {self.suite.repro(nodeid)}"
+                f"{exc}\n  repro: {self.suite.repro(nodeid)}"
             )
             item.stash[RECORD_KEY] = self.new_record(
                 case, Status.ERROR, nodeid, check="harness", message=message
             )
             pytest.fail(message, pytrace=False)
         route = case.path == "fallback" and case.overload in self.suite.registered
-        exact = self._exactness(case, dtype)
-        outcome = run_case(
-            self.suite.backend,
-            case.overload,
-            spec,
-            calls,
-            case.layout,
-            case.path,
-            route=route,
-            strict_errors=self.suite.options.strict_errors,
-            mode=case.values if case.values in MODES else "",
-            placements=placements,
-            exactness=exact,
-            flushes_subnormals=case.dtype in self.suite.manifest.flushes_subnormals,
-        )
         expected = self.suite.expectation(case)
         declared = self.suite.declared_unsupported(case, expected)
         if outcome.unsupported and outcome.failure is None and not declared:
@@ -218,8 +183,23 @@ class CaseVerdicts:
                 f"  sample: {outcome.failed_sample} (layout {case.layout}, path "
                 f"{case.path}, allocator {self.suite.allocator})"
             )
+        if case.values == "arguments" and outcome.failed_call is not None:
+            lines.append(f"  {self._derived_classes(case, outcome.failed_call)}")
         lines.append(f"  repro: {self.suite.repro(nodeid)}")
         return "\n".join(lines)
+
+    def _derived_classes(self, case: CaseId, placed: PlacedCall) -> str:
+        """The argument classes a failed -arguments sample reaches and the ordinary samples do
+        not: what the case adds (samples/arguments.py)."""
+        account = self.suite.samples.arguments(case.overload, getattr(torch, case.dtype))
+        found = arguments.reached(placed.call, case.overload)
+        new = sorted(c for c in found if account.get(c) != "ordinary")
+        return (
+            f"argument value class{'es' if len(new) > 1 else ''} the ordinary samples miss: "
+            f"{', '.join(new)}"
+            if new
+            else "argument values as in the ordinary samples"
+        )
 
     def _record(self, case: CaseId, outcome: CaseOutcome, nodeid: str) -> CaseRecord:
         """The case's result record; its status is set from pytest's outcome when logged

@@ -123,6 +123,40 @@ def coverage_lines(cov: dict[str, Any] | None) -> list[str]:
     return [*out, ""]
 
 
+def argument_lines(account: dict[str, dict[str, str]] | None) -> list[str]:
+    """The run's argument coverage (run.json `arguments`, harness/accounts.py): per overload the
+    value classes of its schema's arguments reached (by the samples or an -arguments case) and
+    each class left out with the reason."""
+    if not account:
+        return []
+    reached = ("ordinary", "derived")
+    total = sum(len(v) for v in account.values())
+    hit = sum(1 for v in account.values() for how in v.values() if how in reached)
+    rows = []
+    for overload, classes in sorted(account.items()):
+        left = [f"{label} ({how})" for label, how in classes.items() if how not in reached]
+        derived = [label for label, how in classes.items() if how == "derived"]
+        rows.append(
+            f"| `{_cell(overload)}` | {len(classes) - len(left)}/{len(classes)} | "
+            f"{_cell(', '.join(derived)) or '-'} | {_cell('; '.join(left), 800) or '-'} |"
+        )
+    return [
+        "### Argument coverage",
+        "",
+        f"- {hit} of {total} argument value classes of {len(account)} overloads reached "
+        "(by the samples, or by an `-arguments` case made for it)",
+        "",
+        "<details><summary>Per overload</summary>",
+        "",
+        "| overload | reached | by -arguments cases | left out (why) |",
+        "| --- | --- | --- | --- |",
+        *rows,
+        "",
+        "</details>",
+        "",
+    ]
+
+
 def _findings_section(runs: Sequence[Run]) -> list[str]:
     """One row per root cause: failing cases grouped (conformance/findings.py)."""
     out = ["## Findings (one per root cause)", ""]
@@ -230,6 +264,7 @@ def render_markdown(
         if run.warnings:
             out.append("")
         out += coverage_lines(run.meta.get("coverage"))
+        out += argument_lines(run.meta.get("arguments"))
         out += ["### Per layout", ""]
         out += _count_table("layout", counts_by(run.op_cases(), "layout"))
         axes = counts_by(run.op_cases(), "axis")

@@ -4,12 +4,14 @@ derived from a sibling overload (twins.py) and the values axis (values.py)."""
 from __future__ import annotations
 
 import os
+import shutil
 
 import torch
 
 from conformance.engine.calls import Call, content_digest, load_calls, save_calls
 from conformance.ops import spec_for, specs_with_samples
-from conformance.samples import opinfo, twins, values
+from conformance.samples import opinfo, sizes, twins, valuesets
+from conformance.samples.summary import sources_digest
 
 MAX_OPINFO_SAMPLES = 8
 # an overload reached only through the boxed fallback runs CPU's own kernel: its cases test how
@@ -25,48 +27,66 @@ def calls_for(
     cache_dir: str | None,
     value_set: str = "",
     limit: int = MAX_OPINFO_SAMPLES,
+    choice: str = sizes.SIZE_SETS[0],
 ) -> list[Call]:
     """Every sample call of `overload` for `dtype`: the spec's own, then up to `limit` of
     OpInfo's (or, when OpInfo reaches no call of it, a sibling's re-typed by twins.py).
-    `value_set` "special" or "promotion" gives the calls of that value set instead (values.py)."""
+    `value_set` (valuesets.py: special, promotion, arguments, sizes, models) gives the calls of
+    that value set instead; `choice`: the option of the set (--sizes)."""
     ordinary = _ordinary(overload, dtype, cache_dir, limit)
     if not value_set:
         return ordinary
-    spec = spec_for(overload)
-    names = spec.opinfo_names
+    spec, kind = spec_for(overload), valuesets.value_set(value_set)
     from_opinfo = (
-        opinfo.captured_calls(overload, dtype, names, cache_dir, kind=value_set)
-        if spec.use_opinfo
+        opinfo.captured_calls(overload, dtype, spec.opinfo_names, cache_dir, kind=value_set)
+        if spec.use_opinfo and kind.from_opinfo
         else []
     )
-    generated = _generated(overload, dtype, ordinary, value_set, cache_dir)
-    return dedupe(from_opinfo)[: MAX_VALUE_SAMPLES // 2] + dedupe(generated)[:MAX_VALUE_SAMPLES]
+    generated = _generated(overload, dtype, ordinary, kind, choice, cache_dir)
+    return dedupe(from_opinfo)[: MAX_VALUE_SAMPLES // 2] + dedupe(generated)[: kind.limit]
 
 
 def _generated(
-    overload: str, dtype: torch.dtype, ordinary: list[Call], value_set: str, cache_dir: str | None
+    overload: str,
+    dtype: torch.dtype,
+    ordinary: list[Call],
+    kind: valuesets.ValueSet,
+    choice: str,
+    cache_dir: str | None,
 ) -> list[Call]:
     """The value set's calls built from the ordinary ones, cached on disk beside the captures:
-    building them runs every candidate on CPU in a forked child first (cpu_survivors.py), which
+    building them runs the candidates on CPU (in a forked child first, cpu_survivors.py), which
     costs a fork of the whole process per (overload, dtype, value set). The file is named by the
     ordinary calls' contents: an op spec's own samples hit it when they are the same each run,
-    and random ones (or edited ones) build again."""
-    make = values.special_calls if value_set == "special" else values.promotion_calls
+    and random ones (or edited ones) build again; its folder by the digest of the code that
+    builds them (summary.sources_digest), so an edit of a generator builds again too."""
     root = opinfo.cache_root(cache_dir)
-    if root is None:
-        return make(ordinary, dtype)
+    if root is None or not kind.cached:
+        return kind.build(overload, dtype, ordinary, choice)
     dname = str(dtype).removeprefix("torch.")
-    name = f"{overload}-{dname}-{value_set}-{content_digest(ordinary)}"
-    path = os.path.join(root, f"values-{values.GENERATOR_VERSION}", f"{name}.pt")
+    suffix = f"-{choice}" if kind.name == "sizes" else ""
+    name = f"{overload}-{dname}-{kind.name}{suffix}-{content_digest(ordinary)}"
+    folder = os.path.join(root, f"values-{sources_digest()}")
+    path = os.path.join(folder, f"{name}.pt")
     if os.path.exists(path):
         try:
-            return load_calls(path)[value_set][overload]
+            return load_calls(path)[kind.name][overload]
         except Exception:  # noqa: BLE001 - a torn or stale file: build again
             pass
-    generated = make(ordinary, dtype)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    save_calls({value_set: {overload: generated}}, path)
+    generated = kind.build(overload, dtype, ordinary, choice)
+    if not os.path.isdir(folder):
+        os.makedirs(folder, exist_ok=True)
+        _remove_stale(root, folder)
+    save_calls({kind.name: {overload: generated}}, path)
     return generated
+
+
+def _remove_stale(root: str, keep: str) -> None:
+    """Generated calls of code that changed since (other digests) are never read again."""
+    for name in os.listdir(root):
+        path = os.path.join(root, name)
+        if name.startswith("values-") and path != keep and os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _ordinary(overload: str, dtype: torch.dtype, cache_dir: str | None, limit: int) -> list[Call]:

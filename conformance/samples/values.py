@@ -22,74 +22,20 @@ from typing import Any
 import torch
 
 from conformance.engine.calls import Call
+from conformance.engine.operands import NOT_DATA, data_args, kind  # noqa: F401 - also from here
 from conformance.ops import spec_for
 from conformance.samples import cpu_survivors
-from conformance.samples.twins import _is_out, _kind, functional_of, schema_of
+from conformance.samples.twins import _is_out, functional_of, schema_of
 
 VALUE_SETS = ("special", "promotion")
-# the disk cache of generated calls (samples/__init__.py) is keyed by this: change it when the
-# calls this module builds change
-GENERATOR_VERSION = "v2"
 # Added to a floating operand of another dtype: not integral (a result truncated to an integer
 # type shows) and not representable in any binary float (a device that rounds a float64 operand
 # to the case's float16 before computing, where CPU does not, shows).
 THIRD = 1 / 3
-# schema argument names that are never data operands
-NOT_DATA = frozenset(
-    {
-        "index",
-        "indices",
-        "mask",
-        "condition",
-        "target",
-        "offsets",
-        "size",
-        "stride",
-        "dim",
-        "dims",
-        "lengths",
-        "generator",
-        "dtype",
-        "layout",
-        "device",
-        "memory_format",
-        "storage_offset",
-        "source",
-        "sorter",
-        "boundaries",
-    }
-)
 MAX_BASES = 3  # ordinary samples each value set is built from
 # operand names of ops that broadcast them (TensorIterator ops): a 0-dim tensor is legal there,
 # e.g. a backward op's `output` must have the gradient's shape instead
 BROADCAST_OPERANDS = frozenset({"other", "exponent", "value", "end"})
-
-
-def kind(arg: Any) -> str:
-    """twins._kind, plus 'tensors' for a Tensor[] argument."""
-    t = arg.type
-    if isinstance(t, torch.ListType) and isinstance(t.getElementType(), torch.TensorType):
-        return "tensors"
-    return _kind(arg)
-
-
-def data_args(schema: Any) -> list[tuple[int, Any]]:
-    """(position, argument) of the data operands: Tensor, Tensor[] or Scalar inputs that are
-    not indices, masks, sizes or options."""
-    return [
-        (i, a)
-        for i, a in enumerate(schema.arguments)
-        if not _is_out(a) and kind(a) in ("tensor", "tensors", "scalar") and a.name not in NOT_DATA
-    ]
-
-
-def runs(overload: str, dtype: torch.dtype, values: str) -> bool:
-    """Whether (overload, dtype) gets samples of the value set: its op spec compares values and
-    allows the set, and the set can say something about it (`applies`)."""
-    spec = spec_for(overload)
-    if not spec.check_values or (spec.value_sets is not None and values not in spec.value_sets):
-        return False
-    return applies(overload, dtype, values)
 
 
 def applies(overload: str, dtype: torch.dtype, values: str) -> bool:
@@ -298,6 +244,13 @@ def _slots(schema: Any, call: Call) -> list[tuple[int, int | None, str]]:
         else:
             slots.append((i, None, kind(a)))
     return slots
+
+
+def remade(call: Call) -> Call | None:
+    """`call` with its out= arguments re-made for the functional result of its (new) inputs
+    (None: the functional gives no result to shape them by)."""
+    kwargs = _remade_outs(call.overload, list(call.args), call.kwargs)
+    return None if kwargs is None else Call(call.overload, call.args, kwargs, call.cpu_args)
 
 
 def _remade_outs(overload: str, args: list, kwargs: dict) -> dict | None:

@@ -38,6 +38,7 @@ def run_with_kernel(
     spec: OpSpec | None = None,
     path: str = "native",
     mode: str = "",
+    exactness=None,
     **spec_kw,
 ) -> CaseOutcome:
     """Run `calls` of `overload` on `path` (native, or fallback: judged as a cpu_fallback
@@ -49,5 +50,14 @@ def run_with_kernel(
     spec = spec if spec is not None else OpSpec(overload, **spec_kw)
     spec = type(spec)(**{**spec.__dict__, "reference": spec.reference or real})
     return runner.run_case(
-        CPU, overload, spec, calls, layout, path, route=False, strict_errors=strict, mode=mode
+        CPU,
+        overload,
+        spec,
+        calls,
+        layout,
+        path,
+        route=False,
+        strict_errors=strict,
+        mode=mode,
+        exactness=exactness,
     )

@@ -1,14 +1,16 @@
-"""CPU's exactness is decided by evidence (engine/exactness.py): single IEEE operations are
-exact, transcendentals and reductions are not, half precision only where float32 is, and a
-small sample proves nothing."""
+"""CPU's exactness is decided by evidence and by what IEEE 754 asks of the op
+(engine/exactness.py, engine/ieee.py): single IEEE operations are exact, transcendentals and
+reductions are not; half precision is measured on its own, exhaustively for a 16-bit input;
+integer-input true division is judged too; a function IEEE only recommends correct rounding for
+is held to one ulp, never to the bit; a small sample proves nothing."""
 
 from __future__ import annotations
 
 import torch
 
-from conformance.engine import exactness
+from conformance.engine import exactness, ieee
 from conformance.engine.calls import Call
-from conformance.engine.exactness import Exactness
+from conformance.engine.exactness import BITS, ULP, Exactness, Measured
 
 
 def _calls(overload: str, dtype: torch.dtype, arity: int, shape=(8, 8)) -> list[Call]:
@@ -19,45 +21,100 @@ def _calls(overload: str, dtype: torch.dtype, arity: int, shape=(8, 8)) -> list[
     ]
 
 
-def _measure(op, overload: str, dtype: torch.dtype, arity: int, shape=(8, 8)) -> Exactness:
+def _measure(op, overload: str, dtype: torch.dtype, arity: int, shape=(8, 8)) -> Measured:
     return exactness.measure(op, _calls(overload, dtype, arity, shape), dtype, set(range(arity)))
+
+
+def _judged(overload: str, dtype: torch.dtype, arity: int = 1) -> Exactness:
+    op = getattr(torch.ops.aten, overload.split(".")[0])
+    op = getattr(op, overload.split(".")[1] if "." in overload else "default")
+    own = _measure(op, overload, dtype, arity) if dtype != torch.float32 else None
+    float32 = _measure(op, overload, torch.float32, arity)
+    return exactness.judge(ieee.kind(overload), own, float32, dtype, overload)
 
 
 def test_single_ieee_operations_are_exact_in_float32_and_half_types():
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
-        for op in (torch.ops.aten.mul.Tensor, torch.ops.aten.div.Tensor):
-            found = _measure(op, str(op), dtype, 2)
-            assert found.exact, (op, dtype, found)
-            assert found.elements >= exactness.TARGET_ELEMENTS
+        for overload in ("mul.Tensor", "div.Tensor"):
+            found = _judged(overload, dtype, 2)
+            assert found.exact and found.rule == BITS, (overload, dtype, found)
 
 
-def test_exp_and_sum_are_not_exact_and_say_where():
-    found = _measure(torch.ops.aten.exp.default, "exp", torch.float32, 1)
-    assert not found.exact and "not correctly rounded" in found.why, found
-    found = _measure(torch.ops.aten.sum.default, "sum", torch.float32, 1, shape=(64, 64))
-    assert not found.exact, found
+def test_exp_float32_and_sum_are_not_exact_and_say_where():
+    found = _judged("exp", torch.float32)
+    assert not found.exact and "not correctly rounded on" in found.why, found
+    measured = _measure(torch.ops.aten.sum.default, "sum", torch.float32, 1, shape=(64, 64))
+    found = exactness.judge(ieee.EXACT, None, measured, torch.float32)
+    assert not found.exact and found.why.startswith("accumulates"), found
 
 
-def test_half_precision_is_exact_only_where_float32_is():
+def test_half_precision_is_measured_on_its_own_exhaustively_for_one_input():
+    """float16 exp is correctly rounded on every one of its 65,536 inputs (float32's is not):
+    judged on its own, and as a function IEEE only recommends correct rounding for, to 1 ulp."""
     exp = torch.ops.aten.exp.default
-    own = _measure(exp, "exp", torch.float16, 1)  # may well be correctly rounded by luck
-    float32 = _measure(exp, "exp", torch.float32, 1)
-    judged = exactness.judge(own, float32, torch.float16)
-    assert not judged.exact and "float32 is not exact" in judged.why
+    own = _measure(exp, "exp", torch.float16, 1)
+    assert own.exhaustive and own.elements == 1 << 16 and not own.wrong, own
+    judged = exactness.judge(ieee.RECOMMENDED, own, _measure(exp, "exp", torch.float32, 1),
+                             torch.float16)  # fmt: skip
+    assert judged.exact and judged.rule == ULP and "within 1 ulp" in judged.why, judged
+    sqrt = torch.ops.aten.sqrt.default
+    own = _measure(sqrt, "sqrt", torch.bfloat16, 1)
+    judged = exactness.judge(ieee.kind("sqrt"), own, None, torch.bfloat16)
+    assert own.exhaustive and judged.exact and judged.rule == BITS, judged
+
+
+def test_a_correctly_rounded_operation_stays_bit_exact_where_cpu_is_one_ulp_off():
+    """IEEE requires sqrt to be correctly rounded: where CPU is not (1 ulp off on some
+    elements), the device owes CPU's bits or the correctly rounded ones, never a tolerance."""
+    measured = Measured(4096, wrong=700, ulps=1, first="1.0000001 where float64 rounds to 1.0")
+    found = exactness.judge(ieee.CORRECTLY_ROUNDED, None, measured, torch.float32)
+    assert found.exact and found.rule == BITS and "IEEE requires correct rounding" in found.why
+    inferred = exactness.judge(ieee.CORRECTLY_ROUNDED, None, measured, torch.float64, "sqrt")
+    assert inferred.exact and "processor's correctly rounded result" in inferred.why
+    assert not exactness.judge(ieee.CORRECTLY_ROUNDED, None, measured, torch.float64, "div").exact
+    twice = Measured(4096, wrong=700, ulps=2)
+    assert not exactness.judge(ieee.CORRECTLY_ROUNDED, None, twice, torch.float32).exact
+    assert not exactness.judge(ieee.RECOMMENDED, None, measured, torch.float32).exact
+
+
+def test_a_recommended_function_is_held_to_one_ulp_never_to_the_bit():
+    found = _judged("hypot", torch.float32, 2)  # correctly rounded on CPU, by its implementation
+    assert found.exact and found.rule == ULP, found
+    assert not _judged("hypot", torch.float64, 2).exact  # no wider type to find the truth
+
+
+def test_integer_true_division_is_judged_by_its_float_result():
+    """int32 / int32 is the float32 division of the converted operands: correctly rounded."""
+    div = torch.ops.aten.div.Tensor
+    g = torch.Generator().manual_seed(1)
+    calls = [
+        Call("div.Tensor", (torch.randint(-99, 99, (8, 8), generator=g, dtype=torch.int32),
+                            torch.randint(1, 99, (8, 8), generator=g, dtype=torch.int32)))
+    ]  # fmt: skip
+    measured = exactness.measure(div, calls, torch.int32, {0, 1})
+    assert measured.elements >= exactness.TARGET_ELEMENTS and not measured.wrong, measured
+    found = exactness.judge(ieee.kind("div.Tensor"), measured, None, torch.int32)
+    assert found.exact and found.rule == BITS, found
+
+
+def test_float64_is_inferred_from_float32_where_that_is_exact():
     mul = torch.ops.aten.mul.Tensor
     float32 = _measure(mul, "mul", torch.float32, 2)
-    assert exactness.judge(None, float32, torch.float64).exact  # inferred from float32
+    assert exactness.judge(ieee.CORRECTLY_ROUNDED, None, float32, torch.float64).exact
 
 
 def test_too_few_elements_prove_nothing():
     calls = [Call("mul", (torch.ones(4), torch.ones(4)))]
     found = exactness.measure(torch.ops.aten.mul.Tensor, calls, torch.float32, set())
-    assert not found.exact and "only 4 result elements" in found.why
+    assert found.failed == "only 4 result elements to compare"
+    assert not exactness.judge(ieee.CORRECTLY_ROUNDED, None, found, torch.float32).exact
 
 
-def test_verdicts_round_trip_through_json():
-    found = Exactness(True, 4096, "correctly rounded on 4096 elements")
+def test_verdicts_and_measurements_round_trip_through_json():
+    found = Exactness(True, 4096, "correctly rounded on 4096 elements", ULP)
     assert Exactness.from_json(found.to_json()) == found
+    measured = Measured(4096, 3, 1, 0, "x", "", True)
+    assert Measured.from_json(measured.to_json()) == measured
 
 
 def test_an_op_that_accumulates_is_not_exact_even_where_cpu_rounds_it_correctly():
@@ -66,5 +123,34 @@ def test_an_op_that_accumulates_is_not_exact_even_where_cpu_rounds_it_correctly(
     cumsum = torch.ops.aten.cumsum.default
     g = torch.Generator().manual_seed(0)
     calls = [Call("cumsum", (torch.randn(8, 8, generator=g), 1)) for _ in range(3)]
-    found = exactness.measure(cumsum, calls, torch.float32, {0})
+    found = exactness.judge(
+        ieee.EXACT, None, exactness.measure(cumsum, calls, torch.float32, {0}), torch.float32
+    )
     assert not found.exact and found.why.startswith("accumulates: a result element depends on 8")
+
+
+# ---- the rules applied: a recommended function within one ulp passes, two ulps fail ----------
+def _nudged(ulps: int):
+    def hypot(a, b):
+        out = torch.hypot(a, b)
+        bits = out.view(torch.int32).clone()
+        bits[::3] += ulps  # every third element `ulps` away from zero
+        return bits.view(torch.float32)
+
+    return hypot
+
+
+def test_hypot_within_one_ulp_passes_and_two_ulps_fail(monkeypatch):
+    """IEEE only recommends correct rounding for hypot: a device within 1 ulp is right even
+    where CPU happens to be correctly rounded (issue 43: demanded bit for bit, it failed)."""
+    from tests.engine.fake_kernels import run_with_kernel
+
+    g = torch.Generator().manual_seed(3)
+    calls = [Call("hypot", (torch.randn(64, generator=g), torch.randn(64, generator=g)))]
+    rule = _judged("hypot", torch.float32, 2)
+    assert rule.exact and rule.rule == ULP
+    one = run_with_kernel(monkeypatch, "hypot", _nudged(1), calls, exactness=rule)
+    assert one.failure is None, one.failure and one.failure.message
+    two = run_with_kernel(monkeypatch, "hypot", _nudged(2), calls, exactness=rule)
+    assert two.failure is not None and two.failure.check == "rounding", two.failure
+    assert "more than 1 ulp from the correctly rounded result" in two.failure.message

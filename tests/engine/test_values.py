@@ -222,3 +222,12 @@ def test_promotion_never_moves_every_tensor_to_cpu():
             if isinstance(a, torch.Tensor) and i not in call.cpu_args
         ]
         assert on_device, call.signature()
+
+
+def test_the_value_sets_of_the_options_are_the_registered_ones():
+    """options.py names them for --help without importing torch; samples/valuesets.py builds
+    them: one list."""
+    from conformance.harness.options import ORDINARY, VALUE_SETS
+    from conformance.samples import valuesets
+
+    assert list(VALUE_SETS) == [ORDINARY, *valuesets.names()]

@@ -46,6 +46,10 @@ SELF_TESTS = [
     "tests/suite/test_environment_diff.py",
     "tests/engine/test_dynamic_shapes.py",
     "tests/scenarios/test_compiled_scenarios.py",
+    "tests/suite/test_catches_sizes_and_arguments.py",
+    "tests/engine/test_exactness.py",
+    "tests/engine/test_arguments.py",
+    "tests/engine/test_sizes.py",
 ]
 # tests of crash isolation and repro commands check no verdict: left out to save time
 DESELECT = "not repro and not sigkill and not segfault"

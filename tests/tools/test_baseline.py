@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conformance.harness.expectations import Manifest, load_manifest
+from conformance.harness.options import VALUE_SETS
 from conformance.record import CaseId
 from conformance.tools.baseline import baseline, main, patterns_for
 
@@ -245,7 +246,7 @@ def test_a_narrowed_run_never_widens_what_it_did_not_collect(tmp_path):
     full = {"dtypes": "float32,float64,float16,bfloat16,int32,int64,bool".split(","),
             "layouts": ["contiguous", "transposed", "expanded", "offset", "sliced",
                         "noncontiguous", "channels_last", "zero_size", "zero_dim"],
-            "paths": ["native", "fallback"], "values": ["ordinary", "special", "promotion"],
+            "paths": ["native", "fallback"], "values": list(VALUE_SETS),
             "modes": ["grad", "inference", "sync"], "keyword": ""}  # fmt: skip
     plain = _load(tmp_path, baseline([({"selection": full}, records)]).files[""], "a.toml")
     assert plain.entries[0].patterns == ("abs-*",)  # every dimension taken in full

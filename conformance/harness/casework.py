@@ -1,0 +1,91 @@
+"""A case id turned into the engine's outcome: its samples (value set, placements), CPU's
+exactness, the route through the fallback and the tolerance rule of its value set. The one
+place that does it: the run's verdicts (verdicts.py) and the power tool
+(conformance/tools/power.py) both call it, so a power figure measures the check the run
+applies to the case the run collects."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+
+import torch
+
+from conformance.engine import compiling
+from conformance.engine.backend import Backend
+from conformance.engine.exactness import Exactness
+from conformance.engine.placing import PlacedCall
+from conformance.engine.runner import CaseOutcome, run_case
+from conformance.harness.options import MODES
+from conformance.harness.sampling import RunSamples
+from conformance.ops import spec_for
+from conformance.record import CaseId
+from conformance.samples import valuesets
+
+# value sets judged by CPU's own error against float64 per sample (engine/evidence.py): their
+# sizes and argument values are not those the ops' tolerances were measured on
+EVIDENCE_SETS = ("sizes", "arguments", "models")
+
+
+class SampleError(Exception):
+    """Building the samples of a case failed (the suite's own sources broke)."""
+
+
+@dataclass
+class CaseWork:
+    """How the cases of one run are run (collaborators: the backend and the run's samples)."""
+
+    backend: Backend
+    samples: RunSamples
+    registered: Collection[str]  # overloads with a kernel of the backend (routed on 'fallback')
+    strict_errors: bool = False
+    flushes_subnormals: Collection[str] = ()  # dtypes the manifest declares flushing
+
+    def placements(self, case: CaseId) -> tuple[list, list[PlacedCall]]:
+        """(calls, placed calls) of the case; SampleError when building them fails."""
+        dtype, samples = getattr(torch, case.dtype), self.samples
+        try:
+            calls = samples.calls(case.overload, dtype, case.values)
+            resize = case.values != "grad"  # -grad cases place no resized out=
+            placed = samples.placed(case.overload, dtype, case.values, case.layout, resize)
+            if case.values == "compile":  # NaN and inf too: where finite-math kernels differ
+                placed = compiling.compile_samples(placed, self._special(case, dtype))
+        except Exception as exc:  # noqa: BLE001 - reported as the suite's own error
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise SampleError(f"{type(exc).__name__}: {text}") from exc
+        return calls, placed
+
+    def _special(self, case: CaseId, dtype: torch.dtype) -> list[PlacedCall]:
+        """The placed samples of the `special` value set, where the overload gets them."""
+        if not valuesets.runs(case.overload, dtype, "special"):
+            return []
+        return self.samples.placed(case.overload, dtype, "special", case.layout, True)
+
+    def exactness(self, case: CaseId) -> Exactness | None:
+        """Whether CPU's result is exact for the case (None: no claim, also where measuring
+        it failed: the tolerance stands)."""
+        if case.values == "grad":
+            return None
+        try:
+            return self.samples.exactness(case.overload, getattr(torch, case.dtype))
+        except Exception:  # noqa: BLE001 - a measurement that cannot run claims nothing
+            return None
+
+    def outcome(self, case: CaseId) -> CaseOutcome:
+        """Run the case's samples on the device against CPU (SampleError: no samples built)."""
+        calls, placed = self.placements(case)
+        return run_case(
+            self.backend,
+            case.overload,
+            spec_for(case.overload),
+            calls,
+            case.layout,
+            case.path,
+            route=case.path == "fallback" and case.overload in self.registered,
+            strict_errors=self.strict_errors,
+            mode=case.values if case.values in MODES else "",
+            placements=placed,
+            exactness=self.exactness(case),
+            flushes_subnormals=case.dtype in self.flushes_subnormals,
+            evidence=case.values in EVIDENCE_SETS,
+        )

@@ -1,0 +1,68 @@
+"""The -sizes value set (samples/sizes.py): each family of ops grows along the extent its kernels
+tile (pointwise: all of it; reductions and scans: the reduced dim; matrix products: the
+contraction; losses and batch norm: the batch; gathers: the indices), to the boundary sizes, with
+values that expose low-precision accumulation and, where ties have no order, distinct values."""
+
+from __future__ import annotations
+
+import torch
+
+from conformance.engine.calls import Call
+from conformance.samples import sizes
+
+
+def _grown(overload: str, call: Call, dtype=torch.float32, choice="boundaries") -> list[Call]:
+    return sizes.sized_calls(overload, dtype, [call], choice)
+
+
+def test_pointwise_ops_grow_to_the_vector_tails():
+    made = _grown("exp", Call("exp", (torch.rand(5, 4),)))
+    assert [c.args[0].numel() for c in made] == list(sizes.POINTWISE_SIZES["boundaries"])
+    assert all(c.args[0].dim() == 1 for c in made)
+    large = _grown("exp", Call("exp", (torch.rand(5, 4),)), choice="large")
+    assert {4095, 4096, 4097} <= {c.args[0].numel() for c in large}
+
+
+def test_a_reduction_grows_its_reduced_dim_to_65537_with_positive_mixed_values():
+    call = Call("sum.dim_IntList", (torch.randn(3, 4, 5).bfloat16(), [1]))
+    made = _grown("sum.dim_IntList", call, torch.bfloat16)
+    shapes = [tuple(c.args[0].shape) for c in made]
+    assert shapes[-1] == (1, 65537, 1) and (1, 1025, 1) in shapes, shapes
+    values = made[-1].args[0]
+    assert bool((values > 0).all()) and values.max() / values.min() > 8  # mixed magnitudes
+    cpu = torch.ops.aten.sum.dim_IntList(*made[-1].args)
+    assert float(cpu) > 4096 * 2  # what a bfloat16 accumulator of tiles stops short of
+
+
+def test_matrix_products_grow_the_contraction_and_gathers_the_indices():
+    made = _grown("mm", Call("mm", (torch.randn(2, 3), torch.randn(3, 4))))
+    assert [(c.args[0].shape[1], c.args[1].shape[0]) for c in made][-1] == (65537, 65537)
+    made = _grown(
+        "index_select", Call("index_select", (torch.randn(5, 3), 0, torch.tensor([4, 0])))
+    )
+    assert made[-1].args[2].numel() == 65537 and int(made[-1].args[2].max()) <= 4
+
+
+def test_a_loss_grows_its_batch_and_layer_norm_its_normalised_extent():
+    x, target = torch.randn(2, 3), torch.tensor([0, 2])
+    made = _grown("nll_loss_forward", Call("nll_loss_forward", (x, target, None, 1, -100)))
+    assert made[-1].args[0].shape == (65537, 3) and made[-1].args[1].shape == (65537,)
+    ln = Call("native_layer_norm", (torch.randn(2, 3, 4), [4], torch.randn(4), None, 1e-5))
+    made = _grown("native_layer_norm", ln)
+    assert made[-1].args[1] == [65537] and made[-1].args[2].shape == (65537,)
+
+
+def test_ops_whose_ties_have_no_order_get_distinct_values_or_no_sample():
+    call = Call("sort", (torch.randn(3, 5).bfloat16(), -1))
+    for c in _grown("sort", call, torch.bfloat16):
+        v = c.args[0].reshape(-1)
+        assert v.unique().numel() == v.numel()
+    assert max(c.args[0].shape[-1] for c in _grown("sort", call, torch.bfloat16)) < 65537
+    call = Call("sort", (torch.randn(3, 5), -1))
+    assert max(c.args[0].shape[-1] for c in _grown("sort", call, torch.float32)) == 65537
+
+
+def test_what_cannot_grow_has_no_sizes():
+    assert not sizes.applies("cat", torch.float32)  # data movement of a list: no extent
+    assert not sizes.applies("normal_", torch.float32)  # random draws are not compared elementwise
+    assert sizes.sized_calls("exp", torch.float32, [Call("exp", (torch.rand(3),))], "none") == []
