@@ -15,6 +15,8 @@ over 2 is what the run would take on 2 idle cores).
   axis) <= 2 min
 - the modes (`-grad`, `-inference` cases, issue 21): the default run <= 1.5x the same run with
   `--modes none` (both timed in this run)
+- the value sets of issue 43 (-arguments, -sizes, -models): the default run <= 1.2x the same run
+  with only the older ones (`--values ordinary,special,promotion`), CPU seconds, warm caches
 - `--fallback-ops all -n 2` <= 5 min (with --all: takes minutes)
 - the compiled axis (with --compile, issue 33): `--modes compile -k compile -n 2` (the -compile
   cases, the compile and AOTInductor scenarios) with cold and then warm Inductor caches, and
@@ -235,6 +237,18 @@ def modes_ratio(env: dict[str, str], with_modes_cpu: float) -> None:
     )
 
 
+def value_sets_ratio(env: dict[str, str], default_cpu: float) -> None:
+    """The default run against the same run without the value sets of issue 43 (CPU seconds;
+    both after a collect-only pass, so their samples are built and cached: a warm run)."""
+    older = ["-n", "2", "--values", "ordinary,special,promotion"]
+    without = full_run("default run without -arguments/-sizes/-models", older, env, 2)
+    ratio = default_cpu / without
+    print(
+        f"value sets: the default run costs {ratio:.2f}x the run without -arguments, -sizes "
+        f"and -models (CPU seconds; target <= 1.2x: {verdict(ratio, 1.2)})"
+    )
+
+
 def compile_axis(env: dict[str, str], default_cpu: float | None) -> None:
     """The -compile cases and compiled-path scenarios, cold then warm Inductor caches (a fresh
     cache folder of this run), against the default run's CPU seconds."""
@@ -299,6 +313,7 @@ def main() -> None:
     if not opts.skip_default:
         default_cpu = full_run("default run (-n 2)", ["-n", "2"], env, 2)
         modes_ratio(env, default_cpu)
+        value_sets_ratio(env, default_cpu)
     if opts.compile:
         compile_axis(env, default_cpu)
     if opts.all:

@@ -319,7 +319,7 @@ def _ulps(a: torch.Tensor, e: torch.Tensor, bad: torch.Tensor, what: str) -> str
             "toward zero" if share == 100 else "away from zero" if share == 0 else "either way"
         )
         parts.append(
-            f"{'1 ulp' if most == 1 else f'up to {most} ulps'} from cpu {direction} on "
+            f"{'1 ulp' if most == 1 else f'up to {most} ulps'} {direction} on "
             f"{k * 100 // total} % of elements"
         )
         if most == 1 and share == 100:

@@ -75,17 +75,31 @@ DEFAULT_KERNEL = "default backend kernel"  # torch's CompositeExplicitAutograd(N
 
 
 def fallback_overloads(
-    known_bases: set[str], dispatch_key: str = DISPATCH_KEY, kinds: tuple[str, ...] = (FALLBACK,)
+    known_bases: set[str],
+    dispatch_key: str = DISPATCH_KEY,
+    kinds: tuple[str, ...] = (FALLBACK,),
+    prefixes: bool = False,
 ) -> list[str]:
     """Aten overloads the backend handles only through its boxed fallback (or, with `kinds`,
     through torch's default kernel: `DEFAULT_KERNEL`), limited to ops whose base name is in
-    `known_bases` (those we have samples for)."""
+    `known_bases` (those we have samples for); with `prefixes`, also those whose samples come
+    from a shorter name (`nll_loss_forward` from `nll_loss`'s, as the sample sources find them)."""
     out = set()
     for schema in torch._C._jit_get_all_schemas():
         if not schema.name.startswith("aten::"):
             continue
         name = schema.name[len("aten::") :]
         overload = f"{name}.{schema.overload_name}" if schema.overload_name else name
-        if name.strip("_") in known_bases and how_reached(overload, dispatch_key) in kinds:
+        if (
+            _known(name.strip("_"), known_bases, prefixes)
+            and how_reached(overload, dispatch_key) in kinds
+        ):
             out.add(overload)
     return sorted(out)
+
+
+def _known(base: str, known_bases: set[str], prefixes: bool) -> bool:
+    if base in known_bases:
+        return True
+    parts = base.split("_")
+    return prefixes and any("_".join(parts[:n]) in known_bases for n in range(1, len(parts)))

@@ -175,7 +175,7 @@ class CaseList:
         # a glob also reaches overloads torch's composite kernels serve on this backend
         # (`_foreach_*`: tested as ops on the device, the "native" path)
         reachable = discovery.fallback_overloads(
-            known, kinds=(discovery.FALLBACK, discovery.DEFAULT_KERNEL)
+            known, kinds=(discovery.FALLBACK, discovery.DEFAULT_KERNEL), prefixes=True
         )
         chosen = [o for o in reachable if any(fnmatch.fnmatchcase(o, w) for w in wanted)]
         unknown = [w for w in wanted if not any(fnmatch.fnmatchcase(o, w) for o in reachable)]
