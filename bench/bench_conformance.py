@@ -17,6 +17,8 @@ over 2 is what the run would take on 2 idle cores).
   `--modes none` (both timed in this run)
 - the value sets of issue 43 (-arguments, -sizes, -models): the default run <= 1.2x the same run
   with only the older ones (`--values ordinary,special,promotion`), CPU seconds, warm caches
+- the heap red zones of issue 48 (on by default): the default run <= 1.1x the same run with
+  `--heap-zones off` (CPU seconds)
 - `--fallback-ops all -n 2` <= 5 min (with --all: takes minutes)
 - the compiled axis (with --compile, issue 33): `--modes compile -k compile -n 2` (the -compile
   cases, the compile and AOTInductor scenarios) with cold and then warm Inductor caches, and
@@ -249,6 +251,18 @@ def value_sets_ratio(env: dict[str, str], default_cpu: float) -> None:
     )
 
 
+def heap_zones_ratio(env: dict[str, str], default_cpu: float) -> None:
+    """The default run against the same run without the suite's heap red zones (CPU seconds)."""
+    without = full_run(
+        "default run with --heap-zones off", ["-n", "2", "--heap-zones", "off"], env, 2
+    )
+    ratio = default_cpu / without
+    print(
+        f"heap red zones: the default run costs {ratio:.2f}x the run without them (CPU "
+        f"seconds; target <= 1.1x: {verdict(ratio, 1.1)})"
+    )
+
+
 def compile_axis(env: dict[str, str], default_cpu: float | None) -> None:
     """The -compile cases and compiled-path scenarios, cold then warm Inductor caches (a fresh
     cache folder of this run), against the default run's CPU seconds."""
@@ -314,6 +328,7 @@ def main() -> None:
         default_cpu = full_run("default run (-n 2)", ["-n", "2"], env, 2)
         modes_ratio(env, default_cpu)
         value_sets_ratio(env, default_cpu)
+        heap_zones_ratio(env, default_cpu)
     if opts.compile:
         compile_axis(env, default_cpu)
     if opts.all:

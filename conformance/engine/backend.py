@@ -56,6 +56,14 @@ class Backend:
     # a non-empty tensor's storage can be observed (engine/probe.py); a lazy device's cannot:
     # then only values are judged, never strides, offsets or memory around views
     storage: bool = True
+    # the suite's red zones for the backend's heap blocks (engine/heap.py): the --heap-zones
+    # setting, where the layer is built, and the layer once installed where the probe saw the
+    # device's memory go through it
+    heap_zones: str = "auto"
+    heap_cache: str | None = None
+    heap: Any = None
+    heap_note: str = ""  # what the probe found of them (the run header)
+    heap_seen: bool = False  # the probe saw the device's memory allocated through them
     _routable: dict[str, bool] = field(default_factory=dict)
 
     @functools.cached_property

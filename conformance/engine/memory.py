@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import torch
 
+from conformance.engine import heap
 from conformance.engine.backend import Backend
 from conformance.engine.compare import Mismatch
 
@@ -63,7 +64,25 @@ def sources(backend: Backend, counter: str | None) -> dict[str, str]:
         if backend.hook("check_memory") is not None
         else "unavailable, backend has no check_memory"
     )
-    return {"leaks": leak_text, "red zones": zones}
+    return {"leaks": leak_text, "red zones": zones, "heap red zones": heap_source(backend)}
+
+
+def heap_source(backend: Backend) -> str:
+    """What the suite's heap red zones watch (engine/heap.py), or why they watch nothing (the
+    probe's account: in an xdist controller, or a parent of forked runners, too)."""
+    if backend.heap_seen:
+        return (
+            f"the device's memory is allocated through the watched libraries, "
+            f"{backend.heap_note}: {heap.PAD} bytes after each block and freed blocks in "
+            "quarantine, checked at free and after placing the inputs, the op and the sample "
+            "(engine/heap.py)"
+        )
+    rest = (
+        "memory checks rely on the backend's check_memory hook"
+        if backend.hook("check_memory") is not None
+        else "no red zones: heap corruption shows only where glibc notices it (a crash)"
+    )
+    return f"not watched ({backend.heap_note or 'not probed'}); {rest}"
 
 
 def describe_corruption(record: dict) -> str:
@@ -80,6 +99,21 @@ def describe_corruption(record: dict) -> str:
     return text
 
 
+def heap_check(backend: Backend, where: str) -> None:
+    """Raise Mismatch('memory') for what the suite's heap red zones found since their last
+    check (engine/heap.py), said to have happened `where`."""
+    if backend.heap is None:
+        return
+    found = backend.heap.check()
+    if found:  # the first line names the root cause (findings group by it), the rest details
+        details = f"\n  seen {found[0].when}"
+        if found[1:]:
+            details += f"; and {len(found) - 1} more: " + "; ".join(
+                f"{e.describe()} (seen {e.when})" for e in found[1:3]
+            )
+        raise Mismatch("memory", f"{where}: {found[0].describe()}{details}")
+
+
 class MemoryWatch:
     """Memory state at the start of a case; checks after each sample and at the end."""
 
@@ -90,14 +124,19 @@ class MemoryWatch:
         self._live = backend.hook("live_blocks")
         self._counter_name = backend.memory_counter
         self._counter = counter_named(backend, self._counter_name)
+        self._heap = backend.heap  # the suite's red zones (engine/heap.py), where installed
         if self._clear is not None:  # corruption from before this case was reported there
             self._clear()
+        if self._heap is not None:
+            self._heap.clear()
         self.start_serials = {b["serial"] for b in self._live()} if self._live else set()
         self.start_max = max(self.start_serials, default=-1)
         self.start_bytes = self._counter() if self._counter else 0
 
     def check_after(self, overload: str) -> None:
-        """Raise Mismatch('memory') if any device block's red zone is corrupted."""
+        """Raise Mismatch('memory') if any device block's red zone is corrupted (the suite's
+        heap red zones first: they name the bytes written)."""
+        heap_check(self.backend, f"after {overload} (reading its results back, or freeing them)")
         if self._check is None:
             return
         records = list(self._check())

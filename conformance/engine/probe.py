@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from conformance.engine import interpreter
+from conformance.engine import heap, interpreter
 from conformance.engine.backend import Backend, load_backend
 from conformance.engine.memory import counters
 from conformance.engine.transfer import has_storage
@@ -39,6 +39,10 @@ class Probe:
     # a non-empty tensor's storage has bytes and a data pointer (a lazy device's, as torch_xla's,
     # has none: strides, offsets and memory around views cannot be observed)
     storage: bool = True
+    # the suite's heap red zones (engine/heap.py): what was installed, or why nothing was, and
+    # whether the probe's device tensor was allocated through them
+    heap: str = ""
+    heap_seen: bool = False
 
 
 def probe_here(backend: Backend, where: str = "in-process") -> Probe:
@@ -52,15 +56,27 @@ def probe_here(backend: Backend, where: str = "in-process") -> Probe:
     except Exception:  # noqa: BLE001 - a broken query is not a verdict on the device
         pass
     candidates = counters(backend)
+    zones, how = heap.watch(backend.module, backend.heap_zones, backend.heap_cache)
     try:
         before = {name: _read(fn) for name, fn in candidates}
+        heap_before = zones.stats() if zones is not None else None
         tensor = torch.empty(PROBE_ELEMENTS, dtype=torch.float32, device=backend.device)
         after = {name: _read(fn) for name, fn in candidates}
+        heap_after = zones.stats() if zones is not None else None
         storage = has_storage(tensor)
         del tensor
     except Exception as exc:  # noqa: BLE001 - any failure means: not usable here
         text = _first_line(exc)
         return Probe(False, where, text, "fork" in text.lower())
+    heap_seen = bool(
+        heap_before
+        and heap_after
+        and heap_after[0] > heap_before[0]
+        and heap_after[3] >= 4 * PROBE_ELEMENTS
+    )
+    if zones is not None and not heap_seen:
+        how += "; the device's memory is not allocated through them (a pool of its own)"
+    backend.heap = zones if heap_seen else None  # the process runs cases: it keeps them
     seen = None
     for name, _ in candidates:
         if (
@@ -69,7 +85,7 @@ def probe_here(backend: Backend, where: str = "in-process") -> Probe:
         ):
             seen = name
             break
-    return Probe(True, where, memory_counter=seen, storage=storage)
+    return Probe(True, where, memory_counter=seen, storage=storage, heap=how, heap_seen=heap_seen)
 
 
 def probe_in_fork(backend: Backend) -> Probe:
@@ -100,7 +116,7 @@ def probe_in_fork(backend: Backend) -> Probe:
 def probe_in_fresh_process(backend: Backend) -> Probe:
     """The probe in a new interpreter that loads the same backend (as a spawned runner would)."""
     cmd = [*interpreter.python(), "-m", "conformance.engine.probe", backend.spec]
-    cmd.append(backend.device_type)
+    cmd += [backend.device_type, backend.heap_zones, backend.heap_cache or ""]
     where = f"fresh process ({interpreter.describe()})"
     try:
         proc = subprocess.run(
@@ -156,10 +172,13 @@ def _first_line(exc: BaseException) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m conformance.engine.probe MODULE[:FUNCTION] DEVICE`: print the probe as one
-    JSON line."""
-    module, device = argv
-    result = probe_here(load_backend(module, device), "fresh process")
+    """`python -m conformance.engine.probe MODULE[:FUNCTION] DEVICE [HEAP_ZONES CACHE]`: print
+    the probe as one JSON line."""
+    module, device, *zones = argv
+    backend = load_backend(module, device)
+    if zones:
+        backend.heap_zones, backend.heap_cache = zones[0], zones[1] or None
+    result = probe_here(backend, "fresh process")
     print(json.dumps(asdict(result)))
     return 0
 

@@ -429,6 +429,19 @@ def mode_context(mode: str) -> Callable[[], contextlib.AbstractContextManager]:
     return torch.inference_mode if mode == "inference" else contextlib.nullcontext
 
 
+#: where the suite's heap red zones (engine/heap.py) are checked within a sample, so that a block
+#: the harness's own copies smashed is not charged to the op under test
+PLACING = (
+    "while placing the inputs on the device (before the op ran: the device's empty_strided, "
+    "_copy_from and as_strided)"
+)
+
+
+def _heap_phase(backend: Backend, where: str) -> None:
+    """The heap red zones checked between two phases of a sample (memory.heap_check)."""
+    memory.heap_check(backend, where)
+
+
 def _run_sample(
     ctx: RunContext, placed: PlacedCall, stats: ErrorStats, fell_back: set[str]
 ) -> tuple[bool, str | None]:
@@ -442,6 +455,7 @@ def _run_sample(
     with mode():  # inference tensors, when the case runs in inference mode
         cpu = placed.materialize("cpu")
         dev = placed.materialize(backend.device)
+    _heap_phase(backend, PLACING)
     written_before = [
         (version(view), view.data_ptr()) for leaf, _, view in dev.bases if leaf.written
     ]
@@ -467,6 +481,7 @@ def _run_sample(
     counts = lazy.counts() if lazy is not None else None
     with backend.routed_through_fallback(ctx.route), mode():
         actual = invoke(ctx.op, dev, ctx.nondeterministic)
+    _heap_phase(backend, f"in {ctx.overload} (its own call, before its results were read)")
     if lazy is not None and counts is not None:
         actual = settle(lazy, actual)
         fell_back.update(lazy.counts().fell_back(counts))

@@ -218,6 +218,16 @@ class Options:
         default=",".join(VALUE_SETS),
         parse=parse_values,
     )
+    heap_zones: str = option(
+        "red zones for the heap blocks of the backend's own shared objects (engine/heap.py): "
+        "'auto' rewrites the allocation imports (malloc, posix_memalign, aligned_alloc, "
+        "operator new, free) of the libraries under the backend's package folder, where the "
+        "device probe sees its memory allocated through them, so that a write past a block's "
+        "end or into a freed block fails the case whose sample made it; 'off'; or "
+        "comma-separated globs of more libraries to watch (a vendor runtime elsewhere)",
+        default="auto",
+        parse=lambda v: v.strip() or "auto",
+    )
     sizes: str = option(
         "the extents of the -sizes cases: boundaries (one past each tile and vector boundary: "
         "reductions and scans over 1, 17, 33, 257, 1025 and 65537 elements, pointwise ops on "

@@ -117,12 +117,29 @@ class ConformanceRun:
             self.plan = plan_isolation(self._suite, self.role)
             self._suite.backend.memory_counter = self.plan.probe.memory_counter
             self._suite.backend.storage = self.plan.probe.storage
+            self._watch_heap()
             if self.role is Role.XDIST_WORKER and self.plan.mode in ("fork", "spawn"):
                 from conformance.harness.isolation import WorkerIsolation
 
                 self.config.pluginmanager.register(WorkerIsolation(self), "conformance-worker")
             self._open_results()
         return self._suite
+
+    def _watch_heap(self) -> None:
+        """The heap red zones in this process where the probe saw the device's memory go
+        through them (engine/heap.py): forked runners inherit them; a probe in this process
+        installed them already; the xdist controller runs no case."""
+        backend, plan = self.suite.backend, self.plan
+        if plan is None:
+            return
+        backend.heap_note, backend.heap_seen = plan.probe.heap, plan.probe.heap_seen
+        if not plan.probe.heap_seen or backend.heap is not None:
+            return
+        if self.role is Role.XDIST_CONTROLLER:
+            return
+        from conformance.engine import heap
+
+        backend.heap, _ = heap.watch(backend.module, backend.heap_zones, backend.heap_cache)
 
     def switch_to_spawn(self, reason: str) -> None:
         """Forked runners cannot use the device any more: spawn fresh ones, and say why."""

@@ -65,6 +65,7 @@ class Suite:
         self.worker = worker
         # never touches the device: usability is probed where forking cannot suffer from it
         self.backend: Backend = load_backend(options.backend, options.device)
+        self.backend.heap_zones, self.backend.heap_cache = options.heap_zones, cache_dir
         self.backend_name = self.backend.module_name
         self.allocator = self.backend.allocator_mode()
         self.manifest = self._manifest()

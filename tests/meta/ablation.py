@@ -289,6 +289,11 @@ ABLATIONS: dict[str, Callable[[], None]] = {
     ),
     "arguments-value-set": _without_value_set("arguments"),
     "sizes-value-set": _without_value_set("sizes"),
+    # heap red zones on any allocator (issue 48)
+    "heap-zones": _patch(
+        "conformance.engine.heap", "watch", lambda f: lambda *a, **k: (None, "ablated")
+    ),
+    "heap-phases": _off("conformance.engine.runner", "_heap_phase"),
     "random-model-by-run-name": _patch(
         "conformance.engine.parametric",
         "model_of",
