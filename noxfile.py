@@ -1,6 +1,6 @@
 """Nox sessions of torch-conformance: the matrix cells of echo_npu plus the project's own checks.
 
-The conformance, report, bisect and nightly sessions come from conformance/tools/sessions.py, the
+The conformance, report, bisect and nightly sessions come from conformance/ci/sessions.py, the
 same code a backend repository's thin noxfile calls, driven by matrices/matrix.toml
 ($CONFORMANCE_MATRIX points them at another backend's matrix file). See docs/MATRIX.md.
 Arguments after `--` go to pytest: nox -s conformance-2.8 -- -k masked_fill
@@ -17,8 +17,8 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from conformance.tools.matrix import load_matrix  # noqa: E402
-from conformance.tools.sessions import install_and_build, register  # noqa: E402
+from conformance.ci.matrix_file import load_matrix  # noqa: E402
+from conformance.ci.sessions import install_and_build, register  # noqa: E402
 
 MATRIX = register(
     "matrices/matrix.toml",
@@ -73,7 +73,7 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def power(session: nox.Session) -> None:
     """The power table: graded faults planted in echo_npu, the smallest each check catches
-    (conformance/tools/power.py); fails below a target. `-- --write docs/POWER.md` republishes."""
+    (conformance/measure/power.py); fails below a target. `-- --write docs/POWER.md` republishes."""
     install_and_build(session, MATRIX.cell(""))
     session.chdir(ROOT)
-    session.run("python", "-m", "conformance.tools.power", "--check", *session.posargs)
+    session.run("python", "-m", "conformance.measure.power", "--check", *session.posargs)

@@ -4,10 +4,10 @@ peak memory. Loaded with `-p startup_probe` (bench/ on PYTHONPATH); writes JSON 
 
 - import: from `BENCH_T0` (the bench's clock just before it started the process) until the
   backend module is loaded: interpreter, pytest, torch, the suite, the backend's import
-- discovery: the rest of `Suite.__init__` but the coverage account (the dispatcher's
-  registrations, selections, manifests, workload lists)
-- coverage: `Suite._coverage` (every selected overload x dtype asked for samples)
-- isolation: `plan_isolation` (the device probe in a child process) and the results folder
+- isolation: `plan_isolation` (the device probe in a child process), before the Suite
+- discovery: `Suite.__init__` but the coverage account (the dispatcher's registrations,
+  selections, manifests, workload lists)
+- coverage: `coverage_account` (every selected overload x dtype asked for samples)
 - collection: from then until pytest's collection is finished (`cases`: the case list alone)
 - run: from the end of collection to the end of the session (cases executed)
 - startup_cpu: CPU seconds of this process until collection ended (steadier than wall seconds
@@ -27,7 +27,8 @@ from typing import Any
 
 import pytest
 
-from conformance.harness import isolation, suite
+from conformance.harness import session, suite
+from conformance.harness.cases import CaseList
 from conformance.harness.runners import RUNNER_ENV
 
 
@@ -42,11 +43,11 @@ class StartupProbe:
         self.suite: Any = None
         self.startup_cpu = 0.0  # CPU seconds of this process until collection ended
         self.pid = os.getpid()
-        self._wrap(suite, "load_backend", "backend")
+        self._wrap(session, "load_backend", "backend")
+        self._wrap(session, "plan_isolation", "isolation")
         self._wrap(suite.Suite, "__init__", "suite", keep=True)
-        self._wrap(suite.Suite, "_coverage", "coverage")
-        self._wrap(suite.Suite, "cases", "cases")
-        self._wrap(isolation, "plan_isolation", "isolation")
+        self._wrap(suite, "coverage_account", "coverage")
+        self._wrap(CaseList, "cases", "cases")
 
     def _wrap(self, owner: Any, name: str, stage: str, keep: bool = False) -> None:
         fn = getattr(owner, name)
@@ -54,7 +55,7 @@ class StartupProbe:
         @functools.wraps(fn)
         def timed(*args: Any, **kwargs: Any) -> Any:
             if keep:
-                self.suite = args[0]
+                self.suite = args[0]  # the Suite being built
             start = time.time()
             try:
                 return fn(*args, **kwargs)
@@ -84,10 +85,10 @@ class StartupProbe:
         imported = m["backend_end"] - self.t0
         out = {
             "import": imported,
-            "discovery": s["suite"] - s["backend"] - s.get("coverage", 0.0),
+            "discovery": s["suite"] - s.get("coverage", 0.0),
             "coverage": s.get("coverage", 0.0),
             "isolation": s.get("isolation", 0.0),
-            "collection": m["collected"] - m.get("isolation_end", m["suite_end"]),
+            "collection": m["collected"] - m["suite_end"],
             "cases": s.get("cases", 0.0),
         }
         out["startup"] = m["collected"] - self.t0
@@ -98,11 +99,11 @@ class StartupProbe:
 
     def overloads(self) -> int:
         """Overloads with cases: registered with samples, fallback-only, -grad only."""
-        s = self.suite
-        if s is None:
+        if self.suite is None:
             return 0
-        untested = len(s.coverage.untested) if s.coverage is not None else 0
-        return len(s.overloads) - untested + len(s.fallback_only) + len(s.grad_only)
+        cases = self.suite.case_list
+        untested = len(cases.coverage.untested) if cases.coverage is not None else 0
+        return len(cases.overloads) - untested + len(cases.fallback_only) + len(cases.grad_only)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         path = os.environ.get("BENCH_STARTUP_OUT")

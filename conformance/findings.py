@@ -2,20 +2,15 @@
 
 A backend bug (or a torch change) usually fails hundreds of cases the same way: every dtype and
 layout of an op, or every op through one broken copy routine. A *finding* is the set of failing
-case records (the dicts of ``results/cases-*.jsonl``, docs/RESULTS.md) that share a key:
+case records (`CaseRecord`s: the lines of ``results/cases-*.jsonl``, docs/RESULTS.md) that share
+a `FindingKey` (`finding_keys.py`: the check, the message with what varies between cases masked,
+the crash class and culprit, the foundation a case depends on).
 
-- ``check``: the check that failed (``values``, ``strides``, ``memory``, ``crash``, ...);
-- ``message``: the first line of the message with what varies between cases masked: numbers,
-  shapes, dtype names, addresses, the case's own id, op, overload, layout and path;
-- ``crash``: for crashes, the corruption class (heap corruption, whatever glibc's words; segfault;
-  abort; sanitizer report kind and the first frame of its stack that is not the sanitizer's own)
-  and, when the culprit search named one, the op of the case that corrupted memory: a crash is
-  keyed by its cause, not by the case that happened to notice it;
-- ``blocked_by``: the foundation a case depends on. A blocked case (``blocked_by``: the case id
-  of a broken foundation, e.g. ``_copy_from-float32-offset-native``) and every failing case of
-  that foundation's op make *one* finding, keyed by the foundation's op and its own first
-  failure: one broken ``_copy_from`` is one finding however many cases it breaks, and two
-  different failures of it (wrong values, a raise) are two.
+A blocked case (``blocked_by``: the case id of a broken foundation, e.g.
+``_copy_from-float32-offset-native``) and every failing case of that foundation's op make *one*
+finding, keyed by the foundation's op and its own first failure: one broken ``_copy_from`` is
+one finding however many cases it breaks, and two different failures of it (wrong values, a
+raise) are two.
 
 Kernels the device lacks where CPU computes, when the manifest does not declare them, are *one*
 finding however many ops they are: every failing case whose check is ``unsupported``, and every
@@ -35,24 +30,36 @@ torch-version report can all share it::
 
     from conformance.findings import group_findings
     for finding in group_findings(records):       # failing records only, biggest first
-        print(finding.id, finding.count, finding.title, finding.representative.get("repro"))
+        print(finding.id, finding.count, finding.title, finding.representative.repro)
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
-from conformance.record import FAILING, FOUNDATION_ORDER, missing_kernel
+from conformance.finding_keys import (
+    UNSUPPORTED_KEY,
+    UNSUPPORTED_MESSAGE,
+    FindingKey,
+    blocking_op,
+    category_of,
+    crash_class,
+    crash_signature,
+    finding_key,
+    lacks_kernel,
+    normalise_message,
+)
+from conformance.record import FAILING, FOUNDATION_ORDER, CaseRecord, missing_kernel
 
 __all__ = [
     "FAILING",
     "Finding",
     "FindingKey",
+    "crash_class",
     "crash_signature",
     "finding_key",
     "group_findings",
@@ -65,201 +72,24 @@ __all__ = [
 _STATUS_ORDER = ("crashed", "error", "failed", "xpassed")
 TITLE_LENGTH = 160
 
-_DTYPES = (
-    "bfloat16|float16|float32|float64|half|float|double|complex32|complex64|complex128|cfloat|"
-    "cdouble|uint8|uint16|uint32|uint64|int8|int16|int32|int64|bool|"
-    "float8_e4m3fn|float8_e5m2|float8_e4m3fnuz|float8_e5m2fnuz"
-)
-_MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"test_\w+\[[^\]\s]*\]"), "<case>"),
-    (re.compile(r"0x[0-9a-fA-F]+"), "<addr>"),
-    (re.compile(r"torch\.Size\(\[[^\]]*\]\)"), "<shape>"),
-    (re.compile(rf"\b(?:torch\.)?(?:{_DTYPES})\b"), "<dtype>"),
-    (re.compile(r"[\[(]\s*(?:-?\d+\s*,\s*)*-?\d+\s*,?\s*[\])]"), "<shape>"),
-    (re.compile(r"\(\s*\)|\[\s*\]"), "<shape>"),
-    (re.compile(r"(?<![\w<])[-+]?\d+(?:\.\d+)*(?:[eE][-+]?\d+)?"), "<n>"),
-    (re.compile(r"(?<![A-Za-z_])[-+]?(?:nan|inf)\b"), "<n>"),
-)
-_SANITIZER = re.compile(r"(AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer)\W+(\S+)")
-_GLIBC = re.compile(
-    r"(free\(\): [^\n:]+|double free[^\n:]*|malloc\(\): [^\n:]+|realloc\(\): [^\n:]+|"
-    r"munmap_chunk\(\): [^\n:]+|corrupted [^\n:]+)"
-)
-_FRAME = re.compile(r"#\d+ 0x[0-9a-fA-F]+ in (\S+)")
-#: the message of the one finding of the kernels the device lacks, not declared
-UNSUPPORTED_MESSAGE = "kernels the device lacks where cpu computes, not declared"
-
-
-class FindingKey(NamedTuple):
-    """What cases of one finding share (see the module docstring)."""
-
-    check: str
-    message: str
-    crash: str
-    blocked_by: str
-    culprit: str = ""  # the op of the case that corrupted memory (crashes)
-
-
-#: glibc's words for one heap corruption, and the class they all belong to
-_CLASSES: tuple[tuple[re.Pattern[str], str], ...] = (
-    (_GLIBC, "heap corruption"),
-    (re.compile(r"\bSIGSEGV\b|signal 11\b"), "segfault"),
-    (re.compile(r"\bSIGBUS\b"), "bus error"),
-    (re.compile(r"\bSIGFPE\b"), "arithmetic trap (SIGFPE)"),
-    (re.compile(r"\bSIGILL\b"), "illegal instruction"),
-    (re.compile(r"\bSIGABRT\b|signal 6\b"), "abort"),
-)
-
-
-def crash_class(message: str) -> str:
-    """The corruption class of a crash message: ``sanitizer: <kind>``, ``heap corruption``
-    (any of glibc's words for it), ``segfault``, ``abort``, ... or ``crash``."""
-    sanitizer = _SANITIZER.search(message)
-    if sanitizer:
-        return f"{sanitizer.group(1)}: {sanitizer.group(2)}"
-    for pattern, name in _CLASSES:
-        if pattern.search(message):
-            return name
-    return "crash"
-
 
 def _text(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _identity(record: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(text, mask) pairs for the record's own names in its message, longest text first: its id,
-    its op (``aten::op.overload``, ``op.overload``, ``op``) and its layout when quoted."""
-    op, overload = _text(record.get("op")), _text(record.get("overload"))
-    full_id = _text(record.get("id"))
-    pairs = [(full_id, "<case>"), (full_id.split("[", 1)[-1].rstrip("]"), "<case>")]
-    if op and overload and overload != "default":
-        pairs += [(f"aten::{op}.{overload}", "<op>"), (f"{op}.{overload}", "<op>")]
-    pairs += [(f"aten::{op}", "<op>"), (op, "<op>")]
-    layout = _text(record.get("layout"))
-    if layout:
-        pairs += [(f"'{layout}'", "'<layout>'"), (f'"{layout}"', "'<layout>'")]
-    return sorted({p for p in pairs if len(p[0]) > 1}, key=lambda p: -len(p[0]))
-
-
-def normalise_message(message: str, record: Mapping[str, Any] | None = None) -> str:
-    """The first line of ``message`` with what varies between cases of one cause masked:
-    ``record``'s own id/op/layout, then addresses, shapes, dtype names and numbers."""
-    text = _text(message).strip()
-    line = text.splitlines()[0] if text else ""
-    if record is not None:
-        for name, mask in _identity(record):
-            line = re.sub(rf"(?<![\w.]){re.escape(name)}(?![\w])", mask, line)
-    for pattern, repl in _MASKS:
-        line = pattern.sub(repl, line)
-    return " ".join(line.split())
-
-
-def crash_signature(record: Mapping[str, Any]) -> str:
-    """For a crashed case: its corruption class (`crash_class`) and, for a sanitizer report,
-    the first own stack frame; ``""`` for any other case."""
-    if _text(record.get("status")) != "crashed" and _text(record.get("check")) != "crash":
-        return ""
-    message = _text(record.get("message"))
-    parts = [crash_class(message)]
-    if _SANITIZER.search(message):
-        for frame in _FRAME.findall(message):
-            if not frame.startswith(("__asan", "__interceptor", "__sanitizer", "__lsan")):
-                parts.append(f"in {frame}")
-                break
-    return " ".join(parts)
-
-
-def blocking_op(blocked_by: str) -> str:
-    """The op of a blocking foundation: ``_copy_from`` of ``_copy_from-float32-offset-native``
-    (anything that is not a case id is kept as it is)."""
-    parts = blocked_by.split("-")
-    return parts[0] if len(parts) in (4, 5) and all(parts) else blocked_by
-
-
-def op_name(record: Mapping[str, Any]) -> str:
-    """``op.overload`` of a record (``op`` for the default overload)."""
-    op, overload = _text(record.get("op")), _text(record.get("overload"))
-    return f"{op}.{overload}" if overload and overload != "default" else op
-
-
-def finding_key(record: Mapping[str, Any]) -> FindingKey:
-    """The :class:`FindingKey` of one case record (on its own: see `group_findings` for the
-    cases of a broken foundation, which share one key)."""
-    crash = crash_signature(record)
-    message = normalise_message(_text(record.get("message")), record)
-    raised = device_error(_first(record), _text(record.get("path")) == "scenario")
-    raised = None if crash else raised
-    if raised is not None and not record.get("blocked_by"):
-        return FindingKey(check="error", message=raised, crash="", blocked_by="")
-    culprit = ""
-    if crash:  # keyed by class and culprit: glibc's words, pids and addresses vary
-        culprit = _culprit_op(record)
-        message = f"memory corrupted by {culprit}" if culprit else ""
-        after = _text(record.get("crashes_after"))
-        if after and not culprit:  # needs another case first, no corruption shown: its own
-            message = f"crashes only after {blocking_op(after)} ran in the process"
-        culprit = culprit or op_name(record)  # no other case to blame: its own crash
-    return FindingKey(
-        check=_text(record.get("check")) or ("crash" if crash else ""),
-        message=message,
-        crash=crash,
-        blocked_by=_text(record.get("blocked_by")),
-        culprit=culprit,
-    )
-
-
-#: how the harness quotes an error the device raised ("device raised RuntimeError [value]: ...",
-#: a scenario's "device mix raised ..."), and where its own text ends
-_DEVICE_RAISED = re.compile(r"\bdevice(?: mix)? raised (\w+) \[\w+\]: (.+)")
-_TEXT_END = re.compile(
-    r"; cpu |, cpu raised |; CPU raised | where cpu | in backward| in the forward|, not a device|"
-    r"; the device |\s+\(a different class\)"
-)
-#: an op name in an error's text: dotted (`add.Tensor`), or an identifier after in/for/of
-_OP_NAME = re.compile(r"\b[A-Za-z_]\w*\.[A-Za-z_]\w*\b")
-_OP_AFTER = re.compile(r"\b(in|for|of) [a-z_][a-z0-9_]*\b")
-#: an exception a scenario ended with (its first line); an AssertionError is the scenario's own
-_RAISED = re.compile(r"^(?:E\s+)?(\w*(?:Error|Exception))(?: \[\w+\])?: (.+)")
-
-
-def device_error(message: str, scenario: bool = False) -> str | None:
-    """``device raised <Type>: <text>`` with the text normalised (op names, numbers, shapes
-    masked), when `message` quotes an error the device raised (or, for a scenario, is an
-    exception other than the scenario's own AssertionError): the same error raised by one
-    backend in many ops and scenarios is one code path, one cause, whatever cpu did."""
-    match = _DEVICE_RAISED.search(message)
-    if match is None and scenario:
-        match = _RAISED.match(message.strip())
-        if match is not None and match.group(1) in ("AssertionError", "Failed"):
-            match = None
-    if match is None:
-        return None
-    text = _TEXT_END.split(match.group(2), maxsplit=1)[0]
-    text = normalise_message(_OP_AFTER.sub(r"\1 <op>", _OP_NAME.sub("<op>", text)))
-    return f"device raised {match.group(1)}: {text}" if text else None
-
-
-def _culprit_op(record: Mapping[str, Any]) -> str:
-    """The overload of the case the culprit search named (``neg`` of
-    ``neg-float32-contiguous-native``), or ``""``."""
-    culprit = _text(record.get("culprit"))
-    return blocking_op(culprit) if culprit else ""
-
-
-def _representative_rank(record: Mapping[str, Any]) -> tuple[object, ...]:
+def _representative_rank(record: CaseRecord) -> tuple[object, ...]:
     """A failure of its own before a blocked case, then the simplest case first: a forward case
     (a backward runs other ops' kernels), an op's case before a scenario, contiguous, native,
     float32, short id."""
     return (
-        bool(record.get("blocked_by")),
-        _text(record.get("values")) == "grad",
-        _text(record.get("path")) == "scenario",
-        _text(record.get("layout")) != "contiguous",
-        _text(record.get("path")) != "native",
-        _text(record.get("dtype")) != "float32",
-        len(_text(record.get("id"))),
-        _text(record.get("id")),
+        bool(record.blocked_by),
+        record.value_set == "grad",
+        record.path == "scenario",
+        record.layout != "contiguous",
+        record.path != "native",
+        record.dtype != "float32",
+        len(record.id),
+        record.id,
     )
 
 
@@ -268,7 +98,7 @@ class Finding:
     """Failing cases with one :class:`FindingKey`; ``cases`` are the records as given."""
 
     key: FindingKey
-    cases: list[Mapping[str, Any]] = field(default_factory=list)
+    cases: list[CaseRecord] = field(default_factory=list)
     factor: str = ""  # what the cases have in common against passing cases of the same ops
 
     @property
@@ -282,33 +112,29 @@ class Finding:
         return len(self.cases)
 
     @property
-    def representative(self) -> Mapping[str, Any]:
+    def representative(self) -> CaseRecord:
         """The simplest case of the finding (its ``repro`` is the one to run first)."""
         return min(self.cases, key=_representative_rank)
 
     @property
     def ops(self) -> list[str]:
         """The ops (``op.overload``) of the cases, sorted."""
-        out = set()
-        for rec in self.cases:
-            op, overload = _text(rec.get("op")), _text(rec.get("overload"))
-            out.add(f"{op}.{overload}" if overload and overload != "default" else op)
-        return sorted(out)
+        return sorted({rec.op_name for rec in self.cases})
 
     @property
     def statuses(self) -> Counter[str]:
         """Number of cases per status."""
-        return Counter(_text(rec.get("status")) for rec in self.cases)
+        return Counter(str(rec.status) for rec in self.cases)
 
     @property
     def blocked(self) -> int:
         """How many cases are only blocked by the foundation (not failures of their own)."""
-        return sum(1 for rec in self.cases if rec.get("blocked_by"))
+        return sum(1 for rec in self.cases if rec.blocked_by)
 
     @property
     def related(self) -> list[str]:
         """Broken foundations its cases might be related to (no evidence they used them)."""
-        return sorted({_text(r.get("related_foundation")) for r in self.cases} - {""})
+        return sorted({_text(r.extra.get("related_foundation")) for r in self.cases} - {""})
 
     @property
     def title(self) -> str:
@@ -342,13 +168,13 @@ class Finding:
         own: dict[str, tuple[set[str], set[str]]] = {}
         needed: Counter[str] = Counter()
         for rec in self.cases:
-            missing = missing_kernel(_first(rec))
-            if missing is not None and missing != op_name(rec):
+            missing = missing_kernel(rec.first_line)
+            if missing is not None and missing != rec.op_name:
                 needed[missing] += 1
                 continue
-            dtypes, layouts = own.setdefault(op_name(rec), (set(), set()))
-            dtypes.add(_text(rec.get("dtype")))
-            layouts.add(_text(rec.get("layout")))
+            dtypes, layouts = own.setdefault(rec.op_name, (set(), set()))
+            dtypes.add(rec.dtype)
+            layouts.add(rec.layout)
         out = []
         for op, (dtypes, layouts) in sorted(own.items()):
             where = "/".join(sorted(d for d in dtypes if d and d != "-"))
@@ -385,10 +211,10 @@ class Finding:
             "kernels": [f"{op} {where}".strip() for op, where in self.kernels]
             if self.is_unsupported
             else None,
-            "representative": _text(rep.get("id")),
-            "repro": _text(rep.get("repro")),
-            "message": _first(rep),
-            "cases": [_text(rec.get("id")) for rec in self.cases],
+            "representative": rep.id,
+            "repro": rep.repro,
+            "message": rep.first_line,
+            "cases": [rec.id for rec in self.cases],
         }
 
     def __repr__(self) -> str:
@@ -396,18 +222,18 @@ class Finding:
 
 
 def group_findings(
-    records: Iterable[Mapping[str, Any]], statuses: Iterable[str] = FAILING
+    records: Iterable[CaseRecord], statuses: Iterable[str] = FAILING
 ) -> list[Finding]:
     """Group the records whose status is in ``statuses`` into findings, biggest first (then by
     worst status and title)."""
     records = list(records)
     wanted = frozenset(statuses)
-    failing = [r for r in records if _text(r.get("status")) in wanted]
+    failing = [r for r in records if r.status in wanted]
     roots = _root_keys(failing)
     groups: dict[FindingKey, Finding] = {}
     for record in failing:
-        blocked_by = _text(record.get("blocked_by"))
-        own = [k for (op, _), k in roots.items() if op == op_name(record)]
+        blocked_by = _text(record.blocked_by)
+        own = [k for (op, _), k in roots.items() if op == record.op_name]
         if blocked_by:
             key = roots[(blocking_op(blocked_by), _probe_message(record))]
         elif len(own) == 1:
@@ -417,7 +243,7 @@ def group_findings(
         else:
             key = finding_key(record)
         groups.setdefault(key, Finding(key)).cases.append(record)
-    passing = [r for r in records if _text(r.get("status")) == "passed"]
+    passing = [r for r in records if r.status == "passed"]
     merged = _merge_by_factor(list(groups.values()), passing)
 
     def order(f: Finding) -> tuple[object, ...]:
@@ -430,26 +256,27 @@ def group_findings(
     return sorted(merged, key=order)
 
 
-#: the dimensions a finding's cases can have in common, and their names in a sentence
+#: the dimensions a finding's cases can have in common, their names in a sentence, and the
+#: record's attribute that holds each
 _DIMENSIONS = (
-    ("dtype", "dtypes"),
-    ("layout", "layouts"),
-    ("path", "paths"),
-    ("values", "value sets"),
+    ("dtype", "dtypes", "dtype"),
+    ("layout", "layouts", "layout"),
+    ("path", "paths", "path"),
+    ("values", "value sets", "value_set"),
 )
 
 
-def _factor(finding: Finding, passing: list[Mapping[str, Any]]) -> tuple[str, str, int] | None:
+def _factor(finding: Finding, passing: list[CaseRecord]) -> tuple[str, str, int] | None:
     """(dimension, value, how many other values of it pass in the same ops) for the first
     dimension all the finding's cases share while the same ops pass with other values."""
     ops = set(finding.ops)
-    same_ops = [r for r in passing if op_name(r) in ops]
-    for dim, _ in _DIMENSIONS:
-        values = {_text(c.get(dim)) for c in finding.cases}
+    same_ops = [r for r in passing if r.op_name in ops]
+    for dim, _, attribute in _DIMENSIONS:
+        values = {_text(getattr(c, attribute)) for c in finding.cases}
         if len(values) != 1:
             continue
         value = values.pop()
-        others = {_text(r.get(dim)) for r in same_ops} - {value}
+        others = {_text(getattr(r, attribute)) for r in same_ops} - {value}
         if others:
             return dim, value, len(others)
     return None
@@ -459,7 +286,7 @@ def _describe(finding: Finding, factor: tuple[str, str, int] | None) -> str:
     if factor is None:
         return ""
     dim, value, others = factor
-    plural = dict(_DIMENSIONS)[dim]
+    plural = {name: words for name, words, _ in _DIMENSIONS}[dim]
     shown = value or "ordinary"
     return (
         f"all {finding.count} case(s) are {dim} {shown}; the same ops pass in {others} other "
@@ -467,7 +294,7 @@ def _describe(finding: Finding, factor: tuple[str, str, int] | None) -> str:
     )
 
 
-def _merge_by_factor(findings: list[Finding], passing: list[Mapping[str, Any]]) -> list[Finding]:
+def _merge_by_factor(findings: list[Finding], passing: list[CaseRecord]) -> list[Finding]:
     """Merge findings of one failure class that share their distinguishing factor: the same op
     and check (messages that differ only in CPU's wording), or crashes without a culprit (glibc
     notices one corruption in whatever op runs next). Blocked findings stay as they are."""
@@ -523,42 +350,37 @@ def _merge_into(groups: dict[tuple[object, ...], Finding], group, finding: Findi
 
 def _own_crash(finding: Finding) -> bool:
     """A crash finding whose cases crashed by themselves (no other case named as culprit)."""
-    return bool(finding.key.crash) and not any(c.get("culprit") for c in finding.cases)
+    return bool(finding.key.crash) and not any(c.culprit for c in finding.cases)
 
 
-def _heap(record: Mapping[str, Any]) -> bool:
-    cls = crash_class(_text(record.get("message"))) if record.get("status") == "crashed" else ""
+def _heap(record: CaseRecord) -> bool:
+    cls = crash_class(_text(record.message)) if record.status == "crashed" else ""
     return cls == "heap corruption" or cls.startswith("AddressSanitizer")
 
 
-def _first(record: Mapping[str, Any]) -> str:
-    text = _text(record.get("message")).strip()
-    return text.splitlines()[0] if text else ""
-
-
-def _probe_message(record: Mapping[str, Any]) -> str:
+def _probe_message(record: CaseRecord) -> str:
     """How the blocking foundation's probe failed, normalised and without which layout or
     direction it probed: two different failures of one foundation are two root causes."""
-    probe = _text(record.get("blocked_by_probe"))
+    probe = _text(record.extra.get("blocked_by_probe"))
     if not probe:  # results of an older suite: "what: message"
-        probe = _text(record.get("blocked_by_message")).partition(": ")[2]
+        probe = _text(record.extra.get("blocked_by_message")).partition(": ")[2]
     return normalise_message(probe)
 
 
-def _root_keys(failing: list[Mapping[str, Any]]) -> dict[tuple[str, str], FindingKey]:
+def _root_keys(failing: list[CaseRecord]) -> dict[tuple[str, str], FindingKey]:
     """{(foundation op, how its probe failed): the one key of its finding} for every failure a
     failing case is blocked by. The key carries the foundation's own first failure when the op
     failed one way only (else, or if its cases did not run, what the probe saw)."""
     roots: dict[tuple[str, str], FindingKey] = {}
     for record in failing:
-        blocked_by = _text(record.get("blocked_by"))
+        blocked_by = _text(record.blocked_by)
         if blocked_by:
             roots.setdefault(
                 (blocking_op(blocked_by), _probe_message(record)), FindingKey("", "", "", "")
             )
     ways = Counter(op for op, _ in roots)
     for op, probe in roots:
-        own = [r for r in failing if op_name(r) == op and not r.get("blocked_by")]
+        own = [r for r in failing if r.op_name == op and not r.blocked_by]
         if own and ways[op] == 1:
             first = min(own, key=_representative_rank)
             key = finding_key(first)
@@ -568,33 +390,7 @@ def _root_keys(failing: list[Mapping[str, Any]]) -> dict[tuple[str, str], Findin
     return roots
 
 
-UNSUPPORTED_KEY = FindingKey("unsupported", UNSUPPORTED_MESSAGE, "", "")
-
-
-def lacks_kernel(record: Mapping[str, Any]) -> bool:
-    """A failing case that fails because the device lacks a kernel where cpu computes and the
-    manifest does not declare it: check `unsupported`, or its own error is the dispatcher's
-    "Could not run" (a scenario, a case whose kernel calls a missing one)."""
-    if _text(record.get("status")) not in ("failed", "error"):
-        return False
-    return _text(record.get("check")) == "unsupported" or missing_kernel(_first(record)) is not None
-
-
-def unsupported_by_op(records: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+def unsupported_by_op(records: Iterable[CaseRecord]) -> dict[str, int]:
     """Number of ``unsupported`` cases (the device raised 'not implemented') per op, most first."""
-    counts: Counter[str] = Counter(
-        op_name(r) for r in records if _text(r.get("status")) == "unsupported"
-    )
+    counts: Counter[str] = Counter(r.op_name for r in records if r.status == "unsupported")
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
-
-
-def category_of(record: Mapping[str, Any]) -> str:
-    """The manifest category (conformance/harness/expectations.py) of a case that is not a
-    pass: the manifest's own for an expected one, else `unsupported` for a kernel the device
-    lacks, `harness` for the suite's own errors, `backend-bug` for any other failure."""
-    expected = _text(record.get("status")) in ("xfailed", "unsupported", "skipped")
-    if expected and record.get("category"):
-        return _text(record.get("category"))
-    if _text(record.get("check")) == "unsupported" or _text(record.get("status")) == "unsupported":
-        return "unsupported"
-    return "harness" if _text(record.get("status")) == "error" else "backend-bug"

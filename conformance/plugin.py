@@ -34,8 +34,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     params = []
     # only what -k keeps (harness/keyword.py) and this shard runs (--shard): no item is built
     # for a case another shard runs or -k would deselect
-    for case in suite.collected_cases():
-        entry = suite.expectation(case)
+    for case in suite.case_list.collected_cases():
+        entry = suite.expectations.expectation(case)
         marks = []
         if entry is not None and entry.status in ("skip", "crash"):
             marks.append(pytest.mark.skip(reason=f"{entry.status}: {entry.describe()}"))

@@ -226,7 +226,35 @@ class CaseRecord:
     def axis(self) -> str:
         """``ordinary``, a value set (``special``, ``promotion``) or a mode (``grad``,
         ``inference``, ``sync``): what part of a case id follows the path."""
-        return str(self.extra.get("values") or "ordinary")
+        return self.value_set or "ordinary"
+
+    @property
+    def value_set(self) -> str:
+        """The value set or mode of the case (``special``, ``grad``, ...), ``""`` for the
+        ordinary samples (which :attr:`axis` names ``ordinary``)."""
+        return str(self.extra.get("values") or "")
+
+    @property
+    def culprit(self) -> str:
+        """The case id the culprit search named as the case that corrupted memory before this
+        one crashed, or ``""``."""
+        return str(self.extra.get("culprit") or "")
+
+    @property
+    def expected_by(self) -> str:
+        """The manifest entry that expected this case (``file:line``), or ``""``."""
+        return str(self.extra.get("expected_by") or "")
+
+    @property
+    def category(self) -> str:
+        """The manifest category of the entry that expected this case, or ``""``."""
+        return str(self.extra.get("category") or "")
+
+    @property
+    def first_line(self) -> str:
+        """The first line of the message, stripped (``""`` without one)."""
+        text = "" if self.message is None else str(self.message).strip()
+        return text.splitlines()[0] if text else ""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

@@ -3,4 +3,4 @@
 
 def test_matches_cpu(conformance_case, conformance_suite, request):
     """Device result of one aten overload matches CPU, with every check (see docs)."""
-    conformance_suite.run(conformance_case, request.node)
+    conformance_suite.verdicts.run(conformance_case, request.node)

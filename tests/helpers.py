@@ -30,9 +30,9 @@ def run_pytest(
 
 
 def write_baseline(results: Path, manifest: Path) -> str:
-    """`python -m conformance.tools.baseline RESULTS -o MANIFEST`; the manifest's text."""
+    """`python -m conformance.measure.baseline RESULTS -o MANIFEST`; the manifest's text."""
     subprocess.run(
-        [sys.executable, "-m", "conformance.tools.baseline", str(results), "-o", str(manifest)],
+        [sys.executable, "-m", "conformance.measure.baseline", str(results), "-o", str(manifest)],
         check=True,
         env=clean_env(),
         capture_output=True,

@@ -14,13 +14,9 @@ from conformance.bisect.index import DEFAULT_INDEX, IndexError_, list_versions, 
 from conformance.bisect.output import to_json, to_markdown
 from conformance.bisect.probe import EnvFor, VenvProbeRunner, gated_env, no_env
 from conformance.bisect.search import BisectError, Probe, ProbeRunner, bisect_versions
-from conformance.tools.matrix import (
-    CONFORMANCE_MATRIX_ENV,
-    DEFAULT_COMPILE_MODES,
-    Matrix,
-    MatrixError,
-    load_matrix,
-)
+from conformance.ci.matrix import Matrix
+from conformance.ci.matrix_file import CONFORMANCE_MATRIX_ENV, load_matrix
+from conformance.ci.matrix_spec import DEFAULT_COMPILE_MODES, MatrixError
 
 EPILOG = """\
 examples:

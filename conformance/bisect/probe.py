@@ -1,9 +1,9 @@
 """The real probe: a cached venv per (torch version, build key), the described backend built into
 it, the case run with the staged suite.
 
-The backend is the one the matrix file describes (:class:`conformance.tools.matrix.Backend`):
+The backend is the one the matrix file describes (:class:`conformance.ci.matrix_spec.Backend`):
 its ``[backend.build] command`` runs in a fresh copy of its sources with the probe venv active,
-exactly as the nox sessions do (:mod:`conformance.tools.build`). Venvs live under
+exactly as the nox sessions do (:mod:`conformance.ci.build`). Venvs live under
 ``venv_dir/torch-<version>-<key>``, where the key hashes the torch version, the build settings and
 the watched source files: editing the backend makes the next probe of that release rebuild
 (older venvs of that release are removed then). A venv whose install and build finished holds a
@@ -29,8 +29,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from conformance.bisect.search import Probe
-from conformance.record import FAILING
-from conformance.tools.build import (
+from conformance.ci.build import (
     build_environment,
     build_key,
     find_links,
@@ -40,9 +39,10 @@ from conformance.tools.build import (
     suite_environment,
     suite_requirements,
 )
-from conformance.tools.launch import LaunchError
-from conformance.tools.matrix import Cell, Matrix
-from conformance.tools.sources import copy_sources, hash_settings
+from conformance.ci.matrix import Cell, Matrix
+from conformance.ci.sources import copy_sources, hash_settings
+from conformance.engine.checkers import LaunchError
+from conformance.record import FAILING
 
 OK_MARKER = ".bisect-ok"
 
@@ -130,16 +130,8 @@ class VenvProbeRunner:
     def cell(self, version: Version) -> Cell:
         """The matrix cell a probe of ``version`` stands for (any release, this allocator,
         sanitizer and compiled axis, the matrix's backend)."""
-        m = self.matrix
-        return Cell(
-            probe_release(str(version)),
-            self.allocator,
-            self.sanitizer,
-            m.default_allocator,
-            m.default_sanitizer,
-            backend=m.backend,
-            modes=self.modes,
-        )
+        values = {"allocator": self.allocator, "sanitizer": self.sanitizer, "compile": self.modes}
+        return Cell(probe_release(str(version)), values, backend=self.matrix.backend)
 
     def venv_for(self, version: Version) -> Path:
         """``venv_dir/torch-<version>-<key>``: the key covers sources, build settings, python."""

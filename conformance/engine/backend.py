@@ -32,6 +32,7 @@ import torch
 
 from conformance.engine import interpreter
 from conformance.engine.lazy import LazyRuntime, runtime_for
+from conformance.engine.profile import DeviceProfile
 from conformance.engine.protocol import HOOK_NAMES, HOOKS
 from conformance.errors import ConformanceUsageError
 
@@ -51,20 +52,39 @@ class Backend:
     # HPU, XPU, MTIA) for a device torch names itself
     dispatch_key: str = "PrivateUse1"
     register: str = ""  # the function --backend MODULE:FUNCTION called, if any
-    # the torch memory counter that sees this device's allocations (engine/probe.py), if any
-    memory_counter: str | None = None
-    # a non-empty tensor's storage can be observed (engine/probe.py); a lazy device's cannot:
-    # then only values are judged, never strides, offsets or memory around views
-    storage: bool = True
     # the suite's red zones for the backend's heap blocks (engine/heap.py): the --heap-zones
     # setting, where the layer is built, and the layer once installed where the probe saw the
     # device's memory go through it
     heap_zones: str = "auto"
     heap_cache: str | None = None
     heap: Any = None
-    heap_note: str = ""  # what the probe found of them (the run header)
-    heap_seen: bool = False  # the probe saw the device's memory allocated through them
     _routable: dict[str, bool] = field(default_factory=dict)
+
+    @functools.cached_property
+    def profile(self) -> DeviceProfile:
+        """What the run knows about the device (engine/profile.py): the facts torch answers
+        until the run sets the probed profile (harness/session.py), frozen from then on."""
+        return self.declared_profile(ask_compiler=False)
+
+    def declared_profile(self, ask_compiler: bool) -> DeviceProfile:
+        """The facts torch answers without touching the device (`ask_compiler`: ask Inductor
+        which torch.compile backend the device has, seconds on first use)."""
+        lazy = self.lazy
+        return DeviceProfile.declared(
+            self.device_type,
+            self.dispatch_key,
+            lazy.name if lazy is not None else None,
+            self.compiler if ask_compiler else None,
+            self.device_count(),
+            collectives_for(self.device_type),
+            self._counted_by(),
+        )
+
+    def _counted_by(self) -> str:
+        module = f"torch.{self.device_type}"
+        if callable(getattr(self.device_module, "device_count", None)):
+            return f"{module}.device_count()"
+        return f"{module} has no device_count(): one device"
 
     @functools.cached_property
     def compiler(self) -> str:
@@ -81,17 +101,21 @@ class Backend:
     def device(self) -> torch.device:
         return torch.device(self.device_type, 0)
 
-    @functools.cached_property
-    def other_device(self) -> torch.device | None:
-        """The device's last index where it has more than one (never the current device, 0),
-        else None: counted by the device module's `device_count()` (the standard hook that
-        `torch.accelerator` reads too)."""
+    def device_count(self) -> int:
+        """The device module's `device_count()` (the standard hook `torch.accelerator` reads
+        too); 1 where it cannot count."""
         count = getattr(getattr(torch, self.device_type, None), "device_count", None)
         try:
-            n = int(count()) if callable(count) else 1
+            return int(count()) if callable(count) else 1
         except Exception:  # noqa: BLE001 - a device module that cannot count has one device
-            n = 1
-        return torch.device(self.device_type, n - 1) if n > 1 else None
+            return 1
+
+    @property
+    def other_device(self) -> torch.device | None:
+        """The device's last index where it has more than one (never the current device, 0),
+        else None (the profile's `second_index`)."""
+        index = self.profile.second_index.value
+        return torch.device(self.device_type, index) if index is not None else None
 
     @property
     def spec(self) -> str:
@@ -162,6 +186,18 @@ class Backend:
     def capabilities(self) -> list[str]:
         """The protocol hooks this backend offers."""
         return [h.name for h in HOOKS if self.hook(h.name) is not None]
+
+
+def collectives_for(device_type: str) -> str | None:
+    """The c10d backend torch.distributed maps the device type to, if any."""
+    try:
+        import torch.distributed as dist
+
+        if not dist.is_available():
+            return None
+        return dist.Backend.default_device_backend_map.get(device_type)
+    except Exception:  # noqa: BLE001 - a torch without distributed: none
+        return None
 
 
 def compiler_for(device_type: str) -> str:

@@ -3,7 +3,7 @@
 Tolerances: `TOLERANCES` gives the base (rtol, atol) of each dtype; an op spec may widen them with
 `OpSpec.tol_scale`, a `Scale` that `tolerance` turns into the (rtol, atol) of one dtype. A
 multiplier is a float (rtol and atol alike) or an (rtol, atol) pair of multipliers, and it holds
-only for the dtype it was measured on (`python -m conformance.tools.tolerances` measures it):
+only for the dtype it was measured on (`python -m conformance.measure.tolerances` measures it):
 
 - a mapping {dtype: multiplier} gives each dtype it names its base times its multiplier;
 - a bare multiplier was measured in single precision: it applies as given to float32 and

@@ -59,9 +59,9 @@ MAX_GRAD_SAMPLES = 8  # samples per case: each costs two forwards and six backwa
 GRAD_SEED = 1234
 # A gradient is the product of several kernels (the op's backward formula, often several ops),
 # each rounding once. float32/float64: compared with 4x the op's per-dtype tolerance (measured
-# on torch 2.13 with CPU against CPU on another layout, python -m conformance.tools.tolerances:
+# on torch 2.13 with CPU against CPU on another layout, python -m conformance.measure.tolerances:
 # backward formulas of reductions and matmuls drift up to ~2x the forward figure in float32;
-# that still catches a gradient 0.1 % off, python -m conformance.tools.power).
+# that still catches a gradient 0.1 % off, python -m conformance.measure.power).
 GRAD_TOLERANCE = 4.0
 # float16/bfloat16: the error of a gradient is measured per sample, not assumed. CPU's gradient
 # is computed again in float64 from the same values (the truth); the device may differ from
@@ -74,7 +74,7 @@ GRAD_TOLERANCE = 4.0
 # not used: 4x it with atol raised to rtol let a bfloat16 gelu gradient 5-7 % off pass, batch
 # norm's (2, 2000) one 20 % off (issue 32). Measured with CPU on every other layout as the
 # device (the -grad cases of --fallback-ops all, torch 2.13: 1,252 float16/bfloat16 samples):
-# no false alarm; python -m conformance.tools.power gives what it catches.
+# no false alarm; python -m conformance.measure.power gives what it catches.
 REDUCED = (torch.float16, torch.bfloat16)
 OWN_ERROR = 2.0
 

@@ -70,10 +70,11 @@ def sources(backend: Backend, counter: str | None) -> dict[str, str]:
 def heap_source(backend: Backend) -> str:
     """What the suite's heap red zones watch (engine/heap.py), or why they watch nothing (the
     probe's account: in an xdist controller, or a parent of forked runners, too)."""
-    if backend.heap_seen:
+    zones = backend.profile.heap_zones
+    if zones.value:
         return (
             f"the device's memory is allocated through the watched libraries, "
-            f"{backend.heap_note}: {heap.PAD} bytes after each block and freed blocks in "
+            f"{zones.how}: {heap.PAD} bytes after each block and freed blocks in "
             "quarantine, checked at free and after placing the inputs, the op and the sample "
             "(engine/heap.py)"
         )
@@ -82,7 +83,7 @@ def heap_source(backend: Backend) -> str:
         if backend.hook("check_memory") is not None
         else "no red zones: heap corruption shows only where glibc notices it (a crash)"
     )
-    return f"not watched ({backend.heap_note or 'not probed'}); {rest}"
+    return f"not watched ({zones.how}); {rest}"
 
 
 def describe_corruption(record: dict) -> str:
@@ -122,7 +123,7 @@ class MemoryWatch:
         self._check = backend.hook("check_memory")
         self._clear = backend.hook("clear_memory_errors")
         self._live = backend.hook("live_blocks")
-        self._counter_name = backend.memory_counter
+        self._counter_name = backend.profile.memory_counter.value
         self._counter = counter_named(backend, self._counter_name)
         self._heap = backend.heap  # the suite's red zones (engine/heap.py), where installed
         if self._clear is not None:  # corruption from before this case was reported there

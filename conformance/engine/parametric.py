@@ -10,7 +10,7 @@ for multinomial, each category's count) are tested against the parameters: each 
 z-score must stay within `Z` (a false alarm in about 1e6 each).
 At 131,072 draws that catches bernoulli p +- 0.02, normal mean +- 0.05 sigma and std +- 3 %,
 uniform bounds, exponential lambda and geometric p +- 3 %, a multinomial weight +- 5 %
-(`python -m conformance.tools.power`, docs/POWER.md). CPU draws the same large sample first
+(`python -m conformance.measure.power`, docs/POWER.md). CPU draws the same large sample first
 and must pass the same test: where it does not (a dtype too coarse for the model), nothing is
 claimed.
 """

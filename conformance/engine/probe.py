@@ -14,13 +14,14 @@ import select
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 
 from conformance.engine import heap, interpreter
 from conformance.engine.backend import Backend, load_backend
 from conformance.engine.memory import counters
+from conformance.engine.profile import Fact
 from conformance.engine.transfer import has_storage
 
 PROBE_ELEMENTS = 256  # float32: 1 KiB, enough for any allocator to count
@@ -43,6 +44,32 @@ class Probe:
     # whether the probe's device tensor was allocated through them
     heap: str = ""
     heap_seen: bool = False
+    # the runtime around kernels (streams, events, pinned memory, generator): {fact: [value,
+    # how]}, probed after the facts above (a probe that crashes here loses only these)
+    runtime: dict[str, list] = field(default_factory=dict)
+
+    def facts(self, where: str | None = None) -> dict[str, Fact]:
+        """The probe's facts as device-profile facts (engine/profile.py)."""
+        at = f"probed in a {where or self.where}"
+        if not self.usable:
+            return {"usable": Fact(False, f"{at}: {self.error}")}
+        fork = (
+            Fact(not self.bad_fork, f"{at}")
+            if self.where == "forked child"
+            else Fact(None, "not probed in a forked child")
+        )
+        found = {
+            "usable": Fact(True, f"{at}: a {PROBE_ELEMENTS}-element float32 tensor allocated"),
+            "storage": Fact(self.storage, f"{at}: untyped_storage() has bytes and a data pointer"),
+            "memory_counter": Fact(
+                self.memory_counter, f"{at}: the first counter that saw the allocation"
+            ),
+            "fork_safe": fork,
+            "heap_zones": Fact(self.heap_seen, self.heap or at),
+        }
+        for name, (value, how) in self.runtime.items():
+            found[name] = Fact(value, f"{at}: {how}")
+        return found
 
 
 def probe_here(backend: Backend, where: str = "in-process") -> Probe:
@@ -88,6 +115,45 @@ def probe_here(backend: Backend, where: str = "in-process") -> Probe:
     return Probe(True, where, memory_counter=seen, storage=storage, heap=how, heap_seen=heap_seen)
 
 
+def probe_runtime(device: torch.device) -> dict[str, list]:
+    """The runtime around kernels, each probed on its own: {fact: [value, how]}."""
+
+    def stream() -> bool:
+        s = torch.Stream(device=device)
+        s.query()
+        s.synchronize()
+        return True
+
+    def event() -> bool:
+        s = torch.Stream(device=device)
+        e = torch.Event(device=device)
+        e.record(s)
+        e.synchronize()
+        return bool(e.query())
+
+    def generator() -> bool:
+        g = torch.Generator(device=device)
+        g.manual_seed(1)
+        return g.get_state().numel() > 0
+
+    asks = {
+        "streams": (stream, "torch.Stream(device) created, queried, synchronized"),
+        "events": (event, "torch.Event(device) recorded on a stream, synchronized, queried"),
+        "pinned_memory": (
+            lambda: bool(torch.empty(8).pin_memory().is_pinned()),
+            "torch.empty(8).pin_memory().is_pinned()",
+        ),
+        "generator": (generator, "torch.Generator(device) seeded, its state read"),
+    }
+    found: dict[str, list] = {}
+    for name, (ask, how) in asks.items():
+        try:
+            found[name] = [ask(), how]
+        except Exception as exc:  # noqa: BLE001 - the device lacks it: say how it refused
+            found[name] = [False, f"{how}: {type(exc).__name__}: {_first_line(exc)[:120]}"]
+    return found
+
+
 def probe_in_fork(backend: Backend) -> Probe:
     """The probe in a forked child, leaving this process's device untouched."""
     read_fd, write_fd = os.pipe()
@@ -97,7 +163,9 @@ def probe_in_fork(backend: Backend) -> Probe:
         try:
             os.close(read_fd)
             result = probe_here(backend, "forked child")
-            os.write(write_fd, json.dumps(asdict(result)).encode())
+            os.write(write_fd, json.dumps(asdict(result)).encode() + b"\n")
+            if result.usable:
+                os.write(write_fd, json.dumps(probe_runtime(backend.device)).encode())
         except BaseException:  # noqa: BLE001 - never run the parent's code in the child
             code = 3
         os._exit(code)
@@ -108,7 +176,7 @@ def probe_in_fork(backend: Backend) -> Probe:
         os.kill(pid, 9)
     _, status = os.waitpid(pid, 0)
     if data:
-        return Probe(**json.loads(data))
+        return _parse(data.decode().split("\n"), f"the probe child died ({_status(status)})")
     how = "did not answer in time" if data is None else f"died ({_status(status)})"
     return Probe(False, "forked child", f"the probe child {how}", bad_fork=True)
 
@@ -130,10 +198,21 @@ def probe_in_fresh_process(backend: Backend) -> Probe:
     except subprocess.TimeoutExpired:
         return Probe(False, where, f"no answer within {PROBE_TIMEOUT:.0f} s")
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if proc.returncode == 0 and lines:
-        return Probe(**json.loads(lines[-1]))
+    if lines and '"usable"' in lines[0]:
+        died = f"the probe process ended with exit code {proc.returncode}"
+        return _parse(lines, died)
     tail = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
     return Probe(False, where, tail)
+
+
+def _parse(lines: list[str], died: str) -> Probe:
+    """The probe's first line (the core facts) and, if it got that far, its second (the
+    runtime's facts)."""
+    probe = Probe(**json.loads(lines[0]))
+    rest = [ln for ln in lines[1:] if ln.strip()]
+    if probe.usable:
+        probe.runtime = json.loads(rest[0]) if rest else {"streams": [None, died]}
+    return probe
 
 
 def _read(fn) -> int | None:
@@ -179,7 +258,9 @@ def main(argv: list[str]) -> int:
     if zones:
         backend.heap_zones, backend.heap_cache = zones[0], zones[1] or None
     result = probe_here(backend, "fresh process")
-    print(json.dumps(asdict(result)))
+    print(json.dumps(asdict(result)), flush=True)
+    if result.usable:
+        print(json.dumps(probe_runtime(backend.device)), flush=True)
     return 0
 
 

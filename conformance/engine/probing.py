@@ -23,18 +23,25 @@ import time
 from conformance.engine import interpreter
 from conformance.engine.diagnosis import describe_status, diagnose
 from conformance.engine.foundations import Probe
+from conformance.engine.profile import PROFILE_ENV, DeviceProfile
 
 PROBE_FIELDS = ("rank", "op", "dtype", "layout", "what", "harness", "path", "direction")
 
 
 def probe_isolated(
-    backend: str | None, device: str | None, dtype: str, timeout: float
+    backend: str | None,
+    device: str | None,
+    dtype: str,
+    timeout: float,
+    profile: DeviceProfile | None = None,
 ) -> list[Probe]:
-    """The failed probes of `dtype` (a name: "float32"), each probe run in a child process."""
+    """The failed probes of `dtype` (a name: "float32"), each probe run in a child process
+    (given the run's device profile whole, when there is one)."""
     found: list[Probe] = []
     start = 0
+    env = {PROFILE_ENV: profile.dumps()} if profile is not None else {}
     while True:
-        start, more = _one_process(backend, device, dtype, timeout, start, found)
+        start, more = _one_process(backend, device, dtype, timeout, start, found, env)
         if not more:
             return found
 
@@ -46,6 +53,7 @@ def _one_process(
     timeout: float,
     start: int,
     found: list[Probe],
+    env: dict[str, str],
 ) -> tuple[int, bool]:
     """Run probes from index `start` in one process: (next index, whether to go on)."""
     cmd = [*interpreter.python(), "-m", "conformance.engine.probing", "--dtype", dtype]
@@ -59,7 +67,7 @@ def _one_process(
             stderr=log,
             stdin=subprocess.DEVNULL,
             bufsize=0,
-            env=interpreter.environment(),
+            env=interpreter.environment(env),
         )
         assert proc.stdout is not None
         running: dict | None = None
@@ -130,6 +138,8 @@ def main(argv: list[str] | None = None) -> None:
 
     faulthandler.enable(all_threads=True)
     backend = load_backend(args.backend, args.device)
+    if os.environ.get(PROFILE_ENV):
+        backend.profile = DeviceProfile.from_json(json.loads(os.environ[PROFILE_ENV]))
     key = backend.dispatch_key
     foundations = Foundations(
         backend.device, set(registered_overloads(key)), has_fallback=has_backend_fallback(key)

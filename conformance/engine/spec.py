@@ -41,7 +41,7 @@ class OpSpec:
     # are the backend's own business (an attention kernel's RNG state, sequence offsets)
     compared_outputs: tuple[int, ...] | None = None
     # multiplier(s) of the per-dtype tolerances, each measured (python -m
-    # conformance.tools.tolerances) and justified in a comment: a float applies to float32 and
+    # conformance.measure.tolerances) and justified in a comment: a float applies to float32 and
     # complex64 only, {dtype: multiplier} to the dtypes it names; other dtypes are derived from
     # their precision (engine/compare.py `tolerance`: float16/bfloat16 keep their base)
     tol_scale: Scale = 1.0

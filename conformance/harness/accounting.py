@@ -102,4 +102,4 @@ def not_run_record(suite: Suite, nodeid: str, reason: str) -> CaseRecord:
             backend=suite.backend_name,
             allocator=suite.allocator,
         )
-    return suite.new_record(case, Status.NOT_RUN, nodeid, message=reason)
+    return suite.verdicts.new_record(case, Status.NOT_RUN, nodeid, message=reason)

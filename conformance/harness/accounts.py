@@ -9,16 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from conformance import samples
-from conformance.engine import coverage, discovery, gradients, workloads
-from conformance.engine.compiling import (
-    CASE_DTYPES,
-    CASE_LAYOUTS,
-    ORDINARY_SAMPLES,
-    SPECIAL_SAMPLES,
-)
-from conformance.engine.syncing import SYNC_POINTS
+from conformance.engine import coverage, discovery, workloads
+from conformance.engine.modes import selected
 from conformance.harness.cases import CaseList
-from conformance.harness.sampling import RunSamples, dtype_name
+from conformance.harness.sampling import RunSamples
 from conformance.ops import spec_for
 from conformance.samples import arguments, valuesets
 
@@ -69,74 +63,25 @@ def no_sample_reason(overload: str, cache_dir: str | None) -> str:
 
 
 def mode_account(cases: CaseList) -> dict[str, Any]:
-    """Which overloads have -grad and -inference cases and why the others have no -grad ones
-    (run header, run.json "modes"), for the overloads -k keeps."""
-    modes, options = cases.modes, cases.options
-    if not set(options.modes) & {"grad", "inference", "sync", "compile"}:
+    """Which overloads have the cases of each mode --modes selects, and why the others have
+    none (run header, run.json "modes"), for the overloads -k keeps (engine/modes/)."""
+    chosen = selected(cases.options.modes, key="account_rank")
+    if not chosen:
         return {}
     tested = cases.kept_by_keyword(cases.overloads, False) + cases.kept_by_keyword(
         cases.fallback_only, True
     )
     grad_only = cases.kept_by_keyword(cases.grad_only, True)
-    account: dict[str, Any] = {"modes": list(options.modes)}
-    if "grad" in options.modes:
-        by_reason = modes.account(tested + grad_only)
-        with_grad = by_reason.pop("", [])
-        account["grad"] = with_grad
-        account["grad_only"] = [o for o in grad_only if o in with_grad]
-        account["no_grad"] = by_reason
-    if "inference" in options.modes:
-        account["inference"] = [o for o in tested if modes.inference_applies(o)]
-    if "compile" in options.modes:
-        account["compile"] = [o for o in tested if modes.sync_applies(o)]
-        account["compiler"] = cases.backend.compiler
-    if "sync" in options.modes:
-        lazy = cases.backend.lazy
-        account["sync"] = [o for o in tested if cases.sync_applies(o)]
-        account["sync_runtime"] = lazy.describe() if lazy is not None else None
+    account: dict[str, Any] = {"modes": list(cases.options.modes)}
+    for mode in chosen:
+        account |= mode.account(tested, grad_only, cases.mode_scope)
     return account
 
 
 def mode_lines(account: dict[str, Any]) -> list[str]:
     """The mode account as run header lines."""
-    lines = []
-    if "grad" in account:
-        grad, only = account["grad"], account["grad_only"]
-        text = f"modes: -grad cases for {len(grad)} overloads (floating dtypes, layouts "
-        text += f"{'/'.join(gradients.GRAD_CASE_LAYOUTS)}; grad_outputs "
-        text += f"{'/'.join(gradients.GRAD_OUTPUT_LAYOUTS)})"
-        if only:
-            text += f", {len(only)} of them decompositions the models call: {', '.join(only)}"
-        lines.append(text)
-        for reason, names in account["no_grad"].items():
-            lines.append(f"modes: no -grad cases, {reason}: {len(names)} ({', '.join(names)})")
-    if "inference" in account:
-        lines.append(
-            f"modes: -inference cases for {len(account['inference'])} in-place/out=/view "
-            "overloads (contiguous, one dtype)"
-        )
-    if "compile" in account:
-        lines.append(
-            f"modes: -compile cases for {len(account['compile'])} overloads ("
-            f"{', '.join(CASE_LAYOUTS)}; {', '.join(map(dtype_name, CASE_DTYPES))} where "
-            f"sampled; {ORDINARY_SAMPLES} samples and {SPECIAL_SAMPLES} with NaN/inf; the first "
-            "also on the last device index where the device module counts two; torch.compile "
-            f"backend {account['compiler']!r}"
-            + (
-                ": the device's Inductor backend)"
-                if account["compiler"] == "inductor"
-                else ": the device has no Inductor backend, its kernels behind AOTAutograd)"
-            )
-        )
-    if "sync" in account:
-        runtime = account["sync_runtime"]
-        lines.append(
-            f"modes: -sync cases for {len(account['sync'])} overloads (contiguous, one dtype; "
-            f"read back at: {', '.join(SYNC_POINTS)}; {runtime})"
-            if runtime
-            else "modes: no -sync cases: the device has no lazy runtime (torch_xla, torch._lazy)"
-        )
-    return lines
+    chosen = selected(account.get("modes", []), key="account_rank")
+    return [line for mode in chosen for line in mode.account_lines(account)]
 
 
 REACHED = ("ordinary", "derived")

@@ -10,6 +10,7 @@ they exist (the coverage account, `harness/accounts.py`, answers from the summar
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
 from collections.abc import Callable
 from typing import Any
@@ -17,10 +18,12 @@ from typing import Any
 import torch
 
 from conformance import samples
-from conformance.engine import compiling, coverage, discovery, gradients, workloads
+from conformance.engine import coverage, discovery, workloads
 from conformance.engine.backend import Backend
 from conformance.engine.foundations import ORDER as FOUNDATION_ORDER
 from conformance.engine.layouts import SHAPE_LAYOUTS
+from conformance.engine.modes import CaseRequest, ModeScope, selected
+from conformance.engine.modes.grad import GRAD
 from conformance.errors import ConformanceUsageError
 from conformance.harness.modes import ModeAccount
 from conformance.harness.options import ORDINARY, Options
@@ -191,7 +194,7 @@ class CaseList:
         """Overloads with -grad cases only: with the model-derived default (and with 'all', a
         superset of it), what the workloads call that this backend runs as a decomposition
         (engine/workloads.py)."""
-        if self.options.ops or "grad" not in self.options.modes:
+        if self.options.ops or GRAD.name not in self.options.modes:
             return []
         if self.fallback_wanted() not in (["models"], ["all"]):
             return []
@@ -294,7 +297,7 @@ class CaseList:
     ) -> list:
         spec = spec_for(overload)
         layouts = [lo for lo in self.options.layouts if spec.layouts is None or lo in spec.layouts]
-        if not self.backend.storage:  # memory layouts cannot be observed: shapes only
+        if not self.backend.profile.storage.value:  # memory layouts cannot be observed: shapes only
             layouts = [lo for lo in layouts if lo in SHAPE_LAYOUTS]
         value_sets = [v for v in self.options.values if v != ORDINARY]
         if self.options.sizes == "none":
@@ -331,46 +334,18 @@ class CaseList:
         layouts: list[str],
         probe: bool = True,
     ) -> list[CaseId]:
-        """The -grad and -inference cases of one overload (--modes)."""
+        """The cases of every mode --modes selects for one overload (engine/modes/)."""
         dtypes = [d for d in dtypes if self._has_samples(overload, d)]
-        out = []
-        if "grad" in self.options.modes and self.modes.grad_reason(overload, probe) is None:
-            allowed = (
-                gradients.DECOMPOSITION_GRAD_DTYPES
-                if overload in self.grad_only
-                else gradients.GRAD_DTYPES
-            )
-            for dtype in (d for d in dtypes if d in allowed):
-                grad_layouts = [lo for lo in layouts if lo in gradients.GRAD_CASE_LAYOUTS]
-                out += [
-                    CaseId(overload, dtype_name(dtype), lo, p, "grad")
-                    for lo in grad_layouts
-                    for p in paths
-                ]
-        if overload in self.grad_only:
-            return out
-        if "compile" in self.options.modes and dtypes and "contiguous" in layouts:
-            if self.modes.sync_applies(overload):  # values to compare, no random draws
-                out += [
-                    CaseId(overload, dtype_name(d), lo, "native", "compile")
-                    for d in compiling.case_dtypes(dtypes)
-                    for lo in layouts
-                    if lo in compiling.CASE_LAYOUTS
-                ]
-        if self.sync_applies(overload) and dtypes and "contiguous" in layouts:
-            name = dtype_name(dtypes[0])
-            out += [CaseId(overload, name, "contiguous", p, "sync") for p in paths]
-        if "inference" in self.options.modes and dtypes and "contiguous" in layouts:
-            if self.modes.inference_applies(overload):
-                name = dtype_name(dtypes[0])
-                out += [CaseId(overload, name, "contiguous", p, "inference") for p in paths]
+        want = CaseRequest(overload, dtypes, paths, layouts, probe)
+        out: list[CaseId] = []
+        for mode in selected(self.options.modes):
+            out += mode.case_ids(want, self.mode_scope)
         return out
 
-    def sync_applies(self, overload: str) -> bool:
-        """-sync cases: on a lazy device (--modes sync), for overloads with values to compare."""
-        if "sync" not in self.options.modes or self.backend.lazy is None:
-            return False
-        return self.modes.sync_applies(overload)
+    @functools.cached_property
+    def mode_scope(self) -> ModeScope:
+        """What the modes ask of this run to choose their cases and write their account."""
+        return ModeScope(self.backend, self.modes, frozenset(self.grad_only), dtype_name)
 
     def selection(self) -> dict[str, Any]:
         """What the options selected of each dimension of a case id (run.json "selection"): a

@@ -1,7 +1,7 @@
 """A case id turned into the engine's outcome: its samples (value set, placements), CPU's
 exactness, the route through the fallback and the tolerance rule of its value set. The one
 place that does it: the run's verdicts (verdicts.py) and the power tool
-(conformance/tools/power.py) both call it, so a power figure measures the check the run
+(conformance/measure/power.py) both call it, so a power figure measures the check the run
 applies to the case the run collects."""
 
 from __future__ import annotations
@@ -11,12 +11,11 @@ from dataclasses import dataclass
 
 import torch
 
-from conformance.engine import compiling
 from conformance.engine.backend import Backend
 from conformance.engine.exactness import Exactness
+from conformance.engine.modes import mode_of
 from conformance.engine.placing import PlacedCall
 from conformance.engine.runner import CaseOutcome, run_case
-from conformance.harness.options import MODES
 from conformance.harness.sampling import RunSamples
 from conformance.ops import spec_for
 from conformance.record import CaseId
@@ -45,11 +44,10 @@ class CaseWork:
         """(calls, placed calls) of the case; SampleError when building them fails."""
         dtype, samples = getattr(torch, case.dtype), self.samples
         try:
+            mode = mode_of(case.values)
             calls = samples.calls(case.overload, dtype, case.values)
-            resize = case.values != "grad"  # -grad cases place no resized out=
-            placed = samples.placed(case.overload, dtype, case.values, case.layout, resize)
-            if case.values == "compile":  # NaN and inf too: where finite-math kernels differ
-                placed = compiling.compile_samples(placed, self._special(case, dtype))
+            placed = samples.placed(case.overload, dtype, case.values, case.layout, mode.resize_out)
+            placed = mode.prepare(placed, lambda: self._special(case, dtype))
         except Exception as exc:  # noqa: BLE001 - reported as the suite's own error
             text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             raise SampleError(f"{type(exc).__name__}: {text}") from exc
@@ -64,7 +62,7 @@ class CaseWork:
     def exactness(self, case: CaseId) -> Exactness | None:
         """Whether CPU's result is exact for the case (None: no claim, also where measuring
         it failed: the tolerance stands)."""
-        if case.values == "grad":
+        if not mode_of(case.values).claims_exactness:
             return None
         try:
             return self.samples.exactness(case.overload, getattr(torch, case.dtype))
@@ -83,7 +81,7 @@ class CaseWork:
             case.path,
             route=case.path == "fallback" and case.overload in self.registered,
             strict_errors=self.strict_errors,
-            mode=case.values if case.values in MODES else "",
+            mode=mode_of(case.values),
             placements=placed,
             exactness=self.exactness(case),
             flushes_subnormals=case.dtype in self.flushes_subnormals,

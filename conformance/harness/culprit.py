@@ -26,15 +26,12 @@ the searches per scheduling process (0: off).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import pytest
 
-from conformance.harness.runners import HEAP_EXERCISE
-
-if TYPE_CHECKING:
-    from conformance.harness.isolation import IsolatedRunner
+from conformance.harness.runners import HEAP_EXERCISE, RunnerProcess
 
 WINDOW = 64  # cases replayed before the crashed one (heap damage is usually noticed soon)
 
@@ -58,17 +55,25 @@ def case_label(item: pytest.Item) -> str:
 class CulpritSearch:
     """The searches of one scheduling process (their number is capped)."""
 
-    def __init__(self, runner: IsolatedRunner) -> None:
-        self.runner = runner
+    def __init__(
+        self,
+        items: list[pytest.Item],
+        start: Callable[..., RunnerProcess],
+        budget: int,
+        case_timeout: float,
+    ) -> None:
+        self.start = start  # a fresh runner: start(replay=True, env=...)
+        self.budget = budget  # --culprit-search
+        self.case_timeout = case_timeout
         self.searches = 0
         self.replays = 0
-        self._ids = {item.nodeid for item in runner.session.items}
+        self._ids = {item.nodeid for item in items}
 
     def search(self, item: pytest.Item, history: list[pytest.Item]) -> Culprit | None:
         """The culprit of `item`'s crash, given the cases its runner ran before it."""
         if not history:
             return None  # a fresh runner: the crash is the case's own
-        budget = self.runner.run.suite.options.culprit_search
+        budget = self.budget
         if self.searches >= budget:
             return Culprit(None, f"no culprit search (--culprit-search {budget} used up)")
         self.searches += 1
@@ -119,8 +124,8 @@ class CulpritSearch:
         """Whether a fresh runner dies while running `items` in order (then the heap exercise,
         if asked; `env`: in a spawned runner with these variables). A hang: no."""
         self.replays += 1
-        limit = self.runner.run.suite.options.case_timeout or None
-        process = self.runner.start(replay=True, env=env)
+        limit = self.case_timeout or None
+        process = self.start(replay=True, env=env)
         ids = [item.nodeid for item in items] + ([HEAP_EXERCISE] if exercise else [])
         try:
             for i, nodeid in enumerate(ids):
@@ -143,7 +148,7 @@ class CulpritSearch:
 def _malloc_debug() -> dict[str, str] | None:
     """The environment of glibc's malloc checking (None where this glibc has no
     libc_malloc_debug), added to whatever is already preloaded."""
-    from conformance.tools.launch import LaunchError, malloc_debug_library
+    from conformance.engine.checkers import LaunchError, malloc_debug_library
 
     try:
         library = malloc_debug_library()

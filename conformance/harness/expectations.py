@@ -31,7 +31,7 @@ declaration is reported at the end of a full run when no case of the dtype was u
 `flushes_subnormals = ["float32", ...]`: the device flushes subnormal results to zero in those
 dtypes (FTZ, common on accelerators). Undeclared, a flushed subnormal fails with check
 `subnormal`; declared, the device is judged against CPU's results with subnormals flushed.
-`python -m conformance.tools.baseline RESULTS` writes such a manifest from a run.
+`python -m conformance.measure.baseline RESULTS` writes such a manifest from a run.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ import tomllib
 
 from conformance.errors import ConformanceUsageError
 from conformance.harness.options import ALL_DTYPES
+from conformance.record import CaseId
 
 STATUSES = ("xfail", "unsupported", "skip", "crash")
 SCENARIO = "scenario:"  # how a pattern names a scenario (conformance/scenarios)
@@ -103,6 +104,29 @@ class Manifest:
             if entry.matching(case_id) is not None:
                 return entry
         return None
+
+
+@dataclass(frozen=True)
+class Expectations:
+    """What the run's manifest expects of a case or scenario (entries limited to an allocator
+    mode apply under that mode only)."""
+
+    manifest: Manifest
+    allocator: str
+
+    def expectation(self, case: CaseId) -> Entry | None:
+        return self.manifest.match(str(case), self.allocator)
+
+    def scenario_expectation(self, record_id: str) -> Entry | None:
+        """The manifest entry of a scenario (a pattern `scenario:<name>`), if any."""
+        return self.manifest.match(scenario_key(record_id), self.allocator)
+
+    def declared_unsupported(self, case: CaseId, entry: Entry | None) -> str:
+        """Where the manifest declares that `case` may be unsupported ("file:line": an entry
+        with status "unsupported", or its dtype in unsupported_dtypes), else ""."""
+        if entry is not None and entry.status == "unsupported":
+            return entry.source
+        return self.manifest.unsupported_dtypes.get(case.dtype, "")
 
 
 def _line_of(text: str, pattern: str) -> int:

@@ -10,10 +10,12 @@ import torch
 from conformance.engine import parametric
 from conformance.engine.backend import Backend
 from conformance.engine.memory import sources
+from conformance.engine.sample_run import checks_left_out
 from conformance.engine.transfer import RELIES_ON
+from conformance.harness.accounts import argument_lines, mode_lines
 
 if TYPE_CHECKING:
-    from conformance.harness.isolation import Plan
+    from conformance.harness.plan import Plan
     from conformance.harness.suite import Suite
 
 
@@ -34,17 +36,19 @@ def header_lines(suite: Suite, plan: Plan | None) -> list[str]:
     ]
     if plan is not None:
         lines.append(plan.describe(suite.options.case_timeout))
-    checks = sources(b, b.memory_counter)
+    lines += [f"device profile: {line}" for line in b.profile.lines()]
+    lines += [f"check {name} left out: {why}" for name, why in checks_left_out(b.profile).items()]
+    checks = sources(b, b.profile.memory_counter.value)
     checks["fallback path"] = _fallback_source(b)
     checks["seeding"] = _seeding_source(b)
     lines.append("checks: " + "; ".join(f"{k}: {v}" for k, v in checks.items()))
-    shard = suite.shard_line()
+    shard = suite.case_list.shard_line()
     if shard is not None:
         lines.append(shard)
-    if suite.coverage is not None:
-        lines += suite.coverage.header_lines()
-    lines += suite.mode_lines()
-    lines += suite.argument_lines()
+    if suite.case_list.coverage is not None:
+        lines += suite.case_list.coverage.header_lines()
+    lines += mode_lines(suite.mode_account())
+    lines += argument_lines(suite.arguments)
     lines.append(f"expectations: {files}; results: {suite.options.results or 'off'}")
     return lines
 
@@ -59,10 +63,10 @@ def key_header_lines(suite: Suite, plan: Plan | None) -> list[str]:
     ]
     if plan is not None:
         lines.append(plan.describe(suite.options.case_timeout))
-    if not b.storage:
+    if not b.profile.storage.value:
         lines.append(STORAGELESS)
-    if suite.coverage is not None:
-        lines.append(suite.coverage.header_lines()[0])
+    if suite.case_list.coverage is not None:
+        lines.append(suite.case_list.coverage.header_lines()[0])
     files = ", ".join(suite.manifest.files) or "none"
     lines.append(f"expectations: {files}; results: {suite.options.results or 'off'}")
     return ["conformance: " + line for line in lines]
@@ -122,7 +126,7 @@ def relies_on(suite: Suite) -> dict[str, str]:
         "memory": ", ".join(f"backend.{h}" for h in memory) or "nothing (no backend hooks)",
         "storage": "observable (untyped_storage() has bytes and a data pointer): strides, "
         "offsets and memory around views checked"
-        if b.storage
+        if b.profile.storage.value
         else "not observable: values only, read with .cpu() (a lazy device)",
     }
 

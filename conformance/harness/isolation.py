@@ -20,133 +20,37 @@ probed in a child.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pytest
 
+from conformance.engine.backend import Backend
 from conformance.engine.diagnosis import describe_status, diagnose
 from conformance.findings import crash_class
-from conformance.harness.culprit import Culprit, case_label
-from conformance.harness.roles import Role
+from conformance.harness.culprit import Culprit, CulpritSearch, case_label
+from conformance.harness.nodes import case_of, is_scenario
+from conformance.harness.options import Options
+from conformance.harness.plan import Plan, initialised
+from conformance.harness.rundir import RunDir
 from conformance.harness.runners import RETIRE, RUNNER_ENV, RunnerProcess
 from conformance.record import CaseRecord, Status
 
-if TYPE_CHECKING:
-    from conformance.engine.probe import Probe
-    from conformance.harness.session import ConformanceRun
-    from conformance.harness.suite import Suite
 
-__all__ = (
-    "RUNNER_ENV",
-    "IsolatedRunner",
-    "Plan",
-    "describe_status",
-    "diagnose",
-    "plan_isolation",
-    "run_isolated",
-)
+class Owner(Protocol):
+    """What the runners' owner needs of the run (the session's `ConformanceRun`)."""
 
+    plan: Plan
+    options: Options
+    backend: Backend
+    run_dir: RunDir
+    forked_child: bool
 
-@dataclass
-class Plan:
-    """How the cases of this process run, and what the device probe found."""
+    def switch_to_spawn(self, reason: str) -> None: ...
 
-    mode: str  # "fork", "spawn", "in-process" (xdist worker, --isolate none), "xdist"
-    probe: Probe
-    reason: str = ""  # why this mode
-    # under xdist (the controller's plan): how each worker runs its cases
-    runner: str = ""
-    runner_cases: int = 0  # cases one runner runs before a fresh one replaces it (0: no limit)
-
-    def describe(self, timeout: float) -> str:
-        limit = f"{timeout:g} s per case" if timeout else "none"
-        if self.mode == "xdist":
-            how = _how(self.runner, self.runner_cases)
-            text = f"isolation: in pytest-xdist workers, each {how}"
-        else:
-            text = f"isolation: {_how(self.mode, self.runner_cases)}"
-        text += f"; time limit: {limit}"
-        return text + (f" [{self.reason}]" if self.reason else "")
+    def record_for(self, item: pytest.Item, status: Status, **values: Any) -> CaseRecord | None: ...
 
 
-def _how(mode: str, runner_cases: int) -> str:
-    """How cases run in one scheduling process, for the run header."""
-    if mode == "in-process":
-        return "running its cases in-process (a crash or hang ends the run or the worker)"
-    process = "a forked child" if mode == "fork" else "a fresh interpreter (spawned)"
-    reuse = f"{runner_cases} cases" if runner_cases else "any number of cases"
-    return (
-        f"running its cases in a runner process, {process}, reused across cases and replaced "
-        f"after a crash, a hang or {reuse} (a crash or hang costs one case)"
-    )
-
-
-def plan_isolation(suite: Suite, role: Role) -> Plan:
-    """Choose how cases run and probe the device, never initialising it in a process that
-    forks case runners later (a plain pytest process, an xdist worker). Raises UsageError (one
-    line) for an unusable device. The xdist controller makes the same choice its workers make,
-    for the run header."""
-    return _plan_isolation(suite, role)
-
-
-def _plan_isolation(suite: Suite, role: Role) -> Plan:
-    from conformance.engine.probe import probe_here, probe_in_fork, probe_in_fresh_process
-
-    backend = suite.backend
-    isolate = suite.options.isolate
-    cases = suite.options.runner_cases
-    if role is Role.SPAWNED_RUNNER:
-        return _usable(Plan("in-process", probe_here(backend)), backend)
-    controller = role is Role.XDIST_CONTROLLER
-
-    def plan(mode: str, probe: Probe, reason: str) -> Plan:
-        if controller:
-            return Plan("xdist", probe, reason, runner=mode, runner_cases=cases)
-        return Plan(mode, probe, reason, runner_cases=cases)
-
-    if isolate == "none":
-        probe = probe_in_fresh_process(backend) if controller else probe_here(backend)
-        return _usable(plan("in-process", probe, "--isolate none"), backend)
-    if isolate == "spawn":
-        return _usable(plan("spawn", probe_in_fresh_process(backend), "--isolate spawn"), backend)
-    if _initialised(backend):
-        reason = (
-            f"torch.{backend.device_type}.is_initialized() is True before any case ran: a "
-            "forked child could not use the device"
-        )
-        if isolate == "fork":
-            raise pytest.UsageError(f"--isolate fork: {reason}; use --isolate auto or spawn")
-        return _usable(plan("spawn", probe_in_fresh_process(backend), reason), backend)
-    probe = probe_in_fork(backend)
-    if probe.usable:
-        reason = "--isolate fork" if isolate == "fork" else "a forked child can use the device"
-        return plan("fork", probe, reason)
-    fresh = probe_in_fresh_process(backend)
-    if not fresh.usable:
-        return _usable(plan("fork", fresh, ""), backend)
-    reason = f"the device refused use in a forked child ({probe.error})"
-    if isolate == "fork":
-        raise pytest.UsageError(f"--isolate fork: {reason}; use --isolate auto or spawn")
-    return plan("spawn", fresh, reason)
-
-
-def _initialised(backend) -> bool:
-    fn = backend.device_function("is_initialized")
-    try:
-        return bool(fn()) if callable(fn) else False
-    except Exception:  # noqa: BLE001 - a failing query is no evidence of initialisation
-        return False
-
-
-def _usable(plan: Plan, backend) -> Plan:
-    if not plan.probe.usable:
-        raise pytest.UsageError(
-            f"backend '{backend.module_name}' registered device '{backend.device_type}' but it "
-            f"is not usable ({plan.probe.error}, probed in a {plan.probe.where}); check the "
-            "backend, or pass --device"
-        )
-    return plan
+__all__ = ("RUNNER_ENV", "IsolatedRunner", "describe_status", "diagnose", "run_isolated")
 
 
 # ---- the parent ---------------------------------------------------------------------------------
@@ -156,22 +60,23 @@ class IsolatedRunner:
     item alone, gets the same record wherever it happened, and is followed by the culprit search
     (culprit.py) when the runner had run other cases before it."""
 
-    def __init__(self, session: pytest.Session, run: ConformanceRun) -> None:
-        from conformance.harness.culprit import CulpritSearch
-
+    def __init__(self, session: pytest.Session, run: Owner) -> None:
         self.session = session
         self.run = run
         self.process: RunnerProcess | None = None
         self.history: list[pytest.Item] = []  # items the current runner finished, in order
         self.cases = 0  # cases the current runner ran
-        self.culprits = CulpritSearch(self)
+        options = run.options
+        self.culprits = CulpritSearch(
+            session.items, self.start, options.culprit_search, options.case_timeout
+        )
 
     def start(self, *, replay: bool = False, env: dict[str, str] | None = None) -> RunnerProcess:
         """A runner in the plan's mode; `env` (extra variables) makes it a spawned one."""
         run = self.run
-        if run.plan.mode == "fork" and _initialised(run.suite.backend):
+        if run.plan.mode == "fork" and initialised(run.backend):
             run.switch_to_spawn(
-                f"torch.{run.suite.backend.device_type}.is_initialized() became True in the "
+                f"torch.{run.backend.device_type}.is_initialized() became True in the "
                 "pytest process: forked children could not use the device"
             )
 
@@ -185,7 +90,7 @@ class IsolatedRunner:
             replay=replay,
             on_fork=forked,
             env=env,
-            backend=run.suite.backend,
+            backend=run.backend,
         )
 
     def close(self) -> None:
@@ -199,7 +104,7 @@ class IsolatedRunner:
         """Run one item in the runner (started if needed) and log its reports here."""
         if self.process is None:
             self.process, self.history = self.start(), []
-        process, limit = self.process, self.run.suite.options.case_timeout
+        process, limit = self.process, self.run.options.case_timeout
         # if it died between two items, the send fails and receive() sees the end: this one
         process.send(item.nodeid, nextitem.nodeid if nextitem is not None else None)
         started = False
@@ -231,13 +136,13 @@ class IsolatedRunner:
                 item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
                 self.history.append(item)
                 self.cases += 1
-                limit = self.run.suite.options.runner_cases
+                limit = self.run.options.runner_cases
                 if (limit and self.cases >= limit) or data == RETIRE:
                     self.close()  # a fresh runner for the next case (RETIRE: runtime broken)
                 return
 
     def _hung(self, item: pytest.Item, process: RunnerProcess, started: bool) -> None:
-        limit = self.run.suite.options.case_timeout
+        limit = self.run.options.case_timeout
         process.stop()
         _, detail = diagnose(process.log())
         self.close()
@@ -277,7 +182,7 @@ class IsolatedRunner:
         self.session.shouldstop = message
 
 
-def run_isolated(session: pytest.Session, run: ConformanceRun) -> None:
+def run_isolated(session: pytest.Session, run: Owner) -> None:
     """Run every collected item in runner processes; returns when all ran or the run stops."""
     items = session.items
     runner = IsolatedRunner(session, run)
@@ -291,7 +196,7 @@ def run_isolated(session: pytest.Session, run: ConformanceRun) -> None:
 
 
 def _report_crash(
-    run: ConformanceRun, item: pytest.Item, status: int, log: str, culprit: Culprit | None
+    run: Owner, item: pytest.Item, status: int, log: str, culprit: Culprit | None
 ) -> None:
     how = describe_status(status)
     headline, detail = diagnose(log)
@@ -348,14 +253,12 @@ class WorkerIsolation:
     crash costs that case, never the worker (registered by the session when the worker's plan
     is fork or spawn). xdist keeps scheduling; this only changes where an item runs."""
 
-    def __init__(self, run: ConformanceRun) -> None:
+    def __init__(self, run: Owner) -> None:
         self.run = run
         self.runner: IsolatedRunner | None = None
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
-        from conformance.harness.nodes import case_of, is_scenario
-
         if case_of(item) is None and not is_scenario(item):
             return None
         if self.runner is None:
@@ -369,7 +272,7 @@ class WorkerIsolation:
 
 
 def _report_problem(
-    run: ConformanceRun,
+    run: Owner,
     item: pytest.Item,
     status: Status,
     check: str,

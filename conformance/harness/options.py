@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     import torch
 
 from conformance.engine.layout_names import LAYOUT_HELP, parse_layouts
+from conformance.engine.mode_names import MODES
 from conformance.errors import ConformanceUsageError
 from conformance.sharding import Shard
 
@@ -28,8 +29,8 @@ ORDINARY = "ordinary"  # the value set of the ordinary samples (ids without a va
 # by --help without torch)
 VALUE_SETS = (ORDINARY, "special", "promotion", "arguments", "sizes", "models")
 SIZE_SETS = ("boundaries", "large", "none")  # samples/sizes.py
-# execution modes beyond the plain forward call (ids end in -<mode>); compile only on request
-MODES = ("grad", "inference", "sync", "compile")
+# execution modes beyond the plain forward call (ids end in -<mode>): a module each in
+# engine/modes/; those not named here run on request only (--modes compile)
 DEFAULT_MODES = ("grad", "inference", "sync")
 ISOLATE = ("auto", "fork", "spawn", "none")
 DEFAULT_CASE_TIMEOUT = "300"
@@ -247,7 +248,7 @@ class Options:
         "one dtype, contiguous; ids end in -sync) and compile (not by default: torch.compile "
         "on the device, with its Inductor backend where it has one, else aot_eager, against "
         "cpu and the device's eager result; one dtype, contiguous, 2 samples; ids end in "
-        "-compile)",
+        f"-compile); modes here: {', '.join(MODES)} (a module each in engine/modes/)",
         default=",".join(DEFAULT_MODES),
         parse=parse_modes,
     )
@@ -317,7 +318,7 @@ class Options:
         "at the end of the run, write an expectations manifest to this file that expects what "
         "the run found (a baseline): one entry per finding and per group of unsupported cases, "
         "plus the entries of the manifest in use that its cases still need; the next run with "
-        "--expectations FILE has no unexpected failure (python -m conformance.tools.baseline "
+        "--expectations FILE has no unexpected failure (python -m conformance.measure.baseline "
         "writes the same from results folders)",
         parse=lambda v: v or None,
     )

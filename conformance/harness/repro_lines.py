@@ -13,6 +13,7 @@ import shlex
 
 from conformance.engine.backend import Backend
 from conformance.engine.environment import compiler_variables
+from conformance.engine.modes import mode_of
 from conformance.harness.cases import CaseList
 from conformance.harness.nodes import PACKAGE_DIR
 from conformance.harness.options import Options
@@ -103,6 +104,6 @@ class ReproLines:
         cmd = " ".join(["pytest", *target, *flags, "--results", "none"])
         checkers = self.checkers()
         if checkers:  # the run was under a preloaded checker: so is the repro
-            cmd = f"python -m conformance.tools.launch {' '.join(checkers)} -- {cmd}"
-        compiled = case is not None and case.values == "compile"
+            cmd = f"python -m conformance.ci.launch {' '.join(checkers)} -- {cmd}"
+        compiled = case is not None and mode_of(case.values).compiled
         return f"{self.env_prefix(compiled)} {cmd}".strip()

@@ -11,13 +11,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from conformance.engine.environment import compile_environment
+from conformance.engine.sample_run import checks_left_out
 from conformance.findings import Finding
 from conformance.harness.header import header_lines, relies_on
 from conformance.harness.recorder import now, run_info
 from conformance.record import CaseRecord
 
 if TYPE_CHECKING:
-    from conformance.harness.isolation import Plan
+    from conformance.harness.plan import Plan
     from conformance.harness.suite import Suite
 
 
@@ -27,20 +28,22 @@ def start_info(suite: Suite, plan: Plan | None) -> dict[str, Any]:
         str(torch.__version__), suite.backend_name, suite.backend.device_type, suite.allocator
     )
     info["header"] = header_lines(suite, plan)
+    info["profile"] = suite.backend.profile.to_json()  # what the run knows about the device
+    info["checks_left_out"] = checks_left_out(suite.backend.profile)
     # what makes shards of one run (the report merges those that agree on all of it)
-    info["environment"] = suite.environment()
+    info["environment"] = suite.repro_lines.environment()
     # what the verdicts may depend on beyond the code (report --diff compares two runs on it)
     info["compile_environment"] = compile_environment(suite.backend.module_name, suite.allocator)
-    info["checkers"] = suite.checkers()
-    shard = suite.shard_account()
+    info["checkers"] = suite.repro_lines.checkers()
+    shard = suite.case_list.shard_account()
     if shard is not None:
         info["shard"] = shard
-    if suite.coverage is not None:
-        info["coverage"] = suite.coverage.to_json()
+    if suite.case_list.coverage is not None:
+        info["coverage"] = suite.case_list.coverage.to_json()
     info["modes"] = suite.mode_account()
     if suite.arguments:
         info["arguments"] = suite.arguments
-    info["selection"] = suite.selection()
+    info["selection"] = suite.case_list.selection()
     return info
 
 

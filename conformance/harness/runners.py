@@ -28,8 +28,10 @@ from _pytest.runner import runtestprotocol
 
 from conformance.engine import interpreter
 from conformance.engine.backend import Backend
+from conformance.engine.profile import DeviceProfile
 
-RUNNER_ENV = "_CONFORMANCE_RUNNER"  # in a spawned runner: {"cmd": fd, "out": fd, "replay": b}
+# in a spawned runner: {"cmd": fd, "out": fd, "replay": b, "profile": the parent's device profile}
+RUNNER_ENV = "_CONFORMANCE_RUNNER"
 HEAP_EXERCISE = "<heap exercise>"  # a command that is no item: exercise_heap()
 KILL_GRACE = 5.0  # seconds between SIGABRT (stack dump) and SIGKILL of a hung runner
 
@@ -56,6 +58,8 @@ class RunnerProcess:
         self.popen: subprocess.Popen | None = None
         if mode == "spawn":
             job = {"cmd": cmd_read, "out": out_write, "replay": replay}
+            if backend is not None:  # the child gets the device profile whole, never re-learns it
+                job["profile"] = backend.profile.to_json()
             self.popen = subprocess.Popen(
                 # -q: the log keeps what the cases print and a crash's stack, not the header
                 [*interpreter.python(), "-m", "pytest", *runner_args(config), "-q"],
@@ -189,6 +193,12 @@ def runner_args(config: pytest.Config) -> list[str]:
 
 
 # ---- the runner side ----------------------------------------------------------------------------
+def spawned_profile() -> DeviceProfile | None:
+    """In a spawned runner: the device profile its parent learned (None: not given)."""
+    data = json.loads(os.environ.get(RUNNER_ENV) or "{}").get("profile")
+    return DeviceProfile.from_json(data) if data else None
+
+
 def serve_spawned(session: pytest.Session, backend: Backend | None = None) -> None:
     """In a spawned runner (RUNNER_ENV set): serve the collected items; never returns."""
     job = json.loads(os.environ[RUNNER_ENV])

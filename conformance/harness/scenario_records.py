@@ -24,7 +24,7 @@ def expect_scenario(suite: Suite, item: pytest.Item) -> None:
     """A manifest entry naming a scenario: xfail (strict: a pass fails with "remove this
     entry"), skip and crash skip it; unsupported lets it skip when the device lacks a kernel it
     needs (scenarios/conftest.py)."""
-    entry = suite.scenario_expectation(record_id(item.nodeid))
+    entry = suite.expectations.scenario_expectation(record_id(item.nodeid))
     if entry is None:
         return
     if entry.status == "xfail":
@@ -51,12 +51,12 @@ def scenario_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) 
         path="scenario",
         check="scenario" if report.failed else None,
         message=message,
-        repro=suite.repro(item.nodeid, str(item.path)),
+        repro=suite.repro_lines.repro(item.nodeid, str(item.path)),
         torch=str(torch.__version__),
         backend=suite.backend_name,
         allocator=suite.allocator,
     )
-    entry = suite.scenario_expectation(record.id)
+    entry = suite.expectations.scenario_expectation(record.id)
     if entry is not None:
         record.extra.update(expected_by=entry.source, category=entry.category)
     strict_pass = report.failed and (message or "").startswith("[XPASS(strict)]")
@@ -72,7 +72,7 @@ def scenario_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) 
     if report.skipped and (message or "").startswith("unsupported"):
         record.status = Status.UNSUPPORTED
     try:
-        found = suite.scenario_blame(message or "") if report.failed else Blame()
+        found = suite.foundations.scenario_blame(message or "") if report.failed else Blame()
     except Exception as exc:  # noqa: BLE001 - blame annotates; the record stays
         found = Blame()
         record.extra["blame"] = f"blame could not be computed: {type(exc).__name__}: {exc}"

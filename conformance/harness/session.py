@@ -14,29 +14,35 @@ from __future__ import annotations
 import gc
 import signal
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
+from conformance.engine import heap
+from conformance.engine.backend import Backend, load_backend
+from conformance.engine.foundations import ORDER
+from conformance.engine.modes import mode_of, selected
+from conformance.engine.profile import DeviceProfile
 from conformance.errors import ConformanceUsageError
 from conformance.findings import group_findings
 from conformance.harness.accounting import Accounting, not_run_record
 from conformance.harness.header import header_lines, key_header_lines
+from conformance.harness.isolation import WorkerIsolation, run_isolated
 from conformance.harness.nodes import case_of, is_scenario, record_id, targets_conformance
-from conformance.harness.options import read_options
+from conformance.harness.options import Options, read_options
+from conformance.harness.plan import Plan, plan_isolation
 from conformance.harness.recorder import Recorder
 from conformance.harness.roles import Role, role_of
 from conformance.harness.rundir import RunDir
 from conformance.harness.runinfo import finish_info, start_info
+from conformance.harness.runners import serve_spawned, spawned_profile
 from conformance.harness.scenario_records import expect_scenario, scenario_record
+from conformance.harness.stale import stale_expectations
+from conformance.harness.suite import Suite
 from conformance.harness.terminal import Summary, Terminal
 from conformance.harness.verdicts import reported_record
 from conformance.harness.watch import CaseWatch, ControllerHooks
-from conformance.record import CaseRecord, Status
-
-if TYPE_CHECKING:
-    from conformance.harness.isolation import Plan
-    from conformance.harness.suite import Suite
+from conformance.record import CaseId, CaseRecord, Status
 
 PLUGIN_NAME = "conformance-run"
 RECORD_PROPERTY = "conformance"  # name of the record in a report's user_properties
@@ -98,47 +104,62 @@ class ConformanceRun:
     @property
     def suite(self) -> Suite:
         if self._suite is None:
-            from conformance.harness.isolation import plan_isolation
-            from conformance.harness.suite import Suite
-
             try:
                 options = read_options(self.config)
+                backend = load_backend(options.backend, options.device)
+                backend.heap_zones, backend.heap_cache = options.heap_zones, self._cache_dir()
+                self.plan = plan_isolation(options, backend, self.role)
+                backend.profile = self._profile(backend, options)
                 self._suite = Suite(
                     options,
                     self._cache_dir(),
                     self.worker,
+                    backend=backend,
+                    run_dir=self.run_dir,
                     invocation_dir=str(self.config.invocation_params.dir),
                     with_coverage=self.role is not Role.SPAWNED_RUNNER,
                     keyword=self.config.option.keyword,
                 )
             except ConformanceUsageError as exc:
                 raise pytest.UsageError(str(exc)) from None
-            self._suite.run_dir = self.run_dir
-            self.plan = plan_isolation(self._suite, self.role)
-            self._suite.backend.memory_counter = self.plan.probe.memory_counter
-            self._suite.backend.storage = self.plan.probe.storage
             self._watch_heap()
             if self.role is Role.XDIST_WORKER and self.plan.mode in ("fork", "spawn"):
-                from conformance.harness.isolation import WorkerIsolation
-
                 self.config.pluginmanager.register(WorkerIsolation(self), "conformance-worker")
             self._open_results()
         return self._suite
+
+    def _profile(self, backend: Backend, options: Options) -> DeviceProfile:
+        """The device profile, learned once per run (engine/profile.py): a spawned runner gets
+        its parent's whole; else the facts torch answers plus what this run's probe found."""
+        if self.role is Role.SPAWNED_RUNNER:
+            given = spawned_profile()
+            if given is not None:
+                return given
+        assert self.plan is not None
+        compiles = any(mode.compiled for mode in selected(options.modes))
+        declared = backend.declared_profile(ask_compiler=compiles)
+        return declared.with_probe(self.plan.probe.facts())
+
+    @property
+    def options(self) -> Options:
+        return self.suite.options
+
+    @property
+    def backend(self) -> Backend:
+        return self.suite.backend
+
+    def new_record(self, case: CaseId, status: Status, nodeid: str, **values: Any) -> CaseRecord:
+        return self.suite.verdicts.new_record(case, status, nodeid, **values)
 
     def _watch_heap(self) -> None:
         """The heap red zones in this process where the probe saw the device's memory go
         through them (engine/heap.py): forked runners inherit them; a probe in this process
         installed them already; the xdist controller runs no case."""
-        backend, plan = self.suite.backend, self.plan
-        if plan is None:
-            return
-        backend.heap_note, backend.heap_seen = plan.probe.heap, plan.probe.heap_seen
-        if not plan.probe.heap_seen or backend.heap is not None:
+        backend = self.suite.backend
+        if not backend.profile.heap_zones.value or backend.heap is not None:
             return
         if self.role is Role.XDIST_CONTROLLER:
             return
-        from conformance.engine import heap
-
         backend.heap, _ = heap.watch(backend.module, backend.heap_zones, backend.heap_cache)
 
     def switch_to_spawn(self, reason: str) -> None:
@@ -184,7 +205,7 @@ class ConformanceRun:
         case = case_of(item)
         if case is None:
             return None
-        return self.suite.new_record(case, status, item.nodeid, **values)
+        return self.new_record(case, status, item.nodeid, **values)
 
     def write(self, record: CaseRecord) -> None:
         if self.recorder is not None:
@@ -241,8 +262,6 @@ class ConformanceRun:
         """Run the cases in runner processes (isolation.py) unless xdist runs them; in a
         spawned runner, run the cases the parent asked for."""
         if self.role is Role.SPAWNED_RUNNER:
-            from conformance.harness.runners import serve_spawned
-
             serve_spawned(session, self.suite.backend)  # never returns
         if not self.started or self.role is not Role.SINGLE:
             return None
@@ -252,8 +271,6 @@ class ConformanceRun:
             return None  # let pytest report the collection errors
         if self.config.option.collectonly:
             return True
-        from conformance.harness.isolation import run_isolated
-
         run_isolated(session, self)
         if session.shouldfail:
             raise session.Failed(session.shouldfail)
@@ -268,15 +285,13 @@ class ConformanceRun:
         shard."""
         if not self.started:
             return
-        from conformance.engine.foundations import ORDER
 
         def rank(item: pytest.Item) -> int:
             case = case_of(item)
             if case is None:
                 return 3 if is_scenario(item) else 1
-            if case.values == "grad":  # a backward runs other ops' kernels: after every forward
-                return 2
-            return 0 if case.overload in ORDER else 1
+            rank = mode_of(case.values).collection_rank  # -grad: after every forward case
+            return 0 if rank == 1 and case.overload in ORDER else rank
 
         # stable: foundations, the other forward cases, every -grad case, then the scenarios
         items.sort(key=rank)
@@ -286,7 +301,7 @@ class ConformanceRun:
         if self.suite.options.ops or self.suite.options.fallback_ops:
             dropped = scenarios
         else:  # --shard: each scenario runs in one shard
-            keeps = self.suite.shard_keeps([record_id(item.nodeid) for item in scenarios])
+            keeps = self.suite.case_list.shard_keeps([record_id(item.nodeid) for item in scenarios])
             dropped = [item for item, keep in zip(scenarios, keeps, strict=True) if not keep]
         if dropped:
             config.hook.pytest_deselected(items=dropped)
@@ -310,7 +325,7 @@ class ConformanceRun:
                 record = scenario_record(self.suite, item, report)
                 report.user_properties.append((RECORD_PROPERTY, record.to_json()))
             return
-        record = reported_record(self.suite, item, report)
+        record = reported_record(self.suite.verdicts, item, report)
         report.user_properties.append((RECORD_PROPERTY, record.to_json()))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -384,7 +399,8 @@ class ConformanceRun:
         if not self.started or self.role in (Role.XDIST_WORKER, Role.FORKED_CHILD):
             return None
         suite = self.suite
-        records = [r.to_json() for r in self.records]
+        coverage = suite.case_list.coverage
+        records = self.records
         findings = group_findings(records)
         collect_only = self.config.option.collectonly  # --collect-only records nothing
         counts = self.accounting.counts(self.records)
@@ -392,12 +408,15 @@ class ConformanceRun:
             records,
             findings,
             identity=key_header_lines(suite, self.plan)[0].removeprefix("conformance: "),
-            coverage=suite.coverage.summary_line() if suite.coverage is not None else "",
+            coverage=coverage.summary_line() if coverage is not None else "",
             accounting=counts if self.accounting.collected and not collect_only else None,
             results=self.recorder.directory if self.recorder is not None else None,
-            stale=suite.stale_expectations(
+            stale=stale_expectations(
+                suite.manifest,
+                suite.case_list,
                 self.records,
-                selected_by_keyword=bool(self.config.option.keyword or self.config.option.markexpr),
+                suite.allocator,
+                bool(self.config.option.keyword or self.config.option.markexpr),
             ),
             unpinned=[e for e in suite.manifest.entries if e.status == "xfail" and not e.checks],
         )
@@ -412,9 +431,9 @@ class ConformanceRun:
             self.recorder.write_run_info(self.info)
         return None if collect_only and not summary.stale else summary
 
-    def _write_baseline(self, records: list[dict[str, Any]], not_run: int) -> str:
+    def _write_baseline(self, records: list[CaseRecord], not_run: int) -> str:
         """--write-expectations FILE: a manifest expecting what this run found."""
-        from conformance.tools.baseline import baseline, write
+        from conformance.harness.baseline import baseline, write
 
         path = self.suite.options.write_expectations
         info = self.info or {}

@@ -28,6 +28,7 @@ import pytest
 
 from conformance.findings import Finding, normalise_message, unsupported_by_op
 from conformance.harness.expectations import Entry
+from conformance.record import CaseRecord
 
 #: pytest's report characters whose short-summary lines are folded for conformance items, and
 #: the terminal reporter's stats key of each
@@ -59,12 +60,12 @@ def asked_report_chars(args: Sequence[str], addopts: str = "") -> str:
     return out
 
 
-def skip_reason(record: dict[str, Any]) -> str:
+def skip_reason(record: CaseRecord) -> str:
     """A skip's reason without what varies between cases of one reason: the case's op and
     layout, numbers, a scenario's step."""
-    text = str(record.get("message") or "no reason given").removeprefix("Skipped: ")
+    text = str(record.message or "no reason given").removeprefix("Skipped: ")
     reason = normalise_message(text.split(" (step: ")[0], record)
-    op = str(record.get("op") or "")
+    op = record.op
     return reason.replace(f" of {op} ", " of <op> ") if op else reason
 
 
@@ -72,7 +73,7 @@ def skip_reason(record: dict[str, Any]) -> str:
 class Summary:
     """What the conformance summary says (built by the run at its end)."""
 
-    records: list[dict[str, Any]]
+    records: list[CaseRecord]
     findings: list[Finding]
     identity: str = ""
     coverage: str = ""
@@ -181,14 +182,14 @@ def write_summary(tr, s: Summary, terminal: Terminal) -> None:
         tr.write_line(f"conformance: per-case results in {os.path.join(s.results, '')}")
 
 
-def _skips(tr, records: list[dict[str, Any]], where: str) -> None:
+def _skips(tr, records: list[CaseRecord], where: str) -> None:
     """One line per skip reason, most frequent first (with the layouts it names)."""
-    skipped = [r for r in records if r.get("status") == "skipped"]
+    skipped = [r for r in records if r.status == "skipped"]
     if not skipped:
         return
     reasons: dict[str, Counter[str]] = {}
     for r in skipped:
-        reasons.setdefault(skip_reason(r), Counter())[str(r.get("layout"))] += 1
+        reasons.setdefault(skip_reason(r), Counter())[r.layout] += 1
     tr.write_line(
         f"skipped: {len(skipped)} case(s) with nothing to compare, {len(reasons)} reason(s) "
         f"(-rs lists them; each case: {where}):"
@@ -205,11 +206,11 @@ def _skips(tr, records: list[dict[str, Any]], where: str) -> None:
         tr.write_line(f"  {rest:6d} in {len(reasons) - SKIP_REASONS} more reason(s)")
 
 
-def _xfails(tr, records: list[dict[str, Any]]) -> None:
-    xfailed = [r for r in records if r.get("status") == "xfailed"]
+def _xfails(tr, records: list[CaseRecord]) -> None:
+    xfailed = [r for r in records if r.status == "xfailed"]
     if not xfailed:
         return
-    entries = Counter(str(r.get("expected_by") or "?") for r in xfailed)
+    entries = Counter(r.expected_by or "?" for r in xfailed)
     entries_expect = (
         "1 manifest entry expects"
         if len(entries) == 1
@@ -218,7 +219,7 @@ def _xfails(tr, records: list[dict[str, Any]]) -> None:
     tr.write_line(f"xfailed: {len(xfailed)} case(s) failed as {entries_expect} (-rx lists them)")
 
 
-def _not_failures(tr, records: list[dict[str, Any]]) -> None:
+def _not_failures(tr, records: list[CaseRecord]) -> None:
     """Unsupported and torch-bug: shown, not failures."""
     unsupported = unsupported_by_op(records)
     if unsupported:
@@ -227,9 +228,7 @@ def _not_failures(tr, records: list[dict[str, Any]]) -> None:
             f"{sum(unsupported.values())} case(s) in {_by_op(unsupported)}"
         )
     bugs = Counter(
-        f"{r.get('op')}.{r.get('overload')}".removesuffix(".default")
-        for r in records
-        if r.get("status") == "torch-bug"
+        f"{r.op}.{r.overload}".removesuffix(".default") for r in records if r.status == "torch-bug"
     )
     if bugs:
         tr.write_line(
@@ -239,14 +238,14 @@ def _not_failures(tr, records: list[dict[str, Any]]) -> None:
         )
 
 
-def _ran(tr, records: list[dict[str, Any]]) -> None:
+def _ran(tr, records: list[CaseRecord]) -> None:
     """On a lazy device: how many cases ran natively and how many fell back to CPU, by the
     device runtime's own counters (the record's "ran")."""
-    ran = [r for r in records if r.get("ran")]
+    ran = [r for r in records if r.extra.get("ran")]
     if not ran:
         return
-    fell = {r["op"] for r in ran if r["ran"] == "fallback"}
-    n = sum(r["ran"] == "fallback" for r in ran)
+    fell = {r.op for r in ran if r.extra["ran"] == "fallback"}
+    n = sum(r.extra["ran"] == "fallback" for r in ran)
     tr.write_line(
         f"ran (the lazy runtime's aten:: counters): {len(ran) - n} case(s) natively, {n} fell "
         f"back to CPU" + (f" ({len(fell)} op(s): {_names(sorted(fell))})" if fell else "")
@@ -264,7 +263,7 @@ def _by_op(counts: dict[str, int], shown: int = 6) -> str:
     return text + (f", ... ({len(counts)} ops)" if len(counts) > shown else "")
 
 
-def _findings(tr, records: list[dict[str, Any]], findings: list[Finding]) -> None:
+def _findings(tr, records: list[CaseRecord], findings: list[Finding]) -> None:
     """Failing cases grouped into root causes."""
     failing = sum(f.count for f in findings)
     tr.write_line(
@@ -276,8 +275,8 @@ def _findings(tr, records: list[dict[str, Any]], findings: list[Finding]) -> Non
     for i, f in enumerate(findings, 1):
         tr.write_line(f"{i:3d}. {f.title} -- {f.count} case(s) in {', '.join(f.ops[:6])}")
         rep = f.representative
-        tr.write_line(f"     e.g. {rep.get('id')}")
+        tr.write_line(f"     e.g. {rep.id}")
         if f.related:
             tr.write_line(f"     might be related (not blocking): {', '.join(f.related[:3])}")
-        if rep.get("repro"):
-            tr.write_line(f"     repro: {rep.get('repro')}")
+        if rep.repro:
+            tr.write_line(f"     repro: {rep.repro}")

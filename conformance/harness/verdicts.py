@@ -4,22 +4,28 @@ verdict is noted in the run folder, the failure message and its repro line."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Collection
+from typing import Any
 
 import pytest
 import torch
 
+from conformance.engine.backend import Backend
 from conformance.engine.compare import Mismatch
+from conformance.engine.foundations import Foundations
+from conformance.engine.modes import mode_of
 from conformance.engine.placing import PlacedCall
 from conformance.engine.runner import CaseOutcome, blame
 from conformance.harness.casework import CaseWork, SampleError
+from conformance.harness.expectations import Expectations
 from conformance.harness.nodes import case_of
+from conformance.harness.options import Options
+from conformance.harness.repro_lines import ReproLines
+from conformance.harness.rundir import RunDir
+from conformance.harness.sampling import RunSamples
 from conformance.ops import spec_for
 from conformance.record import CaseId, CaseRecord, Status
 from conformance.samples import arguments
-
-if TYPE_CHECKING:
-    from conformance.harness.suite import Suite
 
 RECORD_KEY = pytest.StashKey[CaseRecord]()  # per item: what its case measured
 
@@ -29,22 +35,40 @@ def undeclared(unsupported: str) -> str:
     return (
         f"{unsupported}; not declared: add the kernel, or declare it in the expectations "
         'manifest (an entry with status = "unsupported", or unsupported_dtypes = [...] for a '
-        "whole dtype; python -m conformance.tools.baseline RESULTS writes them)"
+        "whole dtype; python -m conformance.measure.baseline RESULTS writes them)"
     )
 
 
 class CaseVerdicts:
-    """Runs the cases of one run (collaborators: the `Suite`'s backend, samples, manifest,
-    foundations, run folder and repro lines)."""
+    """Runs the cases of one run (collaborators: the run's options, backend, samples, the
+    manifest's expectations, foundations, repro lines and run folder)."""
 
-    def __init__(self, suite: Suite) -> None:
-        self.suite = suite
+    def __init__(
+        self,
+        options: Options,
+        backend: Backend,
+        samples: RunSamples,
+        registered: Collection[str],
+        expectations: Expectations,
+        foundations: Foundations,
+        repro_lines: ReproLines,
+        run_dir: RunDir | None,
+    ) -> None:
+        self.options = options
+        self.backend = backend
+        self.samples = samples
+        self.registered = set(registered)
+        self.expectations = expectations
+        self.foundations = foundations
+        self.repro_lines = repro_lines
+        self.run_dir = run_dir
+        self.allocator = expectations.allocator
         self.work = CaseWork(
-            suite.backend,
-            suite.samples,
-            set(suite.registered),
-            suite.options.strict_errors,
-            suite.manifest.flushes_subnormals,
+            backend,
+            samples,
+            self.registered,
+            options.strict_errors,
+            expectations.manifest.flushes_subnormals,
         )
 
     def run(self, case: CaseId, item: pytest.Item) -> None:
@@ -55,15 +79,15 @@ class CaseVerdicts:
         except SampleError as exc:  # the suite's own sample sources broke: not a verdict
             message = (
                 f"[harness] building the samples of {case.overload} ({case.dtype}) failed: "
-                f"{exc}\n  repro: {self.suite.repro(nodeid)}"
+                f"{exc}\n  repro: {self.repro_lines.repro(nodeid)}"
             )
             item.stash[RECORD_KEY] = self.new_record(
                 case, Status.ERROR, nodeid, check="harness", message=message
             )
             pytest.fail(message, pytrace=False)
-        route = case.path == "fallback" and case.overload in self.suite.registered
-        expected = self.suite.expectation(case)
-        declared = self.suite.declared_unsupported(case, expected)
+        route = case.path == "fallback" and case.overload in self.registered
+        expected = self.expectations.expectation(case)
+        declared = self.expectations.declared_unsupported(case, expected)
         if outcome.unsupported and outcome.failure is None and not declared:
             # the device lacks what CPU has (a result, or on an error-input sample CPU's error:
             # error parity), and the manifest does not say so: a verdict, never a skip
@@ -92,7 +116,7 @@ class CaseVerdicts:
             pytest.skip(outcome.skip_reason)
         if outcome.failure is not None or (outcome.unsupported and xfail):
             message = self.failure_message(case, outcome, nodeid)
-            if self.suite.options.repro_dir and outcome.failed_call is not None:
+            if self.options.repro_dir and outcome.failed_call is not None:
                 script = self._write_repro(case, outcome, route)
                 message += f"\n  repro script: python {script}"
                 record.message = message
@@ -127,7 +151,7 @@ class CaseVerdicts:
         """Blame a failed case on a broken foundation. The case's own verdict is noted in the
         run folder first: if the diagnostics crash this process, the verdict stands (the
         runner's owner reads the note); if they raise, it stands too, with a note why."""
-        if self.suite.run_dir is not None:
+        if self.run_dir is not None:
             own = self._record(case, outcome, nodeid)
             failed = outcome.failure is not None
             harness = failed and outcome.failure.check == "harness"
@@ -140,9 +164,9 @@ class CaseVerdicts:
                 if failed
                 else Status.UNSUPPORTED
             )
-            self.suite.run_dir.write_verdict(nodeid, own, own.message or "")
+            self.run_dir.write_verdict(nodeid, own, own.message or "")
         try:
-            found = blame(outcome, self.suite.foundations, case.layout)
+            found = blame(outcome, self.foundations, case.layout)
             outcome.blocked_by, outcome.related = found.blocked_by, found.related
         except Exception as exc:  # noqa: BLE001 - blame annotates, it never replaces a verdict
             outcome.blame_error = f"{type(exc).__name__}: {str(exc).strip()[:200]}"
@@ -151,18 +175,18 @@ class CaseVerdicts:
         from conformance.engine.repro import write_repro
 
         failure = outcome.failure
-        compiled = case.values == "compile"
+        compiled = mode_of(case.values).compiled
         return write_repro(
-            self.suite.options.repro_dir,
+            self.options.repro_dir,
             str(case),
             outcome.failed_call,
-            backend=self.suite.backend_name,
+            backend=self.backend.module_name,
             headline=f"[{failure.check}] {failure.message}",
             routed=routed,
-            env_prefix=self.suite.repro_lines.env_prefix(compiled),
+            env_prefix=self.repro_lines.env_prefix(compiled),
             spec=spec_for(case.overload),
-            has_check_memory=self.suite.backend.hook("check_memory") is not None,
-            compiler=self.suite.backend.compiler if compiled else None,
+            has_check_memory=self.backend.hook("check_memory") is not None,
+            compiler=self.backend.compiler if compiled else None,
         )
 
     def failure_message(self, case: CaseId, outcome: CaseOutcome, nodeid: str) -> str:
@@ -181,17 +205,17 @@ class CaseVerdicts:
         if outcome.failed_sample:
             lines.append(
                 f"  sample: {outcome.failed_sample} (layout {case.layout}, path "
-                f"{case.path}, allocator {self.suite.allocator})"
+                f"{case.path}, allocator {self.allocator})"
             )
         if case.values == "arguments" and outcome.failed_call is not None:
             lines.append(f"  {self._derived_classes(case, outcome.failed_call)}")
-        lines.append(f"  repro: {self.suite.repro(nodeid)}")
+        lines.append(f"  repro: {self.repro_lines.repro(nodeid)}")
         return "\n".join(lines)
 
     def _derived_classes(self, case: CaseId, placed: PlacedCall) -> str:
         """The argument classes a failed -arguments sample reaches and the ordinary samples do
         not: what the case adds (samples/arguments.py)."""
-        account = self.suite.samples.arguments(case.overload, getattr(torch, case.dtype))
+        account = self.samples.arguments(case.overload, getattr(torch, case.dtype))
         found = arguments.reached(placed.call, case.overload)
         new = sorted(c for c in found if account.get(c) != "ordinary")
         return (
@@ -239,11 +263,9 @@ class CaseVerdicts:
             record.extra["related_foundation"] = outcome.related.case
         if outcome.errors_only:
             record.extra["errors_only"] = True
-        if case.values == "sync":
-            record.extra.update(outcome.sync.as_record())
-        if case.values == "compile":
-            record.extra.update(outcome.compiled.as_record())
-        if self.suite.backend.lazy is not None and outcome.samples:
+        if outcome.evidence is not None:  # what the case's mode records (sync, compile)
+            record.extra.update(outcome.evidence.as_record())
+        if self.backend.lazy is not None and outcome.samples:
             # the device's own evidence (its runtime's aten:: counters), not our routing
             record.extra["ran"] = "fallback" if case.op in outcome.fell_back else "native"
             if outcome.fell_back:
@@ -258,14 +280,16 @@ class CaseVerdicts:
             case,
             status,
             torch=str(torch.__version__),
-            backend=self.suite.backend_name,
-            allocator=self.suite.allocator,
-            repro=self.suite.repro(nodeid),
+            backend=self.backend.module_name,
+            allocator=self.allocator,
+            repro=self.repro_lines.repro(nodeid),
             **values,
         )
 
 
-def reported_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) -> CaseRecord:
+def reported_record(
+    verdicts: CaseVerdicts, item: pytest.Item, report: pytest.TestReport
+) -> CaseRecord:
     """The record a case's setup/call report carries: the one the case left on its item, or,
     when the suite broke before deciding, an `error` one, or, when a manifest entry skipped it
     before it ran, a `skipped` one naming the entry."""
@@ -276,10 +300,12 @@ def reported_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) 
         return record
     if report.failed:  # the suite itself broke before deciding
         message = _first_line(report.longrepr)
-        return suite.new_record(case, Status.ERROR, item.nodeid, check="harness", message=message)
+        return verdicts.new_record(
+            case, Status.ERROR, item.nodeid, check="harness", message=message
+        )
     reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else None
-    record = suite.new_record(case, Status.SKIPPED, item.nodeid, message=reason)
-    entry = suite.expectation(case)
+    record = verdicts.new_record(case, Status.SKIPPED, item.nodeid, message=reason)
+    entry = verdicts.expectations.expectation(case)
     if entry is not None:
         record.extra.update(expected_by=entry.source, category=entry.category)
     return record

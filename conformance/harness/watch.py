@@ -17,14 +17,11 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import pytest
 
 from conformance.record import TEST_NAME, CaseId, CaseRecord, Status
-
-if TYPE_CHECKING:
-    from conformance.harness.session import ConformanceRun
 
 WATCH_DIR_KEY = "conformance_watch_dir"  # xdist: where workers note the case they run
 
@@ -99,12 +96,30 @@ class CaseWatch:
             shutil.rmtree(self.folder, ignore_errors=True)
 
 
+class ControllerRun(Protocol):
+    """What the controller's hooks need of the run (the session's `ConformanceRun`)."""
+
+    config: pytest.Config
+    watch: CaseWatch
+    recorder: Any
+    accounting: Any
+
+    @property
+    def started(self) -> bool: ...
+
+    def log(self, record: CaseRecord) -> None: ...
+
+    def new_record(
+        self, case: CaseId, status: Status, nodeid: str, **values: Any
+    ) -> CaseRecord: ...
+
+
 class ControllerHooks:
     """The pytest-xdist controller's hooks of a run: notes folders for the workers, the record
     of a case whose worker died or hung, the collection it counts, and a worker that died
     before collecting (collaborator: the run's `ConformanceRun`)."""
 
-    def __init__(self, run: ConformanceRun) -> None:
+    def __init__(self, run: ControllerRun) -> None:
         self.run = run
 
     @pytest.hookimpl(optionalhook=True)
@@ -116,7 +131,7 @@ class ControllerHooks:
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched) -> None:
         """xdist: a worker died (or was ended by the time limit) running `crashitem`; its line
         is written here, by the controller."""
-        record = self.run.watch.crash_record(crashitem, report, self.run.suite.new_record)
+        record = self.run.watch.crash_record(crashitem, report, self.run.new_record)
         if record is not None and self.run.recorder is not None:
             self.run.log(record)
 

@@ -1,6 +1,6 @@
 """Ops whose result depends on the order of a long accumulation: wider tolerances, OpInfo samples.
 
-Every multiplier below is per dtype and measured with `python -m conformance.tools.tolerances`
+Every multiplier below is per dtype and measured with `python -m conformance.measure.tolerances`
 on torch 2.13 (the suite's samples: OpInfo's first 8 per dtype, every layout, one thread):
 CPU on each layout against CPU on contiguous copies ("layouts"), and CPU against the same
 computation in float64 ("float64", doubled in `needs`: a kernel as accurate as CPU's, erring the

@@ -19,7 +19,7 @@ from conformance.ops import OpSpec, register
 aten = torch.ops.aten
 FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 # Tolerance: the base of each dtype, no multiplier. Measured on torch 2.13 with
-# `python -m conformance.tools.tolerances` (the samples below, every layout): the math path on a
+# `python -m conformance.measure.tolerances` (the samples below, every layout): the math path on a
 # layout against contiguous copies max rel 1.3e-5 / 3.5e-5 (float32 forward / backward, x0.03 of
 # the base); against float64 max abs 3.1e-7 / 4.9e-7 (float32, x0.05), 9.4e-4 / 9.2e-4 (float16,
 # rel 4.8e-4, x0.47), 5.9e-3 / 5.8e-3 (bfloat16, rel 3.9e-3, x0.24).

@@ -72,7 +72,7 @@ def _backward_reference(grad, x, w, stride, padding, dilation, transposed, out_p
 
 FLOATS = (torch.float32, torch.float64)
 # Tolerance: the base of each dtype, no multiplier. Measured on torch 2.13 with
-# `python -m conformance.tools.tolerances` (the samples above, every layout): CPU on a layout
+# `python -m conformance.measure.tolerances` (the samples above, every layout): CPU on a layout
 # against contiguous copies max abs 1.4e-6 / 2.9e-6 (float32 forward / backward, x0.08 / x0.14 of
 # the base); against float64 max abs 1.1e-6 / 4.2e-6 (x0.11 / x0.24).
 register(

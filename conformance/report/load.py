@@ -141,10 +141,10 @@ class Run:
 
     def findings(self) -> list[Finding]:
         """Failing cases grouped by root cause (conformance/findings.py)."""
-        return group_findings(c.to_json() for c in self.cases)
+        return group_findings(self.cases)
 
     def unsupported_by_op(self) -> dict[str, int]:
-        return unsupported_by_op(c.to_json() for c in self.cases)
+        return unsupported_by_op(self.cases)
 
     def scenarios(self) -> list[Case]:
         """The end-to-end scenarios of the run (not op cases: not in the grid)."""

@@ -174,8 +174,7 @@ def _findings_section(runs: Sequence[Run]) -> list[str]:
             rep = f.representative
             out.append(
                 f"| {i} | {_cell(f.title)} | {_cell(f.key.check)} | {f.count} | "
-                f"{f.blocked or ''} | {_code(str(rep.get('id', '')))} | "
-                f"{_code(str(rep.get('repro', '')))} |"
+                f"{f.blocked or ''} | {_code(rep.id)} | {_code(rep.repro)} |"
             )
         out.append("")
         unsupported = run.unsupported_by_op()

@@ -17,15 +17,14 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import jinja2
 from packaging.version import InvalidVersion, Version
 
 from conformance.findings import Finding, category_of, group_findings
-from conformance.record import FAILING, STATUS_ORDER, CaseId
+from conformance.record import FAILING, STATUS_ORDER, CaseId, CaseRecord
 from conformance.report.html import TEMPLATE_DIR
 from conformance.report.load import Run
 from conformance.report.summary import ordered
@@ -53,7 +52,7 @@ class Row:
 
     @property
     def repro(self) -> str:
-        return str(self.finding.representative.get("repro") or "").replace("`", "'")
+        return self.finding.representative.repro.replace("`", "'")
 
 
 @dataclass
@@ -116,14 +115,14 @@ def _first_bad(finding: Finding, versions: list[Version], bisected: Mapping[str,
     when that is the oldest version run; nothing when only one version ran)."""
     for case in finding.cases:
         try:
-            answer = bisected.get(str(CaseId.parse(str(case.get("id", "")))))
+            answer = bisected.get(str(CaseId.parse(case.id)))
         except ValueError:
             answer = None
         if answer:
             return f"{answer} (bisect)"
     if len(versions) < 2:
         return ""
-    found = [v for c in finding.cases if (v := _version(str(c.get("torch", "")))) is not None]
+    found = [v for c in finding.cases if (v := _version(c.torch)) is not None]
     if not found:
         return ""
     first = min(found)
@@ -131,7 +130,7 @@ def _first_bad(finding: Finding, versions: list[Version], bisected: Mapping[str,
 
 
 def _rows(
-    records: list[dict[str, Any]],
+    records: list[CaseRecord],
     statuses: frozenset[str],
     versions: list[Version],
     bisected: Mapping[str, str],
@@ -139,24 +138,24 @@ def _rows(
 ) -> list[Row]:
     out = []
     for finding in group_findings(records, statuses):
-        sessions = sorted({str(c.get("_session")) for c in finding.cases})
+        sessions = sorted({str(c.extra.get("_session")) for c in finding.cases})
         category = Counter(category_of(c) for c in finding.cases).most_common(1)[0][0]
         link = f"{report}#{finding.id}" if report else ""
         out.append(Row(finding, category, sessions, _first_bad(finding, versions, bisected), link))
     return out
 
 
-def _unsupported(records: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+def _unsupported(records: list[CaseRecord]) -> dict[str, dict[str, str]]:
     grid: dict[str, dict[str, str]] = {}
     for r in records:
-        failing = r.get("check") == "unsupported" and r.get("status") in FAILING
-        if r.get("status") != "unsupported" and not failing:
+        failing = r.check == "unsupported" and r.status in FAILING
+        if r.status != "unsupported" and not failing:
             continue
-        op = str(r.get("op") or "?")
-        if r.get("overload") and r.get("overload") != "default":
-            op += f".{r.get('overload')}"
+        op = r.op or "?"
+        if r.overload and r.overload != "default":
+            op += f".{r.overload}"
         cells = grid.setdefault(op, {})
-        dtype = str(r.get("dtype") or "-")
+        dtype = r.dtype or "-"
         cells[dtype] = "failing" if failing or cells.get(dtype) == "failing" else "declared"
     return dict(sorted(grid.items()))
 
@@ -177,13 +176,11 @@ def _bisected(paths: Sequence[str]) -> dict[str, str]:
 def build_scorecard(runs: Sequence[Run], *, bisect: Sequence[str] = (), report: str = ""):
     """The scorecard of `runs`; `bisect`: bisect JSON files; `report`: the HTML report's path
     relative to the scorecard (findings link to it)."""
-    records = []
-    for run in runs:
-        for case in run.cases:
-            data = case.to_json()
-            data["_session"] = run.name
-            data["torch"] = data.get("torch") or run.torch
-            records.append(data)
+    records = [
+        replace(case, torch=case.torch or run.torch, extra={**case.extra, "_session": run.name})
+        for run in runs
+        for case in run.cases
+    ]
     versions = sorted({v for run in runs if (v := _version(run.torch)) is not None})
     bisected = _bisected(bisect)
     widest = max(runs, key=lambda r: len((r.meta.get("coverage") or {}).get("registered", [])))
@@ -193,7 +190,7 @@ def build_scorecard(runs: Sequence[Run], *, bisect: Sequence[str] = (), report: 
     return Scorecard(
         backends=sorted({run.backend for run in runs}),
         sessions=list(runs),
-        statuses=Counter(str(r.get("status")) for r in records),
+        statuses=Counter(str(r.status) for r in records),
         registered=(len(cov.get("tested", [])), len(cov.get("registered", []))),
         models=(len(models & tested), len(models)),
         new=_rows(records, FAILING, versions, bisected, report),

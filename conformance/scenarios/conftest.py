@@ -19,7 +19,7 @@ def _unsupported(item: pytest.Item, exc: BaseException) -> None:
     suite = run_of(item.config).suite
     backend = suite.backend
     op = missing_op(exc, backend.device_type)
-    entry = suite.scenario_expectation(item.nodeid.split("::", 1)[-1])
+    entry = suite.expectations.scenario_expectation(item.nodeid.split("::", 1)[-1])
     if op is not None and entry is not None and entry.status == "unsupported":
         step = f" (step: {last_step()})" if last_step() else ""
         pytest.skip(

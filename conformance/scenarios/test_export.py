@@ -11,7 +11,7 @@ import io
 import pytest
 import torch
 
-from conformance.engine.workloads import exported_models
+from conformance.engine.workload_models import exported_models
 from conformance.scenarios._helpers import assert_same, step
 
 MODELS = ("small_cnn", "tiny_qwen2")

@@ -43,7 +43,7 @@ def _needs_amp_module(device: torch.device) -> None:
 
 
 def _model():
-    from conformance.engine.workloads import tiny_qwen2
+    from conformance.engine.workload_models import tiny_qwen2
 
     model = tiny_qwen2(PAD)
     with torch.no_grad():  # larger weights than the default init: distinct, confident logits

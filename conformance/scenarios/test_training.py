@@ -13,7 +13,7 @@ import copy
 import pytest
 import torch
 
-from conformance.engine.workloads import small_cnn
+from conformance.engine.workload_models import small_cnn
 from conformance.scenarios._helpers import assert_same, step
 
 STEPS = 3
@@ -92,7 +92,7 @@ def _qwen_loss(model, ids):
 def test_qwen2_training(device: torch.device) -> None:
     """Embedding, RMSNorm, rotary attention, SwiGLU, tied LM head, shifted cross-entropy."""
     pytest.importorskip("transformers", reason="transformers is not installed")
-    from conformance.engine.workloads import tiny_qwen2
+    from conformance.engine.workload_models import tiny_qwen2
 
     gen = torch.Generator().manual_seed(2)
     batches = [(torch.randint(3, 64, (2, 8), generator=gen),) for _ in range(STEPS)]

@@ -11,8 +11,8 @@ import pytest
 from packaging.version import Version
 
 from conformance.bisect.probe import OK_MARKER, VenvProbeRunner, gated_env  # noqa: E402
-from conformance.tools.matrix import load_matrix  # noqa: E402
-from conformance.tools.sources import copy_sources  # noqa: E402
+from conformance.ci.matrix_file import load_matrix  # noqa: E402
+from conformance.ci.sources import copy_sources  # noqa: E402
 from tests.userrepo import make_user_repo
 
 

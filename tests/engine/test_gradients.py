@@ -96,3 +96,27 @@ def test_an_out_kernel_returning_a_copy_on_inference_tensors_fails(monkeypatch):
     assert "on inference tensors inside torch.inference_mode()" in out.failure.message
     # outside inference mode ADInplaceOrView returns out itself: the ordinary case passes
     assert run_with_kernel(monkeypatch, "add.out", add_out, calls).failure is None
+
+
+def test_a_kernel_that_differs_run_to_run_fails_only_its_repeat_case(monkeypatch):
+    """The -repeat mode (engine/modes/repeat.py, one file): a kernel right on its first call
+    and wrong later (as one reading memory it never wrote) passes the plain case."""
+    runs = {"n": 0}
+
+    def drifting_abs(x):
+        runs["n"] += 1
+        out = torch.abs(x)
+        if runs["n"] > 1 and out.numel():
+            out.view(-1)[-1] += runs["n"]  # the tail left as whatever memory held
+        return out
+
+    calls = [Call("abs", (torch.tensor([-1.0, 2.0, -3.0]),), {})]
+    with monkeypatch.context() as patch:
+        assert run_with_kernel(patch, "abs", drifting_abs, calls).failure is None
+    runs["n"] = 0
+    with monkeypatch.context() as patch:
+        out = run_with_kernel(patch, "abs", drifting_abs, calls, mode="repeat")
+    assert out.failure is not None and out.failure.check == "repeat", out.failure
+    assert "two runs of the same sample on the device from the same inputs differ" in (
+        out.failure.message
+    )

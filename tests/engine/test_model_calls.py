@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conformance.engine import workloads
+from conformance.engine import workload_calls, workloads
 from conformance.engine.calls import Call
 from conformance.engine.discovery import overload_name, resolve
 from conformance.samples import models
@@ -17,11 +17,11 @@ def recorded(monkeypatch):
     """Replace the calls file with what a recorder saw (returns a function that records)."""
 
     def use(run) -> dict[str, list[dict]]:
-        recorder = workloads.OverloadRecorder()
+        recorder = workload_calls.OverloadRecorder()
         with recorder:
             run()
         kept = {
-            o: workloads.select_calls([c for c in calls.values() if c])
+            o: workload_calls.select_calls([c for c in calls.values() if c])
             for o, calls in recorder.calls.items()
         }
         parsed = workloads.parse_calls(workloads.calls_text(kept))

@@ -38,19 +38,19 @@ def _refuse_to_build(monkeypatch) -> list[str]:
 
 def test_a_second_process_builds_no_samples_and_sees_the_same_run(tmp_path, monkeypatch):
     first = make_suite(tmp_path, **OPTIONS)
-    cases = first.collected_cases()
+    cases = first.case_list.collected_cases()
     assert any(c.values == "grad" for c in cases)  # the mode account asked CPU
     built = _refuse_to_build(monkeypatch)
     second = make_suite(tmp_path, **OPTIONS)
-    assert second.collected_cases() == cases
-    assert second.coverage.to_json() == first.coverage.to_json()
+    assert second.case_list.collected_cases() == cases
+    assert second.case_list.coverage.to_json() == first.case_list.coverage.to_json()
     assert second.mode_account() == first.mode_account()
     assert set(built) == {"masked_fill_.Scalar"}  # its op spec gives its samples
 
 
 def test_edited_sample_sources_are_asked_again(tmp_path, monkeypatch):
     old = make_suite(tmp_path, **OPTIONS)
-    old.collected_cases()
+    old.case_list.collected_cases()
     monkeypatch.setattr(summary, "sources_digest", lambda: "edited")
     built = _refuse_to_build(monkeypatch)
     new = make_suite(tmp_path, ops="abs", dtypes="float32", modes="none")
@@ -69,11 +69,11 @@ def test_a_failure_to_build_samples_is_remembered_word_for_word(tmp_path, monkey
 
     monkeypatch.setattr(samples, "calls_for", calls_for)
     first = make_suite(tmp_path, **OPTIONS)
-    assert first.coverage.sample_errors == {"abs": "TypeError: a broken sample source"}
-    first.collected_cases()
+    assert first.case_list.coverage.sample_errors == {"abs": "TypeError: a broken sample source"}
+    first.case_list.collected_cases()
     _refuse_to_build(monkeypatch)
     second = make_suite(tmp_path, **OPTIONS)
-    assert second.coverage.sample_errors == first.coverage.sample_errors
+    assert second.case_list.coverage.sample_errors == first.case_list.coverage.sample_errors
     assert second.mode_account() == first.mode_account()
 
 

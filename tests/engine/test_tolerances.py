@@ -1,5 +1,5 @@
 """Tolerances per dtype: engine/compare.py `tolerance` and the measured multipliers of
-conformance/ops/ (the tool that measures them: tests/tools/test_tolerance_tool.py).
+conformance/ops/ (the tool that measures them: tests/measure/test_tolerance_tool.py).
 
 A multiplier holds only for the dtype it was measured on: a bfloat16 kernel 20 % off must fail
 although float32 batch norm needs x12, and a kernel as accurate as CPU's (or more) must pass.

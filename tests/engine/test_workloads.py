@@ -5,7 +5,7 @@ boxed fallback.
 After an intended change (new torch, new workload), refresh the golden list and the calls
 file beside it with
     EXPECTTEST_ACCEPT=1 python -m pytest tests/engine/test_workloads.py
-(or `python -m conformance.tools.record_workloads`) and review the diff.
+(or `python -m conformance.measure.record_workloads`) and review the diff.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import expecttest
 import pytest
 import torch
 
-from conformance.engine import workloads
+from conformance.engine import workload_calls, workloads
 from conformance.engine.workloads import Reach
 
 
@@ -67,10 +67,10 @@ def test_calls_file_round_trips_and_keeps_a_few_varied_calls_per_overload():
 
     candidates = [call([2, 3]), call([4, 5, 6]), call([8, 9]), call([1, 2], dim=0), call([3])]
     candidates.append(call([2], "int64"))
-    kept = workloads.select_calls(candidates, limit=4)
+    kept = workload_calls.select_calls(candidates, limit=4)
     # the largest first, then another dtype, other options (dim=0), then the largest left
     assert kept == [call([4, 5, 6]), call([2], "int64"), call([1, 2], dim=0), call([8, 9])]
-    assert workloads.select_calls(list(reversed(candidates)), limit=4) == kept  # stable
+    assert workload_calls.select_calls(list(reversed(candidates)), limit=4) == kept  # stable
     text = workloads.calls_text({"_softmax": kept, "abs": [{"op": "abs", "args": []}]})
     assert text.splitlines()[-1] == '{"op": "abs", "args": []}'  # sorted by overload
     assert all(json.loads(line) for line in text.splitlines())
@@ -81,7 +81,7 @@ def test_calls_file_round_trips_and_keeps_a_few_varied_calls_per_overload():
 
 
 def test_calls_are_recorded_with_integer_values_and_options():
-    recorder = workloads.OverloadRecorder()
+    recorder = workload_calls.OverloadRecorder()
     weight, ids = torch.randn(10, 4), torch.tensor([[1, 2, 9], [0, 3, 3]])
     with recorder:
         torch.nn.functional.embedding(ids, weight)

@@ -26,7 +26,7 @@ def test_cases_are_the_product_of_the_axes(tmp_path) -> None:
         layouts="contiguous,offset",
         values="ordinary",
     )
-    cases = suite.cases()
+    cases = suite.case_list.cases()
     ordinary = [c for c in cases if not c.values]
     assert len(ordinary) == 2 * 2 * 2 * 2
     assert CaseId("abs", "int64", "offset", "fallback") in cases
@@ -45,13 +45,13 @@ def test_cases_are_the_product_of_the_axes(tmp_path) -> None:
 
 def test_modes_none_leaves_only_the_forward_cases(tmp_path) -> None:
     suite = make_suite(tmp_path, ops="add.out,abs", dtypes="float32", modes="none")
-    assert not [c for c in suite.cases() if c.values in ("grad", "inference")]
+    assert not [c for c in suite.case_list.cases() if c.values in ("grad", "inference")]
     assert suite.mode_account() == {}
 
 
 def test_inference_cases_for_out_and_inplace_overloads_only(tmp_path) -> None:
     suite = make_suite(tmp_path, ops="add.out,add_.Tensor,abs", dtypes="float32,int64")
-    inference = sorted(str(c) for c in suite.cases() if c.values == "inference")
+    inference = sorted(str(c) for c in suite.case_list.cases() if c.values == "inference")
     assert inference == [
         f"{op}-float32-contiguous-{path}-inference"
         for op in ("add.out", "add_.Tensor")
@@ -64,7 +64,7 @@ def test_inference_cases_for_out_and_inplace_overloads_only(tmp_path) -> None:
 
 def test_op_specs_restrict_layouts_and_dtypes(tmp_path) -> None:
     suite = make_suite(tmp_path, ops="_local_scalar_dense", dtypes="float32", paths="native")
-    assert {c.layout for c in suite.cases()} <= set(suite.options.layouts)
+    assert {c.layout for c in suite.case_list.cases()} <= set(suite.options.layouts)
 
 
 def test_unknown_op_names_the_registered_ones(tmp_path) -> None:
@@ -79,16 +79,16 @@ def test_expectation_lookup_by_case(tmp_path) -> None:
         'reason = "r"\n'
     )
     suite = make_suite(tmp_path, ops="abs", dtypes="float32,int64", expectations=str(manifest))
-    hit = [c for c in suite.cases() if suite.expectation(c) is not None]
+    hit = [c for c in suite.case_list.cases() if suite.expectations.expectation(c) is not None]
     assert hit and all(c.dtype == "float32" for c in hit)
 
 
 def test_value_sets_add_contiguous_cases_where_the_schema_allows(tmp_path) -> None:
     suite = make_suite(tmp_path, ops="add.Tensor,abs", dtypes="float32,bool", layouts="offset")
-    ids = {str(c) for c in suite.cases()}
+    ids = {str(c) for c in suite.case_list.cases()}
     assert "add.Tensor-float32-contiguous-native-special" not in ids  # contiguous not asked
     suite = make_suite(tmp_path, ops="add.Tensor,abs", dtypes="float32,bool")
-    ids = {str(c) for c in suite.cases()}
+    ids = {str(c) for c in suite.case_list.cases()}
     assert "add.Tensor-float32-contiguous-native-special" in ids
     assert "add.Tensor-float32-contiguous-fallback-promotion" in ids
     assert "add.Tensor-bool-contiguous-native-promotion" in ids
@@ -100,27 +100,32 @@ def test_value_sets_add_contiguous_cases_where_the_schema_allows(tmp_path) -> No
 
 def test_default_run_adds_the_model_derived_fallback_set(tmp_path) -> None:
     suite = make_suite(tmp_path, dtypes="float32", layouts="contiguous", values="ordinary")
-    fallback = {c.overload for c in suite.cases() if c.overload in suite.fallback_only}
+    fallback = {
+        c.overload for c in suite.case_list.cases() if c.overload in suite.case_list.fallback_only
+    }
     assert "addmm.out" in fallback  # a linear layer, served by echo_npu's fallback
-    assert all(c.path == "fallback" for c in suite.cases() if c.overload in fallback)
-    assert not set(suite.excluded) & fallback  # left out with a recorded reason
-    assert not set(suite.registered) & fallback
+    assert all(c.path == "fallback" for c in suite.case_list.cases() if c.overload in fallback)
+    assert not set(suite.case_list.excluded) & fallback  # left out with a recorded reason
+    assert not set(suite.case_list.registered) & fallback
     # --ops narrows the run to what it names; 'none' switches the set off
-    assert make_suite(tmp_path, ops="abs").fallback_only == []
-    assert make_suite(tmp_path, fallback_ops="none").fallback_only == []
+    assert make_suite(tmp_path, ops="abs").case_list.fallback_only == []
+    assert make_suite(tmp_path, fallback_ops="none").case_list.fallback_only == []
 
 
 def test_fallback_only_dtypes_follow_their_opinfo(tmp_path) -> None:
     suite = make_suite(tmp_path, fallback_ops="bitwise_and.Tensor_out", layouts="contiguous")
-    dtypes = {c.dtype for c in suite.cases() if c.overload == "bitwise_and.Tensor_out"}
+    dtypes = {c.dtype for c in suite.case_list.cases() if c.overload == "bitwise_and.Tensor_out"}
     assert "int64" in dtypes and "float32" not in dtypes  # OpInfo: integers and bool only
 
 
 def test_every_registered_overload_has_samples(tmp_path) -> None:
     suite = make_suite(tmp_path, ops="*")
-    assert suite.coverage.untested == {}
-    n = len(suite.registered)
-    assert suite.coverage.header_lines()[0] == f"coverage: {n} of {n} registered overloads tested"
+    assert suite.case_list.coverage.untested == {}
+    n = len(suite.case_list.registered)
+    assert (
+        suite.case_list.coverage.header_lines()[0]
+        == f"coverage: {n} of {n} registered overloads tested"
+    )
 
 
 def test_unknown_value_set_is_a_one_line_error(tmp_path) -> None:
@@ -132,11 +137,11 @@ def test_coverage_is_computed_for_what_k_keeps(tmp_path) -> None:
     """The coverage account builds samples: under -k only those of the overloads -k keeps."""
     options = read_options(FakeConfig(expectations="none", results="none", dtypes="float32"))
     suite = Suite(options, str(tmp_path), "main", keyword="masked_fill")
-    assert suite.coverage is not None
-    assert set(suite.coverage.selected) == {"masked_fill_.Scalar", "masked_fill_.Tensor"}
-    assert suite.coverage.fallback_tested == []
-    n = len(suite.registered)
-    assert suite.coverage.header_lines()[0] == (
+    assert suite.case_list.coverage is not None
+    assert set(suite.case_list.coverage.selected) == {"masked_fill_.Scalar", "masked_fill_.Tensor"}
+    assert suite.case_list.coverage.fallback_tested == []
+    n = len(suite.case_list.registered)
+    assert suite.case_list.coverage.header_lines()[0] == (
         f"coverage: 2 of {n} registered overloads tested, {n - 2} not selected (--ops or -k)"
     )
 
@@ -146,7 +151,7 @@ def test_a_keyword_run_accounts_for_and_probes_only_the_overloads_it_keeps(tmp_p
     addmm, ...): their -grad probe is paid only by runs that keep them; computed once."""
     options = read_options(FakeConfig(expectations="none", results="none", dtypes="float32"))
     suite = Suite(options, str(tmp_path), "main", keyword="masked_fill")
-    assert "gelu" in suite.grad_only  # the default run has it: this run does not keep it
+    assert "gelu" in suite.case_list.grad_only  # the default run has it: this run does not keep it
     account = suite.mode_account()
     assert account["grad"] and all("masked_fill" in o for o in account["grad"])
     assert all("masked_fill" in o for o in account["grad_only"])
@@ -161,5 +166,5 @@ def test_fallback_ops_all_keeps_the_grad_cases_of_the_models_decompositions(tmp_
         FakeConfig(expectations="none", results="none", dtypes="float32", fallback_ops="all")
     )
     suite = Suite(options, str(tmp_path), "main", keyword="gelu and grad")
-    assert "gelu" in suite.grad_only
-    assert "gelu-float32-contiguous-native-grad" in [str(c) for c in suite.cases()]
+    assert "gelu" in suite.case_list.grad_only
+    assert "gelu-float32-contiguous-native-grad" in [str(c) for c in suite.case_list.cases()]

@@ -38,7 +38,7 @@ SELF_TESTS = [
     "tests/suite/test_results_and_expectations.py",
     "tests/engine/test_cpu_bugs.py",
     "tests/engine/test_parametric.py",
-    "tests/tools/test_power.py",
+    "tests/measure/test_power.py",
     "tests/suite/test_crash_verdicts.py",
     "tests/suite/test_lazy_devices.py",
     "tests/engine/test_syncing.py",

@@ -9,6 +9,7 @@ Used by tests/meta/ablate_checks.py; harmless when ABLATE is unset.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from dataclasses import replace
@@ -74,20 +75,20 @@ def _cpu_read_back() -> None:
 # ---- status paths made more permissive: each must be caught as a wrong kernel passing --------
 def _excuse_third_results() -> None:
     """torch-bug: a device result matching neither of CPU's results is excused (as it was)."""
-    from conformance.engine import runner
+    from conformance.engine import sample_run
     from conformance.engine.compare import Mismatch
 
-    original = runner._run_sample
+    original = sample_run.run_sample
 
-    def permissive(ctx, placed, stats):
+    def permissive(*args):
         try:
-            return original(ctx, placed, stats)
+            return original(*args)
         except Mismatch as m:
             if "matches neither of cpu's two results" not in m.message:
                 raise
             return False, f"excused: {m.message}"
 
-    runner._run_sample = permissive
+    sample_run.run_sample = permissive
 
 
 def _block_on_any_broken_foundation() -> None:
@@ -232,7 +233,7 @@ ABLATIONS: dict[str, Callable[[], None]] = {
         "conformance.engine.gradients", "GRAD_OUTPUT_LAYOUTS", lambda v: ("contiguous",)
     ),
     "inference-mode": _patch(
-        "conformance.engine.runner", "mode_context", lambda f: lambda mode: f("")
+        "conformance.engine.modes.inference", "inference_context", lambda f: contextlib.nullcontext
     ),
     "identity-first-call": _patch(
         "conformance.engine.checks",
@@ -246,7 +247,7 @@ ABLATIONS: dict[str, Callable[[], None]] = {
     # power and determinism (issue 32)
     "random-parametric": _off("conformance.engine.parametric", "check"),
     "grad-measured-allowance": _off("conformance.engine.gradients", "_truth"),
-    "nondeterministic-reference": _off("conformance.engine.runner", "_unstable_reference"),
+    "nondeterministic-reference": _off("conformance.engine.sample_run", "_unstable_reference"),
     "culprit-unconfirmed": _patch(
         "conformance.harness.culprit",
         "CulpritSearch._corrupts",
@@ -269,7 +270,7 @@ ABLATIONS: dict[str, Callable[[], None]] = {
     "scenario-output-device": _off("conformance.scenarios._helpers", "assert_on"),
     # lazy devices (issue 36)
     "lazy-settle": _patch(
-        "conformance.engine.runner", "settle", lambda f: lambda lazy, outcome: outcome
+        "conformance.engine.sample_run", "settle", lambda f: lambda lazy, outcome: outcome
     ),
     "sync-recompile": _patch("conformance.engine.syncing", "COMPILES", lambda v: "no such counter"),
     "lazy-retire": _patch(
@@ -293,7 +294,12 @@ ABLATIONS: dict[str, Callable[[], None]] = {
     "heap-zones": _patch(
         "conformance.engine.heap", "watch", lambda f: lambda *a, **k: (None, "ablated")
     ),
-    "heap-phases": _off("conformance.engine.runner", "_heap_phase"),
+    "heap-phases": _off("conformance.engine.sample_run", "_heap_phase"),
+    # issue 44: the device profile's needs, and the -repeat mode (one file)
+    "profile-needs": _patch(
+        "conformance.engine.profile", "DeviceProfile.missing", lambda f: lambda self, needs: None
+    ),
+    "repeat-mode": _off("conformance.engine.modes.repeat", "differs"),
     "random-model-by-run-name": _patch(
         "conformance.engine.parametric",
         "model_of",

@@ -98,6 +98,7 @@ def test_protocol_doc_table_is_generated_from_the_code() -> None:
 def test_results_doc_names_every_check_and_status() -> None:
     from conformance.engine.checks import CHECKS
     from conformance.engine.gradients import GRAD_CHECKS
+    from conformance.engine.sample_run import checks_left_out  # noqa: F401 - registers them all
     from conformance.record import HARNESS_CHECKS, Status
 
     doc = (ROOT / "docs" / "RESULTS.md").read_text()
@@ -125,12 +126,34 @@ def test_every_package_is_shipped_by_pyproject() -> None:
 
 
 # ---- import circles and the rooms' directions -------------------------------------------------
-#: what each room may import besides itself (record.py, errors.py, findings.py and sharding.py
-#: are the shared vocabulary); the engine judges one case and never reaches up
-ROOM_MAY_IMPORT = {
-    "engine": {"record", "errors"},
+#: each room of the package (a folder, or a module of its own) and the rooms it may import,
+#: from the top down; docs/ARCHITECTURE.md draws the same order. A new room needs a line here.
+ROOM_MAY_IMPORT: dict[str, set[str]] = {
+    # entry points: pytest's plugin and test module, the capability query, old noxfiles' import
+    "plugin": {"harness", "engine", "record", "errors"},
+    "conftest": {"plugin"},
+    "test_conformance": {"harness", "engine", "record"},
+    "profile": {"engine", "errors"},
+    "tools": {"ci"},
+    # the rooms that work across runs: bisection, the CI matrix, measuring the suite
+    "bisect": {"ci", "report", "engine", "record", "errors", "sharding"},
+    "measure": {"harness", "report", "samples", "ops", "engine", "findings", "record", "errors"},
+    "ci": {"engine", "sharding", "errors"},
+    # the run: scenarios, the pytest plumbing, the reports it writes
+    "scenarios": {"harness", "engine", "record"},
+    "harness": {"report", "samples", "ops", "engine", "findings", "sharding", "record", "errors"},
+    "report": {"findings", "sharding", "record", "errors"},
+    # one case: its samples, the op specs, the engine that judges it
+    "samples": {"ops", "engine", "record", "errors"},
     "ops": {"engine", "record", "errors"},
-    "samples": {"engine", "ops", "record", "errors"},
+    "engine": {"record", "errors"},
+    # the shared vocabulary
+    "findings": {"finding_keys", "record"},
+    "finding_keys": {"record"},
+    "sharding": {"errors"},
+    "record": set(),
+    "errors": set(),
+    "": {"engine"},  # the package's face
 }
 
 
@@ -145,21 +168,14 @@ def _modules(root: Path) -> dict[str, Path]:
     return found
 
 
-def _runtime_imports(path: Path, name: str, known: dict[str, Path]) -> set[str]:
-    """The package's modules `path` imports at run time (at module level or in a function; not
-    under `if TYPE_CHECKING:`), a submodule named in `from pkg import sub` counted as itself."""
+def _imports_of(path: Path, name: str, known: dict[str, Path]) -> set[str]:
+    """The package's modules `path` imports (at module level, in a function, or for type hints
+    only under `if TYPE_CHECKING:`: a circle of type hints is a circle a reader walks too), a
+    submodule named in `from pkg import sub` counted as itself."""
     tree = ast.parse(path.read_text())
-    typing_only = {
-        id(n)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING"
-        for n in ast.walk(node)
-    }
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out: set[str] = set()
     for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names if a.name in known}
         elif isinstance(node, ast.ImportFrom):
@@ -207,27 +223,59 @@ def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def _graph(root: Path) -> dict[str, set[str]]:
     known = _modules(root)
-    return {name: _runtime_imports(path, name, known) for name, path in known.items()}
+    return {name: _imports_of(path, name, known) for name, path in known.items()}
 
 
 def test_no_module_imports_itself_through_others() -> None:
-    """No import circle anywhere in the package (a collaborator is passed in, or imported for
-    type hints only under TYPE_CHECKING)."""
+    """No import circle anywhere in the package, type-only imports included (a collaborator is
+    passed in, or described by a Protocol of the module that uses it)."""
     assert _circles(_graph(PKG)) == []
 
 
-def test_each_room_imports_only_downwards() -> None:
+def _room(module: str) -> str:
+    return module.split(".")[1] if "." in module else ""
+
+
+def _against_direction(graph: dict[str, set[str]], allowed: dict[str, set[str]]) -> list[str]:
+    """The imports of a room that its line of `allowed` does not list."""
     bad = []
-    for name, deps in _graph(PKG).items():
-        room = name.split(".")[1] if "." in name else ""
-        allowed = ROOM_MAY_IMPORT.get(room)
-        if allowed is None:
-            continue
-        for dep in deps:
-            other = dep.split(".")[1] if "." in dep else ""
-            if other != room and other not in allowed:
+    for name, deps in sorted(graph.items()):
+        room = _room(name)
+        for dep in sorted(deps):
+            other = _room(dep)
+            if other != room and other not in allowed.get(room, set()):
                 bad.append(f"{name} -> {dep}")
-    assert bad == []
+    return bad
+
+
+def test_each_room_imports_only_downwards() -> None:
+    assert _against_direction(_graph(PKG), ROOM_MAY_IMPORT) == []
+
+
+def test_every_room_has_its_place() -> None:
+    """A new folder or top-level module of the package is placed in ROOM_MAY_IMPORT (and in
+    docs/ARCHITECTURE.md): its direction is a decision, never a default."""
+    rooms = {_room(name) for name in _graph(PKG)}
+    assert rooms - set(ROOM_MAY_IMPORT) == set()
+
+
+def test_the_allowed_directions_go_down_only() -> None:
+    """The table itself has no circle: no two rooms may import each other, directly or not."""
+    assert _circles(ROOM_MAY_IMPORT) == []
+
+
+def test_the_direction_check_can_fire() -> None:
+    """An engine module importing the harness, or the harness importing the measuring room,
+    is reported; the same imports the other way round are not."""
+    graph = {
+        "conformance.engine.runner": {"conformance.harness.session"},
+        "conformance.harness.session": {"conformance.measure.power", "conformance.engine.runner"},
+        "conformance.measure.power": {"conformance.harness.casework"},
+    }
+    assert _against_direction(graph, ROOM_MAY_IMPORT) == [
+        "conformance.engine.runner -> conformance.harness.session",
+        "conformance.harness.session -> conformance.measure.power",
+    ]
 
 
 def test_the_circle_check_can_fire(tmp_path: Path) -> None:
@@ -237,6 +285,33 @@ def test_the_circle_check_can_fire(tmp_path: Path) -> None:
     (pkg / "a.py").write_text("def f():\n    from pkg import b\n")
     (pkg / "b.py").write_text("from pkg.a import f\n")
     (pkg / "c.py").write_text(
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.a\n"
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.d\n"
     )
-    assert _circles(_graph(pkg)) == [["pkg.a", "pkg.b"]]
+    (pkg / "d.py").write_text("import pkg.c\n")  # a circle of type hints counts too
+    assert _circles(_graph(pkg)) == [["pkg.a", "pkg.b"], ["pkg.c", "pkg.d"]]
+
+
+#: no module of the package over this many lines (a longer one is two concerns)
+MAX_MODULE_LINES = 500
+
+
+def _long_modules(root: Path, limit: int) -> list[str]:
+    out = []
+    for path in sorted(root.rglob("*")):
+        if path.suffix != ".py" or "__pycache__" in path.parts:
+            continue
+        n = len(path.read_text().splitlines())
+        if n > limit:
+            out.append(f"{path.relative_to(root.parent)}: {n} lines")
+    return out
+
+
+def test_no_module_is_over_500_lines() -> None:
+    assert _long_modules(PKG, MAX_MODULE_LINES) == []
+
+
+def test_the_module_length_check_can_fire(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "long.py").write_text("x = 1\n" * 501)
+    (tmp_path / "pkg" / "short.py").write_text("x = 1\n" * 500)
+    assert _long_modules(tmp_path / "pkg", MAX_MODULE_LINES) == ["pkg/long.py: 501 lines"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from conformance.findings import (
@@ -10,12 +12,14 @@ from conformance.findings import (
     group_findings,
     normalise_message,
 )
+from conformance.record import CaseRecord
 
 
 def rec(op: str, dtype: str, layout: str, status: str, check: str | None, message: str, **kw):
+    """A record as read from a results line (docs/RESULTS.md)."""
     overload = kw.pop("overload", "Tensor")
     case = f"{op}.{overload}-{dtype}-{layout}-{kw.pop('path', 'native')}"
-    return {
+    data = {
         "id": f"test_matches_cpu[{case}]",
         "op": op,
         "overload": overload,
@@ -28,6 +32,7 @@ def rec(op: str, dtype: str, layout: str, status: str, check: str | None, messag
         "repro": f"pytest conformance -k '{case}'",
         **kw,
     }
+    return CaseRecord.from_json(data)
 
 
 ASAN = """[crash] the process was killed by signal 6 (SIGABRT) while running this case: \
@@ -67,7 +72,7 @@ def test_one_cause_over_ops_dtypes_and_shapes_is_one_finding() -> None:
     )
     assert finding.title.startswith("strides: output: strides <shape>")
     assert finding.id.startswith("F") and len(finding.id) == 9
-    assert finding.representative["dtype"] == "float32"  # the simplest case
+    assert finding.representative.dtype == "float32"  # the simplest case
     assert finding.statuses == {"failed": 3}
 
 
@@ -94,14 +99,14 @@ def test_messages_naming_their_own_op_and_numbers_still_group() -> None:
 
 def test_different_checks_messages_or_blockers_are_different_findings() -> None:
     base = rec("add", "float32", "contiguous", "failed", "values", "values differ: max abs 0.5")
-    other_check = {**base, "check": "dtype"}
-    other_text = {**base, "message": "device raised RuntimeError: not implemented"}
-    blocked = {
-        **base,
-        "id": "test_matches_cpu[mul.Tensor-float32-offset-fallback]",
-        "op": "mul",
-        "blocked_by": "fill_.Scalar-float32-offset-native",
-    }
+    other_check = replace(base, check="dtype")
+    other_text = replace(base, message="device raised RuntimeError: not implemented")
+    blocked = replace(
+        base,
+        id="test_matches_cpu[mul.Tensor-float32-offset-fallback]",
+        op="mul",
+        blocked_by="fill_.Scalar-float32-offset-native",
+    )
     findings = group_findings([base, other_check, other_text, blocked])
     assert len(findings) == 4
     assert any("fill_.Scalar is broken, 1 case(s) blocked by it" in f.title for f in findings)
@@ -143,7 +148,7 @@ def test_a_broken_foundation_and_the_cases_it_blocks_are_one_finding() -> None:
     ]
     (finding,) = group_findings([*blocked, *own])
     assert finding.count == 5 and finding.blocked == 3
-    assert finding.representative["op"] == "_copy_from"
+    assert finding.representative.op == "_copy_from"
     assert finding.title.startswith("_copy_from is broken, 3 case(s) blocked by it: values:")
     alone = group_findings(blocked)  # the foundation's own case did not run
     assert len(alone) == 1 and alone[0].key.check == "foundation"
@@ -205,8 +210,8 @@ def test_biggest_finding_first() -> None:
 NO_KERNEL = "Could not run 'aten::{}' with arguments from the 'pyreg' backend. This could be"
 
 
-def scenario(name: str, status: str, check: str, message: str, **kw) -> dict:
-    return {
+def scenario(name: str, status: str, check: str, message: str, **kw) -> CaseRecord:
+    data = {
         "id": name,
         "op": "scenario",
         "overload": name,
@@ -218,6 +223,7 @@ def scenario(name: str, status: str, check: str, message: str, **kw) -> dict:
         "message": message,
         **kw,
     }
+    return CaseRecord.from_json(data)
 
 
 def test_a_foundation_without_a_kernel_is_one_finding_named_for_it() -> None:

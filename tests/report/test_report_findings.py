@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from conformance.findings import group_findings
-from conformance.record import Status
+from conformance.record import CaseRecord, Status
 from conformance.report.html import render_html
 from conformance.report.load import load_results
 from conformance.report.markdown import render_markdown
@@ -85,11 +85,11 @@ def _results(tmp_path: Path) -> Path:
 
 
 def test_one_broken_foundation_is_one_finding():
-    findings = group_findings(BROKEN_COPY)
+    findings = group_findings(CaseRecord.from_json(c) for c in BROKEN_COPY)
     titles = [f.title for f in findings]
     root = findings[0]
     assert root.title.startswith("_copy_from is broken") and root.count == 5 and root.blocked == 3
-    assert root.representative["id"] == "test_matches_cpu[_copy_from-float32-offset-native]"
+    assert root.representative.id == "test_matches_cpu[_copy_from-float32-offset-native]"
     assert len(findings) == 4, titles  # _copy_from, the leak, one crash signature, the scenario
     crash = next(f for f in findings if f.key.check == "crash")
     assert crash.count == 2 and "segfault" in crash.title  # the same crash in two ops

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from conformance.findings import group_findings
+from conformance.record import CaseRecord
 
 BACKENDS = str(Path(__file__).resolve().parents[1] / "backends")
 # neg corrupts the process, relu crashes when it runs after neg (tests/backends); the cases
@@ -115,9 +116,9 @@ def test_a_crash_after_a_case_that_corrupts_nothing_is_not_blamed_on_it(
     assert run.case(f"{first}-float32-contiguous-native")["status"] == "passed"
     (finding,) = run.info["findings"]
     assert finding["ops"] == [crashed] and "crashes only after" in finding["title"]
-    from conformance.tools.baseline import baseline
+    from conformance.harness.baseline import baseline
 
-    records = [r for r in run.results]
+    records = [CaseRecord.from_json(r) for r in run.results]
     written = baseline([(run.info, records)], source="test").files[""]
     assert f'"{crashed}-float32-contiguous-native"' in written or (
         f"{crashed}-float32-contiguous-native" in written and f"{first}-float32" not in written
@@ -216,18 +217,18 @@ def test_crash_findings_are_keyed_by_class_and_culprit_not_glibc_words():
         for r in records
         for d in ("float32", "int64")
     ]
-    (finding,) = group_findings(records + passing)
+    (finding,) = group_findings(CaseRecord.from_json(r) for r in records + passing)
     assert finding.key.crash == "heap corruption"
     assert finding.count == 4
     assert finding.factor == "all 4 case(s) are dtype float64; the same ops pass in 2 other dtypes"
     later = dict(records[0], culprit="neg-float32-contiguous-native")
-    (named,) = group_findings([later])
+    (named,) = group_findings([CaseRecord.from_json(later)])
     assert named.key.culprit == "neg" and "memory corrupted by neg" in named.title
 
 
 def test_a_foundation_that_fails_two_ways_is_two_findings():
-    def blocked(op: str, probe: str) -> dict:
-        return {
+    def blocked(op: str, probe: str) -> CaseRecord:
+        data = {
             "id": f"test_matches_cpu[{op}-float32-contiguous-native]",
             "status": "blocked",
             "check": "values",
@@ -240,6 +241,7 @@ def test_a_foundation_that_fails_two_ways_is_two_findings():
             "blocked_by_message": f"some copy: {probe}",
             "blocked_by_probe": probe,
         }
+        return CaseRecord.from_json(data)
 
     wrong = (
         "device->host float32->float64: 3/120 elements wrong, first at flat index 4: 1 instead of 2"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.tools.expressions import ExpressionError, condition, evaluate, interpolate
+from conformance.ci.expressions import ExpressionError, condition, evaluate, interpolate
 
 CTX = {
     "env": {"ACT": "true", "EMPTY": ""},

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.tools.rehearse import Rehearsal, RehearsalError, main
-from conformance.tools.templates import user_nightly
+from conformance.ci.rehearse import Rehearsal, RehearsalError, main
+from conformance.ci.templates import user_nightly
 
 pytest.importorskip("nox")
 pytest.importorskip("yaml")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conformance.tools.matrix import load_matrix
+from conformance.ci.matrix_file import load_matrix
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -43,8 +43,8 @@ def test_actionlint_passes() -> None:
 
 
 def test_init_writes_a_backend_repository_that_passes_actionlint(tmp_path: Path) -> None:
-    from conformance.tools.init import main as init_main
-    from conformance.tools.matrix import load_matrix as load
+    from conformance.ci.init import main as init_main
+    from conformance.ci.matrix_file import load_matrix as load
 
     repo = tmp_path / "my-npu"
     (repo / "csrc").mkdir(parents=True)
@@ -84,7 +84,7 @@ def test_init_writes_a_backend_repository_that_passes_actionlint(tmp_path: Path)
 def test_init_bad_description_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
 ) -> None:
-    from conformance.tools.init import main as init_main
+    from conformance.ci.init import main as init_main
 
     assert init_main(["--dir", str(tmp_path), "--module", "my_npu", *extra]) == 2
     err = capsys.readouterr().err.strip()
@@ -148,13 +148,13 @@ def test_nightly_matrix_step_emits_every_conformance_session(tmp_path: Path) -> 
     assert job["env"]["CONFORMANCE_SHARD"] == "${{ matrix.shard }}"
     # the report job merges every artifact, runs the report session, fills the step summary
     report = " ".join(str(s.get("run", "")) for s in nightly["jobs"]["report"]["steps"])
-    assert "nox -s report" in report and "conformance.tools.ci summary" in report
+    assert "nox -s report" in report and "conformance.ci.steps summary" in report
     assert nightly["jobs"]["report"]["if"] == "always()"
 
 
 def test_nightly_is_rendered_from_the_shared_template() -> None:
     """A backend repository's nightly and this one differ only in how the suite is installed."""
-    from conformance.tools.templates import in_tree_nightly, user_nightly
+    from conformance.ci.templates import in_tree_nightly, user_nightly
 
     assert (WORKFLOWS / "nightly.yml").read_text(encoding="utf-8") == in_tree_nightly()
 
@@ -176,7 +176,7 @@ def test_nightly_is_rendered_from_the_shared_template() -> None:
 def test_step_summary_is_capped_at_line_boundaries(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from conformance.tools.ci import append_summary
+    from conformance.ci.steps import append_summary
 
     big = tmp_path / "versions.md"
     big.write_text("".join(f"| row {i} | é |\n" for i in range(5000)), encoding="utf-8")

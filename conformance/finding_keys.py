@@ -1,0 +1,230 @@
+"""What one failing case record says on its own: the key `findings.py` groups records by.
+
+A :class:`FindingKey` is what the cases of one root cause share:
+
+- ``check``: the check that failed (``values``, ``strides``, ``memory``, ``crash``, ...);
+- ``message``: the first line of the message with what varies between cases masked: numbers,
+  shapes, dtype names, addresses, the case's own id, op, overload, layout and path
+  (`normalise_message`); an error the device raised is keyed by its own text, whatever cpu did
+  (`device_error`);
+- ``crash``: for crashes, the corruption class (heap corruption, whatever glibc's words; segfault;
+  abort; sanitizer report kind and the first frame of its stack that is not the sanitizer's own:
+  `crash_signature`) and, when the culprit search named one, the op of the case that corrupted
+  memory: a crash is keyed by its cause, not by the case that happened to notice it;
+- ``blocked_by``: the foundation a case depends on (`findings.py` keys a broken foundation's
+  blocked cases and its own failures together).
+
+Also a record's manifest category (`category_of`) and whether it fails for a kernel the device
+lacks (`lacks_kernel`). Pure Python (no torch, no pytest); records are `CaseRecord`s.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, NamedTuple
+
+from conformance.record import CaseRecord, missing_kernel
+
+__all__ = [
+    "FindingKey",
+    "UNSUPPORTED_KEY",
+    "UNSUPPORTED_MESSAGE",
+    "blocking_op",
+    "category_of",
+    "crash_class",
+    "crash_signature",
+    "device_error",
+    "finding_key",
+    "lacks_kernel",
+    "normalise_message",
+]
+
+_DTYPES = (
+    "bfloat16|float16|float32|float64|half|float|double|complex32|complex64|complex128|cfloat|"
+    "cdouble|uint8|uint16|uint32|uint64|int8|int16|int32|int64|bool|"
+    "float8_e4m3fn|float8_e5m2|float8_e4m3fnuz|float8_e5m2fnuz"
+)
+_MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"test_\w+\[[^\]\s]*\]"), "<case>"),
+    (re.compile(r"0x[0-9a-fA-F]+"), "<addr>"),
+    (re.compile(r"torch\.Size\(\[[^\]]*\]\)"), "<shape>"),
+    (re.compile(rf"\b(?:torch\.)?(?:{_DTYPES})\b"), "<dtype>"),
+    (re.compile(r"[\[(]\s*(?:-?\d+\s*,\s*)*-?\d+\s*,?\s*[\])]"), "<shape>"),
+    (re.compile(r"\(\s*\)|\[\s*\]"), "<shape>"),
+    (re.compile(r"(?<![\w<])[-+]?\d+(?:\.\d+)*(?:[eE][-+]?\d+)?"), "<n>"),
+    (re.compile(r"(?<![A-Za-z_])[-+]?(?:nan|inf)\b"), "<n>"),
+)
+_SANITIZER = re.compile(r"(AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer)\W+(\S+)")
+_GLIBC = re.compile(
+    r"(free\(\): [^\n:]+|double free[^\n:]*|malloc\(\): [^\n:]+|realloc\(\): [^\n:]+|"
+    r"munmap_chunk\(\): [^\n:]+|corrupted [^\n:]+)"
+)
+_FRAME = re.compile(r"#\d+ 0x[0-9a-fA-F]+ in (\S+)")
+#: the message of the one finding of the kernels the device lacks, not declared
+UNSUPPORTED_MESSAGE = "kernels the device lacks where cpu computes, not declared"
+
+
+class FindingKey(NamedTuple):
+    """What cases of one finding share (see the module docstring)."""
+
+    check: str
+    message: str
+    crash: str
+    blocked_by: str
+    culprit: str = ""  # the op of the case that corrupted memory (crashes)
+
+
+UNSUPPORTED_KEY = FindingKey("unsupported", UNSUPPORTED_MESSAGE, "", "")
+
+#: glibc's words for one heap corruption, and the class they all belong to
+_CLASSES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (_GLIBC, "heap corruption"),
+    (re.compile(r"\bSIGSEGV\b|signal 11\b"), "segfault"),
+    (re.compile(r"\bSIGBUS\b"), "bus error"),
+    (re.compile(r"\bSIGFPE\b"), "arithmetic trap (SIGFPE)"),
+    (re.compile(r"\bSIGILL\b"), "illegal instruction"),
+    (re.compile(r"\bSIGABRT\b|signal 6\b"), "abort"),
+)
+
+
+def crash_class(message: str) -> str:
+    """The corruption class of a crash message: ``sanitizer: <kind>``, ``heap corruption``
+    (any of glibc's words for it), ``segfault``, ``abort``, ... or ``crash``."""
+    sanitizer = _SANITIZER.search(message)
+    if sanitizer:
+        return f"{sanitizer.group(1)}: {sanitizer.group(2)}"
+    for pattern, name in _CLASSES:
+        if pattern.search(message):
+            return name
+    return "crash"
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _identity(record: CaseRecord) -> list[tuple[str, str]]:
+    """(text, mask) pairs for the record's own names in its message, longest text first: its id,
+    its op (``aten::op.overload``, ``op.overload``, ``op``) and its layout when quoted."""
+    op, overload, full_id = record.op, record.overload, record.id
+    pairs = [(full_id, "<case>"), (full_id.split("[", 1)[-1].rstrip("]"), "<case>")]
+    if op and overload and overload != "default":
+        pairs += [(f"aten::{op}.{overload}", "<op>"), (f"{op}.{overload}", "<op>")]
+    pairs += [(f"aten::{op}", "<op>"), (op, "<op>")]
+    layout = record.layout
+    if layout:
+        pairs += [(f"'{layout}'", "'<layout>'"), (f'"{layout}"', "'<layout>'")]
+    return sorted({p for p in pairs if len(p[0]) > 1}, key=lambda p: -len(p[0]))
+
+
+def normalise_message(message: str, record: CaseRecord | None = None) -> str:
+    """The first line of ``message`` with what varies between cases of one cause masked:
+    ``record``'s own id/op/layout, then addresses, shapes, dtype names and numbers."""
+    text = _text(message).strip()
+    line = text.splitlines()[0] if text else ""
+    if record is not None:
+        for name, mask in _identity(record):
+            line = re.sub(rf"(?<![\w.]){re.escape(name)}(?![\w])", mask, line)
+    for pattern, repl in _MASKS:
+        line = pattern.sub(repl, line)
+    return " ".join(line.split())
+
+
+def crash_signature(record: CaseRecord) -> str:
+    """For a crashed case: its corruption class (`crash_class`) and, for a sanitizer report,
+    the first own stack frame; ``""`` for any other case."""
+    if record.status != "crashed" and _text(record.check) != "crash":
+        return ""
+    message = _text(record.message)
+    parts = [crash_class(message)]
+    if _SANITIZER.search(message):
+        for frame in _FRAME.findall(message):
+            if not frame.startswith(("__asan", "__interceptor", "__sanitizer", "__lsan")):
+                parts.append(f"in {frame}")
+                break
+    return " ".join(parts)
+
+
+def blocking_op(blocked_by: str) -> str:
+    """The op of a blocking foundation: ``_copy_from`` of ``_copy_from-float32-offset-native``
+    (anything that is not a case id is kept as it is)."""
+    parts = blocked_by.split("-")
+    return parts[0] if len(parts) in (4, 5) and all(parts) else blocked_by
+
+
+def finding_key(record: CaseRecord) -> FindingKey:
+    """The :class:`FindingKey` of one case record (on its own: see `group_findings` for the
+    cases of a broken foundation, which share one key)."""
+    crash = crash_signature(record)
+    message = normalise_message(_text(record.message), record)
+    raised = device_error(record.first_line, record.path == "scenario")
+    raised = None if crash else raised
+    if raised is not None and not record.blocked_by:
+        return FindingKey(check="error", message=raised, crash="", blocked_by="")
+    culprit = ""
+    if crash:  # keyed by class and culprit: glibc's words, pids and addresses vary
+        culprit = blocking_op(record.culprit) if record.culprit else ""
+        message = f"memory corrupted by {culprit}" if culprit else ""
+        after = _text(record.extra.get("crashes_after"))
+        if after and not culprit:  # needs another case first, no corruption shown: its own
+            message = f"crashes only after {blocking_op(after)} ran in the process"
+        culprit = culprit or record.op_name  # no other case to blame: its own crash
+    return FindingKey(
+        check=_text(record.check) or ("crash" if crash else ""),
+        message=message,
+        crash=crash,
+        blocked_by=_text(record.blocked_by),
+        culprit=culprit,
+    )
+
+
+#: how the harness quotes an error the device raised ("device raised RuntimeError [value]: ...",
+#: a scenario's "device mix raised ..."), and where its own text ends
+_DEVICE_RAISED = re.compile(r"\bdevice(?: mix)? raised (\w+) \[\w+\]: (.+)")
+_TEXT_END = re.compile(
+    r"; cpu |, cpu raised |; CPU raised | where cpu | in backward| in the forward|, not a device|"
+    r"; the device |\s+\(a different class\)"
+)
+#: an op name in an error's text: dotted (`add.Tensor`), or an identifier after in/for/of
+_OP_NAME = re.compile(r"\b[A-Za-z_]\w*\.[A-Za-z_]\w*\b")
+_OP_AFTER = re.compile(r"\b(in|for|of) [a-z_][a-z0-9_]*\b")
+#: an exception a scenario ended with (its first line); an AssertionError is the scenario's own
+_RAISED = re.compile(r"^(?:E\s+)?(\w*(?:Error|Exception))(?: \[\w+\])?: (.+)")
+
+
+def device_error(message: str, scenario: bool = False) -> str | None:
+    """``device raised <Type>: <text>`` with the text normalised (op names, numbers, shapes
+    masked), when `message` quotes an error the device raised (or, for a scenario, is an
+    exception other than the scenario's own AssertionError): the same error raised by one
+    backend in many ops and scenarios is one code path, one cause, whatever cpu did."""
+    match = _DEVICE_RAISED.search(message)
+    if match is None and scenario:
+        match = _RAISED.match(message.strip())
+        if match is not None and match.group(1) in ("AssertionError", "Failed"):
+            match = None
+    if match is None:
+        return None
+    text = _TEXT_END.split(match.group(2), maxsplit=1)[0]
+    text = normalise_message(_OP_AFTER.sub(r"\1 <op>", _OP_NAME.sub("<op>", text)))
+    return f"device raised {match.group(1)}: {text}" if text else None
+
+
+def lacks_kernel(record: CaseRecord) -> bool:
+    """A failing case that fails because the device lacks a kernel where cpu computes and the
+    manifest does not declare it: check `unsupported`, or its own error is the dispatcher's
+    "Could not run" (a scenario, a case whose kernel calls a missing one)."""
+    if record.status not in ("failed", "error"):
+        return False
+    return _text(record.check) == "unsupported" or missing_kernel(record.first_line) is not None
+
+
+def category_of(record: CaseRecord) -> str:
+    """The manifest category (conformance/harness/expectations.py) of a case that is not a
+    pass: the manifest's own for an expected one, else `unsupported` for a kernel the device
+    lacks, `harness` for the suite's own errors, `backend-bug` for any other failure."""
+    expected = record.status in ("xfailed", "unsupported", "skipped")
+    if expected and record.category:
+        return record.category
+    if _text(record.check) == "unsupported" or record.status == "unsupported":
+        return "unsupported"
+    return "harness" if record.status == "error" else "backend-bug"

@@ -1,0 +1,460 @@
+"""A manifest that expects what a run found: the baseline, computed from the run's records.
+
+One `[[entry]]` per finding (`conformance/findings.py`: one root cause) and per group of
+`unsupported` cases (grouped the same way), in the format of `conformance/harness/expectations.py`:
+status `xfail` pinned to the checks its cases failed (`crash` for crashes: the case that
+corrupted memory when the culprit search named one, else the crashed cases; `skip` for hangs;
+`unsupported` for kernels the device lacks), category and reason from the finding, the
+representative's repro as a comment. Cases a manifest already expected (xfailed, declared
+unsupported) keep their entry as written when its file can be read (else one is rebuilt), so the
+written manifest is complete: the next run with it alone has no unexpected failure, and stays
+strict (a fixed bug fails with "remove this entry").
+
+Patterns are as narrow as the cases they cover (`case_patterns.py`). With runs of several torch
+versions (`split`), cases that fail alike in every version go to `common.toml`, the rest to
+`torch-<minor>.toml`; cases that differ between allocator modes of one torch get
+`allocator = "..."`. `pytest conformance --write-expectations FILE` writes it at the end of a
+run (session.py); `python -m conformance.measure.baseline RESULTS` from results folders.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from conformance.engine.layout_names import LAYOUT_HELP
+from conformance.errors import ConformanceUsageError
+from conformance.findings import Finding, category_of, group_findings
+from conformance.harness.case_patterns import DIMENSIONS, patterns_for
+from conformance.harness.expectations import SCENARIO, Entry, Manifest, scenario_key
+from conformance.harness.options import DEFAULT_DTYPES, DEFAULT_MODES, PATHS, VALUE_SETS
+from conformance.record import CaseId, CaseRecord, missing_kernel
+
+__all__ = ("Baseline", "Context", "baseline", "contexts_of", "write")
+
+#: a dtype unsupported in this many ops gets a hint to declare it in one line
+DTYPE_HINT_OPS = 5
+
+
+@dataclass
+class Context:
+    """The cases of one torch minor and allocator mode (one or several runs: shards, sanitizer
+    builds), by case id (the part in [...])."""
+
+    minor: str
+    allocator: str
+    records: dict[str, CaseRecord] = field(default_factory=dict)
+    differing: set[str] = field(default_factory=set)  # statuses differ between its runs
+    complete: frozenset[int] = frozenset(DIMENSIONS)  # dimensions no run of it narrowed
+
+    @property
+    def universe(self) -> set[str]:
+        return set(self.records)
+
+
+def complete_dimensions(meta: Mapping[str, Any]) -> frozenset[int]:
+    """The dimensions of a case id a run collected in full (run.json "selection"): those its
+    options did not narrow below the default (--dtypes, --layouts, --paths, --values/--modes),
+    none after a -k. A pattern may say `*` only there: elsewhere a fuller run would collect
+    cases the run never saw. Results without a selection (an older suite) count as full."""
+    sel = meta.get("selection")
+    if not isinstance(sel, Mapping):
+        return frozenset(DIMENSIONS)
+    if sel.get("keyword"):
+        return frozenset()
+    full = {
+        1: set(DEFAULT_DTYPES.split(",")),
+        2: set(LAYOUT_HELP),
+        3: set(PATHS),
+        4: {*VALUE_SETS, *DEFAULT_MODES},  # --modes compile is on request only
+    }
+    chosen = {
+        1: sel.get("dtypes"),
+        2: sel.get("layouts"),
+        3: sel.get("paths"),
+        4: [*(sel.get("values") or []), *(sel.get("modes") or [])],
+    }
+    return frozenset(d for d in DIMENSIONS if full[d] <= set(chosen[d] or ()))
+
+
+def _minor(version: str) -> str:
+    return ".".join(str(version).split("+")[0].split(".")[:2]) or "?"
+
+
+def _case_id(record: CaseRecord) -> str | None:
+    """The case id of a record (`scenario:<name>` for a scenario), None if it has none."""
+    if record.path == "scenario":
+        return scenario_key(record.id) if record.id else None
+    try:
+        return str(CaseId.parse(record.id))
+    except ValueError:
+        return None
+
+
+def contexts_of(
+    runs: Iterable[tuple[Mapping[str, Any], Iterable[CaseRecord]]],
+) -> list[Context]:
+    """Merge runs (run.json meta, case records) by (torch minor, allocator); a case recorded by
+    two runs of one context with different statuses is left out of the baseline (warned)."""
+    found: dict[tuple[str, str], Context] = {}
+    for meta, records in runs:
+        complete = complete_dimensions(meta)
+        for record in records:
+            case = _case_id(record)
+            if case is None:
+                continue
+            minor = _minor(str(record.torch or meta.get("torch") or "?"))
+            allocator = str(record.allocator or meta.get("allocator") or "")
+            ctx = found.setdefault((minor, allocator), Context(minor, allocator))
+            ctx.complete &= complete
+            seen = ctx.records.get(case)
+            if seen is not None and seen.status != record.status:
+                ctx.differing.add(case)
+            ctx.records[case] = record
+    return sorted(found.values(), key=lambda c: (c.minor, c.allocator))
+
+
+# ---- groups: what one entry stands for ---------------------------------------------------------
+@dataclass
+class Group:
+    """The cases of one root cause that one entry expects, per context."""
+
+    key: tuple[str, ...]
+    status: str  # the entry's status: xfail | unsupported | crash | skip
+    category: str
+    reason: str
+    comment: str = ""
+    carried: Entry | None = None  # an entry of an earlier manifest, kept as written
+    checks: set[str] = field(default_factory=set)
+    members: dict[tuple[str, str], set[str]] = field(default_factory=dict)  # context -> ids
+
+
+def _entry_status(record: CaseRecord) -> str:
+    status = record.status
+    if status == "crashed":
+        return "crash"
+    if status == "hung":
+        return "skip"
+    return "unsupported" if record.check == "unsupported" else "xfail"
+
+
+def _reason(finding: Finding) -> str:
+    """The finding's title without the advice to declare it."""
+    text = finding.title.split("; not declared:")[0]
+    return text + (f" ({finding.factor})" if finding.factor else "")
+
+
+def _comment(finding: Finding) -> str:
+    rep = finding.representative
+    lines = [f"{finding.id}: {finding.count} case(s) in {', '.join(finding.ops[:8])}"]
+    if rep.repro:
+        lines.append(f"repro: {rep.repro}")
+    return "\n".join(lines)
+
+
+def _finding_groups(ctx: Context, groups: dict[tuple[str, ...], Group]) -> None:
+    """The failing cases of a context, one group per finding (as the run's summary groups
+    them: all records go in, passing ones say what the failing ones have in common) and entry
+    status; an xpassed case needs no entry (its entry goes)."""
+    records = [r for case, r in ctx.records.items() if case not in ctx.differing]
+    for finding in group_findings(records):
+        for record in finding.cases:
+            if record.status == "xpassed":
+                continue
+            status = _entry_status(record)
+            key: tuple[str, ...] = ("finding", finding.id, status)
+            reason = _reason(finding)
+            if finding.is_unsupported:  # one entry per kernel the device lacks
+                kernel = _kernel(record)
+                key += (kernel,)
+                reason = f"the device has no kernel for {kernel} where cpu computes"
+                status = "unsupported"
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = Group(
+                    key, status, category_of(record), reason, _comment(finding)
+                )
+            case = _case_id(record)
+            culprit = record.culprit
+            if status == "crash" and culprit:  # skip what corrupted memory, not its victims
+                case = str(CaseId.parse(culprit))
+            group.members.setdefault((ctx.minor, ctx.allocator), set()).add(str(case))
+            if status == "xfail" and record.check:
+                group.checks.add(str(record.check))
+
+
+def _kernel(record: CaseRecord) -> str:
+    """The kernel an unsupported case lacks: the one its error names, else its own op."""
+    missing = missing_kernel(record.first_line)
+    return record.op_name if missing is None else missing
+
+
+#: statuses of cases an earlier manifest expected, and the entry status that expects them
+_CARRIED = MappingProxyType({"xfailed": "xfail", "unsupported": "unsupported", "skipped": "skip"})
+
+
+def _carried_groups(
+    ctx: Context, manifest: Manifest, groups: dict[tuple[str, ...], Group], dtypes: set[str]
+) -> None:
+    """Cases an earlier manifest expected, grouped by the entry that expected them; an entry
+    whose cases all still need it is kept as written, one with a case that passes now is
+    narrowed to the others."""
+    known = {e.source: e for e in manifest.entries}
+    for case, record in ctx.records.items():
+        if case in ctx.differing:
+            continue
+        if record.extra.get("unsupported_dtype"):
+            dtypes.add(record.dtype)
+            continue
+        source = record.expected_by
+        status = _CARRIED.get(str(record.status))
+        if not source:
+            continue
+        entry = known.get(source)
+        key = ("carried", source)
+        group = groups.get(key)
+        if group is None:
+            category = record.category or (entry.category if entry else "flaky")
+            reason = entry.reason if entry else f"carried over from {source}"
+            if status == "skip" and entry is None and str(record.message).startswith("crash"):
+                status = "crash"
+            group = groups[key] = Group(
+                key, entry.status if entry else status or "xfail", category, reason, carried=entry
+            )
+        if status is None:  # passes now (xpassed): the entry cannot stay as written
+            group.carried = None if group.carried is None else _narrowed(group.carried)
+            continue
+        group.members.setdefault((ctx.minor, ctx.allocator), set()).add(case)
+        if record.status == "xfailed" and record.check:
+            group.checks.add(str(record.check))
+
+
+def _narrowed(entry: Entry) -> Entry:
+    """The entry with its patterns to be recomputed (no patterns: narrow ones are written)."""
+    return Entry((), entry.status, entry.category, entry.reason, entry.source, entry.link,
+                 entry.allocator, entry.checks)  # fmt: skip
+
+
+# ---- where each case goes: common, torch-<minor>, allocator ------------------------------------
+@dataclass
+class Placed:
+    """One entry to write: a group's cases for one file (and allocator)."""
+
+    group: Group
+    patterns: list[str]
+    allocator: str = ""
+    count: int = 0
+
+
+def _everywhere(case: str, group: Group, contexts: Sequence[Context]) -> bool:
+    """Whether `case` is in the group in every context that collected it."""
+    return all(
+        case in group.members.get((c.minor, c.allocator), set())
+        for c in contexts
+        if case in c.records
+    )
+
+
+def _place(group: Group, contexts: Sequence[Context], split: bool) -> dict[str, list[Placed]]:
+    """{file name: entries} for one group; file "" is the one manifest when not split. An
+    entry carried over as written goes to the file of its name (torch-<minor>.toml), else to
+    common.toml."""
+    universes = {(c.minor, c.allocator): c.universe for c in contexts}
+    out: dict[str, list[Placed]] = {}
+    cases = set().union(*group.members.values()) if group.members else set()
+    if not cases:
+        return out
+    kept = group.carried
+    if kept is not None and kept.patterns:
+        name = os.path.basename(kept.source.rsplit(":", 1)[0])
+        target = "" if not split else name if name.startswith("torch-") else "common.toml"
+        return {target: [Placed(group, list(kept.patterns), kept.allocator, len(cases))]}
+    if not split:
+        common = {c for c in cases if _everywhere(c, group, contexts)}
+        placed = [(common, contexts, "")]
+        for ctx in contexts:  # only what differs between allocator modes
+            own = group.members.get((ctx.minor, ctx.allocator), set()) - common
+            placed.append((own, [ctx], ctx.allocator))
+        out[""] = _entries(group, placed, universes)
+        return out
+    common = {c for c in cases if _everywhere(c, group, contexts)}
+    out["common.toml"] = _entries(group, [(common, contexts, "")], universes)
+    for minor in sorted({c.minor for c in contexts}):
+        mine = [c for c in contexts if c.minor == minor]
+        left = set().union(*(group.members.get((c.minor, c.allocator), set()) for c in mine))
+        left -= common
+        both = {c for c in left if _everywhere(c, group, mine)}
+        placed = [(both, mine, "")]
+        for ctx in mine:
+            own = group.members.get((ctx.minor, ctx.allocator), set()) - common - both
+            placed.append((own, [ctx], ctx.allocator))
+        out[f"torch-{minor}.toml"] = _entries(group, placed, universes)
+    return out
+
+
+def _entries(group: Group, placed, universes) -> list[Placed]:
+    out = []
+    for cases, contexts, allocator in placed:
+        if not cases:
+            continue
+        keys = [(c.minor, c.allocator) for c in contexts]
+        dims = frozenset(DIMENSIONS).intersection(*(c.complete for c in contexts))
+        patterns = patterns_for(
+            cases,
+            {k: group.members.get(k, set()) for k in keys},
+            {k: universes[k] for k in keys},
+            dims,
+        )
+        out.append(Placed(group, patterns, allocator if len(contexts) == 1 else "", len(cases)))
+    return out
+
+
+# ---- the manifest text -------------------------------------------------------------------------
+def _toml(value: Any) -> str:
+    """A TOML value: JSON's string escapes are TOML's basic-string escapes."""
+    if isinstance(value, list | tuple):
+        if len(value) == 1:
+            return _toml(value[0])
+        return "[\n" + "".join(f"  {_toml(v)},\n" for v in value) + "]"
+    return json.dumps(value)
+
+
+def _entry_text(placed: Placed) -> str:
+    g = placed.group
+    lines = [f"# {line}" for line in g.comment.splitlines()] if g.comment else []
+    lines.append("[[entry]]")
+    lines.append(f"pattern = {_toml(placed.patterns)}")
+    lines.append(f"status = {_toml(g.status)}")
+    checks = sorted(g.checks)
+    if g.carried is not None and g.carried.checks:
+        checks = list(g.carried.checks)
+    if g.status == "xfail" and checks:
+        lines.append(f"check = {_toml(checks)}")
+    lines.append(f"category = {_toml(g.category)}")
+    lines.append(f"reason = {_toml(g.reason)}")
+    if g.carried is not None and g.carried.link:
+        lines.append(f"link = {_toml(g.carried.link)}")
+    allocator = placed.allocator or (g.carried.allocator if g.carried else "")
+    if allocator:
+        lines.append(f"allocator = {_toml(allocator)}")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class Baseline:
+    """The manifests to write ({file name: text}; "" is the single file) and what they hold."""
+
+    files: dict[str, str]
+    findings: int
+    unsupported: int
+    carried: int
+    warnings: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        return (
+            f"{self.findings} finding(s), {self.unsupported} unsupported group(s), "
+            f"{self.carried} entr{'y' if self.carried == 1 else 'ies'} carried over"
+        )
+
+
+def _dtype_hints(groups: Iterable[Group]) -> list[str]:
+    """A hint per dtype that many ops lack: one line declares a whole dtype."""
+    ops: dict[str, set[str]] = {}
+    for g in groups:
+        if g.status != "unsupported":
+            continue
+        for case in set().union(*g.members.values()):
+            if case.startswith(SCENARIO):
+                continue
+            c = CaseId.parse(case)
+            kernel = g.key[3] if g.key[0] == "finding" and len(g.key) > 3 else c.overload
+            if kernel == c.overload:  # its own kernel missing, not one it needs
+                ops.setdefault(c.dtype, set()).add(c.overload)
+    return [
+        f"# {dtype}: unsupported in {len(names)} ops; if the device has no {dtype} at all, "
+        f'replace their entries with one line: unsupported_dtypes = ["{dtype}"]'
+        for dtype, names in sorted(ops.items())
+        if len(names) >= DTYPE_HINT_OPS
+    ]
+
+
+def baseline(
+    runs: Sequence[tuple[Mapping[str, Any], Iterable[CaseRecord]]],
+    manifest: Manifest | None = None,
+    *,
+    split: bool = False,
+    source: str = "",
+) -> Baseline:
+    """The manifest(s) that expect what `runs` found; `manifest`: the one the runs used (its
+    entries are carried over as written); `split`: common.toml + torch-<minor>.toml."""
+    contexts = contexts_of(runs)
+    minors = sorted({c.minor for c in contexts})
+    if not split and len(minors) > 1:
+        raise ConformanceUsageError(
+            f"results of several torch versions ({', '.join(minors)}): write one manifest per "
+            "version with --dir DIR (common.toml + torch-<minor>.toml)"
+        )
+    manifest = manifest or Manifest()
+    groups: dict[tuple[str, ...], Group] = {}
+    dtypes: set[str] = set()
+    for ctx in contexts:
+        _carried_groups(ctx, manifest, groups, dtypes)
+        _finding_groups(ctx, groups)
+    texts: dict[str, list[str]] = {}
+    for key in sorted(groups, key=lambda k: (k[0] != "carried", k)):
+        for name, entries in _place(groups[key], contexts, split).items():
+            texts.setdefault(name, []).extend(_entry_text(p) for p in entries)
+    warnings = [
+        f"torch {c.minor} ({c.allocator}): {len(c.differing)} case(s) recorded with different "
+        "statuses by runs of one torch and allocator (flaky, or a sanitizer build): not written"
+        for c in contexts
+        if c.differing
+    ]
+    header = _header(contexts, source, groups.values())
+    files = {}
+    names = set(texts) | ({"common.toml"} if split else {""})
+    for name in sorted(names):
+        top = [f"unsupported_dtypes = {json.dumps(sorted(dtypes))}\n"] if dtypes else []
+        if name not in ("", "common.toml"):
+            top = []
+        files[name] = "\n".join([header, *top, *texts.get(name, [])])
+    kinds = Counter(k[0] if k[0] == "carried" else k[2] for k in groups)
+    return Baseline(
+        files,
+        findings=len({k[1] for k in groups if k[0] == "finding" and k[2] != "unsupported"}),
+        unsupported=kinds["unsupported"],
+        carried=len({k[1] for k in groups if k[0] == "carried"}),
+        warnings=warnings,
+    )
+
+
+def _header(contexts: Sequence[Context], source: str, groups: Iterable[Group]) -> str:
+    runs = ", ".join(f"torch {c.minor} ({c.allocator or '?'})" for c in contexts) or "no cases"
+    lines = [
+        f"# Expected failures written by the conformance baseline on {date.today()} from "
+        f"{source or 'a run'}: {runs}.",
+        "# One entry per root cause (finding) or group of unsupported cases; each reason is the",
+        '# finding\'s title: replace it with what you know (link = "..." to your tracker).',
+        '# Strict: a fixed bug fails the run with "remove this entry"; an unsupported kernel',
+        "# that appears fails it too. Format: conformance/harness/expectations.py.",
+        *_dtype_hints(groups),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write(result: Baseline, output: str | None, directory: str | None) -> list[str]:
+    """Write the files; returns their paths."""
+    written = []
+    for name, text in result.files.items():
+        path = Path(directory or ".") / name if name else Path(output or "-")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        written.append(str(path))
+    return written
