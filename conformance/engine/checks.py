@@ -127,6 +127,7 @@ class Sample:
     exactness: Exactness | None = None  # CPU's result is exact (engine/exactness.py)
     flushes_subnormals: bool = False  # the manifest declares it for the sample's dtype
     scratch: dict[str, Any] = field(default_factory=dict)  # what checks share (read-backs)
+    notes: list[str] = field(default_factory=list)  # what a passing check has to say (the case's)
 
     @property
     def schema(self) -> Any:
@@ -243,6 +244,12 @@ def check_errors(s: Sample) -> None:
         return
     meta = _meta_error(s)  # an input wrong in two ways: torch's meta kernel may check the other
     if meta is not None and errorclass.same_class(meta, got):
+        return
+    if errorclass.both_refused(want, got):
+        s.notes.append(
+            f"message quality: the device stopped at an internal check ({got.describe()}) "
+            f"where cpu raised {want.describe()}: both refused the input"
+        )
         return
     raise Mismatch(
         "error",

@@ -45,6 +45,10 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ),
         (NOT_IMPLEMENTED, r"\bis not implemented\b|\bno kernel\b|\bunsupported (device|backend)\b"),
         (INTERNAL, r"internal assert failed|please report a bug to pytorch"),
+        # a runtime's own internal check or a lowering that failed (torch_xla: "Check failed:
+        # total_element_count == ...", "RET_CHECK failure", "Bad StatusOr access: INTERNAL")
+        (INTERNAL, r"\bcheck failed\b|\bret_check failure\b|\bstatusor access: internal\b"),
+        (INTERNAL, r"\bfailed to lower\b|\blowering\b.*\bfail"),
         (LAYOUT, r"is_contiguous|\bmust be contiguous|\bto be contiguous|\bnon-?contiguous\b"),
         (LAYOUT, r"\bcontiguous (input|tensor)s? (is|are) (required|expected)"),
         (DEVICE, r"same device|\bdevices?\b.*\b(cpu|cuda|found|expected)\b|\bon (the )?cpu\b"),
@@ -135,6 +139,14 @@ def same_class(expected: ErrorClass, actual: ErrorClass) -> bool:
     # about devices or layout (those are never interchangeable)
     loose = {VALUE, SHAPE, INDEX}
     return expected.kind in loose and actual.kind in loose and VALUE in (expected.kind, actual.kind)
+
+
+def both_refused(expected: ErrorClass, actual: ErrorClass) -> bool:
+    """The device stopped at an internal check or a failed lowering where CPU raised an error
+    of a known class: both refused the input, and the device's text says nothing of what is
+    wrong with it, so the classes cannot be compared (a message-quality note, not a verdict)."""
+    known = expected.kind not in (OTHER, NOT_IMPLEMENTED, INTERNAL)
+    return actual.kind == INTERNAL and known
 
 
 def opaque_hint(expected: ErrorClass, actual: ErrorClass) -> str:

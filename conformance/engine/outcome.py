@@ -53,6 +53,7 @@ class CaseOutcome:
     fell_back: set[str] = field(default_factory=set)
     # what the case's mode records beyond the verdict (-sync: sync points, -compile: graphs)
     evidence: Any = None
+    notes: list[str] = field(default_factory=list)  # what passing checks noted
 
 
 @dataclass(frozen=True)
@@ -71,3 +72,4 @@ class RunContext:
     exactness: Exactness | None = None  # CPU's result is exact: the rounding check applies
     flushes_subnormals: bool = False  # declared by the manifest for the case's dtype
     evidence: bool = False  # tolerances from CPU's own error per sample (engine/evidence.py)
+    notes: list[str] = field(default_factory=list)  # what passing checks noted (the record's)

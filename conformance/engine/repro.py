@@ -37,7 +37,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 saved = torch.load(os.path.join(HERE, "{data_name}"), weights_only=False)
 op = torch.ops.aten.{packet}.{overload_attr}
-{reference}device = torch._C._get_privateuse1_backend_name()
+{reference}device = {device_type!r}  # the device type the suite found (by its dispatch key)
 
 
 def build(where):
@@ -72,12 +72,23 @@ def run(fn, where):
         return None, bases, exc
 
 
+def has_storage(t):
+    """Whether t's storage can be observed (a lazy device's tensors have none)."""
+    try:
+        storage = t.untyped_storage()
+        return storage.nbytes() > 0 and storage.data_ptr() != 0
+    except Exception:
+        return False
+
+
 def to_cpu(value):
     """Device results read back as the suite does: one contiguous device->host copy of the
     whole storage, size/strides/offset rebuilt on CPU (no device kernel sees them)."""
     if isinstance(value, torch.Tensor):
         if value.device.type == "cpu":
             return value
+        if value.numel() and not has_storage(value):  # a lazy device: its values only
+            return value.cpu()
         n = value.untyped_storage().nbytes() // value.element_size()
         host = torch.empty(n, dtype=value.dtype)
         if n:
@@ -152,9 +163,13 @@ def write_repro(
     spec: OpSpec | None = None,
     has_check_memory: bool = False,
     compiler: str | None = None,
+    device_type: str = "",
+    register: str = "",
 ) -> str:
     """Write <dir>/<case>.pt and <dir>/<case>.py; return the script's path. `compiler`: the
-    device runs the op under torch.compile with this backend (a -compile case)."""
+    device runs the op under torch.compile with this backend (a -compile case). `device_type`:
+    the device the suite found ("" : the PrivateUse1 name); `register`: the function of
+    `backend` that registers the device (`--backend MODULE:FUNCTION`), called after the import."""
     os.makedirs(directory, exist_ok=True)
     name = safe_name(case_id)
     tensors = []
@@ -188,10 +203,12 @@ def write_repro(
         reference = f"reference = torch.ops.{ref.namespace}.{ref._opname}.{ref._overloadname}\n"
     elif ref is not None:
         reference = SPEC_REFERENCE.format(overload=overload)
-    uses_module = routed or has_check_memory
+    uses_module = routed or has_check_memory or bool(register)
     note = "" if uses_module else "  # noqa: F401  (registers the device)"
+    imports = f"import {backend}{note}\n" + (f"{backend}.{register}()\n" if register else "")
     script = SCRIPT.format(
-        imports=f"import {backend}{note}\n",
+        imports=imports,
+        device_type=device_type or torch._C._get_privateuse1_backend_name(),
         reference=reference + "\n",
         route=ROUTE.format(backend=backend, overload=overload) if routed else "",
         compiled=COMPILED.format(compiler=compiler) if compiler else "",

@@ -97,6 +97,7 @@ def run_case(
         evidence,
     )
     outcome.context = ctx
+    outcome.notes = ctx.notes  # the checks' notes on samples that passed
     watch = memory.MemoryWatch(backend)
     values_compared = 0
     for placed in placements:

@@ -181,6 +181,7 @@ def run_sample(
             layout_free_bumps=free.bumped if free is not None else None,
             exactness=ctx.exactness,
             flushes_subnormals=ctx.flushes_subnormals,
+            notes=ctx.notes,
         )
 
     if bug is None:

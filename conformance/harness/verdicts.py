@@ -187,6 +187,8 @@ class CaseVerdicts:
             spec=spec_for(case.overload),
             has_check_memory=self.backend.hook("check_memory") is not None,
             compiler=self.backend.compiler if compiled else None,
+            device_type=self.backend.device_type,
+            register=self.backend.register,
         )
 
     def failure_message(self, case: CaseId, outcome: CaseOutcome, nodeid: str) -> str:
@@ -263,6 +265,9 @@ class CaseVerdicts:
             record.extra["related_foundation"] = outcome.related.case
         if outcome.errors_only:
             record.extra["errors_only"] = True
+        if outcome.notes:  # e.g. a device error that says nothing of what is wrong
+            record.extra["notes"] = list(dict.fromkeys(outcome.notes))[:3]
+            record.message = record.message or f"[note] {outcome.notes[0]}"
         if outcome.evidence is not None:  # what the case's mode records (sync, compile)
             record.extra.update(outcome.evidence.as_record())
         if self.backend.lazy is not None and outcome.samples:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -186,3 +187,32 @@ def test_every_op_specs_samples_round_trip_through_the_cache(tmp_path):
                     torch.testing.assert_close(x, y, rtol=0, atol=0, equal_nan=True)
         checked += bool(calls)
     assert checked >= 10
+
+
+@pytest.mark.timeout(180)
+def test_a_repro_on_a_lazy_device_registered_by_a_function_runs(tmp_path):
+    """A repro script sets the device the suite found (not the PrivateUse1 name: on torch_xla
+    that is "privateuseone"), calls the backend's register function (`--backend M:F`) and reads
+    a storage-less device's results by value."""
+    call = Call("add.Tensor", (torch.ones(3, 2), torch.full((3, 2), 2.0)), {})
+    placed = place(call, "contiguous", resolve(call.overload)._schema)
+    assert placed is not None
+    script = write_repro(
+        str(tmp_path),
+        "add.Tensor-float32-contiguous-native",
+        placed,
+        backend="lazy_backend",
+        headline="example",
+        routed=False,
+        env_prefix="",
+        device_type="lazy",
+        register="register",
+    )
+    text = open(script).read()
+    assert "device = 'lazy'" in text and "lazy_backend.register()" in text
+    backends = str(Path(__file__).resolve().parents[1] / "backends")
+    proc = subprocess.run(
+        [sys.executable, script], capture_output=True, text=True, timeout=170, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": backends},
+    )  # fmt: skip
+    assert proc.returncode == 0 and "device: returned" in proc.stdout, proc.stdout + proc.stderr

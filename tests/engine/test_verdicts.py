@@ -66,6 +66,23 @@ def test_an_opaque_device_error_does_not_match_cpus_dtype_error(monkeypatch):
     assert "[other]" in out.failure.message and "raise RuntimeError" in out.failure.message
 
 
+def test_an_internal_check_where_cpu_refuses_too_is_both_refused_with_a_note(monkeypatch):
+    """torch_xla stops an invalid input at its own CHECK ("Check failed: total_element_count
+    == ..."): both sides refused; the text says nothing of the class, so no parity verdict, a
+    message-quality note instead (issue 45). Where CPU computes, the internal check fails."""
+
+    def xla_check(a):
+        raise RuntimeError("Check failed: total_element_count == 6 (4 vs. 6)")
+
+    with monkeypatch.context() as patch:
+        out = run(patch, "exp_", xla_check, [Call("exp_", (LONG,))])
+    assert out.failure is None and out.errors_only
+    assert out.notes and out.notes[0].startswith("message quality: the device stopped at an")
+    with monkeypatch.context() as patch:
+        computes = run(patch, "exp", xla_check, [Call("exp", (torch.ones(3),))])
+    assert computes.failure is not None and "cpu returned normally" in computes.failure.message
+
+
 def test_two_opaque_errors_of_the_same_type_match(monkeypatch):
     def cpu_opaque(a):
         raise RuntimeError("something went wrong 0x1")
