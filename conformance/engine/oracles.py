@@ -17,7 +17,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -61,10 +61,24 @@ def is_nondeterministic(op: torch._ops.OpOverload) -> bool:
     return schema.name.split("::")[-1] in NONDETERMINISTIC
 
 
+class RuntimeSeed:
+    """The lazy runtime's own seed for this process (engine/lazy.py `LazyRuntime.seed`), set
+    by the runner at the start of each case: torch.manual_seed does not reach torch_xla's
+    generator."""
+
+    fn: Callable[[int], None] | None = None
+
+
+def use_runtime_seed(fn: Callable[[int], None] | None) -> None:
+    RuntimeSeed.fn = fn
+
+
 def seed(draw: int = 0) -> None:
     """Seed every generator torch knows (CPU, and the device's if its module offers it) with
-    `SEED + draw` (`draw` > 0: a further run of a random sample)."""
+    `SEED + draw` (`draw` > 0: a further run of a random sample), and a lazy runtime's own."""
     torch.manual_seed(SEED + draw)
+    if RuntimeSeed.fn is not None:
+        RuntimeSeed.fn(SEED + draw)
 
 
 def compare_random(

@@ -97,6 +97,7 @@ def run_case(
         evidence,
     )
     outcome.context = ctx
+    oracles.use_runtime_seed(backend.lazy.seed if backend.lazy is not None else None)
     outcome.notes = ctx.notes  # the checks' notes on samples that passed
     watch = memory.MemoryWatch(backend)
     values_compared = 0

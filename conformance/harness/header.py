@@ -150,6 +150,9 @@ def _fallback_source(b: Backend) -> str:
 
 def _seeding_source(b: Backend) -> str:
     name = f"torch.{b.device_type}"
+    lazy = b.lazy
+    if lazy is not None and lazy.seed is not None:
+        return f"torch.manual_seed and the lazy runtime's own {lazy.seed_name} ({lazy.name})"
     if b.device_function("manual_seed_all") and b.device_function("_is_in_bad_fork"):
         return f"torch.manual_seed seeds the device ({name}.manual_seed_all)"
     return (

@@ -185,3 +185,20 @@ def test_pooling_stops_at_the_minimum_and_at_the_cap():
     twelve = (torch.zeros(12), torch.zeros(12))
     a, _, repeats = oracles.pool(torch.ones(12), torch.ones(12), iter(lambda: twelve, None))
     assert a.numel() >= oracles.MIN_DRAWS > a.numel() - 12
+
+
+def test_a_lazy_runtime_s_own_seed_follows_torch_s():
+    """torch.manual_seed does not reach torch_xla's generator: every seeding also calls the
+    lazy runtime's own (xm.set_rng_state), with the same seed (issue 45)."""
+    from conformance.engine import oracles
+
+    seen: list[int] = []
+    try:
+        oracles.use_runtime_seed(seen.append)
+        oracles.seed(2)
+        oracles.seed()
+    finally:
+        oracles.use_runtime_seed(None)
+    assert seen == [oracles.SEED + 2, oracles.SEED]
+    oracles.seed()
+    assert seen == [oracles.SEED + 2, oracles.SEED]  # an eager device: torch's seed alone

@@ -300,7 +300,9 @@ ABLATIONS: dict[str, Callable[[], None]] = {
         "conformance.engine.profile", "DeviceProfile.missing", lambda f: lambda self, needs: None
     ),
     "repeat-mode": _off("conformance.engine.modes.repeat", "differs"),
-    # issue 45: an internal check where CPU refuses too is no parity verdict
+    # issue 45: a lazy runtime seeded with torch; an internal check where CPU refuses too is no
+    # parity verdict
+    "runtime-seed": _off("conformance.engine.oracles", "use_runtime_seed"),
     "both-refused": _patch(
         "conformance.engine.errorclass", "both_refused", lambda f: lambda expected, actual: False
     ),
