@@ -18,7 +18,7 @@ import json
 import sys
 
 from conformance.engine.backend import load_backend
-from conformance.engine.probe import probe_in_fork, probe_in_fresh_process
+from conformance.engine.probe import initialised, probe_in_fork, probe_in_fresh_process
 from conformance.engine.sample_run import checks_left_out
 from conformance.errors import ConformanceUsageError
 
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     backend.heap_zones = args.heap_zones
     probe = None
-    if args.probe in ("auto", "fork") and not _initialised(backend):
+    if args.probe in ("auto", "fork") and not initialised(backend):
         probe = probe_in_fork(backend)
     if probe is None or (not probe.usable and args.probe == "auto"):
         probe = probe_in_fresh_process(backend)
@@ -62,14 +62,6 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(json.dumps(out, indent=2))
     return 0
-
-
-def _initialised(backend) -> bool:
-    fn = backend.device_function("is_initialized")
-    try:
-        return bool(fn()) if callable(fn) else False
-    except Exception:  # noqa: BLE001 - a failing query is no evidence of initialisation
-        return False
 
 
 if __name__ == "__main__":

@@ -96,7 +96,6 @@ def _first(mask: torch.Tensor, a: torch.Tensor, e: torch.Tensor) -> str:
     "subnormal",
     "the device neither flushes subnormal results to zero nor treats subnormal inputs as zero "
     "(unless the manifest declares flushes_subnormals for the dtype)",
-    before="outputs",
 )
 def check_subnormals(s: Sample) -> None:
     if s.flushes_subnormals:
@@ -211,7 +210,6 @@ def check_signed_zeros(s: Sample) -> None:
     "where CPU's result is measured exact (engine/exactness.py), the device's is CPU's bits or "
     "the correctly rounded ones; for functions IEEE only recommends correct rounding for, "
     "within one ulp of the correctly rounded result",
-    before="outputs",
 )
 def check_rounding(s: Sample) -> None:
     if s.exactness is None or not s.exactness.exact:

@@ -165,18 +165,16 @@ def sample_check(
     *,
     on_error: bool = False,
     always: bool = False,
-    before: str = "",
     needs: tuple[str, ...] = (),
 ):
-    """Register a check, run for every sample in the order of ORDER (then in registration
-    order; `before`: just before the check of that name) on devices whose profile has what it
-    `needs` (engine/profile.py NEEDS; the run header names the checks a device's profile leaves
-    out, and why)."""
+    """Register a check, run for every sample in the order of ORDER (a check it does not name
+    runs after those, in registration order) on devices whose profile has what it `needs`
+    (engine/profile.py NEEDS; the run header names the checks a device's profile leaves out,
+    and why)."""
 
     def register(fn: Callable[[Sample], None]) -> Callable[[Sample], None]:
         check = SampleCheck(name, doc, fn, on_error, always, needs)
-        names = [c.name for c in CHECKS]
-        CHECKS.insert(names.index(before) if before in names else len(CHECKS), check)
+        CHECKS.append(check)
         CHECKS.sort(key=lambda c: ORDER.index(c.name) if c.name in ORDER else len(ORDER))
         return fn
 

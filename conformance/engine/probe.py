@@ -72,6 +72,16 @@ class Probe:
         return found
 
 
+def initialised(backend: Backend) -> bool:
+    """Whether the device is initialised in this process (its module's `is_initialized()`):
+    then a forked child could not use it. A failing query is no evidence of initialisation."""
+    fn = backend.device_function("is_initialized")
+    try:
+        return bool(fn()) if callable(fn) else False
+    except Exception:  # noqa: BLE001
+        return False
+
+
 def probe_here(backend: Backend, where: str = "in-process") -> Probe:
     """Allocate on the device in this process; find which memory counter sees the tensor."""
     in_bad_fork = backend.device_function("_is_in_bad_fork")

@@ -26,11 +26,12 @@ import pytest
 
 from conformance.engine.backend import Backend
 from conformance.engine.diagnosis import describe_status, diagnose
+from conformance.engine.probe import initialised
 from conformance.findings import crash_class
 from conformance.harness.culprit import Culprit, CulpritSearch, case_label
 from conformance.harness.nodes import case_of, is_scenario
 from conformance.harness.options import Options
-from conformance.harness.plan import Plan, initialised
+from conformance.harness.plan import Plan
 from conformance.harness.rundir import RunDir
 from conformance.harness.runners import RETIRE, RUNNER_ENV, RunnerProcess
 from conformance.record import CaseRecord, Status

@@ -9,7 +9,13 @@ from dataclasses import dataclass
 import pytest
 
 from conformance.engine.backend import Backend
-from conformance.engine.probe import Probe, probe_here, probe_in_fork, probe_in_fresh_process
+from conformance.engine.probe import (
+    Probe,
+    initialised,
+    probe_here,
+    probe_in_fork,
+    probe_in_fresh_process,
+)
 from conformance.harness.options import Options
 from conformance.harness.roles import Role
 
@@ -88,14 +94,6 @@ def plan_isolation(options: Options, backend: Backend, role: Role) -> Plan:
     if isolate == "fork":
         raise pytest.UsageError(f"--isolate fork: {reason}; use --isolate auto or spawn")
     return plan("spawn", fresh, reason)
-
-
-def initialised(backend: Backend) -> bool:
-    fn = backend.device_function("is_initialized")
-    try:
-        return bool(fn()) if callable(fn) else False
-    except Exception:  # noqa: BLE001 - a failing query is no evidence of initialisation
-        return False
 
 
 def _usable(plan: Plan, backend: Backend) -> Plan:
