@@ -5,7 +5,8 @@ damaged; the abort comes at some later malloc or free, in whichever case runs ne
 report: a `masked_fill_` bug that crashed in `aten::all`). When a case crashes in a runner that
 had run other cases first, the search replays in fresh runners (`runners.py`, `replay`):
 
-1. the crashed case alone: if it crashes, the crash is its own;
+1. the crashed case alone (done before the search, by isolation.py's confirmation: the case's
+   record comes from that run if it finishes): if it crashes, the crash is its own;
 2. the last `WINDOW` cases the runner ran, then the crashed case: if nothing crashes, the crash
    is not reproduced (no culprit named);
 3. a bisection of that window: the suspect is the case C such that replaying from C crashes
@@ -19,7 +20,7 @@ had run other cases first, the search replays in fresh runners (`runners.py`, `r
    crashed case's own.
 
 A replay counts as crashing wherever it dies (heap damage is often noticed before the crashed
-case is reached). Each search costs at most 4 + log2(WINDOW) replays; `--culprit-search N` caps
+case is reached). Each search costs at most 3 + log2(WINDOW) replays; `--culprit-search N` caps
 the searches per scheduling process (0: off).
 """
 
@@ -44,6 +45,7 @@ class Culprit:
     case: str | None
     summary: str
     after: str | None = None  # the crash needs this case to run first; no corruption shown
+    unsearched: bool = False  # no search was made (--culprit-search used up)
 
 
 def case_label(item: pytest.Item) -> str:
@@ -69,24 +71,26 @@ class CulpritSearch:
         self.replays = 0
         self._ids = {item.nodeid for item in items}
 
-    def search(self, item: pytest.Item, history: list[pytest.Item]) -> Culprit | None:
-        """The culprit of `item`'s crash, given the cases its runner ran before it."""
-        if not history:
-            return None  # a fresh runner: the crash is the case's own
+    def search(self, item: pytest.Item, history: list[pytest.Item]) -> Culprit:
+        """The culprit of `item`'s crash, given the cases its runner ran before it (not empty)
+        and that `item` alone in a fresh runner does not crash."""
         budget = self.budget
         if self.searches >= budget:
-            return Culprit(None, f"no culprit search (--culprit-search {budget} used up)")
+            return Culprit(
+                None,
+                f"alone in a fresh process it does not crash; no culprit search "
+                f"(--culprit-search {budget} used up)",
+                unsearched=True,
+            )
         self.searches += 1
         window = history[-WINDOW:]
-        if self._crashes([item]):
-            return Culprit(None, "it crashes alone in a fresh process too: its own crash")
         if not self._crashes([*window, item]):
             return Culprit(
                 None,
                 f"not reproduced: replaying the {len(window)} case(s) its runner ran before it "
                 "did not crash",
             )
-        lo, hi, replays = 0, len(window), 2
+        lo, hi, replays = 0, len(window), 1
         while hi - lo > 1:
             mid = (lo + hi) // 2
             replays += 1

@@ -20,6 +20,7 @@ probed in a child.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pytest
@@ -29,7 +30,7 @@ from conformance.engine.diagnosis import describe_status, diagnose
 from conformance.engine.probe import initialised
 from conformance.findings import crash_class
 from conformance.harness.culprit import Culprit, CulpritSearch, case_label
-from conformance.harness.nodes import case_of, is_scenario
+from conformance.harness.nodes import RECORD_PROPERTY, case_of, is_scenario
 from conformance.harness.options import Options
 from conformance.harness.plan import Plan
 from conformance.harness.rundir import RunDir
@@ -105,42 +106,53 @@ class IsolatedRunner:
         """Run one item in the runner (started if needed) and log its reports here."""
         if self.process is None:
             self.process, self.history = self.start(), []
-        process, limit = self.process, self.run.options.case_timeout
+        process = self.process
+        attempt = self._attempt(process, item, nextitem)
+        if attempt.end == "finished":
+            attempt.log(item)
+            self.history.append(item)
+            self.cases += 1
+            limit = self.run.options.runner_cases
+            if (limit and self.cases >= limit) or attempt.data == RETIRE:
+                self.close()  # a fresh runner for the next case (RETIRE: runtime broken)
+        elif attempt.end == "hung":
+            self._hung(item, process, attempt.started)
+        elif attempt.end == "missing":
+            _report_problem(self.run, item, Status.ERROR, "harness", attempt.data, started=False)
+        else:
+            self._ended(item, nextitem, process, attempt.started)
+
+    def _attempt(
+        self, process: RunnerProcess, item: pytest.Item, nextitem: pytest.Item | None
+    ) -> Attempt:
+        """Send `item` to `process` and gather what comes back until it finishes or ends."""
         # if it died between two items, the send fails and receive() sees the end: this one
         process.send(item.nodeid, nextitem.nodeid if nextitem is not None else None)
-        started = False
-        wait = limit or None
+        attempt = Attempt()
+        wait = self.run.options.case_timeout or None
         while True:
             try:
                 message = process.receive(wait)
             except TimeoutError:
-                self._hung(item, process, started)
-                return
+                attempt.end = "hung"
+                return attempt
             if message is None:
-                self._ended(item, process, started)
-                return
+                attempt.end = "died"
+                return attempt
             kind, _, data = message
             if kind == "start":
-                started = True
+                attempt.started = True
                 item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
             elif kind == "report":
-                report = self.session.config.hook.pytest_report_from_serializable(
-                    config=self.session.config, data=data
+                attempt.reports.append(
+                    self.session.config.hook.pytest_report_from_serializable(
+                        config=self.session.config, data=data
+                    )
                 )
-                if isinstance(report.longrepr, list):  # JSON turned pytest's tuple into a list
-                    report.longrepr = tuple(report.longrepr)
-                item.ihook.pytest_runtest_logreport(report=report)
-            elif kind == "missing":
-                _report_problem(self.run, item, Status.ERROR, "harness", data, started=False)
-                return
-            elif kind == "finish":
-                item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
-                self.history.append(item)
-                self.cases += 1
-                limit = self.run.options.runner_cases
-                if (limit and self.cases >= limit) or data == RETIRE:
-                    self.close()  # a fresh runner for the next case (RETIRE: runtime broken)
-                return
+            elif kind in ("missing", "finish"):
+                attempt.end = "missing" if kind == "missing" else "finished"
+                attempt.data = data
+                return attempt
 
     def _hung(self, item: pytest.Item, process: RunnerProcess, started: bool) -> None:
         limit = self.run.options.case_timeout
@@ -156,7 +168,13 @@ class IsolatedRunner:
         )
         _report_problem(self.run, item, Status.HUNG, "hang", message, detail, started=True)
 
-    def _ended(self, item: pytest.Item, process: RunnerProcess, started: bool) -> None:
+    def _ended(
+        self,
+        item: pytest.Item,
+        nextitem: pytest.Item | None,
+        process: RunnerProcess,
+        started: bool,
+    ) -> None:
         status = process.wait()
         log = process.log()
         history = self.history
@@ -168,8 +186,39 @@ class IsolatedRunner:
         if verdict is not None:  # the case had its verdict; the suite's diagnostics crashed
             _report_diagnostics_crash(item, *verdict, status, log)
             return
+        if not history:  # it crashed in a fresh runner: its own crash
+            _report_crash(self.run, item, status, log, None)
+            return
+        alone = self._confirm(item, nextitem)
+        if alone is None:
+            own = "it crashes alone in a fresh process too: its own crash"
+            _report_crash(self.run, item, status, log, Culprit(None, own))
+            return
         culprit = self.culprits.search(item, history)
-        _report_crash(self.run, item, status, log, culprit)
+        if culprit.case is not None or culprit.after is not None or culprit.unsearched:
+            _report_crash(self.run, item, status, log, culprit)
+            return
+        how = describe_status(status)
+        headline = diagnose(log)[0]
+        alone.note(
+            f"its process {how}{': ' + headline if headline else ''} after "
+            f"{len(history)} other case(s) ran in it; alone in a fresh process it ran to this "
+            f"verdict, and {culprit.summary}: not charged to this case"
+        )
+        alone.log(item)
+
+    def _confirm(self, item: pytest.Item, nextitem: pytest.Item | None) -> Attempt | None:
+        """The case run again alone in a fresh runner, before a crash is recorded as its own:
+        its finished attempt, or None if it dies (or hangs) there too."""
+        process = self.start()
+        attempt = Attempt(end="died")
+        try:
+            attempt = self._attempt(process, item, nextitem)
+        finally:
+            if attempt.end == "hung":
+                process.stop()
+            process.close()
+        return attempt if attempt.end == "finished" else None
 
     def _never_started(self, item: pytest.Item, how: str, detail: str) -> None:
         """The runner never got to the case: a harness failure, not a verdict on any case."""
@@ -181,6 +230,36 @@ class IsolatedRunner:
         )
         _report_problem(self.run, item, Status.ERROR, "harness", message, detail, started=False)
         self.session.shouldstop = message
+
+
+@dataclass
+class Attempt:
+    """What one runner sent back for one item: its reports and how the exchange ended
+    ("finished", "died", "hung" or "missing"; `data`: the finish or missing message's)."""
+
+    end: str = ""
+    started: bool = False
+    reports: list[pytest.TestReport] = field(default_factory=list)
+    data: Any = None
+
+    def log(self, item: pytest.Item) -> None:
+        """Log the reports as if this process had run the item."""
+        for report in self.reports:
+            if isinstance(report.longrepr, list):  # JSON turned pytest's tuple into a list
+                report.longrepr = tuple(report.longrepr)
+            item.ihook.pytest_runtest_logreport(report=report)
+        item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+
+    def note(self, text: str) -> None:
+        """Add a note to the record the reports carry (shown as `[note] ...` if it has no
+        message)."""
+        for report in self.reports:
+            for i, (name, data) in enumerate(report.user_properties):
+                if name == RECORD_PROPERTY and isinstance(data, dict):
+                    data = dict(data)
+                    data["notes"] = [*data.get("notes", []), text]
+                    data["message"] = data.get("message") or f"[note] {text}"
+                    report.user_properties[i] = (name, data)
 
 
 def run_isolated(session: pytest.Session, run: Owner) -> None:

@@ -19,6 +19,7 @@ from conformance.record import TEST_NAME, CaseId
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCENARIOS_DIR = os.path.join(PACKAGE_DIR, "scenarios")
 CASE_PARAM = "conformance_case"  # the fixture the generated test is parametrised over
+RECORD_PROPERTY = "conformance"  # name of the record in a report's user_properties
 
 
 def is_scenario(item: pytest.Item) -> bool:

@@ -28,7 +28,13 @@ from conformance.findings import group_findings
 from conformance.harness.accounting import Accounting, not_run_record
 from conformance.harness.header import header_lines, key_header_lines
 from conformance.harness.isolation import WorkerIsolation, run_isolated
-from conformance.harness.nodes import case_of, is_scenario, record_id, targets_conformance
+from conformance.harness.nodes import (
+    RECORD_PROPERTY,
+    case_of,
+    is_scenario,
+    record_id,
+    targets_conformance,
+)
 from conformance.harness.options import Options, read_options
 from conformance.harness.plan import Plan, plan_isolation
 from conformance.harness.recorder import Recorder
@@ -45,7 +51,6 @@ from conformance.harness.watch import CaseWatch, ControllerHooks
 from conformance.record import CaseId, CaseRecord, Status
 
 PLUGIN_NAME = "conformance-run"
-RECORD_PROPERTY = "conformance"  # name of the record in a report's user_properties
 # statuses a case's record decides itself; any other comes from pytest's outcome
 _DECIDED = frozenset(
     {

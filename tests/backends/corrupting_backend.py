@@ -10,6 +10,9 @@ CORRUPTING_BACKEND_DAMAGE:
   freed: a use-after-free write), and `relu` allocates a workspace of that size class: glibc
   aborts there ("malloc(): unaligned tcache chunk detected"), as it would in any allocation of
   that size, the culprit search's heap exercise included.
+- `once`: `relu` aborts the first time it runs in the whole run (a marker file at
+  CORRUPTING_BACKEND_MARKER says it did), never again: a crash that does not reproduce, alone or
+  after the same cases; it is not the case's to carry.
 """
 
 import ctypes
@@ -52,6 +55,11 @@ def _checked(op):
         if DAMAGE == "heap":  # a workspace of the corrupted size class: glibc aborts
             for _ in range(2):
                 _libc.malloc(_SIZE)
+        elif DAMAGE == "once":
+            marker = os.environ["CORRUPTING_BACKEND_MARKER"]
+            if not os.path.exists(marker):
+                open(marker, "w").close()
+                os.abort()
         elif _STATE["corrupted"]:
             sys.stderr.write("free(): invalid pointer\n")
             sys.stderr.flush()

@@ -306,6 +306,11 @@ ABLATIONS: dict[str, Callable[[], None]] = {
     "both-refused": _patch(
         "conformance.engine.errorclass", "both_refused", lambda f: lambda expected, actual: False
     ),
+    "crash-confirmation": _patch(
+        "conformance.harness.isolation",
+        "IsolatedRunner._confirm",
+        lambda f: lambda self, item, nextitem: None,
+    ),
     "random-model-by-run-name": _patch(
         "conformance.engine.parametric",
         "model_of",

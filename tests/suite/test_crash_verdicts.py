@@ -125,6 +125,30 @@ def test_a_crash_after_a_case_that_corrupts_nothing_is_not_blamed_on_it(
     )
 
 
+@XDIST
+def test_a_crash_that_does_not_reproduce_is_not_the_cases(run_suite, tmp_path, xdist):
+    """Issue 45: relu aborts once, after neg ran in its runner, and never again. The case is run
+    again alone in a fresh runner before its crash is recorded; it passes there, the replay of
+    its runner's cases does not crash either: its record is that run's verdict, with a note of
+    the crash it did not cause."""
+    one_worker = ["--dist", "loadfile"] if xdist else []
+    env = {
+        "PYTHONPATH": BACKENDS,
+        "CORRUPTING_BACKEND_DAMAGE": "once",
+        "CORRUPTING_BACKEND_MARKER": str(tmp_path / "aborted"),
+    }
+    run = run_suite(*CORRUPTING, *xdist, *one_worker, env=env)
+    _accounted(run)
+    assert (tmp_path / "aborted").exists()  # it did crash once
+    relu = run.case("relu-float32-contiguous-native")
+    assert relu["status"] == "passed", relu
+    (note,) = relu["notes"]
+    assert "killed by SIGABRT after 1 other case(s) ran in it" in note, note
+    assert "not reproduced" in note and "not charged to this case" in note
+    assert relu["message"] == f"[note] {note}"
+    assert run.returncode == 0 and not run.info["findings"]
+
+
 def test_culprit_search_can_be_switched_off(run_suite):
     run = run_suite(*CORRUPTING, "--culprit-search", "0", env={"PYTHONPATH": BACKENDS})
     (crashed,) = [r for r in run.results if r["status"] == "crashed"]
