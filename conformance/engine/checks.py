@@ -233,6 +233,12 @@ def check_errors(s: Sample) -> None:
     if got is not None and got.kind == errorclass.NOT_IMPLEMENTED:
         where = f"cpu raised {want.describe()}" if want else "cpu computes"
         raise Unsupported(f"device raised {got.describe()} where {where}", want is None)
+    if want is not None and not s.backend.profile.storage.value:
+        if errorclass.about_memory_format(want):
+            raise NotApplicable(
+                f"cpu raised {want.describe()}: a memory-format precondition, which a device "
+                "without observable storage has no memory to apply to"
+            )
     if want is not None and got is None:
         raise Mismatch("error", f"cpu raised {want.describe()}; the device returned normally")
     if want is None and got is not None:

@@ -169,6 +169,11 @@ def compare_values(
     its dtype under `tol_scale`, times `widen` (CPU against itself: consistency.py)."""
     if actual.layout != torch.strided or expected.layout != torch.strided:
         actual, expected = actual.to_dense(), expected.to_dense()
+    if actual.shape != expected.shape:  # the tensor's shape was checked: its data is not that
+        raise Mismatch(
+            "shape",
+            f"{name}: read back with shape {list(actual.shape)}, cpu gives {list(expected.shape)}",
+        )
     rtol, atol = tolerance(expected.dtype, tol_scale)
     rtol, atol = rtol * widen, atol * widen
     if actual.numel() == 0:

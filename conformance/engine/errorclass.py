@@ -149,6 +149,15 @@ def both_refused(expected: ErrorClass, actual: ErrorClass) -> bool:
     return actual.kind == INTERNAL and known
 
 
+MEMORY_FORMAT = re.compile(r"channels_last|memory[_ ]format", re.IGNORECASE)
+
+
+def about_memory_format(error: ErrorClass) -> bool:
+    """Whether the error states a precondition on memory layout (channels_last needs rank 4, a
+    memory format, contiguity): meaningless where storage cannot be observed."""
+    return error.kind == LAYOUT or bool(MEMORY_FORMAT.search(error.text))
+
+
 def opaque_hint(expected: ErrorClass, actual: ErrorClass) -> str:
     """What a backend whose message says nothing of the error's kind should raise instead."""
     if actual.kind != OTHER or expected.kind == OTHER:

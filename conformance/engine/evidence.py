@@ -34,7 +34,11 @@ def _floating(leaves: list[Any]) -> list[torch.Tensor]:
 
 
 def _distance(a: torch.Tensor, b: torch.Tensor) -> float:
-    """The largest |a - b| over the elements where both are finite."""
+    """The largest |a - b| over the elements where both are finite (sparse results densified:
+    CPU's sparse kernels lack isfinite)."""
+    a, b = (t.to_dense() if t.layout != torch.strided else t for t in (a, b))
+    if a.shape != b.shape:
+        return 0.0  # the call in float64 gave another shape: no distance to measure
     a64, b64 = a.detach().to(torch.float64), b.detach().to(torch.float64)
     both = torch.isfinite(a64) & torch.isfinite(b64)
     return float((a64 - b64).abs()[both].max()) if bool(both.any()) else 0.0

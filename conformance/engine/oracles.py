@@ -96,8 +96,10 @@ def compare_random(
     try:
         compare_values(name, actual, expected, tol_scale, stats)
         return
-    except Mismatch:
-        pass  # not the same stream: judge the distribution
+    except Mismatch as exc:
+        if exc.check == "shape":
+            raise  # draws of another shape: no distribution makes that right
+        # not the same stream: judge the distribution
     a, e, repeats = pool(actual, expected, more)
     problem = distribution_problem(a, e)
     if problem:

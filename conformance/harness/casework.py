@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from conformance.engine import errorclass
 from conformance.engine.backend import Backend
 from conformance.engine.exactness import Exactness
 from conformance.engine.modes import mode_of
@@ -28,6 +29,17 @@ EVIDENCE_SETS = ("sizes", "arguments", "models")
 
 class SampleError(Exception):
     """Building the samples of a case failed (the suite's own sources broke)."""
+
+
+class CpuLacksDtype(SampleError):
+    """Building the samples ran a CPU kernel that has no implementation for the case's dtype
+    (OpInfo computes some inputs, e.g. a convolution's grad_output, with CPU ops): there is no
+    reference to judge the device against, as when CPU lacks the dtype for the op itself."""
+
+
+def lacks_dtype(exc: BaseException) -> bool:
+    """Whether `exc` is CPU's "not implemented for 'Int'" (a dtype without a kernel)."""
+    return errorclass.classify(exc).kernel_lacks_dtype
 
 
 @dataclass
@@ -50,7 +62,8 @@ class CaseWork:
             placed = mode.prepare(placed, lambda: self._special(case, dtype))
         except Exception as exc:  # noqa: BLE001 - reported as the suite's own error
             text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            raise SampleError(f"{type(exc).__name__}: {text}") from exc
+            kind = CpuLacksDtype if lacks_dtype(exc) else SampleError
+            raise kind(f"{type(exc).__name__}: {text}") from exc
         return calls, placed
 
     def _special(self, case: CaseId, dtype: torch.dtype) -> list[PlacedCall]:

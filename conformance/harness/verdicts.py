@@ -16,7 +16,7 @@ from conformance.engine.foundations import Foundations
 from conformance.engine.modes import mode_of
 from conformance.engine.placing import PlacedCall
 from conformance.engine.runner import CaseOutcome, blame
-from conformance.harness.casework import CaseWork, SampleError
+from conformance.harness.casework import CaseWork, CpuLacksDtype, SampleError
 from conformance.harness.expectations import Expectations
 from conformance.harness.nodes import case_of
 from conformance.harness.options import Options
@@ -76,6 +76,12 @@ class CaseVerdicts:
         nodeid = item.nodeid
         try:
             outcome = self.work.outcome(case)
+        except CpuLacksDtype as exc:  # no CPU reference to judge against: not applicable
+            reason = (
+                f"not applicable: building the samples needs a cpu kernel this dtype lacks ({exc})"
+            )
+            item.stash[RECORD_KEY] = self.new_record(case, Status.SKIPPED, nodeid, message=reason)
+            pytest.skip(reason)
         except SampleError as exc:  # the suite's own sample sources broke: not a verdict
             message = (
                 f"[harness] building the samples of {case.overload} ({case.dtype}) failed: "
