@@ -48,7 +48,7 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         # a runtime's own internal check or a lowering that failed (torch_xla: "Check failed:
         # total_element_count == ...", "RET_CHECK failure", "Bad StatusOr access: INTERNAL")
         (INTERNAL, r"\bcheck failed\b|\bret_check failure\b|\bstatusor access: internal\b"),
-        (INTERNAL, r"\bfailed to lower\b|\blowering\b.*\bfail"),
+        (INTERNAL, r"\bfailed to lower\b|\blowering\b.*\bfail|^error while lowering\b"),
         (LAYOUT, r"is_contiguous|\bmust be contiguous|\bto be contiguous|\bnon-?contiguous\b"),
         (LAYOUT, r"\bcontiguous (input|tensor)s? (is|are) (required|expected)"),
         (DEVICE, r"same device|\bdevices?\b.*\b(cpu|cuda|found|expected)\b|\bon (the )?cpu\b"),

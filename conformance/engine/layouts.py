@@ -39,10 +39,44 @@ class Placement:
             return view, view
         else:
             base = to_device(self.base, device)
-            if not has_storage(base):  # a lazy device: no memory to lay out, values only
-                view = to_device(self.values().contiguous(), device)
-                return view, view
+            if not has_storage(base):  # a lazy device: no memory, views made by view ops
+                view = self.view_of(base)
+                if view is None:
+                    view = to_device(self.values().contiguous(), device)
+                    return view, view
+                return base, view
         return base, base.as_strided(self.size, self.stride, self.offset)
+
+    def view_of(self, base: torch.Tensor) -> torch.Tensor | None:
+        """The placed view of `base` (1-D, any device) made by view ops alone (narrow, view,
+        slicing, select, permute, unsqueeze, expand), as a model makes views, never
+        `as_strided` (a device without storage has no memory for strides to address); None
+        where the placement is no such view. Dims are nested by decreasing stride: each
+        stride must be a multiple of the next (the layouts of this module all are)."""
+        size, stride = self.size, self.stride
+        if 0 in size:
+            return None
+        kept = [d for d in range(len(size)) if size[d] > 1 and stride[d] > 0]
+        order = sorted(kept, key=lambda d: -stride[d])
+        steps = [stride[d] for d in order]
+        pairs = list(zip(steps, steps[1:], order[1:], strict=False))
+        if any(a % b or a // b < size[d] for a, b, d in pairs):
+            return None
+        extents = [size[order[0]]] if order else []
+        extents += [a // b for a, b, _ in pairs]
+        inner = steps[-1] if steps else 1
+        needed = (math.prod(extents) - 1) * inner + 1  # up to the last element addressed
+        if self.offset + needed > base.numel():
+            return None
+        nested = base.narrow(0, self.offset, needed)[::inner].view(tuple(extents))
+        for axis, d in enumerate(order):
+            nested = nested.narrow(axis, 0, size[d])
+        # back to the placement's dim order; size-1 and stride-0 dims come back by unsqueeze
+        view = nested.permute(tuple(sorted(range(len(order)), key=lambda a: order[a])))
+        for d in range(len(size)):
+            if d not in kept:
+                view = view.unsqueeze(d)
+        return view.expand(*size) if any(s == 0 for s in stride) else view
 
     def is_whole_buffer(self) -> bool:
         """Contiguous at offset 0 over every element of the buffer."""
@@ -162,9 +196,12 @@ def zero_dim(t: torch.Tensor) -> Placement | None:
     return contiguous(t.reshape(-1)[0].clone())
 
 
-#: the layouts that change a shape, not a memory layout: all a device without observable
-#: storage is placed in (its other layouts would be the contiguous case again)
+#: the layouts that change a shape, not a memory layout
 SHAPE_LAYOUTS = ("contiguous", "zero_size", "zero_dim")
+#: what a device without observable storage is placed in: the shape layouts and a view made by
+#: view ops (`Placement.view_of`: transposed is `.transpose(-1, -2)` of a buffer laid out for
+#: it), as a model makes one; its other layouts are views by the same ops on another buffer
+STORAGELESS_LAYOUTS = (*SHAPE_LAYOUTS, "transposed")
 
 LAYOUTS: dict[str, Callable[[torch.Tensor], Placement | None]] = {
     "contiguous": contiguous,

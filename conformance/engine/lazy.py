@@ -10,7 +10,10 @@ same standard surface, used here and nowhere else:
   `torch.manual_seed`, 1 after `xm.set_rng_state`, and repeat bit for bit);
 - counters: `counter_names()` / `counter_value(name)` of `torch_xla.debug.metrics` or
   `torch._lazy.metrics`; `aten::<op>` counts every op that fell back to CPU, `UncachedCompile`
-  the graphs compiled, `ExecuteComputation` (torch_xla) the graphs executed.
+  the graphs compiled, `ExecuteComputation` (torch_xla) the graphs executed;
+- compile time: `metric_data("CompileTime")` of `torch_xla.debug.metrics` (count, total ns):
+  the time the backend spends compiling, told apart from the time its graphs run
+  (torch._lazy has no such metric: not measured there).
 
 Which runtime a backend has is read from its dispatch key (`XLA`, `Lazy`), never from a hook.
 """
@@ -25,6 +28,7 @@ from typing import Any
 FALLBACK_PREFIX = "aten::"
 COMPILES = "UncachedCompile"
 EXECUTIONS = "ExecuteComputation"
+COMPILE_TIME = "CompileTime"
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,18 @@ class LazyRuntime:
         """Run every pending graph (the device's sync point)."""
         self.sync_fn()
 
+    def compile_seconds(self) -> float | None:
+        """The time the runtime has spent compiling graphs in this process (None: it has no
+        such metric)."""
+        data = getattr(self.metrics, "metric_data", None)
+        if data is None:
+            return None
+        try:
+            sample = data(COMPILE_TIME)
+        except Exception:  # noqa: BLE001 - a runtime without the metric
+            return None
+        return float(sample[1]) / 1e9 if sample else 0.0
+
     def counts(self) -> Counts:
         m = self.metrics
         return Counts({n: int(m.counter_value(n) or 0) for n in m.counter_names()})
@@ -77,6 +93,11 @@ class LazyRuntime:
             f"{self.save_name}; "
             f"per case, ops that fell back to CPU from its '{FALLBACK_PREFIX}<op>' counters, "
             f"compilations from '{COMPILES}'"
+            + (
+                f", compile time from '{COMPILE_TIME}'"
+                if self.compile_seconds() is not None
+                else ", compile time not measured (no such metric)"
+            )
         )
 
 

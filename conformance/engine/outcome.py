@@ -51,6 +51,8 @@ class CaseOutcome:
     # a lazy device's own evidence: the ops its runtime counted as fallen back to CPU during
     # the device calls of the case (engine/lazy.py)
     fell_back: set[str] = field(default_factory=set)
+    # a lazy device's compile time during the case (its runtime's metric; None: not measured)
+    compile_seconds: float | None = None
     # what the case's mode records beyond the verdict (-sync: sync points, -compile: graphs)
     evidence: Any = None
     notes: list[str] = field(default_factory=list)  # what passing checks noted

@@ -98,6 +98,7 @@ def run_case(
     )
     outcome.context = ctx
     oracles.use_runtime_seed(backend.lazy.seed if backend.lazy is not None else None)
+    compiled_before = backend.lazy.compile_seconds() if backend.lazy is not None else None
     outcome.notes = ctx.notes  # the checks' notes on samples that passed
     watch = memory.MemoryWatch(backend)
     values_compared = 0
@@ -150,6 +151,8 @@ def run_case(
         except Mismatch as failure:
             outcome.failure = failure
     outcome.errors_only = outcome.samples > 0 and values_compared == 0
+    if compiled_before is not None and backend.lazy is not None:
+        outcome.compile_seconds = (backend.lazy.compile_seconds() or 0.0) - compiled_before
     if not outcome.samples and not outcome.unsupported and outcome.failure is None:
         outcome.skip_reason = outcome.not_applicable
     if foundations is not None:

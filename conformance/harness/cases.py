@@ -21,7 +21,7 @@ from conformance import samples
 from conformance.engine import coverage, discovery, workloads
 from conformance.engine.backend import Backend
 from conformance.engine.foundations import ORDER as FOUNDATION_ORDER
-from conformance.engine.layouts import SHAPE_LAYOUTS
+from conformance.engine.layouts import STORAGELESS_LAYOUTS
 from conformance.engine.modes import CaseRequest, ModeScope, selected
 from conformance.engine.modes.grad import GRAD
 from conformance.errors import ConformanceUsageError
@@ -297,8 +297,8 @@ class CaseList:
     ) -> list:
         spec = spec_for(overload)
         layouts = [lo for lo in self.options.layouts if spec.layouts is None or lo in spec.layouts]
-        if not self.backend.profile.storage.value:  # memory layouts cannot be observed: shapes only
-            layouts = [lo for lo in layouts if lo in SHAPE_LAYOUTS]
+        if not self.backend.profile.storage.value:  # no memory to lay out: shapes and a view
+            layouts = [lo for lo in layouts if lo in STORAGELESS_LAYOUTS]
         value_sets = [v for v in self.options.values if v != ORDINARY]
         if self.options.sizes == "none":
             value_sets = [v for v in value_sets if v != "sizes"]

@@ -77,8 +77,9 @@ STORAGELESS = (
     "storage: not observable on this device (a non-empty tensor's storage has no bytes or no "
     "data pointer: a lazy device); strides, storage offsets, memory around views and aliasing by "
     "pointer are not checked; values, dtype, shape, errors, version counters and in-place, out= "
-    "and view write-through (by value) are; layouts: contiguous, zero_size, zero_dim only (its "
-    "memory layouts cannot be observed; as_strided views are judged as the op as_strided)"
+    "and view write-through (by value) are; layouts: contiguous, zero_size, zero_dim and "
+    "transposed, a view made by view ops (narrow, view, permute), never as_strided (its memory "
+    "layouts cannot be observed; as_strided views are judged as the op as_strided)"
 )
 
 

@@ -270,6 +270,7 @@ def serve(
         from conformance.samples import guarded
 
         guarded.in_place()  # a crash here costs one case already (samples/guarded.py)
+        _die_with_parent()
         if forked:
             import torch
 
@@ -310,6 +311,19 @@ def serve(
     except BaseException:  # noqa: BLE001 - anything here must not run the parent's code
         code = 3
     os._exit(code)
+
+
+def _die_with_parent() -> None:
+    """Be killed when the process that owns this runner dies (Linux PR_SET_PDEATHSIG): a run
+    stopped by SIGTERM or a lost xdist worker must not leave a runner computing for minutes (a
+    torch_xla graph of 65,537 outputs compiled on for 20 minutes after its run ended)."""
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return  # not Linux: the runner ends when its command pipe closes
+    if os.getppid() != parent:  # the owner died before the request took effect
+        os._exit(3)
 
 
 def exercise_heap() -> None:

@@ -164,6 +164,7 @@ def write_summary(tr, s: Summary, terminal: Terminal) -> None:
         _xfails(tr, s.records)
     _not_failures(tr, s.records)
     _ran(tr, s.records)
+    _compile_time(tr, s.records)
     _findings(tr, s.records, s.findings)
     for note in s.notes:
         tr.write_line(note)
@@ -249,6 +250,25 @@ def _ran(tr, records: list[CaseRecord]) -> None:
     tr.write_line(
         f"ran (the lazy runtime's aten:: counters): {len(ran) - n} case(s) natively, {n} fell "
         f"back to CPU" + (f" ({len(fell)} op(s): {_names(sorted(fell))})" if fell else "")
+    )
+
+
+def _compile_time(tr, records: list[CaseRecord]) -> None:
+    """How much of the cases' time the backend spent compiling (its runtime's own metric, the
+    record's "compile_s"), and which ops compiled longest."""
+    timed = [r for r in records if isinstance(r.extra.get("compile_s"), int | float)]
+    if not timed:
+        return
+    compiling = sum(r.extra["compile_s"] for r in timed)
+    total = sum(r.duration or 0.0 for r in timed)
+    by_op: Counter[str] = Counter()
+    for r in timed:
+        by_op[r.op] += r.extra["compile_s"]
+    top = ", ".join(f"{op} {s:.1f} s" for op, s in by_op.most_common(3) if s >= 0.05)
+    share = f" ({100 * compiling / total:.0f} % of their {total:.0f} s)" if total else ""
+    tr.write_line(
+        f"compile time (the lazy runtime's CompileTime): {compiling:.1f} s in {len(timed)} "
+        f"case(s){share}" + (f"; longest: {top}" if top else "")
     )
 
 

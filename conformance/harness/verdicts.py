@@ -281,6 +281,8 @@ class CaseVerdicts:
             record.extra["ran"] = "fallback" if case.op in outcome.fell_back else "native"
             if outcome.fell_back:
                 record.extra["fell_back"] = sorted(outcome.fell_back)
+        if outcome.compile_seconds is not None:  # the backend's own time, not the case's
+            record.extra["compile_s"] = round(outcome.compile_seconds, 4)
         if outcome.blame_error:
             record.extra["blame"] = f"blame could not be computed: {outcome.blame_error}"
         return record

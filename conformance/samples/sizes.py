@@ -193,6 +193,8 @@ def plan(overload: str, call: Call) -> Plan | None:
             return None  # broadcasting operands: no one extent
         return Plan("pointwise", [(p, None) for p in same])
     d = _dim_arg(schema)
+    if d is not None and any(str(r.type).startswith("List[") for r in schema.returns):
+        return None  # unbind, split: the extent is a number of results (a graph of 65,537)
     dim = _value(call, schema, d) if d is not None else None
     if isinstance(dim, list | tuple):
         dim = dim[0] if len(dim) == 1 else None if not dim else dim

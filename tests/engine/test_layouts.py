@@ -54,3 +54,22 @@ def test_inapplicable_layouts_return_none():
 def test_unknown_layout_is_a_one_line_error():
     with pytest.raises(ConformanceUsageError, match="unknown layout.*valid: contiguous"):
         layouts.parse_layouts("contiguous,diagonal")
+
+
+@pytest.mark.parametrize("name", sorted(set(layouts.LAYOUTS) - {"zero_size"}))
+def test_every_layout_is_a_view_made_by_view_ops(name):
+    """Issue 45: on a device without storage a placement is made by view ops on the buffer
+    (never as_strided): the same values, and a write into the view lands in the buffer."""
+    placement = layouts.LAYOUTS[name](torch.arange(120.0).reshape(2, 3, 4, 5))
+    base = placement.base.clone()
+    view = placement.view_of(base)
+    assert view is not None
+    assert view.shape == placement.values().shape and torch.equal(view, placement.values())
+    # a chain of view ops, never a copy: the view shares the buffer's memory
+    assert view.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
+
+
+def test_a_transposed_placement_is_transposed_by_permute():
+    placement = layouts.LAYOUTS["transposed"](torch.arange(6.0).reshape(2, 3))
+    view = placement.view_of(placement.base.clone())
+    assert view.stride() == placement.stride and not view.is_contiguous()

@@ -66,13 +66,21 @@ def test_an_opaque_device_error_does_not_match_cpus_dtype_error(monkeypatch):
     assert "[other]" in out.failure.message and "raise RuntimeError" in out.failure.message
 
 
-def test_an_internal_check_where_cpu_refuses_too_is_both_refused_with_a_note(monkeypatch):
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Check failed: total_element_count == 6 (4 vs. 6)",
+        "Error while lowering: [] xla::cast, xla_shape=s64[5]{0}, dtype=Long, stype=Int",
+    ],
+)
+def test_an_internal_check_where_cpu_refuses_too_is_both_refused_with_a_note(monkeypatch, text):
     """torch_xla stops an invalid input at its own CHECK ("Check failed: total_element_count
-    == ..."): both sides refused; the text says nothing of the class, so no parity verdict, a
-    message-quality note instead (issue 45). Where CPU computes, the internal check fails."""
+    == ...") or fails to lower it: both sides refused; the text says nothing of the class, so
+    no parity verdict, a message-quality note instead (issue 45). Where CPU computes, the
+    internal check fails."""
 
     def xla_check(a):
-        raise RuntimeError("Check failed: total_element_count == 6 (4 vs. 6)")
+        raise RuntimeError(text)
 
     with monkeypatch.context() as patch:
         out = run(patch, "exp_", xla_check, [Call("exp_", (LONG,))])

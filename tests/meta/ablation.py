@@ -311,6 +311,8 @@ ABLATIONS: dict[str, Callable[[], None]] = {
         "IsolatedRunner._confirm",
         lambda f: lambda self, item, nextitem: None,
     ),
+    "runner-dies-with-owner": _off("conformance.harness.runners", "_die_with_parent"),
+    "unvectorised-nan": _off("conformance.engine.unvectorised", "fix_vectorised_nans"),
     "random-model-by-run-name": _patch(
         "conformance.engine.parametric",
         "model_of",

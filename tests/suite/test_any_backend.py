@@ -175,3 +175,49 @@ def test_header_says_what_the_fallback_path_cannot_prove(run_suite):
     assert "cleared by the first routed case (backend has no get_fallback_routes)" in checks
     assert "leaks: torch.accelerator.memory_allocated();" in checks  # no live_blocks here
     assert {r["path"] for r in run.results} == {"native", "fallback"}
+
+
+def test_a_runner_dies_with_the_process_that_owns_it(tmp_path):
+    """A run killed while a case hangs (SIGKILL: no cleanup runs) must not leave its runner
+    computing: on torch_xla one compiled on for 20 minutes after its run was stopped."""
+    import signal
+    import time
+
+    from tests.helpers import clean_env
+
+    args = ["--backend", "hang_backend", "--ops", "abs", "--dtypes", "float32"]
+    args += ["--layouts", "zero_size", "--paths", "native", "--values", "ordinary"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "--pyargs", "conformance",
+         *args, "--case-timeout", "120", "--results", str(tmp_path / "results")],
+        # the repository too: an ablation plugin (tests/meta/ablation.py) may ride on PYTEST_ADDOPTS
+        cwd=tmp_path, env=clean_env({"PYTHONPATH": os.pathsep.join([BACKENDS, str(REPO)])}),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+    def runners() -> list[int]:
+        out = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True)
+        return [int(p) for p in out.stdout.split()]
+
+    deadline = time.monotonic() + 120
+    while not runners() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    children = runners()
+    assert children, "no runner process started"
+    time.sleep(3)  # the runner is inside the hanging case
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    alive = children
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.2)
+        alive = [p for p in children if os.path.exists(f"/proc/{p}") and _not_zombie(p)]
+    assert not alive, f"runner(s) {alive} outlived the pytest process that owned them"
+
+
+def _not_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
