@@ -386,8 +386,8 @@ def _compare_gradient(
     if actual.shape != expected.shape or actual.dtype != expected.dtype:
         _compare("grad", what, actual, expected, scale, stats, 1.0)  # says what differs
         return
-    _settled(what, actual)
-    got = read_back(actual.detach()).to(torch.float64)
+    settled = _settled(what, actual)
+    got = (settled if settled is not None else read_back(actual.detach())).to(torch.float64)
     want = expected.detach().to(torch.float64)
     rtol, atol = tolerance(expected.dtype)  # the base: CPU's measured error replaces the op's
     allowed = atol + rtol * want.abs() + OWN_ERROR * own
@@ -417,17 +417,19 @@ def _compare_gradient(
     )
 
 
-def _settled(what: str, actual: torch.Tensor) -> None:
-    """On a device without storage (a lazy one), run `actual`'s pending graph first: an error
-    there (a backward that fails to lower) is the device's finding, not the suite's."""
+def _settled(what: str, actual: torch.Tensor) -> torch.Tensor | None:
+    """On a device without storage (a lazy one), run `actual`'s pending graph first and return
+    its values read back: an error there (a backward that fails to lower) is the device's
+    finding, not the suite's. None on other devices (nothing pending to run)."""
     from conformance.engine.transfer import has_storage, read_back
 
     if not actual.numel() or has_storage(actual):
-        return
+        return None
     try:
-        read_back(actual.detach())
+        return read_back(actual.detach())
     except Exception as exc:  # noqa: BLE001 - the device's own error when its graph runs
         _raised(f"{what}, when its graph ran", None, exc.with_traceback(None))
+        raise  # not reached: _raised always raises for a device error
 
 
 def _compare(

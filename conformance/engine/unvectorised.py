@@ -21,13 +21,9 @@ from torch.utils._pytree import tree_flatten, tree_map
 from conformance.engine import ieee
 from conformance.engine.checks import Outcome
 from conformance.engine.compare import unravel
-from conformance.engine.placing import PlacedCall
+from conformance.engine.placing import Materialized, PlacedCall
 
 MAX_ELEMENTS = 256  # NaN elements recomputed per sample (more: the reference is left alone)
-
-
-class _NotElementwise(Exception):
-    """An argument that does not broadcast to the output: no one-element call to make."""
 
 
 def fix_vectorised_nans(
@@ -39,6 +35,7 @@ def fix_vectorised_nans(
         return None
     leaves = [t for t in tree_flatten(expected.result)[0] if isinstance(t, torch.Tensor)]
     targets = [(i, t) for i, t in enumerate(leaves) if t.is_floating_point() and t.numel()]
+    fresh = placed.materialize("cpu")  # pristine inputs: each call gets clones of elements
     first = None
     fixed = 0
     for i, out in targets:
@@ -49,7 +46,7 @@ def fix_vectorised_nans(
             return None
         for flat in nans.tolist():
             index = tuple(unravel(flat, tuple(out.shape)))
-            value = _one_element(reference, placed, out.shape, index, i)
+            value = _one_element(reference, fresh, out.shape, index, i)
             if value is None or value != value:  # no call to make, or NaN there too
                 continue
             with torch.no_grad():
@@ -66,19 +63,15 @@ def fix_vectorised_nans(
 
 
 def _one_element(
-    reference: Any, placed: PlacedCall, shape: torch.Size, index: tuple[int, ...], leaf: int
+    reference: Any, fresh: Materialized, shape: torch.Size, index: tuple[int, ...], leaf: int
 ) -> float | None:
-    """Output `leaf` of a call on the element at `index` of every (broadcast) tensor argument."""
-    fresh = placed.materialize("cpu")
+    """Output `leaf` of a call on the element at `index` of every tensor argument of `fresh`,
+    broadcast to the output (an argument that does not broadcast: no call, None)."""
 
     def element(x: Any) -> Any:
         if not isinstance(x, torch.Tensor) or x.dim() == 0:
             return x
-        try:
-            whole = x.broadcast_to(shape)
-        except RuntimeError:
-            raise _NotElementwise from None
-        return whole[index].reshape(1).clone()
+        return x.broadcast_to(shape)[index].reshape(1).clone()
 
     try:
         args, kwargs = tree_map(element, fresh.args), tree_map(element, fresh.kwargs)
