@@ -20,6 +20,7 @@ lacks (`lacks_kernel`). Pure Python (no torch, no pytest); records are `CaseReco
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, NamedTuple
 
@@ -117,6 +118,12 @@ def _identity(record: CaseRecord) -> list[tuple[str, str]]:
     return sorted({p for p in pairs if len(p[0]) > 1}, key=lambda p: -len(p[0]))
 
 
+@functools.lru_cache(maxsize=4096)
+def _standalone(name: str) -> re.Pattern[str]:
+    """`name` as a word of its own (not inside another name), compiled once per name."""
+    return re.compile(rf"(?<![\w.]){re.escape(name)}(?![\w])")
+
+
 def normalise_message(message: str, record: CaseRecord | None = None) -> str:
     """The first line of ``message`` with what varies between cases of one cause masked:
     ``record``'s own id/op/layout, then addresses, shapes, dtype names and numbers."""
@@ -124,7 +131,8 @@ def normalise_message(message: str, record: CaseRecord | None = None) -> str:
     line = text.splitlines()[0] if text else ""
     if record is not None:
         for name, mask in _identity(record):
-            line = re.sub(rf"(?<![\w.]){re.escape(name)}(?![\w])", mask, line)
+            if name in line:  # most are not: no pattern to compile
+                line = _standalone(name).sub(mask, line)
     for pattern, repl in _MASKS:
         line = pattern.sub(repl, line)
     return " ".join(line.split())

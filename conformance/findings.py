@@ -266,11 +266,11 @@ _DIMENSIONS = (
 )
 
 
-def _factor(finding: Finding, passing: list[CaseRecord]) -> tuple[str, str, int] | None:
+def _factor(finding: Finding, passing: dict[str, list[CaseRecord]]) -> tuple[str, str, int] | None:
     """(dimension, value, how many other values of it pass in the same ops) for the first
-    dimension all the finding's cases share while the same ops pass with other values."""
-    ops = set(finding.ops)
-    same_ops = [r for r in passing if r.op_name in ops]
+    dimension all the finding's cases share while the same ops pass with other values
+    (`passing`: the passing records by op name)."""
+    same_ops = [r for op in dict.fromkeys(finding.ops) for r in passing.get(op, ())]
     for dim, _, attribute in _DIMENSIONS:
         values = {_text(getattr(c, attribute)) for c in finding.cases}
         if len(values) != 1:
@@ -294,10 +294,14 @@ def _describe(finding: Finding, factor: tuple[str, str, int] | None) -> str:
     )
 
 
-def _merge_by_factor(findings: list[Finding], passing: list[CaseRecord]) -> list[Finding]:
+def _merge_by_factor(findings: list[Finding], records: list[CaseRecord]) -> list[Finding]:
     """Merge findings of one failure class that share their distinguishing factor: the same op
     and check (messages that differ only in CPU's wording), or crashes without a culprit (glibc
-    notices one corruption in whatever op runs next). Blocked findings stay as they are."""
+    notices one corruption in whatever op runs next). Blocked findings stay as they are.
+    `records`: the passing ones."""
+    passing: dict[str, list[CaseRecord]] = {}
+    for r in records:
+        passing.setdefault(r.op_name, []).append(r)
     # one culprit, one finding, whatever the class glibc's first complaint suggested; crashes
     # with no other case to blame are grouped by class (one corruption, whichever op noticed)
     by_culprit: dict[tuple[object, ...], Finding] = {}

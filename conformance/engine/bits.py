@@ -78,7 +78,7 @@ def _compared(s: Sample) -> Iterator[tuple[str, torch.Tensor, torch.Tensor]]:
         if a.layout != torch.strided or e.layout != torch.strided:
             continue
         host = read_back(a)
-        yield name, host, flush_subnormals(e, host) if s.flushes_subnormals else e
+        yield name, host, flush_subnormals(e, host) if s.policy.flushes_subnormals else e
 
 
 def _same(a: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
@@ -98,7 +98,7 @@ def _first(mask: torch.Tensor, a: torch.Tensor, e: torch.Tensor) -> str:
     "(unless the manifest declares flushes_subnormals for the dtype)",
 )
 def check_subnormals(s: Sample) -> None:
-    if s.flushes_subnormals:
+    if s.policy.flushes_subnormals:
         return
     found = compared(s)
     for name, a, e in found:
@@ -212,8 +212,8 @@ def check_signed_zeros(s: Sample) -> None:
     "within one ulp of the correctly rounded result",
 )
 def check_rounding(s: Sample) -> None:
-    if s.exactness is None or not s.exactness.exact:
-        return
+    if s.exactness is None or not s.exactness.exact or s.policy.computes_in_dtype:
+        return  # a device that computes in the dtype rounds more than once: precision.py
     if not ieee.single_operation(s.schema, s.placed.call.args, s.placed.call.kwargs):
         return  # a multiply-add (alpha): not what the measurement judged
     ulp = s.exactness.rule == exactness.ULP
@@ -249,10 +249,7 @@ def _correctly_rounded(
     (exactness.FLOAT64_REFERENCES), else CPU's result. CPU itself rounds some operands first (a
     float64 scalar added to a float16 tensor is rounded to float16 before the sum); a device
     that does not is as right. All False where the float64 run fails or gives another shape."""
-    wide = s.scratch.get("float64")
-    if wide is None:
-        wide = s.scratch["float64"] = _float64_run(s, e.dtype)
-    w = wide.get(name)
+    w = float64_results(s, e.dtype).get(name)
     if w is None or w.shape != a.shape:
         return torch.zeros_like(a, dtype=torch.bool)
     rounded = w.to(e.dtype)
@@ -261,9 +258,17 @@ def _correctly_rounded(
     return _same(a, rounded)
 
 
-def _float64_run(s: Sample, result: torch.dtype) -> dict[str, torch.Tensor]:
+def float64_results(s: Sample, result: torch.dtype) -> dict[str, torch.Tensor]:
     """{name as `compared` names it: float64 result} of the op on CPU's inputs upcast (the
-    correctly rounded reference of a float64 op from exactness.FLOAT64_REFERENCES)."""
+    truth), run once per sample; empty where the run fails."""
+    if "float64" not in s.scratch:
+        s.scratch["float64"] = _float64_run(s, result)
+    return s.scratch["float64"]
+
+
+def _float64_run(s: Sample, result: torch.dtype) -> dict[str, torch.Tensor]:
+    """`float64_results` computed (the correctly rounded reference of a float64 op from
+    exactness.FLOAT64_REFERENCES where it has one)."""
     cpu = s.placed.materialize("cpu")
     reference = exactness.FLOAT64_REFERENCES.get(ieee.base(s.overload))
     if result == torch.float64 and reference is not None:

@@ -28,16 +28,15 @@ from conformance.engine.compare import (
     ErrorStats,
     Mismatch,
     Scale,
-    compare_tensor,
-    flush_subnormals,
     tolerance,
 )
 from conformance.engine.discovery import resolve
 from conformance.engine.exactness import Exactness
 from conformance.engine.lazy import LazyRuntime
 from conformance.engine.placing import Materialized, PlacedCall
+from conformance.engine.precision import DtypePolicy, compare_result
 from conformance.engine.spec import OpSpec
-from conformance.engine.transfer import has_storage, read_back
+from conformance.engine.transfer import has_storage, read_back, same_tensor
 
 
 class Unsupported(Mismatch):
@@ -125,7 +124,7 @@ class Sample:
     layout_free_bumps: frozenset[str] | None = None
     redraws: list[Redraw] = field(default_factory=list)  # random ops: further runs (redrawn())
     exactness: Exactness | None = None  # CPU's result is exact (engine/exactness.py)
-    flushes_subnormals: bool = False  # the manifest declares it for the sample's dtype
+    policy: DtypePolicy = DtypePolicy()  # the manifest's declarations for the sample's dtype
     scratch: dict[str, Any] = field(default_factory=dict)  # what checks share (read-backs)
     notes: list[str] = field(default_factory=list)  # what a passing check has to say (the case's)
 
@@ -451,17 +450,16 @@ def check_outputs(s: Sample) -> None:
                     f"{name}: a non-empty tensor ({a.numel()} elements) without observable "
                     "storage (no bytes or no data pointer) on a device whose tensors have it",
                 )
-            e = flush_subnormals(e, read_back(a)) if s.flushes_subnormals else e
-            own_arg = any(a is view for _, _, view in s.dev.bases)  # e.g. _copy_from's dst
-            compare_tensor(
+            # e.g. _copy_from's dst (on a lazy device: dst wrapped by functionalization)
+            own_arg = any(same_tensor(a, view) for _, _, view in s.dev.bases)
+            compare_result(
+                s,
                 name,
                 a,
                 e,
                 device_type=a.device.type if own_arg else backend.device_type,
                 check_strides=spec.check_strides and backend.profile.storage.value,
                 check_values=values and not s.nondeterministic,
-                tol_scale=spec.tol_scale,
-                stats=stats,
             )
             if values and s.nondeterministic:
                 more = redrawn(s, lambda r, i=i: r.outputs[i])

@@ -14,6 +14,7 @@ from conformance.engine.compare import ErrorStats, Mismatch
 from conformance.engine.exactness import Exactness
 from conformance.engine.foundations import Probe
 from conformance.engine.placing import PlacedCall
+from conformance.engine.precision import DtypePolicy
 from conformance.engine.spec import OpSpec
 
 
@@ -72,6 +73,6 @@ class RunContext:
     nondeterministic: bool
     mode: SampleMode  # how a sample runs (engine/modes/: the forward call, -grad, ...)
     exactness: Exactness | None = None  # CPU's result is exact: the rounding check applies
-    flushes_subnormals: bool = False  # declared by the manifest for the case's dtype
+    policy: DtypePolicy = DtypePolicy()  # the manifest's declarations for the case's dtype
     evidence: bool = False  # tolerances from CPU's own error per sample (engine/evidence.py)
     notes: list[str] = field(default_factory=list)  # what passing checks noted (the record's)

@@ -29,7 +29,9 @@ from conformance.engine.foundations import Blame, Foundations
 from conformance.engine.modes import CaseMode
 from conformance.engine.outcome import CaseOutcome, RunContext
 from conformance.engine.placing import PlacedCall, place
+from conformance.engine.precision import DtypePolicy
 from conformance.engine.spec import OpSpec
+from conformance.engine.transfer import LazyRunError
 
 __all__ = ("CaseOutcome", "RunContext", "blame", "placed_calls", "run_case")
 
@@ -47,7 +49,7 @@ def run_case(
     mode: CaseMode | str = "",
     placements: list[PlacedCall] | None = None,
     exactness: Exactness | None = None,
-    flushes_subnormals: bool = False,
+    policy: DtypePolicy | None = None,
     evidence: bool = False,
 ) -> CaseOutcome:
     """Run every sample of the case; stop at the first failed check.
@@ -58,7 +60,8 @@ def run_case(
     name: the plain forward call, "grad" compares gradients, "inference" runs the samples on
     inference tensors inside `torch.inference_mode()`, ...).
     `exactness`: whether CPU's result of (overload, dtype) is exact (engine/exactness.py);
-    `flushes_subnormals`: the manifest says the device flushes them in this dtype;
+    `policy`: what the manifest declares of the device's arithmetic in the case's dtype
+    (engine/precision.py: flushes subnormals, computes in the dtype);
     `evidence`: each sample's tolerance is CPU's own error against float64 (engine/evidence.py:
     the -sizes cases).
     `placements`: `placed_calls(calls, layout, ...)` computed earlier (the cases of one overload,
@@ -93,7 +96,7 @@ def run_case(
         nondeterministic,
         mode,
         exactness,
-        flushes_subnormals,
+        policy or DtypePolicy(),
         evidence,
     )
     outcome.context = ctx
@@ -121,6 +124,12 @@ def run_case(
                 outcome.failed_sample, outcome.failed_call = placed.signature(), placed
         except Mismatch as exc:
             failure = exc
+        except LazyRunError as exc:  # the device's graph failed when a result was read
+            failure = Mismatch(
+                "error",
+                f"the device raised when a result it returned was read back (its pending graph "
+                f"ran there); cpu computes: {exc}",
+            )
         except Exception as exc:  # the checks themselves broke: report, do not hide
             failure = Mismatch(
                 "harness",

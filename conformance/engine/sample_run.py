@@ -181,7 +181,7 @@ def run_sample(
             torch_bug=bug,
             layout_free_bumps=free.bumped if free is not None else None,
             exactness=ctx.exactness,
-            flushes_subnormals=ctx.flushes_subnormals,
+            policy=ctx.policy,
             notes=ctx.notes,
         )
 

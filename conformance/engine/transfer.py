@@ -39,6 +39,24 @@ def has_storage(t: torch.Tensor) -> bool:
         return False
 
 
+def plain(t: torch.Tensor) -> torch.Tensor:
+    """`t` without functionalization's wrapper: a lazy device's op that writes a CPU argument
+    (torch_xla's `_copy_from` into a CPU dst) returns the argument wrapped as a functional
+    tensor, which plain CPU ops refuse to mix with ("mutating a non-functional tensor with a
+    functional tensor"); its values and storage are the argument's."""
+    if t.device.type == "cpu" and torch._is_functional_tensor(t):
+        return torch._from_functional_tensor(t)
+    return t
+
+
+def same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether `a` is `b`, or `b` wrapped by functionalization (`plain`)."""
+    if a is b:
+        return True
+    inner = plain(a)
+    return inner is not a and inner.data_ptr() == b.data_ptr() and inner.shape == b.shape
+
+
 def to_device(flat: torch.Tensor, device: torch.device | str) -> torch.Tensor:
     """A contiguous device copy of the contiguous CPU tensor `flat` (storage offset 0)."""
     out = torch.empty(flat.shape, dtype=flat.dtype, device=device)
@@ -53,7 +71,7 @@ def to_host(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     (functionalization refuses it), so its values are taken with `.to("cpu")`."""
     dtype = t.dtype if dtype is None else dtype
     if t.device.type != "cpu" and not has_storage(t):
-        return t.detach().to("cpu").to(dtype)
+        return lazy_values(t).to(dtype)
     host = torch.empty(t.shape, dtype=dtype)
     host.copy_(t.detach())
     return host
@@ -84,7 +102,7 @@ def read_storage(t: torch.Tensor) -> torch.Tensor:
     `.cpu()`: for a tensor that is its whole buffer (as the harness places them) that is the
     buffer's contents, the best a lazy device lets anyone observe."""
     if t.numel() and t.device.type != "cpu" and not has_storage(t):
-        return t.detach().cpu().reshape(-1)
+        return lazy_values(t).reshape(-1)
     n = storage_elements(t)
     if n == 0:
         return torch.empty(0, dtype=t.dtype)
@@ -102,6 +120,21 @@ def read_storage(t: torch.Tensor) -> torch.Tensor:
     return host
 
 
+class LazyRunError(RuntimeError):
+    """A storage-less (lazy) device raised while a tensor it returned was read back: its pending
+    graph ran there, so the error is the device's, surfacing late (engine/runner.py records it
+    as the case's `error` finding, never the harness's)."""
+
+
+def lazy_values(t: torch.Tensor) -> torch.Tensor:
+    """`t.cpu()` of a tensor without observable storage; its failure is `LazyRunError`."""
+    try:
+        return t.detach().cpu()
+    except (RuntimeError, NotImplementedError, ValueError) as exc:
+        text = str(exc).strip().splitlines()
+        raise LazyRunError(f"{type(exc).__name__}: {text[0][:200] if text else ''}") from None
+
+
 class ReadBackError(RuntimeError):
     """The whole-storage copy of a device result failed: nothing was compared (the case is an
     `error` of the harness, blamed on the broken copy if a probe finds one)."""
@@ -115,11 +148,11 @@ def read_back(t: torch.Tensor) -> torch.Tensor:
     read with the backend's own `t.cpu()`; a failed copy of a storage raises `ReadBackError`,
     never falls back to the backend's strided copy."""
     if t.device.type == "cpu":
-        return t
+        return plain(t)
     if t.layout != torch.strided or t.is_quantized:  # no single storage of plain elements
         return t.detach().cpu()
     if not has_storage(t):  # opaque, a lazy device's (or empty): values only
-        return t.detach().cpu()
+        return lazy_values(t)
     try:
         host = read_storage(t)
     except (RuntimeError, NotImplementedError) as exc:

@@ -16,12 +16,11 @@ from conformance.engine.checks import Sample, redrawn, returned, sample_check, v
 from conformance.engine.compare import (
     ErrorStats,
     Mismatch,
-    compare_tensor,
     compare_values,
     errors,
-    flush_subnormals,
 )
 from conformance.engine.errorclass import first_line
+from conformance.engine.precision import compare_result
 from conformance.engine.spec import OpSpec
 from conformance.engine.transfer import read_back, read_storage
 
@@ -62,16 +61,10 @@ def check_written(s: Sample) -> None:
             more = redrawn(s, lambda r, j=j: r.written[j])
             oracles.compare_random(leaf.arg, read_back(view), cview, spec.tol_scale, stats, more)
         elif spec.check_values:
-            compare_tensor(
-                leaf.arg,
-                view,
-                flush_subnormals(cview, read_back(view)) if s.flushes_subnormals else cview,
-                device_type=view.device.type,
-                check_strides=False,
+            compare_result(
+                s, leaf.arg, view, cview, device_type=view.device.type, check_strides=False,
                 check_values=True,
-                tol_scale=spec.tol_scale,
-                stats=stats,
-            )
+            )  # fmt: skip
         if cview.untyped_storage()._cdata != cbase.untyped_storage()._cdata:
             continue  # CPU pointed it at other memory (set_): the view's values were compared
         inside = spec.check_values and not s.nondeterministic

@@ -6,7 +6,7 @@ applies to the case the run collects."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import torch
@@ -16,6 +16,7 @@ from conformance.engine.backend import Backend
 from conformance.engine.exactness import Exactness
 from conformance.engine.modes import mode_of
 from conformance.engine.placing import PlacedCall
+from conformance.engine.precision import DtypePolicy
 from conformance.engine.runner import CaseOutcome, run_case
 from conformance.harness.sampling import RunSamples
 from conformance.ops import spec_for
@@ -50,7 +51,8 @@ class CaseWork:
     samples: RunSamples
     registered: Collection[str]  # overloads with a kernel of the backend (routed on 'fallback')
     strict_errors: bool = False
-    flushes_subnormals: Collection[str] = ()  # dtypes the manifest declares flushing
+    # what the manifest declares of the device's arithmetic in a dtype (flush, compute width)
+    policy: Callable[[str], DtypePolicy] = lambda _dtype: DtypePolicy()
 
     def placements(self, case: CaseId) -> tuple[list, list[PlacedCall]]:
         """(calls, placed calls) of the case; SampleError when building them fails."""
@@ -97,6 +99,6 @@ class CaseWork:
             mode=mode_of(case.values),
             placements=placed,
             exactness=self.exactness(case),
-            flushes_subnormals=case.dtype in self.flushes_subnormals,
+            policy=self.policy(case.dtype),
             evidence=case.values in EVIDENCE_SETS,
         )

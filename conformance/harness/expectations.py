@@ -2,6 +2,7 @@
 
     unsupported_dtypes = ["float64"]        # optional: the device has no kernels in these dtypes
     flushes_subnormals = ["float32"]        # optional: the device flushes subnormals to zero
+    computes_in_dtype = ["bfloat16"]        # optional: it computes half precision in itself
 
     [[entry]]
     pattern = "sum.dim_IntList-float16-*"   # fnmatch over the case id (the part in [...]),
@@ -31,6 +32,12 @@ declaration is reported at the end of a full run when no case of the dtype was u
 `flushes_subnormals = ["float32", ...]`: the device flushes subnormal results to zero in those
 dtypes (FTZ, common on accelerators). Undeclared, a flushed subnormal fails with check
 `subnormal`; declared, the device is judged against CPU's results with subnormals flushed.
+`computes_in_dtype = ["float16", "bfloat16"]`: the device computes those dtypes in the dtype
+itself, without float32 intermediates (half-precision units; XLA's reduced-precision lowering).
+Undeclared, a few ulps against CPU (which computes them in float32 and rounds once) fail with
+`values` or `rounding`; declared, values beyond the tolerance are judged against the float64
+result with the dtype's own accuracy (engine/precision.py), and a case that passes only so
+carries a note.
 `python -m conformance.measure.baseline RESULTS` writes such a manifest from a run.
 """
 
@@ -39,6 +46,7 @@ from __future__ import annotations
 import fnmatch
 import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import tomllib
 
@@ -46,12 +54,16 @@ from conformance.errors import ConformanceUsageError
 from conformance.harness.options import ALL_DTYPES
 from conformance.record import CaseId
 
+if TYPE_CHECKING:
+    from conformance.engine.precision import DtypePolicy
+
 STATUSES = ("xfail", "unsupported", "skip", "crash")
 SCENARIO = "scenario:"  # how a pattern names a scenario (conformance/scenarios)
 CATEGORIES = ("backend-bug", "torch-bug", "unsupported", "flaky", "harness")
 KEYS = frozenset({"pattern", "status", "category", "reason", "link", "allocator", "check"})
-TOP_LEVEL = frozenset({"entry", "unsupported_dtypes", "flushes_subnormals"})
+TOP_LEVEL = frozenset({"entry", "unsupported_dtypes", "flushes_subnormals", "computes_in_dtype"})
 FLOATS = ("float16", "bfloat16", "float32", "float64")  # the dtypes that have subnormals
+HALF = ("float16", "bfloat16")  # the dtypes a device may compute in themselves
 
 
 @dataclass
@@ -96,6 +108,16 @@ class Manifest:
     files: list[str] = field(default_factory=list)
     unsupported_dtypes: dict[str, str] = field(default_factory=dict)  # dtype -> "file:line"
     flushes_subnormals: dict[str, str] = field(default_factory=dict)  # dtype -> "file:line"
+    computes_in_dtype: dict[str, str] = field(default_factory=dict)  # dtype -> "file:line"
+
+    def policy(self, dtype: str) -> DtypePolicy:
+        """What the manifest declares of the device's arithmetic in `dtype` (a case's)."""
+        from conformance.engine.precision import DtypePolicy
+
+        return DtypePolicy(
+            flushes_subnormals=dtype in self.flushes_subnormals,
+            computes_in_dtype=dtype in self.computes_in_dtype,
+        )
 
     def match(self, case_id: str, allocator: str = "") -> Entry | None:
         for entry in self.entries:
@@ -153,11 +175,16 @@ def load_manifest(paths: list[str]) -> Manifest:
         if unknown_tables:
             raise ConformanceUsageError(
                 f"{path}: unknown top-level key(s) {sorted(unknown_tables)}; use [[entry]] tables "
-                "(or unsupported_dtypes = [...], flushes_subnormals = [...])"
+                "(or unsupported_dtypes = [...], flushes_subnormals = [...], "
+                "computes_in_dtype = [...])"
             )
         for item in data.get("entry", []):
             manifest.entries.append(_entry(path, text, item))
-        for key, allowed in (("unsupported_dtypes", ALL_DTYPES), ("flushes_subnormals", FLOATS)):
+        for key, allowed in (
+            ("unsupported_dtypes", ALL_DTYPES),
+            ("flushes_subnormals", FLOATS),
+            ("computes_in_dtype", HALF),
+        ):
             for dtype in _dtypes(path, data.get(key, []), key, allowed):
                 getattr(manifest, key)[dtype] = f"{path}:{_line_of(text, key)}"
         manifest.files.append(path)

@@ -89,6 +89,7 @@ def relies_on(suite: Suite) -> dict[str, str]:
     b = suite.backend
     memory = [h for h in ("check_memory", "live_blocks") if b.hook(h) is not None]
     flushes = suite.manifest.flushes_subnormals
+    in_dtype = suite.manifest.computes_in_dtype
     return {
         "reading and placing": RELIES_ON,
         "identity": "torch._C._AutoDispatchBelowADInplaceOrView (the kernel's own return)"
@@ -114,6 +115,16 @@ def relies_on(suite: Suite) -> dict[str, str]:
             "flushes subnormals as declared: " + ", ".join(sorted(flushes))
             if flushes
             else "no flush of subnormals declared (manifest flushes_subnormals)"
+        )
+        + "; "
+        + (
+            "computes in the dtype itself as declared: "
+            + ", ".join(sorted(in_dtype))
+            + " (values beyond the tolerance judged against the float64 result with the "
+            "dtype's own accuracy, engine/precision.py; no rounding check; a note where that "
+            "was needed)"
+            if in_dtype
+            else "half precision computed in float32 as on CPU (manifest computes_in_dtype)"
         ),
         "sizes, arguments, models": "-sizes, -arguments and -models samples judged by CPU's own "
         "error against the call in float64 (engine/evidence.py), not the op's tolerance; "

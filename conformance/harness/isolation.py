@@ -190,8 +190,12 @@ class IsolatedRunner:
             _report_crash(self.run, item, status, log, None)
             return
         alone = self._confirm(item, nextitem)
-        if alone is None:
-            own = "it crashes alone in a fresh process too: its own crash"
+        if alone.end != "finished":
+            own = (
+                "alone in a fresh process it hangs past the time limit: its own failure"
+                if alone.end == "hung"
+                else "it crashes alone in a fresh process too: its own crash"
+            )
             _report_crash(self.run, item, status, log, Culprit(None, own))
             return
         culprit = self.culprits.search(item, history)
@@ -207,9 +211,9 @@ class IsolatedRunner:
         )
         alone.log(item)
 
-    def _confirm(self, item: pytest.Item, nextitem: pytest.Item | None) -> Attempt | None:
+    def _confirm(self, item: pytest.Item, nextitem: pytest.Item | None) -> Attempt:
         """The case run again alone in a fresh runner, before a crash is recorded as its own:
-        its finished attempt, or None if it dies (or hangs) there too."""
+        its attempt (`end` "finished", or "died"/"hung" there too)."""
         process = self.start()
         attempt = Attempt(end="died")
         try:
@@ -218,7 +222,7 @@ class IsolatedRunner:
             if attempt.end == "hung":
                 process.stop()
             process.close()
-        return attempt if attempt.end == "finished" else None
+        return attempt
 
     def _never_started(self, item: pytest.Item, how: str, detail: str) -> None:
         """The runner never got to the case: a harness failure, not a verdict on any case."""

@@ -68,7 +68,7 @@ class CaseVerdicts:
             samples,
             self.registered,
             options.strict_errors,
-            expectations.manifest.flushes_subnormals,
+            expectations.manifest.policy,
         )
 
     def run(self, case: CaseId, item: pytest.Item) -> None:

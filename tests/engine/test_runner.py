@@ -166,3 +166,35 @@ def test_path_check_proves_which_path_ran(path, counts_native, message):
     out = runner.run_case(backend, "abs", OpSpec("abs"), calls, "contiguous", path, route=True)
     assert out.failure is not None and out.failure.check == "path", out.failure
     assert message in out.failure.message
+
+
+def test_a_lazy_device_failing_when_its_result_is_read_is_its_error(monkeypatch):
+    """torch_xla raises some errors only when a result's pending graph runs, at the read: that is
+    the device's `error` finding, never "[harness] the suite failed while checking"."""
+    from conformance.engine import compare
+    from conformance.engine.transfer import LazyRunError
+
+    text = "RuntimeError: Executable expected parameter 0 of size 1000 but got buffer of size 500"
+
+    def read_fails(t: torch.Tensor) -> torch.Tensor:
+        raise LazyRunError(text)
+
+    monkeypatch.setattr(compare, "read_back", read_fails)
+    out = _run(monkeypatch, "add.Tensor", None, ADD)
+    assert out.failure.check == "error", out.failure.message
+    assert "raised when a result it returned was read back" in out.failure.message
+    assert text in out.failure.message
+
+
+def test_a_cpu_argument_returned_wrapped_by_functionalization_is_read_as_itself():
+    """torch_xla's `_copy_from` into a CPU dst returns dst wrapped as a functional tensor; plain
+    CPU ops refuse to mix with it (an INTERNAL ASSERT), so the harness reads and names it as dst."""
+    from conformance.engine.transfer import plain, read_back, same_tensor
+
+    dst = torch.arange(6.0).reshape(2, 3)
+    wrapped = torch._to_functional_tensor(dst)
+    assert plain(wrapped) is dst and same_tensor(wrapped, dst)
+    assert not same_tensor(wrapped, dst.clone()) and plain(dst) is dst
+    back = read_back(wrapped)
+    assert not torch._is_functional_tensor(back) and torch.equal(back, dst)
+    assert bool(((back == 0) | (dst > 0)).all())  # mixes with plain CPU tensors

@@ -41,6 +41,13 @@ def _patch(module: str, attr: str, value_of: Callable[[object], object]) -> Call
     return off
 
 
+def _died() -> object:
+    """A confirmation run that died too (crash confirmation ablated)."""
+    from conformance.harness.isolation import Attempt
+
+    return Attempt(end="died")
+
+
 def _off(module: str, attr: str) -> Callable[[], None]:
     """`module.attr` (a function or method) does nothing and returns None."""
     return _patch(module, attr, lambda f: lambda *a, **k: None)
@@ -309,10 +316,18 @@ ABLATIONS: dict[str, Callable[[], None]] = {
     "crash-confirmation": _patch(
         "conformance.harness.isolation",
         "IsolatedRunner._confirm",
-        lambda f: lambda self, item, nextitem: None,
+        lambda f: lambda self, item, nextitem: _died(),
     ),
     "runner-dies-with-owner": _off("conformance.harness.runners", "_die_with_parent"),
     "unvectorised-nan": _off("conformance.engine.unvectorised", "fix_vectorised_nans"),
+    # a declared half-precision computation judged by nothing (passes whatever the values)
+    "computes-in-dtype-bound": _off("conformance.engine.precision", "_judge_in_dtype"),
+    # the declaration ignored: half values judged as computed in float32
+    "computes-in-dtype-declared": _patch(
+        "conformance.engine.precision",
+        "DtypePolicy.in_dtype",
+        lambda f: lambda self, dtype: False,
+    ),
     "random-model-by-run-name": _patch(
         "conformance.engine.parametric",
         "model_of",

@@ -1,0 +1,137 @@
+"""What a manifest declares about a device's arithmetic in one dtype, and how it moves the verdict.
+
+`DtypePolicy` is the case's share of the manifest's dtype lists (harness/expectations.py):
+
+- `flushes_subnormals` (float16 .. float64): the device flushes subnormal results to zero (FTZ).
+  Its values are judged against CPU's with subnormals flushed (`compare.flush_subnormals`); the
+  `subnormal` check is silent for the dtype.
+- `computes_in_dtype` (float16, bfloat16): the device computes the dtype in the dtype itself, with
+  no float32 "opmath" (half-precision units, XLA's reduced-precision lowering). CPU computes those
+  dtypes in float32 and rounds once, so a few ulps between the two are policy, not a bug. Where
+  the device's values are beyond the dtype's tolerance against CPU's, they are judged against the
+  float64 result of the op (the truth: CPU's inputs upcast, `bits.float64_results`) with the
+  dtype's own accuracy: the dtype's tolerance (as the op's spec widens it) plus `ROUNDINGS`
+  roundings in the dtype at the scale of the computation (eps times the largest |value| among
+  the sample's floating inputs and the result). A few steps rounded in the dtype stay within
+  that, cancellation included (addcmul of operands near 1 whose result is near 0); a kernel
+  that is wrong, or a long sum accumulated in the dtype, does not: that is a finding.
+  A case that passes only by that says so in a note ("[note] values computed in float16 ..."):
+  never a silent pass. The `rounding` check, which presumes one rounding from a wider
+  computation, is silent for the dtype. Gradients are not covered: they are judged as on any
+  device (engine/gradients.py), and a backward computed in half shows as `grad` failures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from conformance.engine.compare import (
+    Mismatch,
+    compare_tensor,
+    flush_subnormals,
+    tolerance,
+    unravel,
+)
+from conformance.engine.transfer import read_back
+
+if TYPE_CHECKING:
+    from conformance.engine.checks import Sample
+
+#: the dtypes a device may declare it computes in themselves
+HALF = (torch.float16, torch.bfloat16)
+#: roundings in the dtype a result computed in it may carry, at the scale of its operands
+ROUNDINGS = 4
+
+
+@dataclass(frozen=True)
+class DtypePolicy:
+    """The manifest's declarations for one case's dtype."""
+
+    flushes_subnormals: bool = False
+    computes_in_dtype: bool = False
+
+    def in_dtype(self, dtype: torch.dtype) -> bool:
+        """Whether values of `dtype` are judged as computed in the dtype itself."""
+        return self.computes_in_dtype and dtype in HALF
+
+
+def compare_result(
+    s: Sample,
+    name: str,
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    *,
+    device_type: str,
+    check_strides: bool,
+    check_values: bool,
+) -> None:
+    """`compare.compare_tensor` of one device tensor (an output, a written argument) under the
+    case's policy: CPU's values flushed where the device flushes subnormals; values beyond the
+    tolerance judged again against the float64 truth where the device computes in the dtype."""
+    policy: DtypePolicy = s.policy
+    if policy.flushes_subnormals:
+        expected = flush_subnormals(expected, read_back(actual))
+    try:
+        compare_tensor(
+            name,
+            actual,
+            expected,
+            device_type=device_type,
+            check_strides=check_strides,
+            check_values=check_values,
+            tol_scale=s.spec.tol_scale,
+            stats=s.stats,
+        )
+    except Mismatch as m:
+        if m.check != "values" or not policy.in_dtype(expected.dtype):
+            raise
+        _judge_in_dtype(s, name, read_back(actual), expected)
+
+
+def _judge_in_dtype(s: Sample, name: str, got: torch.Tensor, cpu: torch.Tensor) -> None:
+    """Values the device computed in their own half dtype, against the float64 truth with that
+    dtype's own accuracy (the module docstring); a pass says so in a note."""
+    from conformance.engine.bits import float64_results
+
+    dtype, short = cpu.dtype, str(cpu.dtype).removeprefix("torch.")
+    truth = float64_results(s, dtype).get(name)
+    basis = "the float64 result"
+    if truth is None or truth.shape != cpu.shape:
+        truth, basis = cpu, "cpu's result"
+    want, have = truth.to(torch.float64), got.to(torch.float64)
+    rtol, atol = tolerance(dtype, s.spec.tol_scale)
+    scale = _magnitude([want, *(b for _, b, _ in s.cpu.bases if b.is_floating_point())])
+    slack = ROUNDINGS * torch.finfo(dtype).eps * scale
+    ok = ((have - want).abs() <= atol + rtol * want.abs() + slack) | (have == want)
+    ok |= have.isnan() & want.isnan()
+    if bool(ok.all()):
+        s.notes.append(
+            f"values computed in {short} (manifest computes_in_dtype): beyond cpu's {short} "
+            f"tolerance, within {ROUNDINGS} roundings in {short} of {basis}"
+        )
+        return
+    bad = (~ok).reshape(-1)
+    first = int(bad.nonzero()[0, 0])
+    at = unravel(first, tuple(cpu.shape))
+    raise Mismatch(
+        "values",
+        f"{name}: {int(bad.sum())}/{bad.numel()} elements differ from {basis} by more than "
+        f"{short}'s own accuracy (rtol {rtol:g}, atol {atol:g}, plus {ROUNDINGS} roundings in "
+        f"{short} at the operands' scale {scale:.3g}: {slack:.3g}), though the manifest says "
+        f"the device computes in {short}; first at {at}: device "
+        f"{have.reshape(-1)[first].item()!r} vs {want.reshape(-1)[first].item()!r} "
+        f"(cpu {cpu.reshape(-1)[first].item()!r})",
+    )
+
+
+def _magnitude(tensors: list[torch.Tensor]) -> float:
+    """The largest finite |value| among `tensors`: the scale a computation's roundings work at."""
+    found = 0.0
+    for t in tensors:
+        finite = t[torch.isfinite(t)] if t.numel() else t
+        if finite.numel():
+            found = max(found, float(finite.abs().max()))
+    return found
