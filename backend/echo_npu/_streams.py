@@ -11,6 +11,7 @@ fence reads stale data every time.
 from __future__ import annotations
 
 import atexit
+import os
 
 import torch
 
@@ -25,7 +26,10 @@ def configure(asynchronous: bool, delays: list[tuple[str, str, int]]) -> None:
     for scope, kind, micros in delays:
         _C.set_delay(kind, micros, 0, _SCOPES[scope])
     if asynchronous:
-        atexit.register(_C.synchronize)  # no worker runs while the interpreter tears down
+        atexit.register(_C.drain)  # no worker runs while the interpreter tears down
+        # a forked child has no workers: nothing may be queued when Python forks (here, before
+        # the C-level fork handlers, which must not wait or allocate)
+        os.register_at_fork(before=_C.drain)
 
 
 def is_async() -> bool:

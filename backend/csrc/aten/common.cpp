@@ -19,6 +19,7 @@
 #include <ATen/ops/sum.h>
 #include <ATen/ops/zeros_like.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/util/accumulate.h>
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
 #endif
@@ -465,9 +466,18 @@ at::Tensor finish(const at::Tensor& r, const at::Tensor& meta, c10::Device dev) 
   return o;
 }
 
+const at::Tensor& resize_on_host(const at::Tensor& t, at::IntArrayRef sizes,
+                                 std::optional<at::MemoryFormat> mf) {
+  const int64_t numel = c10::multiply_integers(sizes);
+  const size_t need = static_cast<size_t>(t.storage_offset() + numel) * t.itemsize();
+  if (enpuGetAsync() && t.device().is_privateuseone() && need > t.storage().nbytes())
+    sync_for_host(t.device());
+  return at::native::resize_(t, sizes, mf);
+}
+
 void resize_out_like(const at::Tensor& out, const at::Tensor& meta_out) {
   if (out.sizes() == meta_out.sizes()) return;
-  at::native::resize_(out, meta_out.sizes(), std::nullopt);
+  resize_on_host(out, meta_out.sizes());
   if (out.strides() != meta_out.strides())
     out.unsafeGetTensorImpl()->set_sizes_and_strides(meta_out.sizes(), meta_out.strides());
 }

@@ -99,6 +99,10 @@ void copy_any(const at::Tensor& dst, const at::Tensor& src, bool allow_offset_fa
               bool non_blocking = false);
 // A functional result: contiguous r relaid out into meta's strides/dtype if they differ.
 at::Tensor finish(const at::Tensor& r, const at::Tensor& meta, c10::Device dev);
+// at::native::resize_ (CPU's) on a device tensor: growing its storage copies the old bytes on
+// the host, so queued work on them is waited for first.
+const at::Tensor& resize_on_host(const at::Tensor& t, at::IntArrayRef sizes,
+                                 std::optional<at::MemoryFormat> mf = std::nullopt);
 // Resize out (already checked by a meta out= call) to meta_out's sizes and strides.
 void resize_out_like(const at::Tensor& out, const at::Tensor& meta_out);
 // Bytes of one element of dtype holding v (checked conversion like CPU fill_).

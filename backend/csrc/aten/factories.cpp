@@ -92,7 +92,7 @@ const Tensor& resize_(const Tensor& self, at::IntArrayRef size,
       storage->set_nbytes(need);
     }
   }
-  return at::native::resize_(self, size, mf);
+  return resize_on_host(self, size, mf);
 }
 
 Tensor& set__source_Storage(Tensor& self, at::Storage src) {
@@ -132,7 +132,7 @@ Tensor _copy_from(const Tensor& self, const Tensor& dst, bool non_blocking) {
 
 Tensor _copy_from_and_resize(const Tensor& self, const Tensor& dst) {
   OpScope s("_copy_from_and_resize");
-  if (dst.sizes() != self.sizes()) at::native::resize_(dst, self.sizes(), std::nullopt);
+  if (dst.sizes() != self.sizes()) resize_on_host(dst, self.sizes());
   copy_any(dst, self, /*allow_offset_fault=*/true);
   return dst;
 }

@@ -135,6 +135,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("set_delay", &set_delay, py::arg("kind"), py::arg("us"), py::arg("device") = 0,
         py::arg("scope") = -1);
   m.def("clear_delays", [] { enpuClearDelays(); });
+  m.def("drain", &enpu::drain, py::call_guard<py::gil_scoped_release>());
   m.def("synchronize", &enpu::synchronize, py::arg("device") = -1,
         py::call_guard<py::gil_scoped_release>());
   m.def("current_stream", &enpu::current_stream);

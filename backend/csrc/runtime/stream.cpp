@@ -12,6 +12,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
@@ -146,44 +147,26 @@ std::vector<Stream*> all_streams(int device) {
   return out;
 }
 
-// Forks: the child has none of the workers. Before forking every stream is drained; the child
-// gets fresh streams (same ids and priorities, no workers) and fresh locks.
-void before_fork() {
-  if (!g_async.load()) return;
-  for (Stream* s : all_streams(-1)) {
-    uint64_t seq;
-    {
-      std::lock_guard<std::mutex> lk(s->mu);
-      seq = s->queued;
-    }
-    wait_for(s, seq);
-  }
-}
-
+// Forks: the child has none of the workers. The package drains every stream before Python forks
+// (os.register_at_fork: at C level the heap of a checker may be locked by then, and queued work
+// may allocate). In the child the streams stay (same ids, priorities, counters) without
+// workers, their locks new; nothing here allocates (a checker's malloc may hold its lock).
 void in_child() {
-  Registry* old = g_reg;
-  auto* fresh = new Registry();  // the old one is leaked: its locks may be held by dead threads
-  fresh->streams.resize(old->streams.size());
-  for (size_t d = 0; d < old->streams.size(); ++d)
-    for (Stream* s : old->streams[d]) {
-      auto* n = new Stream(s->device, s->id, s->priority);
-      n->hidden = s->hidden;
-      std::copy(s->delay, s->delay + kKinds, n->delay);
-      fresh->streams[d].push_back(n);
+  new (&g_reg->mu) std::mutex();
+  for (auto& per_device : g_reg->streams)
+    for (Stream* s : per_device) {
+      new (&s->mu) std::mutex();
+      new (&s->cv) std::condition_variable();
+      s->worker = false;
+      s->done = s->queued;  // drained before the fork; the child never runs the parent's work
     }
-  for (int p = 0; p < 2; ++p) {
-    fresh->pool[p] = old->pool[p];
-    fresh->next_pool[p] = old->next_pool[p];
-  }
-  fresh->copy_engine = old->copy_engine;
-  g_reg = fresh;
 }
 
 struct Init {
   Init() {
     for (auto& row : g_delay)
       for (auto& v : row) v = -1;
-    pthread_atfork(&before_fork, nullptr, &in_child);
+    pthread_atfork(nullptr, nullptr, &in_child);
   }
 } g_init;
 
@@ -418,6 +401,17 @@ enpuStream_t copyEngineStream(int device) {
     id = s->id;
   }
   return id;
+}
+
+void drain() {
+  for (Stream* s : all_streams(-1)) {
+    uint64_t seq;
+    {
+      std::lock_guard<std::mutex> lk(s->mu);
+      seq = s->queued;
+    }
+    wait_for(s, seq);
+  }
 }
 
 const char* lastAsyncError() { return t_last_error.c_str(); }

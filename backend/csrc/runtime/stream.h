@@ -65,6 +65,9 @@ namespace enpu {
 enpuError_t enqueue(int device, enpuStream_t stream, enpuWorkKind kind, std::function<void()> fn);
 // The device's copy engine: a hidden stream (fault nonblocking_d2h_unfenced copies on it).
 enpuStream_t copyEngineStream(int device);
+// Waits for every stream's queued work, keeping its errors for the next synchronisation (before
+// a fork).
+void drain();
 // The message of the last error a synchronisation returned (enpuErrorAsyncWork).
 const char* lastAsyncError();
 }  // namespace enpu
