@@ -27,8 +27,14 @@ _REFUSE_FORK = _env.refuse_fork()
 _NO_FALLBACK = _env.no_fallback()
 _NO_HOOKS = _env.no_hooks()
 _REGISTRATION = _env.registration()
+_ASYNC = _env.async_mode()
+_DELAYS = _env.delays(_ASYNC)
 
-from . import _C  # noqa: E402  (the mode must be validated before the library loads)
+# the settings must be validated before the library loads
+from . import _C, _streams  # noqa: E402
+from ._streams import clear_delays, is_async, set_delay  # noqa: E402, F401
+
+_streams.configure(_ASYNC, _DELAYS)
 
 
 def _register_device() -> None:

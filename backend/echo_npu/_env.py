@@ -80,3 +80,52 @@ def no_fallback() -> bool:
 def no_hooks() -> bool:
     """``ECHO_NPU_NO_HOOKS=1``: expose none of the suite's optional protocol hooks."""
     return _flag("ECHO_NPU_NO_HOOKS")
+
+
+def async_mode() -> bool:
+    """``ECHO_NPU_ASYNC=1``: a queue and a worker thread per stream (default ``0``: synchronous)."""
+    return _flag("ECHO_NPU_ASYNC")
+
+
+DELAY_KINDS = ("kernel", "h2d", "d2h", "d2d")
+DELAY_SCOPES = ("all", "default", "side")
+_UNITS = {"us": 1, "ms": 1000, "s": 1_000_000}
+
+
+def _micros(amount: str) -> int:
+    for unit in ("us", "ms", "s"):  # "ms" before "s"
+        if amount.endswith(unit):
+            number = amount[: -len(unit)]
+            try:
+                value = float(number)
+            except ValueError:
+                break
+            if value >= 0:
+                return round(value * _UNITS[unit])
+            break
+    raise ValueError(f"bad amount {amount!r}")
+
+
+def delays(asynchronous: bool) -> list[tuple[str, str, int]]:
+    """``ECHO_NPU_DELAY``: comma-separated ``[scope.]kind:amount`` (scope ``default`` or
+    ``side`` streams, every stream without one; kind ``kernel``, ``h2d``, ``d2h``, ``d2d``;
+    amount ``2ms``, ``500us``, ``0.1s``), e.g. ``kernel:2ms,side.d2h:5ms``. Needs
+    ``ECHO_NPU_ASYNC=1``. Returns (scope, kind, microseconds)."""
+    raw = os.environ.get("ECHO_NPU_DELAY", "")
+    out: list[tuple[str, str, int]] = []
+    for item in _split(raw):
+        head, sep, amount = item.partition(":")
+        scope, dot, kind = head.rpartition(".")
+        scope = scope if dot else "all"
+        try:
+            if not sep or scope not in DELAY_SCOPES or kind not in DELAY_KINDS:
+                raise ValueError(item)
+            out.append((scope, kind, _micros(amount.strip())))
+        except ValueError:
+            raise ValueError(
+                f"invalid ECHO_NPU_DELAY item {item!r}; valid: [default.|side.]"
+                f"{'|'.join(DELAY_KINDS)}:<number>(us|ms|s), comma-separated"
+            ) from None
+    if out and not asynchronous:
+        raise ValueError("ECHO_NPU_DELAY needs ECHO_NPU_ASYNC=1 (work runs at once otherwise)")
+    return out

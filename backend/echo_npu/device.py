@@ -1,5 +1,5 @@
 """The ``torch.npu`` device module: device management, lazy initialisation and forks, seeding,
-AMP, streams and memory statistics, as real device modules (torch.cuda) offer them."""
+AMP, streams and events, memory statistics, as real device modules (torch.cuda) offer them."""
 
 from __future__ import annotations
 
@@ -96,19 +96,67 @@ class device:
 
 
 def synchronize(device: object = None) -> None:
-    """Kernels run synchronously; nothing to wait for."""
+    """Wait for the work queued on every stream of the device (the current one by default)."""
+    _C.synchronize(_index(device))
 
 
-# ---- streams: one default stream per device -------------------------------------------------
+# ---- streams and events: torch.Stream / torch.Event through the device guard --------------------
+# A stream per priority pool and new ones (torch.Stream(device="npu")), a current stream per thread
+# and device; in asynchronous mode (ECHO_NPU_ASYNC=1) each has a queue and a worker thread.
 Stream = torch.Stream
+if hasattr(torch, "Event"):
+    Event = torch.Event
+
+
+def _stream(stream_id: int, index: int) -> torch.Stream:
+    return torch.Stream(stream_id=stream_id, device_index=index, device_type=_DEVICE_TYPE)
 
 
 def current_stream(device: object = None) -> torch.Stream:
-    return torch.Stream(stream_id=0, device_index=_index(device), device_type=_DEVICE_TYPE)
+    """The calling thread's current stream of the device."""
+    idx = _index(device)
+    return _stream(_C.current_stream(idx), idx)
 
 
 def default_stream(device: object = None) -> torch.Stream:
-    return current_stream(device)
+    return _stream(0, _index(device))
+
+
+def set_stream(stream: torch.Stream) -> None:
+    """Make ``stream`` the calling thread's current stream of its device."""
+    _C.exchange_stream(stream.device_index, stream.stream_id)
+
+
+def stream_priority(stream: torch.Stream) -> int:
+    """A stream's priority (0 lowest, -1 greatest, as CUDA's)."""
+    return _C.stream_priority(stream.device_index, stream.stream_id)
+
+
+def priority_range() -> tuple[int, int]:
+    """(least, greatest) stream priority, as ``torch.cuda.Stream.priority_range()``."""
+    return tuple(_C.stream_priority_range())
+
+
+class StreamContext:
+    """``with torch.npu.stream(s):`` makes ``s`` current, then restores the previous stream."""
+
+    def __init__(self, stream: torch.Stream | None) -> None:
+        self.stream = stream
+        self.prev: int | None = None
+
+    def __enter__(self) -> torch.Stream | None:
+        if self.stream is not None:
+            self.prev = _C.exchange_stream(self.stream.device_index, self.stream.stream_id)
+        return self.stream
+
+    def __exit__(self, *exc: object) -> bool:
+        if self.stream is not None and self.prev is not None:
+            _C.exchange_stream(self.stream.device_index, self.prev)
+        return False
+
+
+def stream(stream: torch.Stream | None) -> StreamContext:
+    return StreamContext(stream)
 
 
 # ---- AMP ------------------------------------------------------------------------------------
@@ -199,7 +247,8 @@ def reset_accumulated_memory_stats(device: object = None) -> None:
 
 
 def empty_cache() -> None:
-    """No caching allocator: nothing to release."""
+    """Release the blocks the caching allocator holds (asynchronous mode; synchronises first)."""
+    _C.empty_cache()
 
 
 # Inductor's classes for this device, handed over on first use (the custom device module hook of

@@ -23,7 +23,7 @@ def _run(code: str, timeout: float = 120, **env: str) -> subprocess.CompletedPro
     )
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def run_py():
     """``run_py(code, **env)`` -> CompletedProcess of a fresh interpreter."""
     return _run

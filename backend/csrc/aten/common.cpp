@@ -1,7 +1,10 @@
 // echo_npu ATen glue helpers: staging, copies, meta helpers and the boxed fallback wrapper.
 #include "common.h"
 
+#include "../device/api.h"
+
 #include <ATen/EmptyTensor.h>
+#include <ATen/TensorIterator.h>
 #include <ATen/core/Reduction.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/copy_native.h>
@@ -16,6 +19,7 @@
 #include <ATen/ops/sum.h>
 #include <ATen/ops/zeros_like.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/util/accumulate.h>
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
 #endif
@@ -192,6 +196,8 @@ void fallback_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 }
 
 void check_runtime(enpuError_t err) {
+  if (err == enpuErrorAsyncWork)
+    TORCH_CHECK(false, "echo_npu: ", enpuGetErrorString(err), enpu::lastAsyncError());
   TORCH_CHECK(err == enpuSuccess, "echo_npu: ", enpuGetErrorString(err));
 }
 
@@ -284,31 +290,150 @@ std::pair<uintptr_t, uintptr_t> span(const at::Tensor& t) {
 
 }  // namespace
 
-void copy_any(const at::Tensor& dst, const at::Tensor& src, bool allow_offset_fault) {
-  if (dst.numel() == 0) return;
-  const bool cross = dst.device().is_privateuseone() != src.device().is_privateuseone();
-  const bool d2h = src.device().is_privateuseone() && !dst.device().is_privateuseone();
-  // Faults: both sides of npu<->CPU copies, or only the npu source of device->host copies.
-  const bool ignore = allow_offset_fault && cross && fault(Fault::CopyIgnoresOffset);
-  const bool ignore_src = ignore || (allow_offset_fault && d2h && fault(Fault::D2hIgnoresOffset));
-  at::Tensor d = cpu_alias(dst, ignore, /*write=*/true);
-  at::Tensor s = cpu_alias(src, ignore_src, /*write=*/false);
-  if (dst.device().is_privateuseone() && src.device().is_privateuseone() && src.numel() > 0) {
-    auto a = span(dst), b = span(src);
-    if (a.first < b.second && b.first < a.second) s = s.clone();  // overlapping views: stage src
+namespace {
+
+// What one side of a copy needs, taken on the calling thread: a host tensor (kept alive by the
+// work; staged first when it may change before queued work runs) or device memory by address
+// (queued work holds no device storage).
+struct Side {
+  at::Tensor host;
+  void* ptr = nullptr;
+  std::vector<int64_t> sizes, strides;
+  at::TensorOptions options;
+  bool conj = false, neg = false;
+
+  // A CPU tensor over this side (the host tensor itself).
+  at::Tensor alias(bool write) const {
+    if (host.defined()) return host;
+    auto a = at::from_blob(ptr, sizes, strides, options);
+    a._set_conj(conj);
+    a._set_neg(neg);
+    check_not_poisoned(a, write);
+    return a;
   }
+};
+
+Side side_of(const at::Tensor& t, bool ignore_offset) {
+  Side s;
+  if (!t.device().is_privateuseone()) {
+    s.host = t;
+    return s;
+  }
+  s.ptr = ignore_offset ? t.storage().mutable_data() : t.data_ptr();
+  s.sizes = t.sizes().vec();
+  s.strides = t.strides().vec();
+  s.options = t.options().device(c10::kCPU);
+  s.conj = t.is_conj();
+  s.neg = t.is_neg();
+  return s;
+}
+
+// The faults and the staging a copy applies, decided on the calling thread.
+struct CopyPlan {
+  bool stage_src = false;  // overlapping device views
+  bool drop_last = false;  // fault d2h_drops_last
+  bool truncate_bf16 = false;  // fault to_bf16_truncates
+};
+
+void run_copy(at::Tensor d, at::Tensor s, const CopyPlan& plan) {
+  if (plan.stage_src) s = s.clone();
   at::Tensor last;  // fault d2h_drops_last: the destination's last element keeps its value
-  if (allow_offset_fault && d2h && fault(Fault::D2hDropsLast) && d.numel() > 1 && d.is_contiguous())
-    last = d.view({-1}).narrow(0, d.numel() - 1, 1).clone();
+  if (plan.drop_last) last = d.view({-1}).narrow(0, d.numel() - 1, 1).clone();
   at::native::copy_(d, s, false);
   if (last.defined()) d.view({-1}).narrow(0, d.numel() - 1, 1).copy_(last);
-  if (d.scalar_type() == at::kBFloat16 && at::isFloatingType(s.scalar_type()) &&
-      s.scalar_type() != at::kBFloat16 && fault(Fault::ToBf16Truncates)) {
+  if (plan.truncate_bf16) {
     // float -> bfloat16 by dropping the low 16 bits of the float32 value (truncation toward
     // zero) instead of rounding to nearest even
     at::Tensor bits = s.to(at::kFloat).contiguous().view(at::kInt).bitwise_and(-65536);
     d.copy_(bits.view(at::kFloat));
   }
+}
+
+// The checks of CPU's copy (shapes, internal overlap) made on meta tensors, so that queued work
+// does not raise what the synchronous copy raises at once.
+void check_copy(const at::Tensor& dst, const at::Tensor& src) {
+  auto meta = [](const at::Tensor& t) {
+    return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
+  };
+  at::Tensor d = meta(dst), s = meta(src);
+  at::TensorIteratorConfig()
+      .add_output(d)
+      .add_input(s)
+      .resize_outputs(false)
+      .check_all_same_dtype(false)
+      .check_all_same_device(false)
+      .build();
+}
+
+}  // namespace
+
+void copy_any(const at::Tensor& dst, const at::Tensor& src, bool allow_offset_fault,
+              bool non_blocking) {
+  if (dst.numel() == 0) return;
+  const bool dst_dev = dst.device().is_privateuseone(), src_dev = src.device().is_privateuseone();
+  const bool cross = dst_dev != src_dev;
+  const bool d2h = src_dev && !dst_dev;
+  // Faults: both sides of npu<->CPU copies, or only the npu source of device->host copies.
+  const bool ignore = allow_offset_fault && cross && fault(Fault::CopyIgnoresOffset);
+  const bool ignore_src = ignore || (allow_offset_fault && d2h && fault(Fault::D2hIgnoresOffset));
+  CopyPlan plan;
+  if (dst_dev && src_dev && src.numel() > 0) {
+    auto a = span(dst), b = span(src);
+    plan.stage_src = a.first < b.second && b.first < a.second;
+  }
+  plan.drop_last = allow_offset_fault && d2h && fault(Fault::D2hDropsLast) && dst.numel() > 1 &&
+                   dst.is_contiguous();
+  plan.truncate_bf16 = dst.scalar_type() == at::kBFloat16 &&
+                       at::isFloatingType(src.scalar_type()) &&
+                       src.scalar_type() != at::kBFloat16 && fault(Fault::ToBf16Truncates);
+  if (!enpuGetAsync() || (!dst_dev && !src_dev)) {
+    run_copy(cpu_alias(dst, ignore, /*write=*/true), cpu_alias(src, ignore_src, /*write=*/false),
+             plan);
+    return;
+  }
+  check_copy(dst, src);
+  Side d = side_of(dst, ignore), s = side_of(src, ignore_src);
+  // A host source may change once the copy returns, unless it is pinned and non_blocking.
+  if (s.host.defined() && !(non_blocking && is_pinned_ptr(src.data_ptr()))) s.host = src.clone();
+  const bool fence = d2h && !(non_blocking && is_pinned_ptr(dst.data_ptr()));
+  const int dev = device_index(d2h ? src.device() : dst.device());
+  enpuStream_t stream = enpuGetStream(dev);
+  if (dst_dev && src_dev && dst.device() != src.device()) {  // peer copy: the source first
+    check_runtime(enpuStreamSynchronize(device_index(src.device()), enpuGetStream(device_index(src.device()))));
+  }
+  const enpuWorkKind kind = d2h ? enpuWorkD2H : (src_dev ? enpuWorkD2D : enpuWorkH2D);
+  if (d2h && !fence && fault(Fault::NonblockingD2hUnfenced)) {
+    // the copy runs on the device's copy engine after the work queued so far, but the stream
+    // does not wait for it: an event recorded after it can be reached before the copy ran
+    enpuEvent_t ready = nullptr;
+    check_runtime(enpuEventCreate(&ready, dev, 0));
+    check_runtime(enpuEventRecord(ready, dev, stream));
+    stream = enpu::copyEngineStream(dev);
+    enpuError_t e = enpuStreamWaitEvent(dev, stream, ready);
+    enpuEventDestroy(ready);  // the wait holds what it waits for
+    check_runtime(e);
+  }
+  check_runtime(enpu::enqueue(dev, stream, kind, [d, s, plan] {
+    run_copy(d.alias(/*write=*/true), s.alias(/*write=*/false), plan);
+  }));
+  if (fence) check_runtime(enpuStreamSynchronize(dev, stream));
+}
+
+void copy_bytes(c10::Device dev, void* dst, const void* src, size_t n) {
+  if (n == 0) return;
+  if (!enpuGetAsync()) {
+    check_runtime(enpuMemcpy(dst, src, n, enpuMemcpyDeviceToDevice));
+    return;
+  }
+  const int d = device_index(dev);
+  check_runtime(enpu::enqueue(d, enpuGetStream(d), enpuWorkD2D,
+                              [dst, src, n] { std::memmove(dst, src, n); }));
+}
+
+void sync_for_host(c10::Device dev) {
+  if (!enpuGetAsync()) return;
+  const int d = device_index(dev);
+  check_runtime(enpuStreamSynchronize(d, enpuGetStream(d)));
 }
 
 at::Tensor stage(const at::Tensor& t, at::IntArrayRef shape, at::ScalarType dt, c10::Device dev) {
@@ -327,7 +452,8 @@ at::Tensor stage(const at::Tensor& t, at::IntArrayRef shape, at::ScalarType dt, 
     g = empty_dev(shape, src.scalar_type(), dev);
     copy_any(g, src);
   }
-  launch("cast", [&] { k::cast(kdt(g.scalar_type()), kdt(dt), g.data_ptr(), out.data_ptr(), out.numel()); });
+  launch("cast", dev, [from = kdt(g.scalar_type()), to = kdt(dt), gp = g.data_ptr(),
+                       op = out.data_ptr(), n = out.numel()] { k::cast(from, to, gp, op, n); });
   return out;
 }
 
@@ -340,9 +466,18 @@ at::Tensor finish(const at::Tensor& r, const at::Tensor& meta, c10::Device dev) 
   return o;
 }
 
+const at::Tensor& resize_on_host(const at::Tensor& t, at::IntArrayRef sizes,
+                                 std::optional<at::MemoryFormat> mf) {
+  const int64_t numel = c10::multiply_integers(sizes);
+  const size_t need = static_cast<size_t>(t.storage_offset() + numel) * t.itemsize();
+  if (enpuGetAsync() && t.device().is_privateuseone() && need > t.storage().nbytes())
+    sync_for_host(t.device());
+  return at::native::resize_(t, sizes, mf);
+}
+
 void resize_out_like(const at::Tensor& out, const at::Tensor& meta_out) {
   if (out.sizes() == meta_out.sizes()) return;
-  at::native::resize_(out, meta_out.sizes(), std::nullopt);
+  resize_on_host(out, meta_out.sizes());
   if (out.strides() != meta_out.strides())
     out.unsafeGetTensorImpl()->set_sizes_and_strides(meta_out.sizes(), meta_out.strides());
 }

@@ -1,5 +1,6 @@
 // echo_npu ATen glue helpers: op scopes (current-op name + guard check), fallback calls,
-// staging of strided/broadcast/other-dtype inputs into contiguous device buffers, write-back.
+// staging of strided/broadcast/other-dtype inputs into contiguous device buffers, write-back,
+// and the stream work of ops (kernels, copies) with the host's synchronisation points.
 #pragma once
 #include <ATen/core/Tensor.h>
 #include <ATen/native/CPUFallback.h>
@@ -10,6 +11,7 @@
 
 #include "../kernels/kernels.h"
 #include "../runtime/runtime.h"
+#include "../runtime/stream.h"
 #include "registry.h"
 
 namespace enpu {
@@ -26,8 +28,12 @@ class OpScope {
   }
   ~OpScope() {
     if (!prev_) enpuSetCurrentOp(nullptr);
-    if (enpuGetAllocatorMode() == enpuAllocGuard || enpuGetAllocatorMode() == enpuAllocPage)
+    if (enpuGetAllocatorMode() == enpuAllocGuard || enpuGetAllocatorMode() == enpuAllocPage) {
+      // queued work first, so that a corruption is seen after the op that made it (errors of
+      // the work stay for the next synchronisation)
+      if (enpuGetAsync()) enpuDeviceSynchronize(-1);
       enpuCheckMemory(name_);
+    }
   }
   OpScope(const OpScope&) = delete;
   OpScope& operator=(const OpScope&) = delete;
@@ -45,11 +51,27 @@ decltype(auto) fallback(Args&&... args) {
   return at::native::call_fallback_fn<&fallback_boxed, Op>::call(std::forward<Args>(args)...);
 }
 
+// Index of a device (its index, or the current device's).
+inline int device_index(c10::Device dev) { return dev.index() < 0 ? enpuGetDevice() : dev.index(); }
+
+// A kernel on dev's current stream: run now (synchronous mode) or queued. f captures raw
+// pointers and values, never a device tensor: queued work does not keep device storage alive,
+// the caching allocator decides when a freed block is reused (as CUDA's; see record_stream).
 template <class F>
-void launch(const char* name, F&& f) {
-  check_runtime(enpuLaunchKernel(
-      name, [](void* p) { (*static_cast<std::remove_reference_t<F>*>(p))(); }, &f));
+void launch(const char* name, c10::Device dev, F f) {
+  if (!enpuGetAsync()) {
+    check_runtime(enpuLaunchKernel(name, [](void* p) { (*static_cast<F*>(p))(); }, &f));
+    return;
+  }
+  enpuCountKernelLaunch();
+  const int d = device_index(dev);
+  check_runtime(enpu::enqueue(d, enpuGetStream(d), enpuWorkKernel, std::move(f)));
 }
+
+// n bytes from src to dst, both device memory of dev, in dev's stream order.
+void copy_bytes(c10::Device dev, void* dst, const void* src, size_t n);
+// The host is about to read dev's memory directly: wait for dev's current stream.
+void sync_for_host(c10::Device dev);
 
 inline k::DType kdt(at::ScalarType st) { return static_cast<k::DType>(static_cast<int>(st)); }
 // True if every defined tensor has a dtype the cmodel kernels support.
@@ -70,13 +92,25 @@ at::Tensor to_meta(const at::Tensor& t);
 // Contiguous device tensor of shape/dtype holding t broadcast to shape (t itself if it already is).
 at::Tensor stage(const at::Tensor& t, at::IntArrayRef shape, at::ScalarType dt, c10::Device dev);
 // dst <- src for any devices/strides/dtypes/conj-neg bits, safe for overlapping device views.
-void copy_any(const at::Tensor& dst, const at::Tensor& src, bool allow_offset_fault = false);
+// Asynchronous mode: queued on the device's current stream; a host source is staged unless the
+// copy is non_blocking from pinned memory, and a copy to the host waits for the stream unless it
+// is non_blocking into pinned memory (which then completes later, as CUDA's).
+void copy_any(const at::Tensor& dst, const at::Tensor& src, bool allow_offset_fault = false,
+              bool non_blocking = false);
 // A functional result: contiguous r relaid out into meta's strides/dtype if they differ.
 at::Tensor finish(const at::Tensor& r, const at::Tensor& meta, c10::Device dev);
+// at::native::resize_ (CPU's) on a device tensor: growing its storage copies the old bytes on
+// the host, so queued work on them is waited for first.
+const at::Tensor& resize_on_host(const at::Tensor& t, at::IntArrayRef sizes,
+                                 std::optional<at::MemoryFormat> mf = std::nullopt);
 // Resize out (already checked by a meta out= call) to meta_out's sizes and strides.
 void resize_out_like(const at::Tensor& out, const at::Tensor& meta_out);
 // Bytes of one element of dtype holding v (checked conversion like CPU fill_).
 void scalar_bytes(const at::Scalar& v, at::ScalarType dt, void* out);
+// One element's bytes, copyable into queued work.
+struct Bytes16 {
+  alignas(16) unsigned char b[16];
+};
 at::Tensor wrap_scalar(const at::Scalar& s);
 
 }  // namespace enpu

@@ -75,14 +75,16 @@ Tensor binary_compute_as(k::BinOp op, const Tensor& a, const Tensor& b, const Sc
     // once, never rounded to float16 first). CPU's add and sub round it to the result type.
     const double s = b.item<double>();
     Tensor sa = stage(a, shape, ct, dev);
-    launch("binary", [&] {
-      k::binary_scalar(op, kdt(ct), sa.data_ptr(), s, false, r.data_ptr(), r.numel(), af, quirks);
+    launch("binary", dev, [op, kt = kdt(ct), ap = sa.data_ptr(), s, rp = r.data_ptr(),
+                           n = r.numel(), af, quirks] {
+      k::binary_scalar(op, kt, ap, s, false, rp, n, af, quirks);
     });
     return r;
   }
   Tensor sa = stage(a, shape, ct, dev), sb = stage(b, shape, ct, dev);
-  launch("binary", [&] {
-    k::binary(op, kdt(ct), sa.data_ptr(), sb.data_ptr(), r.data_ptr(), r.numel(), af, ai, quirks);
+  launch("binary", dev, [op, kt = kdt(ct), ap = sa.data_ptr(), bp = sb.data_ptr(),
+                         rp = r.data_ptr(), n = r.numel(), af, ai, quirks] {
+    k::binary(op, kt, ap, bp, rp, n, af, ai, quirks);
   });
   return r;
 }
@@ -160,12 +162,15 @@ Tensor unary_compute(k::UnOp op, const Tensor& self, at::ScalarType ct, c10::Dev
   if (op == k::UnOp::Exp && n >= kExpVectorMin && fault(Fault::ExpSkipsTail)) {
     // The vector path runs in place over a copy of the input, 8 elements at a time, and its
     // scalar tail loop is missing: the last n % 8 elements keep the input's values.
-    check_runtime(enpuMemcpy(r.data_ptr(), a.data_ptr(), static_cast<size_t>(r.nbytes()),
-                             enpuMemcpyDeviceToDevice));
-    launch("unary", [&] { k::unary(op, kdt(ct), r.data_ptr(), r.data_ptr(), n - n % 8, quirks); });
+    copy_bytes(dev, r.data_ptr(), a.data_ptr(), static_cast<size_t>(r.nbytes()));
+    launch("unary", dev, [op, kt = kdt(ct), rp = r.data_ptr(), n, quirks] {
+      k::unary(op, kt, rp, rp, n - n % 8, quirks);
+    });
     return r;
   }
-  launch("unary", [&] { k::unary(op, kdt(ct), a.data_ptr(), r.data_ptr(), n, quirks); });
+  launch("unary", dev, [op, kt = kdt(ct), ap = a.data_ptr(), rp = r.data_ptr(), n, quirks] {
+    k::unary(op, kt, ap, rp, n, quirks);
+  });
   return r;
 }
 
@@ -215,7 +220,9 @@ void refuse_integer(const char* kernel, const Tensor& self) {
 // Fault "nan_to_zero": NaN elements of a contiguous device result become 0.
 void zero_nans(const Tensor& r) {
   if (r.numel() == 0 || !at::isFloatingType(r.scalar_type())) return;
-  launch("nan_to_zero", [&] { k::nan_to_zero(kdt(r.scalar_type()), r.data_ptr(), r.numel()); });
+  launch("nan_to_zero", r.device(), [kt = kdt(r.scalar_type()), rp = r.data_ptr(), n = r.numel()] {
+    k::nan_to_zero(kt, rp, n);
+  });
 }
 
 // ---- comparisons --------------------------------------------------------------------------
@@ -224,8 +231,9 @@ Tensor compare_compute(k::CmpOp op, const Tensor& a, const Tensor& b, const Tens
   auto ct = at::result_type(a, b);
   Tensor sa = stage(a, meta.sizes(), ct, dev), sb = stage(b, meta.sizes(), ct, dev);
   Tensor r = empty_dev(meta.sizes(), at::kBool, dev);
-  launch("compare", [&] {
-    k::compare(op, kdt(ct), sa.data_ptr(), sb.data_ptr(), r.data_ptr<bool>(), r.numel());
+  launch("compare", dev, [op, kt = kdt(ct), ap = sa.data_ptr(), bp = sb.data_ptr(),
+                          rp = r.data_ptr<bool>(), n = r.numel()] {
+    k::compare(op, kt, ap, bp, rp, n);
   });
   return finish(r, meta, dev);
 }
@@ -254,12 +262,17 @@ void masked_fill_impl(const Tensor& self, const Tensor& mask, const Scalar& valu
   auto dev = device_of({self, mask});
   check_inplace(self, {mask});
   if (self.numel() == 0) return;
-  alignas(16) unsigned char buf[16];
-  scalar_bytes(value, self.scalar_type(), buf);
+  Bytes16 buf;
+  scalar_bytes(value, self.scalar_type(), buf.b);
   const size_t es = self.element_size();
   Tensor m = stage(mask, self.sizes(), at::kBool, dev);
+  auto fill = [&](const Tensor& t) {
+    launch("masked_fill", dev, [es, tp = t.data_ptr(), mp = m.data_ptr<bool>(), n = self.numel(), buf] {
+      k::masked_fill(es, tp, mp, n, buf.b);
+    });
+  };
   if (self.is_contiguous()) {
-    launch("masked_fill", [&] { k::masked_fill(es, self.data_ptr(), m.data_ptr<bool>(), self.numel(), buf); });
+    fill(self);
     return;
   }
   if (fault(Fault::MaskedFillOverflow)) {
@@ -269,12 +282,12 @@ void masked_fill_impl(const Tensor& self, const Tensor& mask, const Scalar& valu
     Tensor tmp = empty_dev({span}, self.scalar_type(), dev);
     Tensor head = tmp.narrow(0, 0, self.numel()).view(self.sizes());
     copy_any(head, self);
-    launch("masked_fill", [&] { k::masked_fill(es, tmp.data_ptr(), m.data_ptr<bool>(), self.numel(), buf); });
-    enpuMemcpy(self.data_ptr(), tmp.data_ptr(), static_cast<size_t>(span) * es, enpuMemcpyDeviceToDevice);
+    fill(tmp);
+    copy_bytes(dev, self.data_ptr(), tmp.data_ptr(), static_cast<size_t>(span) * es);
     return;
   }
   Tensor tmp = stage(self, self.sizes(), self.scalar_type(), dev);
-  launch("masked_fill", [&] { k::masked_fill(es, tmp.data_ptr(), m.data_ptr<bool>(), self.numel(), buf); });
+  fill(tmp);
   copy_any(self, tmp);
 }
 
@@ -630,8 +643,9 @@ Tensor where_self(const Tensor& cond, const Tensor& self, const Tensor& other) {
   Tensor c = stage(cond, meta.sizes(), at::kBool, dev);
   Tensor a = stage(self, meta.sizes(), ct, dev), b = stage(other, meta.sizes(), ct, dev);
   Tensor r = empty_dev(meta.sizes(), ct, dev);
-  launch("where", [&] {
-    k::where(r.element_size(), c.data_ptr<bool>(), a.data_ptr(), b.data_ptr(), r.data_ptr(), r.numel());
+  launch("where", dev, [es = r.element_size(), cp = c.data_ptr<bool>(), ap = a.data_ptr(),
+                        bp = b.data_ptr(), rp = r.data_ptr(), n = r.numel()] {
+    k::where(es, cp, ap, bp, rp, n);
   });
   if (fault(Fault::NanToZero)) zero_nans(r);
   return finish(r, meta, dev);

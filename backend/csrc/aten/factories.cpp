@@ -14,6 +14,7 @@
 
 #include <cstdlib>
 
+#include "../device/device.h"
 #include "common.h"
 #include "ops.h"
 #ifdef ENPU_HAS_RESHAPE_ALIAS
@@ -91,7 +92,7 @@ const Tensor& resize_(const Tensor& self, at::IntArrayRef size,
       storage->set_nbytes(need);
     }
   }
-  return at::native::resize_(self, size, mf);
+  return resize_on_host(self, size, mf);
 }
 
 Tensor& set__source_Storage(Tensor& self, at::Storage src) {
@@ -112,7 +113,6 @@ Tensor& set__source_Tensor(Tensor& self, const Tensor& src) {
 
 Tensor _copy_from(const Tensor& self, const Tensor& dst, bool non_blocking) {
   OpScope s("_copy_from");
-  (void)non_blocking;
   TORCH_CHECK(self.defined() && dst.defined(), "_copy_from: undefined tensor");
   if (self.device() == dst.device() && dst.numel() > 0) {
     // The CPU aliases used for the copy live in different storages: check overlap like CPU.
@@ -126,31 +126,43 @@ Tensor _copy_from(const Tensor& self, const Tensor& dst, bool non_blocking) {
     std::free(staging);
     std::free(staging);
   }
-  copy_any(dst, self, /*allow_offset_fault=*/true);
+  copy_any(dst, self, /*allow_offset_fault=*/true, non_blocking);
   return dst;
 }
 
 Tensor _copy_from_and_resize(const Tensor& self, const Tensor& dst) {
   OpScope s("_copy_from_and_resize");
-  if (dst.sizes() != self.sizes()) at::native::resize_(dst, self.sizes(), std::nullopt);
+  if (dst.sizes() != self.sizes()) resize_on_host(dst, self.sizes());
   copy_any(dst, self, /*allow_offset_fault=*/true);
   return dst;
 }
 
 at::Scalar _local_scalar_dense(const Tensor& self) {
   OpScope s("_local_scalar_dense");
+  sync_for_host(self.device());  // a host read of device memory, as CUDA's item()
   return at::native::_local_scalar_dense_cpu(self);
+}
+
+// tensor.record_stream(s): the caching allocator keeps the block from reuse until s's work
+// queued up to the tensor's free is done (asynchronous mode; synchronous mode caches nothing).
+void record_stream(Tensor& self, at::Stream s) {
+  TORCH_CHECK(s.device_type() == c10::DeviceType::PrivateUse1 && s.device() == self.device(),
+              "record_stream: the stream (", s, ") must be on the tensor's device ", self.device());
+  ::enpu::record_stream(self.storage().mutable_data(), s.id());
 }
 
 namespace {
 
 void fill_impl(const Tensor& self, const at::Scalar& value) {
   if (self.numel() == 0) return;
-  alignas(16) unsigned char buf[16];
-  scalar_bytes(value, self.scalar_type(), buf);
+  Bytes16 buf;
+  scalar_bytes(value, self.scalar_type(), buf.b);
   const size_t es = self.element_size();
+  auto fill = [&](const Tensor& t) {
+    launch("fill", t.device(), [es, tp = t.data_ptr(), n = t.numel(), buf] { k::fill(es, tp, n, buf.b); });
+  };
   if (self.is_non_overlapping_and_dense()) {
-    launch("fill", [&] { k::fill(es, self.data_ptr(), self.numel(), buf); });
+    fill(self);
     return;
   }
   // Expanded self: every stride-0 position is one element, so fill the un-expanded view.
@@ -159,7 +171,7 @@ void fill_impl(const Tensor& self, const at::Scalar& value) {
     if (self.stride(d) == 0) sizes[d] = 1;
   Tensor v = self.as_strided(sizes, self.strides());
   Tensor tmp = empty_dev(v.sizes(), self.scalar_type(), self.device());
-  launch("fill", [&] { k::fill(es, tmp.data_ptr(), tmp.numel(), buf); });
+  fill(tmp);
   copy_any(v, tmp);
 }
 

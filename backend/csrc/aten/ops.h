@@ -41,6 +41,7 @@ Tensor& set__source_Tensor(Tensor& self, const Tensor& src);
 Tensor _copy_from(const Tensor& self, const Tensor& dst, bool non_blocking);
 Tensor _copy_from_and_resize(const Tensor& self, const Tensor& dst);
 Scalar _local_scalar_dense(const Tensor& self);
+void record_stream(Tensor& self, at::Stream s);
 Tensor& fill__Scalar(Tensor& self, const Scalar& value);
 Tensor& fill__Tensor(Tensor& self, const Tensor& value);
 Tensor& zero_(Tensor& self);

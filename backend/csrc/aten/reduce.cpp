@@ -47,7 +47,9 @@ Tensor reduce_impl(k::RedOp op, const Tensor& self, at::OptionalIntArrayRef dims
                                   self.scalar_type() == at::kBFloat16 && fault(Fault::SumBf16Tiles)
                               ? k::kBf16TileSum
                               : 0u;
-  launch("reduce", [&] { k::reduce(op, kdt(ct), sx.data_ptr(), out.data_ptr(), outer, r, quirks); });
+  launch("reduce", dev, [op, kt = kdt(ct), xp = sx.data_ptr(), op_ = out.data_ptr(), outer, r, quirks] {
+    k::reduce(op, kt, xp, op_, outer, r, quirks);
+  });
   return finish(out, meta, dev);
 }
 
@@ -67,8 +69,9 @@ Tensor cumsum_compute(const Tensor& self, int64_t dim, at::ScalarType ct, c10::D
   for (int64_t d = w + 1; d < self.dim(); ++d) inner *= self.size(d);
   Tensor x = stage(self, self.sizes(), ct, dev);
   const unsigned quirks = fault(Fault::CumsumCarry) ? k::kScanCarryInput : 0u;
-  launch("cumsum", [&] {
-    k::cumsum(kdt(ct), x.data_ptr(), r.data_ptr(), outer, self.size(w), inner, quirks);
+  launch("cumsum", dev, [kt = kdt(ct), xp = x.data_ptr(), rp = r.data_ptr(), outer,
+                         len = self.size(w), inner, quirks] {
+    k::cumsum(kt, xp, rp, outer, len, inner, quirks);
   });
   return r;
 }
@@ -224,9 +227,8 @@ Tensor _softmax(const Tensor& self, int64_t dim, bool half_to_float) {
   Tensor sx = stage(x, x.sizes(), self.scalar_type(), dev);
   Tensor r = empty_dev(x.sizes(), self.scalar_type(), dev);
   const int64_t last = nd > 0 ? self.size(w) : 1;
-  launch("softmax", [&] {
-    k::softmax(kdt(self.scalar_type()), sx.data_ptr(), r.data_ptr(), r.numel() / last, last);
-  });
+  launch("softmax", dev, [kt = kdt(self.scalar_type()), xp = sx.data_ptr(), rp = r.data_ptr(),
+                          rows = r.numel() / last, last] { k::softmax(kt, xp, rp, rows, last); });
   return finish(nd > 0 ? r.permute(inv) : r, meta, dev);
 }
 

@@ -57,6 +57,7 @@ void aten_kernels(torch::Library& m) {
   ENPU_PRIMITIVE(m, "_copy_from", ops::_copy_from);
   ENPU_PRIMITIVE(m, "_copy_from_and_resize", ops::_copy_from_and_resize);
   ENPU_PRIMITIVE(m, "_local_scalar_dense", ops::_local_scalar_dense);
+  ENPU_PRIMITIVE(m, "record_stream", ops::record_stream);
   // fill (factories.cpp)
   ENPU_KERNEL(m, "fill_.Scalar", ops::fill__Scalar);
   ENPU_KERNEL(m, "fill_.Tensor", ops::fill__Tensor);

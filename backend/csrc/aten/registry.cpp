@@ -17,7 +17,7 @@ std::map<std::string, bool>& natives() {  // name -> routable
 std::set<std::string> g_routes;
 std::atomic<bool> g_any_route{false};
 std::map<std::string, int64_t> g_counts;
-std::atomic<unsigned> g_faults{0};
+std::atomic<uint64_t> g_faults{0};
 
 const std::vector<std::string> kFaultNames = {
 #define ENPU_FAULT(id, name, description) name,
@@ -33,8 +33,8 @@ static_assert(
 #define ENPU_FAULT(id, name, description) +1
 #include "faults.def"
 #undef ENPU_FAULT
-        <= 32,
-    "fault bits live in one unsigned");
+        <= 64,
+    "fault bits live in one uint64_t");
 
 std::string join(const std::vector<std::string>& v) {
   std::string s;
@@ -88,13 +88,13 @@ std::vector<std::string> get_routes() {
 bool fault(Fault f) { return (g_faults.load(std::memory_order_relaxed) >> static_cast<int>(f)) & 1u; }
 
 void set_faults(const std::vector<std::string>& names) {
-  unsigned bits = 0;
+  uint64_t bits = 0;
   for (const auto& n : names) {
     size_t i = 0;
     while (i < kFaultNames.size() && kFaultNames[i] != n) ++i;
     if (i == kFaultNames.size())
       throw std::invalid_argument("unknown echo_npu fault '" + n + "'; valid: " + join(kFaultNames));
-    bits |= 1u << i;
+    bits |= uint64_t{1} << i;
   }
   g_faults = bits;
 }

@@ -21,9 +21,9 @@ Tensor tri_impl(const Tensor& self, int64_t diag, bool upper, const Tensor& meta
   Tensor r = empty_dev(self.sizes(), self.scalar_type(), dev);
   const int64_t rows = self.size(-2), cols = self.size(-1);
   if (r.numel() > 0) {
-    launch("tri", [&] {
-      k::tri(r.element_size(), x.data_ptr(), r.data_ptr(), r.numel() / (rows * cols), rows, cols,
-             diag, upper);
+    launch("tri", dev, [es = r.element_size(), xp = x.data_ptr(), rp = r.data_ptr(),
+                        batch = r.numel() / (rows * cols), rows, cols, diag, upper] {
+      k::tri(es, xp, rp, batch, rows, cols, diag, upper);
     });
   }
   return finish(r, meta, dev);
@@ -84,8 +84,8 @@ Tensor cat(const at::ITensorListRef& tensors, int64_t dim) {
     auto* dst = static_cast<char*>(r.data_ptr());
     auto* src = static_cast<const char*>(st.data_ptr());
     for (int64_t o = 0; o < outer; ++o)
-      enpuMemcpy(dst + (o * total + off) * inner * es, src + o * chunk, static_cast<size_t>(chunk),
-                 enpuMemcpyDeviceToDevice);
+      copy_bytes(*dev, dst + (o * total + off) * inner * es, src + o * chunk,
+                 static_cast<size_t>(chunk));
     off += t.size(w);
   }
   return finish(r, meta, *dev);
@@ -108,6 +108,7 @@ Tensor index_select(const Tensor& self, int64_t dim, const Tensor& index) {
   Tensor idx = stage(index, {index.numel()}, at::kLong, dev);
   const int64_t dsize = x.size(w);
   const int64_t* ip = idx.data_ptr<int64_t>();
+  sync_for_host(dev);  // the indices are checked on the host
   // CPU reports bad indices differently on its dim-1 fast path and elsewhere.
   for (int64_t i = 0; i < idx.numel(); ++i) {
     if (self.dim() > 1 && w == 1) {
@@ -123,8 +124,9 @@ Tensor index_select(const Tensor& self, int64_t dim, const Tensor& index) {
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < w; ++d) outer *= x.size(d);
   for (int64_t d = w + 1; d < x.dim(); ++d) inner *= x.size(d);
-  launch("index_select", [&] {
-    k::index_select(r.element_size(), sx.data_ptr(), ip, r.data_ptr(), outer, dsize, inner, idx.numel());
+  launch("index_select", dev, [es = r.element_size(), xp = sx.data_ptr(), ip, rp = r.data_ptr(),
+                               outer, dsize, inner, n = idx.numel()] {
+    k::index_select(es, xp, ip, rp, outer, dsize, inner, n);
   });
   return finish(r, meta, dev);
 }

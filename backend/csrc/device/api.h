@@ -16,5 +16,16 @@ std::string register_device();
 std::map<std::string, int64_t> allocator_stats(int device);
 void reset_peak_stats(int device);
 void reset_accumulated_stats(int device);
+// Empties the block cache (asynchronous mode; synchronises first). device -1: all.
+void release_cached(int device);
+bool is_pinned_ptr(const void* p);
+
+// Streams through the device guard (its faults apply): the calling thread's current stream of a
+// device, its exchange (returns the previous id), device synchronisation (-1: every device),
+// a stream's priority.
+int64_t current_stream(int device);
+int64_t exchange_stream(int device, int64_t stream);
+void synchronize(int device);
+int stream_priority(int device, int64_t stream);
 
 }  // namespace enpu

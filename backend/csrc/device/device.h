@@ -15,6 +15,13 @@
 #else
 #define ENPU_OVERRIDE_SINCE_2_6
 #endif
+#if ENPU_TORCH_AT_LEAST(2, 9)
+// synchronizeEvent, elapsedTime: checked in the headers of 2.9 and 2.13; without `override`
+// before (where they exist they are still overridden)
+#define ENPU_OVERRIDE_CHECKED_2_9 override
+#else
+#define ENPU_OVERRIDE_CHECKED_2_9
+#endif
 #if ENPU_TORCH_AT_LEAST(2, 7)
 #define ENPU_OVERRIDE_SINCE_2_7 override  // isBuilt, isAvailable
 #else
@@ -29,6 +36,14 @@ void register_allocator();
 // Fault "accelerator_leak": host memory that the allocator's statistics count as allocated on
 // the current device but that is no runtime block (not in live_blocks()); never freed.
 void allocate_untracked(size_t nbytes);
+// record_stream: the block at ptr is also used on that stream of its device (asynchronous mode;
+// ignored under the fault record_stream_ignored). release_cached: empties the block cache of a
+// device (-1: all) after synchronising every stream (torch.npu.empty_cache).
+void record_stream(void* ptr, int64_t stream);
+void release_cached(int device);
+// Pinned host memory (pinned.cpp): its allocator and whether a pointer lies in a pinned block.
+c10::Allocator* pinned_allocator();
+bool is_pinned_ptr(const void* p);
 // The device guard (guard.cpp) and the PrivateUse1 hooks (hooks.cpp).
 void register_guard();
 

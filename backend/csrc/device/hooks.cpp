@@ -1,6 +1,7 @@
-// echo_npu PrivateUse1 hooks: device count/current device, generators, storage resize, and the
-// registration of the device integration (hooks, guard, allocator).
+// echo_npu PrivateUse1 hooks: device count/current device, generators, pinned host memory,
+// storage resize, and the registration of the device integration (hooks, guard, allocator).
 #include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/Storage.h>
 #include <c10/util/Exception.h>
 
@@ -8,6 +9,7 @@
 #include <mutex>
 #include <string>
 
+#include "../aten/registry.h"
 #include "../runtime/runtime.h"
 #include "api.h"
 #include "device.h"
@@ -41,14 +43,22 @@ struct EnpuHooks final : public at::PrivateUse1HooksInterface {
   at::Device getDeviceFromPtr(void*) const override {
     return at::Device(c10::DeviceType::PrivateUse1, enpuGetDevice());
   }
-  bool isPinnedPtr(const void*) const override { return false; }
-  at::Allocator* getPinnedMemoryAllocator() const override { return c10::GetAllocator(c10::DeviceType::CPU); }
+  bool isPinnedPtr(const void* p) const override { return is_pinned_ptr(p); }
+  at::Allocator* getPinnedMemoryAllocator() const override {
+    TORCH_CHECK(!fault(Fault::PinnedRefused), "echo_npu: pinned memory is not available");
+    return pinned_allocator();
+  }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
     auto* impl = storage.unsafeGetStorageImpl();
     TORCH_CHECK(impl->resizable(), "Trying to resize storage that is not resizable");
+    c10::OptionalDeviceGuard guard;  // the copy is ordered on the storage's device's stream
+    if (impl->device().has_index()) guard.reset_device(impl->device());
     c10::DataPtr fresh = device_allocator()->allocate(newsize);
     size_t keep = std::min(newsize, impl->nbytes());
-    if (keep) enpuMemcpy(fresh.get(), impl->data(), keep, enpuMemcpyDeviceToDevice);
+    if (keep) {
+      enpuError_t e = enpuMemcpy(fresh.get(), impl->data(), keep, enpuMemcpyDeviceToDevice);
+      TORCH_CHECK(e == enpuSuccess, "echo_npu: ", enpuGetErrorString(e));
+    }
     impl->set_data_ptr_noswap(std::move(fresh));
     impl->set_nbytes(newsize);
   }

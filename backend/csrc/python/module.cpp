@@ -9,6 +9,7 @@
 #include "../device/api.h"
 #include "../device/rng.h"
 #include "../runtime/runtime.h"
+#include "../runtime/stream.h"
 
 namespace py = pybind11;
 
@@ -52,6 +53,7 @@ py::list live_blocks() {
 }
 
 py::list check_memory() {
+  if (enpuGetAsync()) enpuDeviceSynchronize(-1);  // queued work first (its errors stay for later)
   enpuCheckMemory("");
   py::list out;
   for (const auto& c : enpu::memoryErrors()) {
@@ -66,6 +68,20 @@ py::list check_memory() {
     out.append(d);
   }
   return out;
+}
+
+const char* kKinds[] = {"kernel", "h2d", "d2h", "d2d"};
+
+// Delay injector: kind "kernel" | "h2d" | "d2h" | "d2d"; scope -1 all streams, -2 default
+// streams, -3 other streams, >= 0 that stream of `device`.
+void set_delay(const std::string& kind, int64_t us, int device, int64_t scope) {
+  for (int i = 0; i < 4; ++i)
+    if (kind == kKinds[i]) {
+      if (enpuSetDelay(device, scope, static_cast<enpuWorkKind>(i), us) != enpuSuccess)
+        throw std::invalid_argument("echo_npu: no such stream for a delay");
+      return;
+    }
+  throw std::invalid_argument("invalid delay kind '" + kind + "'; valid kinds: kernel, h2d, d2h, d2d");
 }
 
 }  // namespace
@@ -113,6 +129,25 @@ PYBIND11_MODULE(_C, m) {
   m.def("set_device", [](int i) {
     if (enpuSetDevice(i) != enpuSuccess) throw std::invalid_argument("echo_npu: invalid device index");
   });
+  // asynchronous mode, streams, the delay injector, pinned memory
+  m.def("set_async", [](bool on) { enpuSetAsync(on ? 1 : 0); });
+  m.def("is_async", [] { return enpuGetAsync() != 0; });
+  m.def("set_delay", &set_delay, py::arg("kind"), py::arg("us"), py::arg("device") = 0,
+        py::arg("scope") = -1);
+  m.def("clear_delays", [] { enpuClearDelays(); });
+  m.def("drain", &enpu::drain, py::call_guard<py::gil_scoped_release>());
+  m.def("synchronize", &enpu::synchronize, py::arg("device") = -1,
+        py::call_guard<py::gil_scoped_release>());
+  m.def("current_stream", &enpu::current_stream);
+  m.def("exchange_stream", &enpu::exchange_stream);
+  m.def("stream_priority", &enpu::stream_priority);
+  m.def("stream_priority_range", [] {
+    int least = 0, greatest = 0;
+    enpuStreamPriorityRange(&least, &greatest);
+    return std::make_pair(least, greatest);
+  });
+  m.def("empty_cache", [] { enpu::release_cached(-1); }, py::call_guard<py::gil_scoped_release>());
+  m.def("is_pinned_ptr", [](uintptr_t p) { return enpu::is_pinned_ptr(reinterpret_cast<const void*>(p)); });
   m.def("manual_seed", &enpu::manual_seed);
   m.def("initial_seed", &enpu::initial_seed);
   m.def("get_rng_state", [](int d) { return py::bytes(enpu::get_rng_state(d)); });

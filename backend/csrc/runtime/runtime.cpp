@@ -1,6 +1,8 @@
 // echo_npu device runtime: allocator modes, red-zone checking, statistics, memcpy, launch.
 #include "runtime.h"
 
+#include "stream.h"
+
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -9,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <tuple>
@@ -42,6 +45,7 @@ struct Block {
   size_t base_size;  // bytes of the underlying allocation
   std::string op;
   uint64_t serial;
+  bool cached = false;  // held by a caching allocator, not in use
 };
 
 std::mutex g_mu;
@@ -106,6 +110,8 @@ const char* enpuGetErrorString(enpuError_t err) {
     case enpuErrorInvalidValue: return "invalid value";
     case enpuErrorOutOfMemory: return "out of memory";
     case enpuErrorUnknownPointer: return "unknown device pointer";
+    case enpuErrorAsyncWork: return "queued work failed: ";
+    case enpuErrorNotReady: return "event not reached yet: synchronize first";
     case enpuErrorForkedChild:
       return "cannot re-initialize npu in forked subprocess. To use npu with multiprocessing, you "
              "must use the 'spawn' start method";
@@ -211,6 +217,29 @@ enpuError_t enpuMalloc(void** ptr, size_t size) {
   return enpuSuccess;
 }
 
+enpuError_t enpuSetBlockCached(void* ptr, int cached) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  auto it = g_blocks.find(reinterpret_cast<uintptr_t>(ptr));
+  if (it == g_blocks.end()) return enpuErrorUnknownPointer;
+  Block& b = it->second;
+  if (b.cached == (cached != 0)) return enpuSuccess;
+  b.cached = cached != 0;
+  const auto n = static_cast<int64_t>(b.size);
+  if (b.cached) {
+    g_stats.live_blocks -= 1;
+    g_stats.live_bytes -= n;
+    return enpuSuccess;
+  }
+  b.op = t_current_op ? t_current_op : "";
+  b.serial = ++g_serial;
+  g_stats.live_blocks += 1;
+  g_stats.live_bytes += n;
+  g_stats.total_blocks += 1;
+  g_stats.total_bytes += n;
+  if (g_stats.live_bytes > g_stats.peak_bytes) g_stats.peak_bytes = g_stats.live_bytes;
+  return enpuSuccess;
+}
+
 enpuError_t enpuFree(void* ptr) {
   if (!ptr) return enpuSuccess;
   Block b;
@@ -221,8 +250,10 @@ enpuError_t enpuFree(void* ptr) {
     b = it->second;
     check_block_locked(it->first, b, t_current_op ? t_current_op : "free");
     g_blocks.erase(it);
-    g_stats.live_blocks -= 1;
-    g_stats.live_bytes -= static_cast<int64_t>(b.size);
+    if (!b.cached) {
+      g_stats.live_blocks -= 1;
+      g_stats.live_bytes -= static_cast<int64_t>(b.size);
+    }
   }
   switch (g_mode) {
     case enpuAllocPage:
@@ -242,9 +273,22 @@ enpuError_t enpuMemcpy(void* dst, const void* src, size_t count, enpuMemcpyKind 
   if (enpuError_t e = enpuCheckProcess(); e != enpuSuccess) return e;
   if (count == 0) return enpuSuccess;
   if (!dst || !src) return enpuErrorInvalidValue;
-  (void)kind;
-  std::memmove(dst, src, count);
-  return enpuSuccess;
+  if (!enpuGetAsync()) {
+    std::memmove(dst, src, count);
+    return enpuSuccess;
+  }
+  const int device = enpuGetDevice();
+  const enpuStream_t stream = enpuGetStream(device);
+  if (kind == enpuMemcpyHostToDevice) {  // the host buffer may change once this returns
+    auto staged = std::make_shared<std::vector<unsigned char>>(
+        static_cast<const unsigned char*>(src), static_cast<const unsigned char*>(src) + count);
+    return enpu::enqueue(device, stream, enpuWorkH2D,
+                         [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); });
+  }
+  const enpuWorkKind work = kind == enpuMemcpyDeviceToHost ? enpuWorkD2H : enpuWorkD2D;
+  enpuError_t e = enpu::enqueue(device, stream, work, [dst, src, count] { std::memmove(dst, src, count); });
+  if (e != enpuSuccess || kind != enpuMemcpyDeviceToHost) return e;
+  return enpuStreamSynchronize(device, stream);
 }
 
 int enpuIsDevicePointer(const void* ptr) {
@@ -274,6 +318,7 @@ enpuError_t enpuLaunchKernel(const char* name, enpuKernelFn fn, void* args) {
 }
 
 uint64_t enpuKernelLaunchCount(void) { return g_launches.load(); }
+void enpuCountKernelLaunch(void) { g_launches.fetch_add(1, std::memory_order_relaxed); }
 
 size_t enpuCheckMemory(const char* after_op) {
   std::lock_guard<std::mutex> lk(g_mu);
@@ -298,7 +343,8 @@ MemStats memStats() {
 std::vector<BlockInfo> liveBlocks() {
   std::lock_guard<std::mutex> lk(g_mu);
   std::vector<BlockInfo> out;
-  for (const auto& kv : g_blocks) out.push_back({kv.first, kv.second.size, kv.second.op, kv.second.serial});
+  for (const auto& kv : g_blocks)
+    if (!kv.second.cached) out.push_back({kv.first, kv.second.size, kv.second.op, kv.second.serial});
   return out;
 }
 

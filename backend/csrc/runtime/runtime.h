@@ -14,6 +14,8 @@ typedef enum {
   enpuErrorOutOfMemory = 2,
   enpuErrorUnknownPointer = 3,
   enpuErrorForkedChild = 4,  // used in a forked child of the process that initialised it
+  enpuErrorAsyncWork = 5,    // queued work raised (reported by the next synchronisation)
+  enpuErrorNotReady = 6,     // an event not reached yet
 } enpuError_t;
 
 const char* enpuGetErrorString(enpuError_t err);
@@ -53,18 +55,25 @@ int enpuGetDevice(void);
 // Memory. size 0 returns a null pointer and records nothing.
 enpuError_t enpuMalloc(void** ptr, size_t size);
 enpuError_t enpuFree(void* ptr);
+// Copies on the current device's current stream (stream.h): in asynchronous mode a host source
+// is staged first and a device-to-host copy waits for the stream, as cudaMemcpy.
 enpuError_t enpuMemcpy(void* dst, const void* src, size_t count, enpuMemcpyKind kind);
 int enpuIsDevicePointer(const void* ptr);
+// A caching allocator's view of a block (asynchronous mode): cached blocks stay allocated but
+// are neither live nor counted in memStats/liveBlocks; a reused block is named after the
+// current op and gets a new serial number.
+enpuError_t enpuSetBlockCached(void* ptr, int cached);
 
 // The op on whose behalf the current thread allocates (set by the ATen glue). Returns the
 // previous name (a pointer to a static string or nullptr).
 const char* enpuSetCurrentOp(const char* name);
 const char* enpuGetCurrentOp(void);
 
-// Kernel launch entry: runs fn(args) synchronously and counts launches.
+// Kernel launch entry: runs fn(args) synchronously and counts launches (queued kernels: stream.h).
 typedef void (*enpuKernelFn)(void* args);
 enpuError_t enpuLaunchKernel(const char* name, enpuKernelFn fn, void* args);
 uint64_t enpuKernelLaunchCount(void);
+void enpuCountKernelLaunch(void);
 
 // Guard-zone check of all live blocks (guard/page modes). after_op names the op after which the
 // check runs ("" when called directly). Returns the number of corrupted zones recorded so far.
