@@ -181,16 +181,10 @@ def run_grad_sample(
     stats: ErrorStats,
     on_device: Callable[[], AbstractContextManager] = nullcontext,
     reference: Any = None,
-    settle: Callable[[], None] | None = None,
 ) -> None:
     """Compare the gradients of one sample: `op` on the device, `reference` (default `op`) on
     CPU. Every device step runs inside `on_device()` (the routing of the case's path). Raises
-    Mismatch, Unsupported or NotApplicable.
-
-    `settle`: a lazy device's sync point. Every device gradient of the sample (each grad_output
-    layout, .grad accumulation) is then recorded first and the pending graph run once, before
-    anything is read: one graph for the device to compile instead of one per read. Where that
-    run fails, each value is read on its own, and the first that fails names its step."""
+    Mismatch, Unsupported or NotApplicable."""
     cpu_args, cpu_kwargs, cpu_leaves = leaves_of(placed.materialize("cpu"))
     if not cpu_leaves:
         raise NotApplicable("no floating input to differentiate")
@@ -214,7 +208,6 @@ def run_grad_sample(
             f"cpu {len(flat_expected)}",
         )
     dev_outs = []
-    forward = "output {} of the forward with requires_grad"
     for i, e in cpu_outs:
         a = flat_actual[i]
         if not isinstance(a, torch.Tensor) or not a.requires_grad:
@@ -223,82 +216,35 @@ def run_grad_sample(
                 f"output {i} does not require grad on the device (no autograd graph: the "
                 "device's autograd kernel dropped it); on cpu it does",
             )
-        if settle is None:
-            _compare("grad", forward.format(i), a, e, scale, stats, 1.0)
+        _compare("grad", f"output {i} of the forward with requires_grad", a, e, scale, stats, 1.0)
         dev_outs.append(a)
-    cpu_gs = {lo: placed_grad_outputs(cpu_outs, lo, "cpu") for lo in GRAD_OUTPUT_LAYOUTS}
-    device_grads = DeviceGrads(dev_outs, dev_leaves, cpu_outs, device, on_device)
-    if settle is not None:  # everything recorded first, the graph run once, then read
-        for layout, cpu_g in cpu_gs.items():
-            if cpu_g is not None:
-                device_grads.of(layout)
-        device_grads.accumulate()
-        try:
-            settle()
-        except Exception:  # noqa: BLE001 - each value's own read names the step that fails
-            pass
-        for (i, e), a in zip(cpu_outs, dev_outs, strict=True):
-            _compare("grad", forward.format(i), a, e, scale, stats, 1.0)
-    for layout, cpu_g in cpu_gs.items():
+    for layout in GRAD_OUTPUT_LAYOUTS:
+        cpu_g = placed_grad_outputs(cpu_outs, layout, "cpu")
         if cpu_g is None:
             continue
         try:
             _compare_grads(
-                cpu_outs, cpu_leaves, device_grads, cpu_g, layout, scale, stats, truth
+                cpu_outs, cpu_leaves, dev_outs, dev_leaves, cpu_g, layout, device, scale, stats,
+                on_device, truth,
             )  # fmt: skip
         except Mismatch as m:
             m.layout = layout  # type: ignore[attr-defined]  # where blame looks for evidence
             raise
-    _accumulated(cpu_outs, cpu_leaves, device_grads, scale, stats, truth)
-
-
-class DeviceGrads:
-    """The device's side of one sample's backward passes, each run once when first asked for."""
-
-    def __init__(
-        self,
-        outs: list[torch.Tensor],
-        leaves: list[tuple[str, torch.Tensor]],
-        cpu_outs: list[tuple[int, torch.Tensor]],
-        device: torch.device | str,
-        on_device: Callable[[], AbstractContextManager],
-    ) -> None:
-        self.outs, self.leaves, self.cpu_outs = outs, leaves, cpu_outs
-        self.device, self.on_device = device, on_device
-        self.found: dict[str, tuple[tuple | None, BaseException | None]] = {}
-        self.accumulated: BaseException | None | bool = False  # False: not run yet
-
-    def of(self, layout: str) -> tuple[tuple | None, BaseException | None]:
-        """(input gradients, error) for the grad_outputs placed in `layout`."""
-        if layout not in self.found:
-            dev_g = placed_grad_outputs(self.cpu_outs, layout, self.device)
-            with self.on_device():
-                self.found[layout] = _grads(self.outs, [x for _, x in self.leaves], dev_g)
-        return self.found[layout]
-
-    def accumulate(self) -> BaseException | None:
-        """backward() twice into the leaves (contiguous grad_outputs): the first error, if any."""
-        if self.accumulated is False:
-            dev_g = placed_grad_outputs(self.cpu_outs, "contiguous", self.device)
-            self.accumulated = None
-            for _ in range(2):
-                with self.on_device():
-                    exc = _backward(self.outs, dev_g)
-                if exc is not None:
-                    self.accumulated = exc
-                    break
-        return self.accumulated
+    _accumulated(cpu_outs, cpu_leaves, dev_outs, dev_leaves, device, scale, stats, on_device, truth)
 
 
 def _compare_grads(
-    cpu_outs, cpu_leaves, device_grads, cpu_g, layout, scale, stats, truth
+    cpu_outs, cpu_leaves, dev_outs, dev_leaves, cpu_g, layout, device, scale, stats, on_device,
+    truth,
 ) -> None:  # fmt: skip
     """Every input's gradient for the grad_outputs placed in `layout`, against CPU's."""
     names = [n for n, _ in cpu_leaves]
+    dev_g = placed_grad_outputs(cpu_outs, layout, device)
     want, exc = _grads([e for _, e in cpu_outs], [x for _, x in cpu_leaves], cpu_g)
     if exc is not None:
         _raised("backward", exc, None)
-    got, exc = device_grads.of(layout)
+    with on_device():
+        got, exc = _grads(dev_outs, [x for _, x in dev_leaves], dev_g)
     _raised(f"backward (grad_output {layout})", None, exc)
     assert want is not None and got is not None
     own = truth.own_errors() if truth is not None else None
@@ -314,7 +260,9 @@ def _compare_grads(
             _compare_gradient(what, a, e, own[i] if own else None, scale, stats)
 
 
-def _accumulated(cpu_outs, cpu_leaves, device_grads, scale, stats, truth) -> None:
+def _accumulated(
+    cpu_outs, cpu_leaves, dev_outs, dev_leaves, device, scale, stats, on_device, truth
+) -> None:
     """backward() twice into the leaves: `.grad` accumulates, with CPU's layout."""
     cpu_g = placed_grad_outputs(cpu_outs, "contiguous", "cpu")
     own = truth.own_errors() if truth is not None else None
@@ -322,8 +270,12 @@ def _accumulated(cpu_outs, cpu_leaves, device_grads, scale, stats, truth) -> Non
         exc = _backward([e for _, e in cpu_outs], cpu_g)
         if exc is not None:
             _raised("backward into .grad", exc, None)
-    _raised("backward into .grad", None, device_grads.accumulate())
-    for i, ((name, e), (_, a)) in enumerate(zip(cpu_leaves, device_grads.leaves, strict=True)):
+    dev_g = placed_grad_outputs(cpu_outs, "contiguous", device)
+    for _ in range(2):
+        with on_device():
+            exc = _backward(dev_outs, dev_g)
+        _raised("backward into .grad", None, exc)
+    for i, ((name, e), (_, a)) in enumerate(zip(cpu_leaves, dev_leaves, strict=True)):
         what = f"{name}.grad after backward() twice"
         if (a.grad is None) != (e.grad is None):
             raise Mismatch("grad", f"{what}: device {a.grad is not None}, cpu {e.grad is not None}")

@@ -35,7 +35,6 @@ class GradMode(CaseMode):
             outcome.stats,
             on_device=lambda: ctx.backend.routed_through_fallback(ctx.route),
             reference=ctx.spec.reference,
-            settle=ctx.backend.lazy.sync if ctx.backend.lazy is not None else None,
         )
         return False, None
 
