@@ -54,6 +54,7 @@ class CaseOutcome:
     fell_back: set[str] = field(default_factory=set)
     # a lazy device's compile time during the case (its runtime's metric; None: not measured)
     compile_seconds: float | None = None
+    first_call_seconds: float | None = None  # the overload's first device call in this runner
     # what the case's mode records beyond the verdict (-sync: sync points, -compile: graphs)
     evidence: Any = None
     notes: list[str] = field(default_factory=list)  # what passing checks noted

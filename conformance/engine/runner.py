@@ -102,6 +102,7 @@ def run_case(
     outcome.context = ctx
     oracles.use_runtime_seed(backend.lazy.seed if backend.lazy is not None else None)
     compiled_before = backend.lazy.compile_seconds() if backend.lazy is not None else None
+    called_before = overload in backend.first_calls
     outcome.notes = ctx.notes  # the checks' notes on samples that passed
     watch = memory.MemoryWatch(backend)
     values_compared = 0
@@ -162,6 +163,8 @@ def run_case(
     outcome.errors_only = outcome.samples > 0 and values_compared == 0
     if compiled_before is not None and backend.lazy is not None:
         outcome.compile_seconds = (backend.lazy.compile_seconds() or 0.0) - compiled_before
+    elif not called_before and overload in backend.first_calls:  # where a JIT backend compiles
+        outcome.first_call_seconds = backend.first_calls[overload]
     if not outcome.samples and not outcome.unsupported and outcome.failure is None:
         outcome.skip_reason = outcome.not_applicable
     if foundations is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -153,7 +154,9 @@ def run_sample(
     lazy = backend.lazy
     counts = lazy.counts() if lazy is not None else None
     with backend.routed_through_fallback(ctx.route), mode():
+        started = time.perf_counter()
         actual = invoke(ctx.op, dev, ctx.nondeterministic)
+        backend.first_calls.setdefault(ctx.overload, time.perf_counter() - started)
     _heap_phase(backend, f"in {ctx.overload} (its own call, before its results were read)")
     if lazy is not None and counts is not None:
         actual = settle(lazy, actual)

@@ -165,6 +165,7 @@ def write_summary(tr, s: Summary, terminal: Terminal) -> None:
     _not_failures(tr, s.records)
     _ran(tr, s.records)
     _compile_time(tr, s.records)
+    _first_calls(tr, s.records)
     _findings(tr, s.records, s.findings)
     for note in s.notes:
         tr.write_line(note)
@@ -269,6 +270,31 @@ def _compile_time(tr, records: list[CaseRecord]) -> None:
     tr.write_line(
         f"compile time (the lazy runtime's CompileTime): {compiling:.1f} s in {len(timed)} "
         f"case(s){share}" + (f"; longest: {top}" if top else "")
+    )
+
+
+#: first calls worth a summary line: this many seconds, and this share of the cases' time
+FIRST_CALLS_SHOWN = (5.0, 0.05)
+
+
+def _first_calls(tr, records: list[CaseRecord]) -> None:
+    """How much of the cases' time went into each overload's first device call in its runner
+    (the record's "first_call_s"): where a backend that compiles kernels on first use (a JIT
+    backend) spends it. Said when it is a noticeable part of the run."""
+    timed = [r for r in records if isinstance(r.extra.get("first_call_s"), int | float)]
+    first = sum(r.extra["first_call_s"] for r in timed)
+    total = sum(r.duration or 0.0 for r in records)
+    seconds, share = FIRST_CALLS_SHOWN
+    if first < seconds or not total or first < share * total:
+        return
+    by_op: Counter[str] = Counter()
+    for r in timed:
+        by_op[r.op] += r.extra["first_call_s"]
+    top = ", ".join(f"{op} {s:.1f} s" for op, s in by_op.most_common(3))
+    tr.write_line(
+        f"first calls (each overload's first device call in its runner, where a backend that "
+        f"compiles kernels on first use spends it): {first:.1f} s in {len(timed)} case(s) "
+        f"({100 * first / total:.0f} % of the cases' {total:.0f} s); longest: {top}"
     )
 
 
