@@ -274,7 +274,7 @@ def _compile_time(tr, records: list[CaseRecord]) -> None:
 
 
 #: first calls worth a summary line: this many seconds, and this share of the cases' time
-FIRST_CALLS_SHOWN = (5.0, 0.05)
+FIRST_CALLS_SHOWN = (1.0, 0.05)
 
 
 def _first_calls(tr, records: list[CaseRecord]) -> None:

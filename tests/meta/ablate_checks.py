@@ -35,6 +35,7 @@ SELF_TESTS = [
     "tests/suite/test_catches_faults.py",
     "tests/suite/test_catches_bits.py",
     "tests/suite/test_computes_in_dtype.py",
+    "tests/suite/test_first_calls.py",
     "tests/suite/test_verdict_faults.py",
     "tests/suite/test_results_and_expectations.py",
     "tests/engine/test_cpu_bugs.py",
