@@ -59,9 +59,7 @@ class Backend:
     heap_cache: str | None = None
     heap: Any = None
     _routable: dict[str, bool] = field(default_factory=dict)
-    # seconds of each overload's first device call in this process (a runner's): where a
-    # backend that compiles its kernels on first use spends them (sample_run.py times it)
-    first_calls: dict[str, float] = field(default_factory=dict)
+    first_calls: dict[str, float] = field(default_factory=dict)  # 1st device call per op (s)
 
     @functools.cached_property
     def profile(self) -> DeviceProfile:

@@ -34,13 +34,12 @@ from collections.abc import Iterator
 import torch
 from torch.utils._pytree import tree_flatten
 
-from conformance.engine import exactness, ieee
+from conformance.engine import exactness, ieee, truth
 from conformance.engine.checks import Sample, invoke, sample_check
 from conformance.engine.compare import Mismatch, flush_subnormals, subnormal, tolerance, unravel
 from conformance.engine.exactness import FLOATS
-from conformance.engine.operands import data_args
-from conformance.engine.placing import Materialized
 from conformance.engine.transfer import read_back
+from conformance.engine.truth import named, output_name
 
 
 def compared(s: Sample) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
@@ -64,7 +63,7 @@ def _compared(s: Sample) -> Iterator[tuple[str, torch.Tensor, torch.Tensor]]:
                 continue
             if s.spec.compared_outputs is not None and i not in s.spec.compared_outputs:
                 continue
-            pairs.append((_output_name(i, len(a_leaves)), a, e))
+            pairs.append((output_name(i, len(a_leaves)), a, e))
     dev_written = [(leaf, view) for leaf, _, view in s.dev.bases if leaf.written]
     cpu_written = [view for leaf, _, view in s.cpu.bases if leaf.written]
     for (leaf, view), cview in zip(dev_written, cpu_written, strict=False):
@@ -137,7 +136,7 @@ def _inputs_as_zero(s: Sample, found: list[tuple[str, torch.Tensor, torch.Tensor
     flushed = invoke(s.spec.reference or s.op, cpu)
     if flushed.exc is not None:
         return
-    again = _named(flushed.result, {leaf.arg: view for leaf, _, view in cpu.bases if leaf.written})
+    again = named(flushed.result, {leaf.arg: view for leaf, _, view in cpu.bases if leaf.written})
     for name, a, e in differing:
         f = again.get(name)
         if f is None:
@@ -150,22 +149,6 @@ def _inputs_as_zero(s: Sample, found: list[tuple[str, torch.Tensor, torch.Tensor
                 f"({int(diff.sum())} element(s)) it gives cpu's result for the inputs with their "
                 f"subnormals made zero; {_first(diff, a, e)}",
             )
-
-
-def _output_name(i: int, n: int) -> str:
-    return f"output {i}" if n > 1 else "output"
-
-
-def _named(result: object, written: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """{name as `compared` names it: tensor} of another CPU run: its result's tensors, then the
-    written arguments (`written`, by argument name)."""
-    leaves = tree_flatten(result)[0]
-    found = {
-        _output_name(i, len(leaves)): t for i, t in enumerate(leaves) if isinstance(t, torch.Tensor)
-    }
-    for name, t in written.items():
-        found.setdefault(name, t)
-    return found
 
 
 @functools.cache
@@ -249,56 +232,13 @@ def _correctly_rounded(
     (exactness.FLOAT64_REFERENCES), else CPU's result. CPU itself rounds some operands first (a
     float64 scalar added to a float16 tensor is rounded to float16 before the sum); a device
     that does not is as right. All False where the float64 run fails or gives another shape."""
-    w = float64_results(s, e.dtype).get(name)
+    w = truth.float64_value(s, e.dtype, name)
     if w is None or w.shape != a.shape:
         return torch.zeros_like(a, dtype=torch.bool)
     rounded = w.to(e.dtype)
     if within:
         return (exactness.ulp_distance(a, rounded) <= within) | _same(a, rounded)
     return _same(a, rounded)
-
-
-def float64_results(s: Sample, result: torch.dtype) -> dict[str, torch.Tensor]:
-    """{name as `compared` names it: float64 result} of the op on CPU's inputs upcast (the
-    truth), run once per sample; empty where the run fails."""
-    if "float64" not in s.scratch:
-        s.scratch["float64"] = _float64_run(s, result)
-    return s.scratch["float64"]
-
-
-def _float64_run(s: Sample, result: torch.dtype) -> dict[str, torch.Tensor]:
-    """`float64_results` computed (the correctly rounded reference of a float64 op from
-    exactness.FLOAT64_REFERENCES where it has one)."""
-    cpu = s.placed.materialize("cpu")
-    reference = exactness.FLOAT64_REFERENCES.get(ieee.base(s.overload))
-    if result == torch.float64 and reference is not None:
-        self = cpu.args[0] if cpu.args and isinstance(cpu.args[0], torch.Tensor) else None
-        if self is None or self.dtype != torch.float64:
-            return {}
-        found = reference(self)
-        return {n: found for n, _, _ in compared(s)}
-    data = {i for i, _ in data_args(s.schema)}
-    upcast: dict[int, torch.Tensor] = {}
-
-    def remember(orig: object, wide: object) -> object:
-        if isinstance(orig, torch.Tensor) and isinstance(wide, torch.Tensor):
-            upcast[id(orig)] = wide
-        return wide
-
-    args, kwargs = exactness.wide_args(cpu.args, cpu.kwargs, data, result)
-    flat_orig = tree_flatten((cpu.args, cpu.kwargs))[0]
-    flat_wide = tree_flatten((args, kwargs))[0]
-    for o, w in zip(flat_orig, flat_wide, strict=True):
-        remember(o, w)
-    run = invoke(s.spec.reference or s.op, Materialized(args, kwargs, []))
-    if run.exc is not None:
-        return {}
-    written = {
-        leaf.arg: upcast[id(view)]
-        for leaf, _, view in cpu.bases
-        if leaf.written and id(view) in upcast
-    }
-    return _named(run.result, written)
 
 
 def _most_ulps(a: torch.Tensor, e: torch.Tensor, bad: torch.Tensor) -> int:

@@ -9,7 +9,7 @@
   no float32 "opmath" (half-precision units, XLA's reduced-precision lowering). CPU computes those
   dtypes in float32 and rounds once, so a few ulps between the two are policy, not a bug. Where
   the device's values are beyond the dtype's tolerance against CPU's, they are judged against the
-  float64 result of the op (the truth: CPU's inputs upcast, `bits.float64_results`) with the
+  float64 result of the op (the truth: CPU's inputs upcast, `truth.py`) with the
   dtype's own accuracy: the dtype's tolerance (as the op's spec widens it) plus `ROUNDINGS`
   roundings in the dtype at the scale of the computation (eps times the largest |value| among
   the sample's floating inputs and the result). A few steps rounded in the dtype stay within
@@ -24,7 +24,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 
@@ -36,9 +36,7 @@ from conformance.engine.compare import (
     unravel,
 )
 from conformance.engine.transfer import read_back
-
-if TYPE_CHECKING:
-    from conformance.engine.checks import Sample
+from conformance.engine.truth import float64_value
 
 #: the dtypes a device may declare it computes in themselves
 HALF = (torch.float16, torch.bfloat16)
@@ -59,7 +57,7 @@ class DtypePolicy:
 
 
 def compare_result(
-    s: Sample,
+    s: Any,
     name: str,
     actual: torch.Tensor,
     expected: torch.Tensor,
@@ -68,9 +66,10 @@ def compare_result(
     check_strides: bool,
     check_values: bool,
 ) -> None:
-    """`compare.compare_tensor` of one device tensor (an output, a written argument) under the
-    case's policy: CPU's values flushed where the device flushes subnormals; values beyond the
-    tolerance judged again against the float64 truth where the device computes in the dtype."""
+    """`compare.compare_tensor` of one device tensor (an output, a written argument) of sample
+    `s` (a checks.Sample) under the case's policy: CPU's values flushed where the device
+    flushes subnormals; values beyond the tolerance judged again against the float64 truth
+    where the device computes in the dtype."""
     policy: DtypePolicy = s.policy
     if policy.flushes_subnormals:
         expected = flush_subnormals(expected, read_back(actual))
@@ -91,13 +90,11 @@ def compare_result(
         _judge_in_dtype(s, name, read_back(actual), expected)
 
 
-def _judge_in_dtype(s: Sample, name: str, got: torch.Tensor, cpu: torch.Tensor) -> None:
+def _judge_in_dtype(s: Any, name: str, got: torch.Tensor, cpu: torch.Tensor) -> None:
     """Values the device computed in their own half dtype, against the float64 truth with that
     dtype's own accuracy (the module docstring); a pass says so in a note."""
-    from conformance.engine.bits import float64_results
-
     dtype, short = cpu.dtype, str(cpu.dtype).removeprefix("torch.")
-    truth = float64_results(s, dtype).get(name)
+    truth = float64_value(s, dtype, name)
     basis = "the float64 result"
     if truth is None or truth.shape != cpu.shape:
         truth, basis = cpu, "cpu's result"

@@ -13,7 +13,7 @@ from conformance.engine import coverage, discovery, workloads
 from conformance.engine.modes import selected
 from conformance.harness.cases import CaseList
 from conformance.harness.sampling import RunSamples
-from conformance.ops import spec_for
+from conformance.ops import RUNTIME_CALLS, spec_for
 from conformance.samples import arguments, valuesets
 
 
@@ -54,6 +54,8 @@ def _model_default_kernels(cases: CaseList) -> list[str]:
 def no_sample_reason(overload: str, cache_dir: str | None) -> str:
     from conformance.samples.opinfo import base_name, opinfo_index
 
+    if overload in RUNTIME_CALLS:
+        return RUNTIME_CALLS[overload]
     spec = spec_for(overload)
     if spec.samples is None and not (
         spec.opinfo_names or base_name(overload) in opinfo_index(cache_dir)

@@ -75,6 +75,7 @@ ne.Tensor
 neg
 neg.out
 neg_
+record_stream
 relu
 relu_
 resize_

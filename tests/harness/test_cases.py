@@ -119,12 +119,16 @@ def test_fallback_only_dtypes_follow_their_opinfo(tmp_path) -> None:
 
 
 def test_every_registered_overload_has_samples(tmp_path) -> None:
+    """Every overload echo_npu registers is tested, but the calls into its runtime, which have
+    no CPU result to compare (their reason named)."""
+    from conformance.ops import RUNTIME_CALLS
+
     suite = make_suite(tmp_path, ops="*")
-    assert suite.case_list.coverage.untested == {}
+    untested = suite.case_list.coverage.untested
+    assert untested == {o: RUNTIME_CALLS[o] for o in untested}, untested
     n = len(suite.case_list.registered)
-    assert (
-        suite.case_list.coverage.header_lines()[0]
-        == f"coverage: {n} of {n} registered overloads tested"
+    assert suite.case_list.coverage.header_lines()[0] == (
+        f"coverage: {n - len(untested)} of {n} registered overloads tested"
     )
 
 

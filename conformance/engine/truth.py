@@ -1,0 +1,74 @@
+"""The truth a last-bit check or a declared precision judges against: the op run on CPU with its
+floating operands upcast to float64 (integer data operands converted to the result's dtype
+first, as type promotion does), once per sample; for a float64 op, its correctly rounded
+reference where it has one (exactness.FLOAT64_REFERENCES). Used by bits.py (rounding) and
+precision.py (devices that compute half precision in itself)."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_flatten
+
+from conformance.engine import exactness, ieee
+from conformance.engine.operands import data_args
+
+ANY_NAME = "*"  # a reference that gives the one result every compared name reads
+
+
+def float64_value(s: Any, result: torch.dtype, name: str) -> torch.Tensor | None:
+    """The float64 truth of the value `name` (an output, "output 0", or a written argument) of
+    sample `s` (checks.Sample) whose dtype is `result`; None where it cannot be computed."""
+    if "float64" not in s.scratch:
+        s.scratch["float64"] = _float64_run(s, result)
+    found = s.scratch["float64"]
+    return found.get(name, found.get(ANY_NAME))
+
+
+def output_name(i: int, n: int) -> str:
+    return f"output {i}" if n > 1 else "output"
+
+
+def named(result: object, written: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """{name as the checks name it: tensor} of a CPU run: its result's tensors, then the written
+    arguments (`written`, by argument name)."""
+    leaves = tree_flatten(result)[0]
+    found = {
+        output_name(i, len(leaves)): t for i, t in enumerate(leaves) if isinstance(t, torch.Tensor)
+    }
+    for name, t in written.items():
+        found.setdefault(name, t)
+    return found
+
+
+def _float64_run(s: Any, result: torch.dtype) -> dict[str, torch.Tensor]:
+    cpu = s.placed.materialize("cpu")
+    reference = exactness.FLOAT64_REFERENCES.get(ieee.base(s.overload))
+    if result == torch.float64 and reference is not None:
+        self = cpu.args[0] if cpu.args and isinstance(cpu.args[0], torch.Tensor) else None
+        if self is None or self.dtype != torch.float64:
+            return {}
+        return {ANY_NAME: reference(self)}
+    data = {i for i, _ in data_args(s.schema)}
+    args, kwargs = exactness.wide_args(cpu.args, cpu.kwargs, data, result)
+    upcast = {
+        id(o): w
+        for o, w in zip(
+            tree_flatten((cpu.args, cpu.kwargs))[0], tree_flatten((args, kwargs))[0], strict=True
+        )
+        if isinstance(o, torch.Tensor) and isinstance(w, torch.Tensor)
+    }
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = (s.spec.reference or s.op)(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - no truth for this sample: nothing claimed
+        return {}
+    written = {
+        leaf.arg: upcast[id(view)]
+        for leaf, _, view in cpu.bases
+        if leaf.written and id(view) in upcast
+    }
+    return named(out, written)
