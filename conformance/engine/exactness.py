@@ -234,7 +234,8 @@ def wide_args(args: tuple, kwargs: dict, data: set[int], result: torch.dtype) ->
     return wide, tree_map(lambda x: up(x, False), kwargs)
 
 
-def _run(op: Any, args: tuple, kwargs: dict) -> list[Any] | None:
+def run_quietly(op: Any, args: tuple, kwargs: dict) -> list[Any] | None:
+    """The flat result of `op` on CPU, warnings silenced; None where it raises."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -310,13 +311,13 @@ def _measure_exhaustive(
         every = _exhaustive(call, data, dtype)
         if every is None:
             continue
-        got = _run(op, *tree_map(_fresh, (every.args, every.kwargs)))
+        got = run_quietly(op, *tree_map(_fresh, (every.args, every.kwargs)))
         if got is None:
             continue
         floats = _floats(got)
         if len(floats) != 1 or floats[0].numel() != 1 << 16:
             return False
-        wide = _run(op, *wide_args(every.args, every.kwargs, data, floats[0].dtype))
+        wide = run_quietly(op, *wide_args(every.args, every.kwargs, data, floats[0].dtype))
         wide_floats = _floats(wide or [])
         if len(wide_floats) != 1 or wide_floats[0].shape != floats[0].shape:
             return False
@@ -334,13 +335,13 @@ def _measure_refilled(
         for refill in range(MAX_REFILLS + 1):
             if refill:
                 variant = _refilled(call, data, dtype, g)
-            got = _run(op, *tree_map(_fresh, (variant.args, variant.kwargs)))
+            got = run_quietly(op, *tree_map(_fresh, (variant.args, variant.kwargs)))
             floats = _floats(got or [])
             if got is None or not floats:
                 if refill == 0:
                     break  # the sample itself does not run, or gives no float: nothing to refill
                 continue
-            wide = _run(op, *wide_args(variant.args, variant.kwargs, data, floats[0].dtype))
+            wide = run_quietly(op, *wide_args(variant.args, variant.kwargs, data, floats[0].dtype))
             if wide is None or len(wide) != len(got):
                 continue
             for a, e in zip(got, wide, strict=True):

@@ -257,20 +257,28 @@ def _ran(tr, records: list[CaseRecord]) -> None:
 def _compile_time(tr, records: list[CaseRecord]) -> None:
     """How much of the cases' time the backend spent compiling (its runtime's own metric, the
     record's "compile_s"), and which ops compiled longest."""
-    timed = [r for r in records if isinstance(r.extra.get("compile_s"), int | float)]
+    timed, compiling, top = _backend_seconds(records, "compile_s", floor=0.05)
     if not timed:
         return
-    compiling = sum(r.extra["compile_s"] for r in timed)
     total = sum(r.duration or 0.0 for r in timed)
-    by_op: Counter[str] = Counter()
-    for r in timed:
-        by_op[r.op] += r.extra["compile_s"]
-    top = ", ".join(f"{op} {s:.1f} s" for op, s in by_op.most_common(3) if s >= 0.05)
     share = f" ({100 * compiling / total:.0f} % of their {total:.0f} s)" if total else ""
     tr.write_line(
         f"compile time (the lazy runtime's CompileTime): {compiling:.1f} s in {len(timed)} "
         f"case(s){share}" + (f"; longest: {top}" if top else "")
     )
+
+
+def _backend_seconds(
+    records: list[CaseRecord], key: str, floor: float = 0.0
+) -> tuple[list[CaseRecord], float, str]:
+    """(the records that have the seconds `key`, their sum, the three ops with the most, each
+    from `floor` seconds on): time the backend spent, not the suite."""
+    timed = [r for r in records if isinstance(r.extra.get(key), int | float)]
+    by_op: Counter[str] = Counter()
+    for r in timed:
+        by_op[r.op] += r.extra[key]
+    top = ", ".join(f"{op} {s:.1f} s" for op, s in by_op.most_common(3) if s >= floor)
+    return timed, sum(r.extra[key] for r in timed), top
 
 
 #: first calls worth a summary line: this many seconds, and this share of the cases' time
@@ -281,16 +289,11 @@ def _first_calls(tr, records: list[CaseRecord]) -> None:
     """How much of the cases' time went into each overload's first device call in its runner
     (the record's "first_call_s"): where a backend that compiles kernels on first use (a JIT
     backend) spends it. Said when it is a noticeable part of the run."""
-    timed = [r for r in records if isinstance(r.extra.get("first_call_s"), int | float)]
-    first = sum(r.extra["first_call_s"] for r in timed)
+    timed, first, top = _backend_seconds(records, "first_call_s")
     total = sum(r.duration or 0.0 for r in records)
     seconds, share = FIRST_CALLS_SHOWN
     if first < seconds or not total or first < share * total:
         return
-    by_op: Counter[str] = Counter()
-    for r in timed:
-        by_op[r.op] += r.extra["first_call_s"]
-    top = ", ".join(f"{op} {s:.1f} s" for op, s in by_op.most_common(3))
     tr.write_line(
         f"first calls (each overload's first device call in its runner, where a backend that "
         f"compiles kernels on first use spends it): {first:.1f} s in {len(timed)} case(s) "
