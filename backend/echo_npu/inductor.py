@@ -103,15 +103,6 @@ class PythonWrapperCodegen(_PythonWrapper):
             return
         super()._generate_kernel_call_helper(kernel_name, call_args, triton=triton, **kwargs)
 
-
-_SYNC = "_echo_npu_sync_for_kernels"
-
-
-def _device_index(device) -> int:
-    """The index of a kernel's device (-1: the current device)."""
-    device = device or V.graph.get_current_device_or_throw()
-    return -1 if device.index is None else device.index
-
     def make_allocation(self, name, device, dtype, shape, stride, *args, **kwargs):
         if device.type != DEVICE:
             return super().make_allocation(name, device, dtype, shape, stride, *args, **kwargs)
@@ -130,6 +121,15 @@ def _device_index(device) -> int:
     def codegen_input_size_asserts(self) -> None:
         if "contiguous_inputs" not in FAULTS:  # the fault's kernels never look at the strides
             super().codegen_input_size_asserts()
+
+
+_SYNC = "_echo_npu_sync_for_kernels"
+
+
+def _device_index(device) -> int:
+    """The index of a kernel's device (-1: the current device)."""
+    device = device or V.graph.get_current_device_or_throw()
+    return -1 if device.index is None else device.index
 
 
 class CppWrapperCodegen(CppWrapperCpu):
