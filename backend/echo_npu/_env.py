@@ -5,6 +5,7 @@ Every bad value raises ``ValueError`` with a one-line message naming the valid v
 
 from __future__ import annotations
 
+import math
 import os
 
 ALLOCATOR_MODES = ("malloc", "aligned", "guard", "page")
@@ -87,6 +88,7 @@ def async_mode() -> bool:
     return _flag("ECHO_NPU_ASYNC")
 
 
+# the delay injector's kinds of work, in the order of the runtime's enpuWorkKind (stream.h)
 DELAY_KINDS = ("kernel", "h2d", "d2h", "d2d")
 DELAY_SCOPES = ("all", "default", "side")
 _UNITS = {"us": 1, "ms": 1000, "s": 1_000_000}
@@ -100,7 +102,7 @@ def _micros(amount: str) -> int:
                 value = float(number)
             except ValueError:
                 break
-            if value >= 0:
+            if 0 <= value < math.inf:  # not nan, not inf (round(inf) raises OverflowError)
                 return round(value * _UNITS[unit])
             break
     raise ValueError(f"bad amount {amount!r}")

@@ -16,15 +16,23 @@ import os
 import torch
 
 from . import _C
+from ._env import DELAY_KINDS
 
 _SCOPES = {"all": -1, "default": -2, "side": -3}
+
+
+def _kind(name: str) -> int:
+    """The runtime's number of a delay kind (the order of ``DELAY_KINDS``)."""
+    if name not in DELAY_KINDS:
+        raise ValueError(f"invalid delay kind {name!r}; valid kinds: {', '.join(DELAY_KINDS)}")
+    return DELAY_KINDS.index(name)
 
 
 def configure(asynchronous: bool, delays: list[tuple[str, str, int]]) -> None:
     """Called once at import with the parsed environment (before any work is queued)."""
     _C.set_async(asynchronous)
     for scope, kind, micros in delays:
-        _C.set_delay(kind, micros, 0, _SCOPES[scope])
+        _C.set_delay(_kind(kind), micros, 0, _SCOPES[scope])
     if asynchronous:
         atexit.register(_C.drain)  # no worker runs while the interpreter tears down
         # a forked child has no workers: nothing may be queued when Python forks (here, before
@@ -47,9 +55,9 @@ def set_delay(kind: str, ms: float, stream: torch.Stream | str | None = None) ->
         scope = _SCOPES.get(stream or "all")
         if scope is None:
             raise ValueError(f"invalid stream {stream!r}; valid: a torch.Stream, default, side")
-        _C.set_delay(kind, micros, 0, scope)
+        _C.set_delay(_kind(kind), micros, 0, scope)
     else:
-        _C.set_delay(kind, micros, stream.device_index, stream.stream_id)
+        _C.set_delay(_kind(kind), micros, stream.device_index, stream.stream_id)
 
 
 def clear_delays() -> None:

@@ -11,6 +11,13 @@ asks for.
 Inductor emits device guards only for its GPU types, so the wrapper allocates every buffer on
 the device index of the graph's inputs itself (`npu:1`, not `npu`: the current device).
 
+The C++ kernels read and write device memory on the host, where asynchronous mode
+(ECHO_NPU_ASYNC=1) may still have eager work queued on it (the graph's inputs, the extern ops of
+the graph, a reused cached block): both wrappers wait for the device's current stream before
+each kernel (`echo_npu._C.sync_for_kernels`, `echo_npu_sync_for_kernels`; nothing to do when
+synchronous). The call is there in either mode, so that a graph cached by a synchronous run
+stays right in an asynchronous one.
+
 Faults (ECHO_NPU_INDUCTOR_FAULTS, comma-separated, none by default), the kinds real backends have:
 - wrong_strides: the wrapper allocates every 2-D buffer the graph returns with its strides
   swapped (the generated kernel writes it as laid out: the caller reads the values transposed).
@@ -85,8 +92,13 @@ class PythonWrapperCodegen(_PythonWrapper):
             return SubgraphPythonWrapperCodegen(subgraph_name, parent_wrapper, partition_signatures)
         return PythonWrapperCodegen()
 
+    def write_header(self) -> None:
+        super().write_header()
+        self.imports.writeline(f"from {_C.__name__} import sync_for_kernels as {_SYNC}")
+
     def _generate_kernel_call_helper(self, kernel_name, call_args, *, triton=True, **kwargs):
-        if not triton:  # a C++ kernel: called as on CPU
+        if not triton:  # a C++ kernel: called as on CPU, once the stream's work is done
+            self.writeline(f"{_SYNC}({_device_index(kwargs.get('device'))})")
             self.writeline(self.wrap_kernel_call(kernel_name, call_args))
             return
         super()._generate_kernel_call_helper(kernel_name, call_args, triton=triton, **kwargs)
@@ -109,6 +121,15 @@ class PythonWrapperCodegen(_PythonWrapper):
     def codegen_input_size_asserts(self) -> None:
         if "contiguous_inputs" not in FAULTS:  # the fault's kernels never look at the strides
             super().codegen_input_size_asserts()
+
+
+_SYNC = "_echo_npu_sync_for_kernels"
+
+
+def _device_index(device) -> int:
+    """The index of a kernel's device (-1: the current device)."""
+    device = device or V.graph.get_current_device_or_throw()
+    return -1 if device.index is None else device.index
 
 
 class CppWrapperCodegen(CppWrapperCpu):
@@ -146,6 +167,12 @@ class CppWrapperCodegen(CppWrapperCpu):
         if "cpu_shims" in FAULTS and device == DEVICE:  # CPU's kernels on npu tensors
             device = "cpu"
         return CppWrapperCpu.get_c_shim_func_name(kernel, device)
+
+    def _generate_kernel_call_helper(self, kernel_name, call_args, *, triton=True, **kwargs):
+        if not triton:  # a C++ kernel, once the stream's work is done
+            index = _device_index(kwargs.get("device"))
+            self.writeline(f"AOTI_TORCH_ERROR_CODE_CHECK(echo_npu_sync_for_kernels({index}));")
+        super()._generate_kernel_call_helper(kernel_name, call_args, triton=triton, **kwargs)
 
     def codegen_device(self, device) -> str:
         if "cpp_index_zero" in FAULTS and device.type == DEVICE:

@@ -103,6 +103,14 @@ def test_pinned_memory_and_non_blocking_copies(npu):
     assert torch.equal(back, h)
 
 
+def test_new_streams_come_from_a_bounded_pool(npu):
+    """torch.Stream() does not create a stream (and, asynchronous, a thread) per call."""
+    low = {torch.Stream(device="npu").stream_id for _ in range(100)}
+    high = {torch.Stream(device="npu", priority=-1).stream_id for _ in range(100)}
+    assert len(low) == 32 and len(high) == 32 and not low & high
+    assert 0 not in low | high
+
+
 def test_record_stream_accepted(npu):
     x = torch.ones(4, device="npu")
     x.record_stream(torch.Stream(device="npu"))
@@ -140,8 +148,11 @@ def test_pinned_refused(npu, faults):
 def test_memory_stats_zero(npu, faults):
     x = torch.empty(4096, device="npu")
     assert torch.npu.memory_allocated() >= x.nbytes
+    assert torch.npu.memory_stats()["allocated_bytes.all.current"] >= x.nbytes
     faults(["memory_stats_zero"])
     assert torch.npu.memory_allocated() == 0 and torch.npu.memory_reserved() == 0
+    stats = torch.npu.memory_stats()
+    assert stats and all(v == 0 for v in stats.values()), stats
     if hasattr(torch, "accelerator") and hasattr(torch.accelerator, "memory_allocated"):
         assert torch.accelerator.memory_allocated() == 0
     assert npu.memory_stats()["live_bytes"] >= x.nbytes  # the protocol hook still counts
@@ -280,7 +291,7 @@ def test_async_mode_is_right(clean):
 @needs_event
 def test_async_faults(run_py, clean, fault, wrong):
     got = _results(run_py, ECHO_NPU_FAULTS=fault)
-    assert {k for k, v in got.items() if v != EXPECTED[k]} == wrong, got
+    assert {k for k, v in got.items() if v != clean[k]} == wrong, got
 
 
 def test_delay_env(run_py):
@@ -303,10 +314,21 @@ def test_delay_env_parsing(npu, monkeypatch):
         ("default", "h2d", 100),
         ("all", "d2d", 1_000_000),
     ]
-    for bad in ("kernel:2", "gpu:2ms", "other.kernel:1ms", "kernel:-1ms", "kernel"):
+    for bad in (
+        "kernel:2",
+        "gpu:2ms",
+        "other.kernel:1ms",
+        "kernel:-1ms",
+        "kernel",
+        "kernel:infms",
+        "kernel:nanus",
+    ):
         monkeypatch.setenv("ECHO_NPU_DELAY", bad)
         with pytest.raises(ValueError, match=f"invalid ECHO_NPU_DELAY item '{bad}'"):
             _env.delays(True)
+    assert npu._C.delay_kind_count() == len(_env.DELAY_KINDS)  # the runtime's kinds, named once
+    with pytest.raises(ValueError, match="valid kinds: kernel, h2d, d2h, d2d"):
+        npu.set_delay("gpu", 1)
     monkeypatch.setenv("ECHO_NPU_ASYNC", "yes")
     with pytest.raises(ValueError, match="invalid ECHO_NPU_ASYNC value 'yes'"):
         _env.async_mode()
@@ -329,3 +351,145 @@ def test_async_fork(run_py):
     """Work queued before a fork is done in the parent and the child (whose streams are new)."""
     r = run_py(FORK_ASYNC, ECHO_NPU_ASYNC="1")
     assert "CHILD 0 PARENT [4.0, 4.0, 4.0, 4.0]" in r.stdout, (r.stdout, r.stderr[-2000:])
+
+
+# ---- asynchronous mode: races the review found (one interpreter each, a few seconds) ----------
+
+FORK_WHILE_QUEUEING = r"""
+import ctypes, os, threading, time, torch, echo_npu
+x = torch.zeros(4, device="npu")
+x.add_(0).cpu()  # warm up: the first call of an op is slow on the host
+echo_npu.set_delay("kernel", 1)
+stop = False
+def queue():  # keeps queuing while the fork handler drains (it releases the GIL)
+    for _ in range(2000):
+        if stop:
+            break
+        x.add_(1)
+        time.sleep(0.0002)
+t = threading.Thread(target=queue)
+t.start()
+time.sleep(0.1)
+pid = os.fork()
+if pid == 0:
+    before = ctypes.c_float.from_address(x.data_ptr()).value  # the child's memory, no stream
+    got = (x + 0)[0].item()  # the child's own work only: the parent's queued add_ must not run
+    os._exit(0 if got == before and torch.npu.current_stream().query() else 3)
+stop = True
+t.join()
+_, status = os.waitpid(pid, 0)
+print("CHILD", os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_async_fork_while_another_thread_queues(run_py):
+    """Work queued after the fork handler's drain is not run by the child."""
+    r = run_py(FORK_WHILE_QUEUEING, ECHO_NPU_ASYNC="1", timeout=60)
+    assert "CHILD 0" in r.stdout, (r.stdout, r.stderr[-2000:])
+
+
+PEER_COPY = r"""
+import torch, echo_npu
+x = torch.ones(1 << 12, device="npu:0")
+x.to("npu:1").cpu(), x.mul_(1).cpu()  # warm up: the first call of an op is slow on the host
+echo_npu.set_delay("d2d", 200, torch.npu.default_stream(1))
+y = x.to("npu:1")  # queued on npu:1's stream, reads x 200 ms from now
+x.mul_(7)          # npu:0's stream: must wait for the copy
+print("PEER", y.cpu()[0].item(), x.cpu()[0].item())
+"""
+
+
+def test_async_peer_copy_orders_the_source_stream(run_py):
+    r = run_py(PEER_COPY, ECHO_NPU_ASYNC="1", timeout=60)
+    assert "PEER 1.0 7.0" in r.stdout, (r.stdout, r.stderr[-2000:])
+
+
+QUEUED_ERRORS = r"""
+import torch, echo_npu
+x = torch.ones(4, device="npu")
+side = torch.Stream(device="npu")
+echo_npu._C.queue_failing_work("first failure")
+with torch.npu.stream(side):
+    echo_npu._C.queue_failing_work("second failure")
+y = x + 1  # an op: in guard mode it waits for the queued work before its red-zone check
+echo_npu.check_memory()
+for _ in range(3):
+    try:
+        torch.npu.synchronize()
+        print("SYNC ok")
+    except RuntimeError as e:
+        print("SYNC", repr(str(e)))
+"""
+
+
+def test_async_errors_surface_at_the_next_synchronize(run_py):
+    """Errors of queued work survive the drains of guard mode and check_memory, each is reported
+    once (one per synchronisation), as one line without a C++ backtrace."""
+    r = run_py(QUEUED_ERRORS, ECHO_NPU_ASYNC="1", ECHO_NPU_ALLOCATOR="guard", timeout=60)
+    lines = [x for x in r.stdout.splitlines() if x.startswith("SYNC")]
+    assert len(lines) == 3 and lines[2] == "SYNC ok", (r.stdout, r.stderr[-2000:])
+    assert "first failure" in lines[0] and "second failure" in lines[1], lines
+    assert all("\\n" not in x and "Exception raised from" not in x for x in lines), lines
+
+
+CACHE_RELEASE_RACE = r"""
+import threading, time, torch, echo_npu
+N = 16 << 20  # 64 MiB: malloc maps it, so a freed block is unmapped at once
+echo_npu.set_delay("kernel", 300)
+w = torch.empty(N, device="npu") * 2  # keeps the stream busy for 300 ms
+t = threading.Thread(target=torch.npu.empty_cache)  # waits for w, then releases the cache
+t.start()
+time.sleep(0.05)
+a = torch.empty(N, device="npu")
+b = a * 2  # queued after w: reads a 600 ms from now
+del a      # cached while b's work is queued: empty_cache must not release it
+t.join()
+torch.npu.synchronize()
+print("OK", torch.npu.memory_reserved() >= 4 * N)
+"""
+
+
+def test_async_empty_cache_keeps_blocks_queued_work_uses(run_py):
+    r = run_py(CACHE_RELEASE_RACE, ECHO_NPU_ASYNC="1", timeout=60)
+    assert r.returncode == 0 and "OK" in r.stdout, (r.returncode, r.stdout, r.stderr[-2000:])
+
+
+STATS_RACE = r"""
+import threading, torch, echo_npu
+base = torch.npu.memory_allocated()
+def churn():
+    for _ in range(4000):
+        t = torch.empty(256, device="npu")
+        del t
+threads = [threading.Thread(target=churn) for _ in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+torch.npu.synchronize()
+print("ALLOCATED", torch.npu.memory_allocated() - base)
+"""
+
+
+def test_async_memory_stats_after_concurrent_free_and_alloc(run_py):
+    r = run_py(STATS_RACE, ECHO_NPU_ASYNC="1", timeout=60)
+    assert "ALLOCATED 0" in r.stdout, (r.stdout, r.stderr[-2000:])
+
+
+GIL_WAIT = r"""
+import torch, echo_npu
+echo_npu.set_delay("h2d", 200)
+d = torch.empty(1024, device="npu")
+h = torch.ones(1024).pin_memory()
+d.copy_(h, non_blocking=True)  # the queued copy holds h itself
+del h                          # its Python object now lives as long as the copy's capture
+echo_npu.check_memory()        # waits for the copy: must not hold the GIL a worker could need
+x = torch.empty(300 << 18, device="npu")
+del x                          # past the cache's limit: no waiting in a deleter
+print("TRIM", torch.npu.memory_reserved() > (256 << 20))
+y = torch.empty(4, device="npu")  # the next allocation trims
+print("DONE", d[0].item(), torch.npu.memory_reserved() < (256 << 20))
+"""
+
+
+def test_async_host_waits_do_not_hold_the_gil_a_worker_needs(run_py):
+    r = run_py(GIL_WAIT, ECHO_NPU_ASYNC="1", timeout=60)
+    assert "TRIM True" in r.stdout and "DONE 1.0 True" in r.stdout, (r.stdout, r.stderr[-2000:])

@@ -19,6 +19,8 @@ import os
 import sys
 
 HEADER_GUARD = "#pragma once\n#include <torch/csrc/inductor/aoti_torch/c/shim.h>\n"
+# what the npu C++ wrapper calls before each compiled kernel (csrc/aoti/sync.cpp)
+SYNC_DECLARATION = "AOTITorchError echo_npu_sync_for_kernels(int32_t device);\n"
 COUNT = (
     'extern "C" __attribute__((visibility("default"))) '
     "int echo_npu_aoti_shim_count() {{ return {n}; }}\n"
@@ -83,6 +85,7 @@ def write(header_path: str, source_path: str, device: str = "npu") -> int:
         banner
         + HEADER_GUARD
         + '#ifdef __cplusplus\nextern "C" {\n#endif\n'
+        + SYNC_DECLARATION
         + "\n".join(declarations)
         + "\n#ifdef __cplusplus\n}\n#endif\n",
     )

@@ -2,6 +2,7 @@
 #include "common.h"
 
 #include "../device/api.h"
+#include "../device/device.h"
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/TensorIterator.h>
@@ -26,6 +27,7 @@
 
 #include <cstring>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -365,7 +367,39 @@ void check_copy(const at::Tensor& dst, const at::Tensor& src) {
       .build();
 }
 
+// Work queued next on (device, stream) waits (on the device) for the work queued so far on the
+// current stream of device `after` (the same stream: nothing to do).
+void order_after(int device, enpuStream_t stream, int after) {
+  const enpuStream_t other = enpuGetStream(after);
+  if (after == device && other == stream) return;
+  enpuEvent_t ready = nullptr;
+  check_runtime(enpuEventCreate(&ready, after, 0));
+  enpuError_t e = enpuEventRecord(ready, after, other);
+  if (e == enpuSuccess) e = enpuStreamWaitEvent(device, stream, ready);
+  enpuEventDestroy(ready);  // the wait holds what it waits for
+  check_runtime(e);
+}
+
 }  // namespace
+
+void enqueue_work(int device, enpuStream_t stream, enpuWorkKind kind, std::function<void()> fn) {
+  if (!enpuGetAsync()) {  // runs now: its exceptions propagate as they are
+    check_runtime(enpu::enqueue(device, stream, kind, std::move(fn)));
+    return;
+  }
+  check_runtime(enpu::enqueue(device, stream, kind, [fn = std::move(fn)] {
+    try {
+      fn();
+    } catch (const c10::Error& e) {
+      throw std::runtime_error(e.what_without_backtrace());
+    }
+  }));
+}
+
+void queue_failing_work(const std::string& message) {
+  const int d = enpuGetDevice();
+  enqueue_work(d, enpuGetStream(d), enpuWorkKernel, [message] { TORCH_CHECK(false, message); });
+}
 
 void copy_any(const at::Tensor& dst, const at::Tensor& src, bool allow_offset_fault,
               bool non_blocking) {
@@ -398,24 +432,21 @@ void copy_any(const at::Tensor& dst, const at::Tensor& src, bool allow_offset_fa
   const bool fence = d2h && !(non_blocking && is_pinned_ptr(dst.data_ptr()));
   const int dev = device_index(d2h ? src.device() : dst.device());
   enpuStream_t stream = enpuGetStream(dev);
-  if (dst_dev && src_dev && dst.device() != src.device()) {  // peer copy: the source first
-    check_runtime(enpuStreamSynchronize(device_index(src.device()), enpuGetStream(device_index(src.device()))));
-  }
+  const bool peer = dst_dev && src_dev && dst.device() != src.device();
+  if (peer) order_after(dev, stream, device_index(src.device()));  // the source's work first
   const enpuWorkKind kind = d2h ? enpuWorkD2H : (src_dev ? enpuWorkD2D : enpuWorkH2D);
   if (d2h && !fence && fault(Fault::NonblockingD2hUnfenced)) {
     // the copy runs on the device's copy engine after the work queued so far, but the stream
     // does not wait for it: an event recorded after it can be reached before the copy ran
-    enpuEvent_t ready = nullptr;
-    check_runtime(enpuEventCreate(&ready, dev, 0));
-    check_runtime(enpuEventRecord(ready, dev, stream));
-    stream = enpu::copyEngineStream(dev);
-    enpuError_t e = enpuStreamWaitEvent(dev, stream, ready);
-    enpuEventDestroy(ready);  // the wait holds what it waits for
-    check_runtime(e);
+    const enpuStream_t engine = enpu::copyEngineStream(dev);
+    order_after(dev, engine, dev);
+    stream = engine;
   }
-  check_runtime(enpu::enqueue(dev, stream, kind, [d, s, plan] {
+  enqueue_work(dev, stream, kind, [d, s, plan] {
     run_copy(d.alias(/*write=*/true), s.alias(/*write=*/false), plan);
-  }));
+  });
+  // the source's later work (and a reuse of its block) waits for the copy, as CUDA's
+  if (peer) order_after(device_index(src.device()), enpuGetStream(device_index(src.device())), dev);
   if (fence) check_runtime(enpuStreamSynchronize(dev, stream));
 }
 
@@ -426,8 +457,7 @@ void copy_bytes(c10::Device dev, void* dst, const void* src, size_t n) {
     return;
   }
   const int d = device_index(dev);
-  check_runtime(enpu::enqueue(d, enpuGetStream(d), enpuWorkD2D,
-                              [dst, src, n] { std::memmove(dst, src, n); }));
+  enqueue_work(d, enpuGetStream(d), enpuWorkD2D, [dst, src, n] { std::memmove(dst, src, n); });
 }
 
 void sync_for_host(c10::Device dev) {
@@ -466,11 +496,13 @@ at::Tensor finish(const at::Tensor& r, const at::Tensor& meta, c10::Device dev) 
   return o;
 }
 
+size_t bytes_needed(const at::Tensor& t, at::IntArrayRef sizes) {
+  return static_cast<size_t>(t.storage_offset() + c10::multiply_integers(sizes)) * t.itemsize();
+}
+
 const at::Tensor& resize_on_host(const at::Tensor& t, at::IntArrayRef sizes,
                                  std::optional<at::MemoryFormat> mf) {
-  const int64_t numel = c10::multiply_integers(sizes);
-  const size_t need = static_cast<size_t>(t.storage_offset() + numel) * t.itemsize();
-  if (enpuGetAsync() && t.device().is_privateuseone() && need > t.storage().nbytes())
+  if (enpuGetAsync() && t.device().is_privateuseone() && bytes_needed(t, sizes) > t.storage().nbytes())
     sync_for_host(t.device());
   return at::native::resize_(t, sizes, mf);
 }

@@ -6,6 +6,7 @@
 #include <ATen/native/CPUFallback.h>
 #include <torch/library.h>
 
+#include <functional>
 #include <initializer_list>
 #include <utility>
 
@@ -31,7 +32,7 @@ class OpScope {
     if (enpuGetAllocatorMode() == enpuAllocGuard || enpuGetAllocatorMode() == enpuAllocPage) {
       // queued work first, so that a corruption is seen after the op that made it (errors of
       // the work stay for the next synchronisation)
-      if (enpuGetAsync()) enpuDeviceSynchronize(-1);
+      if (enpuGetAsync()) enpu::drain();
       enpuCheckMemory(name_);
     }
   }
@@ -54,6 +55,10 @@ decltype(auto) fallback(Args&&... args) {
 // Index of a device (its index, or the current device's).
 inline int device_index(c10::Device dev) { return dev.index() < 0 ? enpuGetDevice() : dev.index(); }
 
+// Queues fn on (device, stream) (runs it at once when synchronous); a c10::Error it raises in
+// queued work is reported by the next synchronisation as its one-line message (no backtrace).
+void enqueue_work(int device, enpuStream_t stream, enpuWorkKind kind, std::function<void()> fn);
+
 // A kernel on dev's current stream: run now (synchronous mode) or queued. f captures raw
 // pointers and values, never a device tensor: queued work does not keep device storage alive,
 // the caching allocator decides when a freed block is reused (as CUDA's; see record_stream).
@@ -65,7 +70,7 @@ void launch(const char* name, c10::Device dev, F f) {
   }
   enpuCountKernelLaunch();
   const int d = device_index(dev);
-  check_runtime(enpu::enqueue(d, enpuGetStream(d), enpuWorkKernel, std::move(f)));
+  enqueue_work(d, enpuGetStream(d), enpuWorkKernel, std::move(f));
 }
 
 // n bytes from src to dst, both device memory of dev, in dev's stream order.
@@ -99,6 +104,8 @@ void copy_any(const at::Tensor& dst, const at::Tensor& src, bool allow_offset_fa
               bool non_blocking = false);
 // A functional result: contiguous r relaid out into meta's strides/dtype if they differ.
 at::Tensor finish(const at::Tensor& r, const at::Tensor& meta, c10::Device dev);
+// Bytes t's storage needs to hold `sizes` elements from t's storage offset.
+size_t bytes_needed(const at::Tensor& t, at::IntArrayRef sizes);
 // at::native::resize_ (CPU's) on a device tensor: growing its storage copies the old bytes on
 // the host, so queued work on them is waited for first.
 const at::Tensor& resize_on_host(const at::Tensor& t, at::IntArrayRef sizes,

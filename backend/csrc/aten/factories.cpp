@@ -74,9 +74,7 @@ const Tensor& resize_(const Tensor& self, at::IntArrayRef size,
                       std::optional<at::MemoryFormat> mf) {
   OpScope s("resize_");
   if (fault(Fault::ResizeSegfault)) {
-    const int64_t numel = c10::multiply_integers(size);
-    const size_t need = static_cast<size_t>(self.storage_offset() + numel) * self.itemsize();
-    if (need > self.storage().nbytes()) {
+    if (bytes_needed(self, size) > self.storage().nbytes()) {
       volatile int* null = nullptr;
       *null = 1;  // SIGSEGV
     }
@@ -84,10 +82,9 @@ const Tensor& resize_(const Tensor& self, at::IntArrayRef size,
   if (fault(Fault::ResizeLosesData)) {
     // Grow the storage to fresh memory without copying the old bytes; at::native::resize_ then
     // finds it large enough and keeps it.
-    const int64_t numel = c10::multiply_integers(size);
-    const size_t need = static_cast<size_t>(self.storage_offset() + numel) * self.itemsize();
+    const size_t need = bytes_needed(self, size);
     auto* storage = self.storage().unsafeGetStorageImpl();
-    if (numel > 0 && need > storage->nbytes() && storage->resizable()) {
+    if (c10::multiply_integers(size) > 0 && need > storage->nbytes() && storage->resizable()) {
       storage->set_data_ptr_noswap(storage->allocator()->allocate(need));
       storage->set_nbytes(need);
     }

@@ -7,6 +7,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/util/Exception.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <unordered_map>
@@ -129,10 +130,16 @@ Stats& stats() {
   return *s;
 }
 
+std::atomic<bool> g_trim_wanted{false};  // the cache passed kCacheLimit: empty it at the next allocation
+
+// torch's deleter: called wherever the last reference goes (a Python dealloc holding the GIL,
+// too), so it never waits for the device. The statistics forget the block before the cache can
+// hand it to another thread.
 void delete_block(void* p) {
-  if (enpuGetAsync() && block_cache().give_back(p)) {
+  if (enpuGetAsync() && block_cache().tracks(p)) {
     stats().on_free(p, /*released=*/false);
-    if (block_cache().cached_bytes() > kCacheLimit) release_cached(-1);
+    block_cache().give_back(p);
+    if (block_cache().cached_bytes() > kCacheLimit) g_trim_wanted = true;
     return;
   }
   stats().on_free(p);
@@ -149,6 +156,7 @@ struct EnpuAllocator final : public AllocatorBase {
   c10::DataPtr allocate(size_t n) override {
     const int device = enpuGetDevice();
     const bool caching = enpuGetAsync() && n > 0;
+    if (caching && g_trim_wanted.exchange(false)) release_cached(-1);
     void* p = caching ? block_cache().take(device, enpuGetStream(device), n) : nullptr;
     if (p) {
       stats().on_alloc(p, device, n, /*fresh=*/false);
@@ -240,7 +248,8 @@ void record_stream(void* ptr, int64_t stream) {
 
 void release_cached(int device) {
   if (!enpuGetAsync()) return;
-  enpuDeviceSynchronize(-1);  // no queued work may still use them (its errors stay for later)
+  drain(device);  // their work done (errors stay for the next synchronisation); blocks freed
+                  // meanwhile, whose work is not reached yet, stay cached
   for (const auto& [p, dev, n] : block_cache().drain(device)) {
     stats().on_release(dev, n);
     enpuFree(p);

@@ -2,6 +2,7 @@
 #include "cache.h"
 
 #include <algorithm>
+#include <iterator>
 
 namespace enpu {
 
@@ -18,18 +19,25 @@ void BlockCache::record(void* p, enpuStream_t stream) {
   if (std::find(also.begin(), also.end(), stream) == also.end()) also.push_back(stream);
 }
 
+bool BlockCache::Use::reached(bool own_too) const {
+  for (size_t i = own_too ? 0 : 1; i < pending.size(); ++i)
+    if (!enpu::reached(device, pending[i].first, pending[i].second)) return false;
+  return true;
+}
+
+bool BlockCache::tracks(void* p) {
+  std::lock_guard<std::mutex> lk(mu_);
+  return live_.count(p) != 0;
+}
+
 bool BlockCache::give_back(void* p) {
   std::lock_guard<std::mutex> lk(mu_);
   auto it = live_.find(p);
   if (it == live_.end()) return false;
   Use u = std::move(it->second);
   live_.erase(it);
-  for (enpuStream_t s : u.also) {  // the other streams' work queued so far must be reached first
-    enpuEvent_t ev = nullptr;
-    if (enpuEventCreate(&ev, u.device, 0) != enpuSuccess) continue;
-    enpuEventRecord(ev, u.device, s);
-    u.pending.push_back(ev);
-  }
+  u.pending.emplace_back(u.stream, queuedUpTo(u.device, u.stream));
+  for (enpuStream_t s : u.also) u.pending.emplace_back(s, queuedUpTo(u.device, s));
   u.also.clear();
   free_[{u.device, u.stream, u.size}].push_back(p);
   cached_bytes_ += u.size;
@@ -46,10 +54,7 @@ void* BlockCache::take(int device, enpuStream_t stream, size_t n) {
   for (size_t i = ptrs.size(); i-- > 0;) {  // the most recently freed first
     void* p = ptrs[i];
     Use& u = cached_[p];
-    const bool ready = std::all_of(u.pending.begin(), u.pending.end(),
-                                   [](enpuEvent_t e) { return enpuEventQuery(e) != 0; });
-    if (!ready) continue;
-    for (enpuEvent_t e : u.pending) enpuEventDestroy(e);
+    if (!u.reached(/*own_too=*/false)) continue;  // its own stream's order makes it safe
     u.pending.clear();
     live_[p] = std::move(u);
     cached_.erase(p);
@@ -69,14 +74,17 @@ std::vector<std::tuple<void*, int, size_t>> BlockCache::drain(int device) {
       ++it;
       continue;
     }
-    for (void* p : it->second) {
+    auto& ptrs = it->second;
+    for (size_t i = ptrs.size(); i-- > 0;) {
+      void* p = ptrs[i];
       Use& u = cached_[p];
-      for (enpuEvent_t e : u.pending) enpuEventDestroy(e);
+      if (!u.reached(/*own_too=*/true)) continue;  // queued work may still use it
       out.emplace_back(p, u.device, u.size);
       cached_bytes_ -= u.size;
       cached_.erase(p);
+      ptrs.erase(ptrs.begin() + static_cast<std::ptrdiff_t>(i));
     }
-    it = free_.erase(it);
+    it = ptrs.empty() ? free_.erase(it) : std::next(it);
   }
   return out;
 }

@@ -37,10 +37,8 @@ void register_allocator();
 // the current device but that is no runtime block (not in live_blocks()); never freed.
 void allocate_untracked(size_t nbytes);
 // record_stream: the block at ptr is also used on that stream of its device (asynchronous mode;
-// ignored under the fault record_stream_ignored). release_cached: empties the block cache of a
-// device (-1: all) after synchronising every stream (torch.npu.empty_cache).
+// ignored under the fault record_stream_ignored). Emptying the cache: release_cached (api.h).
 void record_stream(void* ptr, int64_t stream);
-void release_cached(int device);
 // Pinned host memory (pinned.cpp): its allocator and whether a pointer lies in a pinned block.
 c10::Allocator* pinned_allocator();
 bool is_pinned_ptr(const void* p);

@@ -55,12 +55,15 @@ struct EnpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::Stream getDefaultStream(c10::Device d) const override { return wrap(index_of(d.index()), 0); }
   c10::Stream getStreamFromGlobalPool(c10::Device d, bool high_priority = false) const override {
     enpuStream_t id = 0;
-    check(enpuStreamFromPool(index_of(d.index()), high_priority ? 1 : 0, &id));
+    int least = 0, greatest = 0;
+    enpuStreamPriorityRange(&least, &greatest);
+    check(enpuStreamFromPool(index_of(d.index()), high_priority ? greatest : least, &id));
     return wrap(index_of(d.index()), id);
   }
+  // torch.Stream(): from the pool too (as CUDA's), so that creating streams never leaks them
   c10::Stream getNewStream(c10::Device d, int priority = 0) const override {
     enpuStream_t id = 0;
-    check(enpuStreamCreate(index_of(d.index()), priority, &id));
+    check(enpuStreamFromPool(index_of(d.index()), priority, &id));
     return wrap(index_of(d.index()), id);
   }
   c10::Stream exchangeStream(c10::Stream s) const noexcept override {
@@ -149,6 +152,12 @@ void synchronize(int device) {
     check(enpuDeviceSynchronize(-1));
   else
     g_guard->synchronizeDevice(static_cast<c10::DeviceIndex>(device));
+}
+
+void sync_for_kernels(int device) {
+  if (!enpuGetAsync()) return;
+  const int i = device < 0 ? enpuGetDevice() : device;
+  check(enpuStreamSynchronize(i, enpuGetStream(i)));
 }
 
 int stream_priority(int device, int64_t stream) {

@@ -53,8 +53,11 @@ py::list live_blocks() {
 }
 
 py::list check_memory() {
-  if (enpuGetAsync()) enpuDeviceSynchronize(-1);  // queued work first (its errors stay for later)
-  enpuCheckMemory("");
+  {
+    py::gil_scoped_release nogil;   // the workers' work first (its errors stay for later)
+    if (enpuGetAsync()) enpu::drain();
+    enpuCheckMemory("");
+  }
   py::list out;
   for (const auto& c : enpu::memoryErrors()) {
     py::dict d;
@@ -70,18 +73,13 @@ py::list check_memory() {
   return out;
 }
 
-const char* kKinds[] = {"kernel", "h2d", "d2h", "d2d"};
-
-// Delay injector: kind "kernel" | "h2d" | "d2h" | "d2d"; scope -1 all streams, -2 default
-// streams, -3 other streams, >= 0 that stream of `device`.
-void set_delay(const std::string& kind, int64_t us, int device, int64_t scope) {
-  for (int i = 0; i < 4; ++i)
-    if (kind == kKinds[i]) {
-      if (enpuSetDelay(device, scope, static_cast<enpuWorkKind>(i), us) != enpuSuccess)
-        throw std::invalid_argument("echo_npu: no such stream for a delay");
-      return;
-    }
-  throw std::invalid_argument("invalid delay kind '" + kind + "'; valid kinds: kernel, h2d, d2h, d2d");
+// Delay injector: kind, an enpuWorkKind below enpuDelayKinds (the package names them:
+// echo_npu._env.DELAY_KINDS); scope -1 all streams, -2 default streams, -3 other streams, >= 0
+// that stream of `device`.
+void set_delay(int kind, int64_t us, int device, int64_t scope) {
+  if (kind < 0 || kind >= enpuDelayKinds) throw std::invalid_argument("echo_npu: no such delay kind");
+  if (enpuSetDelay(device, scope, static_cast<enpuWorkKind>(kind), us) != enpuSuccess)
+    throw std::invalid_argument("echo_npu: no such stream for a delay");
 }
 
 }  // namespace
@@ -132,10 +130,14 @@ PYBIND11_MODULE(_C, m) {
   // asynchronous mode, streams, the delay injector, pinned memory
   m.def("set_async", [](bool on) { enpuSetAsync(on ? 1 : 0); });
   m.def("is_async", [] { return enpuGetAsync() != 0; });
+  m.def("delay_kind_count", [] { return static_cast<int>(enpuDelayKinds); });
   m.def("set_delay", &set_delay, py::arg("kind"), py::arg("us"), py::arg("device") = 0,
         py::arg("scope") = -1);
   m.def("clear_delays", [] { enpuClearDelays(); });
-  m.def("drain", &enpu::drain, py::call_guard<py::gil_scoped_release>());
+  m.def("drain", [] { enpu::drain(); }, py::call_guard<py::gil_scoped_release>());
+  m.def("sync_for_kernels", &enpu::sync_for_kernels, py::arg("device") = -1,
+        py::call_guard<py::gil_scoped_release>());
+  m.def("queue_failing_work", &enpu::queue_failing_work, py::call_guard<py::gil_scoped_release>());
   m.def("synchronize", &enpu::synchronize, py::arg("device") = -1,
         py::call_guard<py::gil_scoped_release>());
   m.def("current_stream", &enpu::current_stream);
@@ -147,7 +149,6 @@ PYBIND11_MODULE(_C, m) {
     return std::make_pair(least, greatest);
   });
   m.def("empty_cache", [] { enpu::release_cached(-1); }, py::call_guard<py::gil_scoped_release>());
-  m.def("is_pinned_ptr", [](uintptr_t p) { return enpu::is_pinned_ptr(reinterpret_cast<const void*>(p)); });
   m.def("manual_seed", &enpu::manual_seed);
   m.def("initial_seed", &enpu::initial_seed);
   m.def("get_rng_state", [](int d) { return py::bytes(enpu::get_rng_state(d)); });

@@ -1,66 +1,40 @@
-// echo_npu streams and events: a queue and a worker thread per stream (asynchronous mode), events
-// as points of a stream's queue, the delay injector, and fork safety for the workers.
-#include "stream.h"
-
+// echo_npu streams: a queue and a worker thread per stream (asynchronous mode), the pools of
+// streams, synchronisation and its errors, the delay injector, and fork safety for the workers.
+// Events are in event.cpp.
 #include <pthread.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <exception>
 #include <memory>
-#include <mutex>
 #include <new>
-#include <string>
 #include <thread>
-#include <vector>
+#include <utility>
+
+#include "queue.h"
+
+namespace enpu::rt {
+
+std::atomic<bool> g_async{false};
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-constexpr int kKinds = 4;        // kinds the delay injector knows (markers excluded)
 constexpr int kMaxDevices = 16;  // current-stream slots per thread
-constexpr int kPoolSize = 4;     // pool streams per priority and device
-
-struct Item {
-  uint64_t seq;
-  enpuWorkKind kind;
-  std::function<void()> fn;
-};
-
-struct Stream {
-  int device;
-  enpuStream_t id;
-  int priority;
-  bool hidden = false;
-  std::mutex mu;
-  std::condition_variable cv;  // work queued, work finished
-  std::deque<Item> queue;
-  uint64_t queued = 0, done = 0;
-  bool worker = false;
-  std::string error;                  // the first exception of queued work not yet reported
-  int64_t delay[kKinds] = {-1, -1, -1, -1};  // this stream's own delays (-1: none)
-  Stream(int d, enpuStream_t i, int p) : device(d), id(i), priority(p) {}
-};
+constexpr int kPoolSize = 32;    // pool streams per priority and device (as CUDA's)
 
 // Every stream ever created (never destroyed: streams are shared and copied around freely).
 struct Registry {
   std::mutex mu;
   std::vector<std::vector<Stream*>> streams;  // [device][id]
-  std::vector<std::vector<enpuStream_t>> pool[2];
+  std::vector<std::vector<enpuStream_t>> pool[2];  // [high priority][device]
   std::vector<unsigned> next_pool[2];
   std::vector<enpuStream_t> copy_engine;
 };
 
 Registry* g_reg = new Registry();
-std::atomic<bool> g_async{false};
-std::atomic<int64_t> g_delay[3][kKinds];  // every stream, default streams, other streams
+std::atomic<int64_t> g_delay[3][enpuDelayKinds];  // every stream, default streams, other streams
 thread_local enpuStream_t t_stream[kMaxDevices] = {};
 thread_local std::string t_last_error;
-
-bool valid_device(int d) { return d >= 0 && d < enpuDeviceCount() && d < kMaxDevices; }
 
 Stream* make_stream_locked(int device, int priority) {
   auto& v = g_reg->streams[static_cast<size_t>(device)];
@@ -78,65 +52,6 @@ void ensure_devices_locked() {
   for (int d = 0; d < n; ++d) make_stream_locked(d, 0);  // the default streams, id 0
 }
 
-Stream* find(int device, enpuStream_t id) {
-  if (!valid_device(device) || id < 0) return nullptr;
-  std::lock_guard<std::mutex> lk(g_reg->mu);
-  ensure_devices_locked();
-  auto& v = g_reg->streams[static_cast<size_t>(device)];
-  return static_cast<size_t>(id) < v.size() ? v[static_cast<size_t>(id)] : nullptr;
-}
-
-int64_t delay_of(const Stream& s, enpuWorkKind kind) {
-  if (kind == enpuWorkMarker) return 0;
-  if (s.delay[kind] >= 0) return s.delay[kind];
-  int64_t cls = g_delay[s.id == 0 ? 1 : 2][kind].load();
-  if (cls >= 0) return cls;
-  return std::max<int64_t>(0, g_delay[0][kind].load());
-}
-
-void run_worker(Stream* s) {
-  for (;;) {
-    Item item;
-    {
-      std::unique_lock<std::mutex> lk(s->mu);
-      s->cv.wait(lk, [s] { return !s->queue.empty(); });
-      item = std::move(s->queue.front());
-      s->queue.pop_front();
-    }
-    const int64_t us = delay_of(*s, item.kind);
-    if (us > 0) std::this_thread::sleep_for(std::chrono::microseconds(us));
-    std::string err;
-    try {
-      item.fn();
-    } catch (const std::exception& e) {
-      err = e.what();
-    } catch (...) {
-      err = "unknown exception in queued work";
-    }
-    item.fn = nullptr;  // release what the work held before it counts as done
-    {
-      std::lock_guard<std::mutex> lk(s->mu);
-      if (!err.empty() && s->error.empty()) s->error = err;
-      s->done = item.seq;
-    }
-    s->cv.notify_all();
-  }
-}
-
-// Waits until the stream finished its work up to seq.
-void wait_for(Stream* s, uint64_t seq) {
-  std::unique_lock<std::mutex> lk(s->mu);
-  s->cv.wait(lk, [&] { return s->done >= seq; });
-}
-
-enpuError_t take_error(Stream* s) {
-  std::lock_guard<std::mutex> lk(s->mu);
-  if (s->error.empty()) return enpuSuccess;
-  t_last_error = s->error;
-  s->error.clear();
-  return enpuErrorAsyncWork;
-}
-
 std::vector<Stream*> all_streams(int device) {
   std::lock_guard<std::mutex> lk(g_reg->mu);
   ensure_devices_locked();
@@ -147,10 +62,75 @@ std::vector<Stream*> all_streams(int device) {
   return out;
 }
 
+int64_t delay_of(const Stream& s, enpuWorkKind kind) {
+  if (kind == enpuWorkMarker) return 0;
+  if (int64_t own = s.delay[kind].load(); own >= 0) return own;
+  int64_t cls = g_delay[s.id == 0 ? 1 : 2][kind].load();
+  if (cls >= 0) return cls;
+  return std::max<int64_t>(0, g_delay[0][kind].load());
+}
+
+// Destroys the finished work of s on the calling (host) thread, outside the stream's lock.
+void release_retired(Stream* s) {
+  std::vector<std::function<void()>> old;
+  {
+    std::lock_guard<std::mutex> lk(s->mu);
+    old.swap(s->retired);
+  }
+}
+
+void run_worker(Stream* s) {
+  for (;;) {
+    Item item;
+    bool skip;
+    {
+      std::unique_lock<std::mutex> lk(s->mu);
+      s->cv.wait(lk, [s] { return !s->queue.empty(); });
+      item = std::move(s->queue.front());
+      s->queue.pop_front();
+      skip = item.seq <= s->skip_upto;  // the parent's work, in a forked child
+    }
+    std::string err;
+    if (!skip) {
+      const int64_t us = delay_of(*s, item.kind);
+      if (us > 0) std::this_thread::sleep_for(std::chrono::microseconds(us));
+      try {
+        item.fn();
+      } catch (const std::exception& e) {
+        err = e.what();
+      } catch (...) {
+        err = "unknown exception in queued work";
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lk(s->mu);
+      if (!err.empty() && s->error.empty()) s->error = err;
+      s->retired.push_back(std::move(item.fn));
+      s->done = std::max(s->done, item.seq);
+    }
+    s->cv.notify_all();
+  }
+}
+
+enpuError_t take_error(Stream* s) {
+  std::lock_guard<std::mutex> lk(s->mu);
+  if (s->error.empty()) return enpuSuccess;
+  t_last_error = s->error;
+  s->error.clear();
+  return enpuErrorAsyncWork;
+}
+
+uint64_t queued_of(Stream* s) {
+  std::lock_guard<std::mutex> lk(s->mu);
+  return s->queued;
+}
+
 // Forks: the child has none of the workers. The package drains every stream before Python forks
 // (os.register_at_fork: at C level the heap of a checker may be locked by then, and queued work
-// may allocate). In the child the streams stay (same ids, priorities, counters) without
-// workers, their locks new; nothing here allocates (a checker's malloc may hold its lock).
+// may allocate), but another thread may queue work between that drain and the fork. In the child
+// the streams stay (same ids, priorities, counters) without workers, their locks new, and the
+// parent's work still queued is dropped by the child's first worker; nothing here allocates (a
+// checker's malloc may hold its lock).
 void in_child() {
   new (&g_reg->mu) std::mutex();
   for (auto& per_device : g_reg->streams)
@@ -158,7 +138,8 @@ void in_child() {
       new (&s->mu) std::mutex();
       new (&s->cv) std::condition_variable();
       s->worker = false;
-      s->done = s->queued;  // drained before the fork; the child never runs the parent's work
+      s->skip_upto = s->queued;
+      s->done = s->queued;  // the child never waits for the parent's work
     }
 }
 
@@ -170,9 +151,21 @@ struct Init {
   }
 } g_init;
 
-// Queues fn on s (asynchronous mode) and starts its worker on first use; *seq: its number.
+}  // namespace
+
+bool valid_device(int d) { return d >= 0 && d < enpuDeviceCount() && d < kMaxDevices; }
+
+Stream* find(int device, enpuStream_t id) {
+  if (!valid_device(device) || id < 0) return nullptr;
+  std::lock_guard<std::mutex> lk(g_reg->mu);
+  ensure_devices_locked();
+  auto& v = g_reg->streams[static_cast<size_t>(device)];
+  return static_cast<size_t>(id) < v.size() ? v[static_cast<size_t>(id)] : nullptr;
+}
+
 enpuError_t push(Stream* s, enpuWorkKind kind, std::function<void()> fn, uint64_t* seq) {
   if (enpuError_t e = enpuCheckProcess(); e != enpuSuccess) return e;
+  release_retired(s);
   bool start = false;
   {
     std::lock_guard<std::mutex> lk(s->mu);
@@ -185,51 +178,31 @@ enpuError_t push(Stream* s, enpuWorkKind kind, std::function<void()> fn, uint64_
   return enpuSuccess;
 }
 
-// A record: the point of a stream's queue an event marks (a new one at every enpuEventRecord).
-struct Record {
-  Stream* stream;
-  uint64_t seq;
-  std::atomic<bool> stamped{false};
-  Clock::time_point when;
-};
+void wait_for(Stream* s, uint64_t seq) {
+  std::unique_lock<std::mutex> lk(s->mu);
+  s->cv.wait(lk, [&] { return s->done >= seq; });
+}
 
-}  // namespace
+}  // namespace enpu::rt
 
-struct enpuEvent {
-  int device;
-  bool timing;
-  std::mutex mu;
-  std::shared_ptr<Record> record;
-  std::shared_ptr<Record> current() {
-    std::lock_guard<std::mutex> lk(mu);
-    return record;
-  }
-};
+using namespace enpu::rt;
 
 extern "C" {
 
 void enpuSetAsync(int on) { g_async = on != 0; }
 int enpuGetAsync(void) { return g_async.load() ? 1 : 0; }
 
-enpuError_t enpuStreamCreate(int device, int priority, enpuStream_t* stream) {
+enpuError_t enpuStreamFromPool(int device, int priority, enpuStream_t* stream) {
   int least = 0, greatest = 0;
   enpuStreamPriorityRange(&least, &greatest);
   if (!valid_device(device) || !stream) return enpuErrorInvalidValue;
-  priority = std::min(least, std::max(greatest, priority));  // clamped, as CUDA does
-  std::lock_guard<std::mutex> lk(g_reg->mu);
-  ensure_devices_locked();
-  *stream = make_stream_locked(device, priority)->id;
-  return enpuSuccess;
-}
-
-enpuError_t enpuStreamFromPool(int device, int high_priority, enpuStream_t* stream) {
-  if (!valid_device(device) || !stream) return enpuErrorInvalidValue;
-  const int p = high_priority ? 1 : 0;
+  const int p = priority <= greatest ? 1 : 0;  // clamped, as CUDA does
   std::lock_guard<std::mutex> lk(g_reg->mu);
   ensure_devices_locked();
   auto& pool = g_reg->pool[p][static_cast<size_t>(device)];
   if (pool.empty())
-    for (int i = 0; i < kPoolSize; ++i) pool.push_back(make_stream_locked(device, -p)->id);
+    for (int i = 0; i < kPoolSize; ++i)
+      pool.push_back(make_stream_locked(device, p ? greatest : least)->id);
   auto& next = g_reg->next_pool[p][static_cast<size_t>(device)];
   *stream = pool[next++ % pool.size()];
   return enpuSuccess;
@@ -268,92 +241,21 @@ int enpuStreamQuery(int device, enpuStream_t stream) {
 enpuError_t enpuStreamSynchronize(int device, enpuStream_t stream) {
   Stream* s = find(device, stream);
   if (!s) return enpuErrorInvalidValue;
-  uint64_t seq;
-  {
-    std::lock_guard<std::mutex> lk(s->mu);
-    seq = s->queued;
-  }
-  wait_for(s, seq);
+  wait_for(s, queued_of(s));
+  release_retired(s);
   return take_error(s);
 }
 
 enpuError_t enpuDeviceSynchronize(int device) {
   if (device >= 0 && !valid_device(device)) return enpuErrorInvalidValue;
-  enpuError_t first = enpuSuccess;
-  for (Stream* s : all_streams(device)) {
-    enpuError_t e = enpuStreamSynchronize(s->device, s->id);
-    if (first == enpuSuccess) first = e;
-  }
-  return first;
-}
-
-enpuError_t enpuEventCreate(enpuEvent_t* event, int device, int timing) {
-  if (!event || !valid_device(device)) return enpuErrorInvalidValue;
-  *event = new enpuEvent();
-  (*event)->device = device;
-  (*event)->timing = timing != 0;
+  enpu::drain(device);
+  for (Stream* s : all_streams(device))
+    if (enpuError_t e = take_error(s); e != enpuSuccess) return e;  // the others stay
   return enpuSuccess;
 }
-
-enpuError_t enpuEventRecord(enpuEvent_t event, int device, enpuStream_t stream) {
-  Stream* s = find(device, stream);
-  if (!event || !s) return enpuErrorInvalidValue;
-  auto rec = std::make_shared<Record>();
-  rec->stream = s;
-  if (!g_async.load()) {  // everything before it has run: reached now
-    rec->when = Clock::now();
-    rec->stamped = true;
-    std::lock_guard<std::mutex> lk(s->mu);
-    rec->seq = s->done;
-  } else {
-    uint64_t seq = 0;
-    enpuError_t e = push(s, enpuWorkMarker, [rec] {
-      rec->when = Clock::now();
-      rec->stamped = true;
-    }, &seq);
-    if (e != enpuSuccess) return e;
-    rec->seq = seq;  // read by waiters only once the record is the event's (below)
-  }
-  std::lock_guard<std::mutex> lk(event->mu);
-  event->record = rec;
-  return enpuSuccess;
-}
-
-int enpuEventQuery(enpuEvent_t event) {
-  if (!event) return 1;
-  auto rec = event->current();
-  return !rec || rec->stamped.load() ? 1 : 0;
-}
-
-enpuError_t enpuEventSynchronize(enpuEvent_t event) {
-  if (!event) return enpuErrorInvalidValue;
-  auto rec = event->current();
-  if (!rec) return enpuSuccess;
-  wait_for(rec->stream, rec->seq);
-  return enpuSuccess;
-}
-
-enpuError_t enpuStreamWaitEvent(int device, enpuStream_t stream, enpuEvent_t event) {
-  Stream* s = find(device, stream);
-  if (!event || !s) return enpuErrorInvalidValue;
-  auto rec = event->current();
-  if (!rec || rec->stream == s || !g_async.load()) return enpuSuccess;
-  return push(s, enpuWorkMarker, [rec] { wait_for(rec->stream, rec->seq); }, nullptr);
-}
-
-enpuError_t enpuEventElapsedTime(float* ms, enpuEvent_t start, enpuEvent_t end) {
-  if (!ms || !start || !end || !start->timing || !end->timing) return enpuErrorInvalidValue;
-  auto a = start->current(), b = end->current();
-  if (!a || !b) return enpuErrorInvalidValue;
-  if (!a->stamped.load() || !b->stamped.load()) return enpuErrorNotReady;
-  *ms = std::chrono::duration<float, std::milli>(b->when - a->when).count();
-  return enpuSuccess;
-}
-
-void enpuEventDestroy(enpuEvent_t event) { delete event; }
 
 enpuError_t enpuSetDelay(int device, int64_t scope, enpuWorkKind kind, int64_t us) {
-  if (kind < 0 || kind >= kKinds) return enpuErrorInvalidValue;
+  if (static_cast<int>(kind) < 0 || static_cast<int>(kind) >= enpuDelayKinds) return enpuErrorInvalidValue;
   if (scope < 0) {
     if (scope < -3) return enpuErrorInvalidValue;
     g_delay[-scope - 1][kind] = us;
@@ -361,7 +263,6 @@ enpuError_t enpuSetDelay(int device, int64_t scope, enpuWorkKind kind, int64_t u
   }
   Stream* s = find(device, scope);
   if (!s) return enpuErrorInvalidValue;
-  std::lock_guard<std::mutex> lk(s->mu);
   s->delay[kind] = us;
   return enpuSuccess;
 }
@@ -369,10 +270,8 @@ enpuError_t enpuSetDelay(int device, int64_t scope, enpuWorkKind kind, int64_t u
 void enpuClearDelays(void) {
   for (auto& row : g_delay)
     for (auto& v : row) v = -1;
-  for (Stream* s : all_streams(-1)) {
-    std::lock_guard<std::mutex> lk(s->mu);
-    std::fill(s->delay, s->delay + kKinds, -1);
-  }
+  for (Stream* s : all_streams(-1))
+    for (auto& v : s->delay) v = -1;
 }
 
 }  // extern "C"
@@ -395,23 +294,27 @@ enpuStream_t copyEngineStream(int device) {
   std::lock_guard<std::mutex> lk(g_reg->mu);
   ensure_devices_locked();
   auto& id = g_reg->copy_engine[static_cast<size_t>(device)];
-  if (id < 0) {
-    Stream* s = make_stream_locked(device, 0);
-    s->hidden = true;
-    id = s->id;
-  }
+  if (id < 0) id = make_stream_locked(device, 0)->id;
   return id;
 }
 
-void drain() {
-  for (Stream* s : all_streams(-1)) {
-    uint64_t seq;
-    {
-      std::lock_guard<std::mutex> lk(s->mu);
-      seq = s->queued;
-    }
-    wait_for(s, seq);
+void drain(int device) {
+  for (Stream* s : all_streams(device)) {
+    wait_for(s, queued_of(s));
+    release_retired(s);
   }
+}
+
+uint64_t queuedUpTo(int device, enpuStream_t stream) {
+  Stream* s = find(device, stream);
+  return s ? queued_of(s) : 0;
+}
+
+bool reached(int device, enpuStream_t stream, uint64_t seq) {
+  Stream* s = find(device, stream);
+  if (!s) return true;
+  std::lock_guard<std::mutex> lk(s->mu);
+  return s->done >= seq;
 }
 
 const char* lastAsyncError() { return t_last_error.c_str(); }
