@@ -79,6 +79,7 @@ class Backend:
             self.device_count(),
             collectives_for(self.device_type),
             self._counted_by(),
+            delay_injector=callable(self.hook("set_delay")),
         )
 
     def _counted_by(self) -> str:
