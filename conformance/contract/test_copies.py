@@ -67,7 +67,8 @@ def test_nonblocking_d2h(rt):
     want = _values()
     x = want.to(rt.device)
     torch.accelerator.synchronize()
-    with rt.delays({cur: {"kernel": DELAY_MS}}):
+    # the copies delayed on every stream: a runtime may run them on a copy engine of its own
+    with rt.delays({cur: {"kernel": DELAY_MS}, None: {"d2h": DELAY_MS}}):
         y = x * 2
         host = _pinned(rt, torch.zeros(N))
         host.copy_(y, non_blocking=True)

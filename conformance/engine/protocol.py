@@ -75,10 +75,11 @@ HOOKS: tuple[Hook, ...] = (
     ),
     Hook(
         "set_delay",
-        "set_delay(kind: str, ms: float, stream: torch.Stream) -> None",
+        "set_delay(kind: str, ms: float, stream: torch.Stream | None) -> None",
         "",
         "delay each piece of work of `kind` (`kernel`, `h2d`, `d2h`, `d2d`) queued on `stream` "
-        "by `ms` milliseconds (`ms < 0` removes that stream's setting): the contract cases and "
+        "(None: every stream, internal copy engines included) by `ms` milliseconds (`ms < 0` "
+        "removes that setting): the contract cases and "
         "the `-async` mode delay the producer of every fence they test, so a missing fence fails "
         "every time (without the hook a race shows only by luck; the run header says so). "
         "A synchronous device may accept it and do nothing.",

@@ -195,19 +195,31 @@ def header_lines(profile: DeviceProfile, delay_hook: bool) -> list[str]:
     for reason, names in skipped.items():
         if reason == streams:
             lines.append(
-                f"contract: streams: none ({profile.streams.how}): {len(names)} cases not "
+                f"contract: streams: none ({_why(profile.streams.how)}): {len(names)} cases not "
                 "applicable"
             )
         else:
             lines.append(
-                f"contract: {reason}: {len(names)} cases not applicable ({', '.join(names)})"
+                f"contract: {reason}: {_cases(len(names))} not applicable ({', '.join(names)})"
             )
     if streams is None:
         lines.append(
-            "contract: delays: the backend's set_delay hook delays the streams' work, so a "
-            "missing fence fails every time"
+            "contract: delays: the backend's set_delay hook delays the work queued on streams "
+            "(a synchronous device queues none), so a missing fence fails every time"
             if delay_hook
             else "contract: delays: none (the backend has no set_delay hook): a missing fence "
             "is caught only if the device happens to be slow at that moment"
         )
     return lines
+
+
+def _why(how: str) -> str:
+    """The refusal in how the probe learned a fact (its exception's message), else all of it."""
+    for marker in ("Error: ", "Exception: "):
+        if marker in how:
+            return how.split(marker, 1)[1]
+    return how
+
+
+def _cases(n: int) -> str:
+    return f"{n} case" if n == 1 else f"{n} cases"

@@ -4,7 +4,8 @@ optional `set_delay` hook (engine/protocol.py) where it has one.
 
 A side stream is made once per process and device (a device may give every new stream a worker
 of its own) and reused; delays are set on stream objects the caller names and removed on exit
-(`ms < 0` removes a stream's own setting), so delays the backend was started with stay.
+(`ms < 0` removes a stream's own setting), so delays the backend was started with stay, except
+a setting for every stream (None), which replaces and then removes one of the same kind.
 """
 
 from __future__ import annotations
@@ -46,8 +47,9 @@ def describe(stream: torch.Stream) -> str:
 def delays(
     hook: Callable[..., Any] | None, settings: dict[Any, dict[str, float]]
 ) -> Iterator[bool]:
-    """Delay the work of each kind on each stream ({stream: {kind: ms}}) for the block; yields
-    whether the backend has a delay injector."""
+    """Delay the work of each kind on each stream ({stream: {kind: ms}}; the stream None: every
+    stream of the device, the copy engines a runtime keeps to itself included) for the block;
+    yields whether the backend has a delay injector."""
     if hook is None:
         yield False
         return

@@ -4,13 +4,14 @@ also for a case that hung, crashed or never ran (the item named in each)."""
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch
 
 from conformance.engine.runtime_contract import item_of_test
-from conformance.harness.nodes import record_id
+from conformance.harness.nodes import CONTRACT_DIR, record_id
 from conformance.record import CaseRecord, Status
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ def new_contract_record(suite: Suite, nodeid: str, status: Status, **values: Any
         torch=str(torch.__version__),
         backend=suite.backend_name,
         allocator=suite.allocator,
-        repro=suite.repro_lines.repro(nodeid, ""),
+        repro=suite.repro_lines.repro(nodeid, os.path.join(CONTRACT_DIR, _file(nodeid))),
         **values,
     )
     if item is not None:
@@ -40,6 +41,10 @@ def new_contract_record(suite: Suite, nodeid: str, status: Status, **values: Any
         if record.message and status in (Status.HUNG, Status.CRASHED):
             record.message = f"[contract {item.name}] {record.message}"
     return record
+
+
+def _file(nodeid: str) -> str:
+    return os.path.basename(nodeid.partition("::")[0])
 
 
 def contract_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) -> CaseRecord:

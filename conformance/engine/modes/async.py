@@ -90,6 +90,7 @@ class AsyncMode(CaseMode):
             for (leaf, base, _), (_, cpu_base, _) in zip(dev.bases, host.bases, strict=True):
                 if base.device.type == "cpu" or not base.numel():
                     continue
+                cpu_base = cpu_base.reshape(base.shape)  # a contiguous input is its own base
                 base.copy_(poison_of(cpu_base))
                 inputs.append((leaf.arg, base, cpu_base.pin_memory()))
             side.wait_stream(cur)
