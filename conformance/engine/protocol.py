@@ -80,8 +80,8 @@ HOOKS: tuple[Hook, ...] = (
         "delay each piece of work of `kind` (`kernel`, `h2d`, `d2h`, `d2d`) queued on `stream` "
         "(None: every stream, internal copy engines included) by `ms` milliseconds (`ms < 0` "
         "removes that setting): the contract cases and "
-        "the `-async` mode delay the producer of every fence they test, so a missing fence fails "
-        "every time (without the hook a race shows only by luck; the run header says so). "
+        "the `-asynchronous` mode delay the producer of every fence they test, so a missing "
+        "fence fails every time (without the hook a race shows only by luck; the run header says so). "
         "A synchronous device may accept it and do nothing.",
     ),
     Hook(

@@ -1,4 +1,4 @@
-"""Streams, events and the delay injector as the contract cases and the -async mode use them:
+"""Streams, events and the delay injector as the contract cases and the -asynchronous mode use them:
 standard torch APIs only (torch.Stream, torch.Event, torch.accelerator), plus the backend's
 optional `set_delay` hook (engine/protocol.py) where it has one.
 

@@ -13,9 +13,9 @@ from conformance.engine.probe import (
     Probe,
     initialised,
     probe_here,
-    probe_runtime,
     probe_in_fork,
     probe_in_fresh_process,
+    probe_runtime,
 )
 from conformance.harness.options import Options
 from conformance.harness.roles import Role

@@ -1,6 +1,6 @@
-"""The runtime contract cases (conformance/contract, engine/runtime_contract.py) and the -async
-mode (engine/modes/async.py) on echo_npu, synchronous and asynchronous with the delay injector
-on, and with each of the seven runtime faults; and on pyreg_npu, whose device module declares no
+"""The runtime contract cases (conformance/contract, engine/runtime_contract.py) and the
+-asynchronous mode (engine/modes/asynchronous.py) on echo_npu, synchronous and asynchronous
+with the delay injector on, and with each of the seven runtime faults; and on pyreg_npu, whose device module declares no
 streams: one header line, no failures (issue 46)."""
 
 from __future__ import annotations
@@ -112,14 +112,14 @@ def _async_run(tmp_path: Path, fault: str | None):
     results = tmp_path / f"async-{fault}"
     env = {**ASYNC, **({"ECHO_NPU_FAULTS": fault} if fault else {})}
     proc = run_pytest(
-        "conformance", "-p", "no:cacheprovider", "--modes", "async", "--values", "none",
+        "conformance", "-p", "no:cacheprovider", "--modes", "asynchronous", "--values", "none",
         "--fallback-ops", "none", "--ops", "add.Tensor,mul.Tensor,relu,sum.dim_IntList",
         "--results", str(results), env=env, timeout=600,
     )  # fmt: skip
     rows = []
     for f in sorted(results.glob("cases-*.jsonl")) if results.exists() else []:
         rows += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
-    return proc, [r for r in rows if r["id"].endswith("-async]")]
+    return proc, [r for r in rows if r["id"].endswith("-asynchronous]")]
 
 
 def test_async_mode_passes_on_a_right_device_and_names_a_missing_fence(tmp_path):
@@ -131,5 +131,7 @@ def test_async_mode_passes_on_a_right_device_and_names_a_missing_fence(tmp_path)
         failed = [r for r in cases if r["status"] == "failed"]
         assert failed and len(failed) == len(cases), (fault, cases)
         message = failed[0]["message"]
-        assert failed[0]["check"] == "async" and "[contract nonblocking-d2h]" in message, message
+        assert failed[0]["check"] == "asynchronous" and "[contract nonblocking-d2h]" in message, (
+            message
+        )
         assert "default stream 0 of npu:0" in message and "event recorded" in message, message

@@ -1,5 +1,5 @@
-"""-async cases: an op run as asynchronous code runs it. Each sample is first judged against CPU
-as the forward call is; then its inputs are poisoned on the current stream, produced again on a
+"""-asynchronous cases: an op run as asynchronous code runs it. Each sample is first judged
+against CPU as the forward call is; then its inputs are poisoned on the current stream, produced again on a
 side stream by non_blocking copies from pinned memory (after side.wait_stream(current)), the
 current stream waits on an event recorded there (wait_event), the op runs on the current stream,
 and its results are copied non_blocking into pinned memory and read after an event recorded
@@ -48,7 +48,7 @@ def _leaves(result: Outcome, dev: Materialized) -> list[Any]:
 
 
 class AsyncMode(CaseMode):
-    name = "async"
+    name = "asynchronous"
     summary = "inputs from a side stream by non_blocking copies, results through pinned memory"
     needs = ("streams", "events")
     max_samples = MAX_SAMPLES
@@ -106,7 +106,7 @@ class AsyncMode(CaseMode):
                 result = checks.invoke(ctx.op, dev, False)
             if result.exc is not None:
                 raise Mismatch(
-                    "async",
+                    "asynchronous",
                     f"the op raised on {describe(cur)} after waiting on the "
                     f"side stream's inputs, not when run synchronously: {result.exc!r}",
                 )
@@ -132,14 +132,14 @@ class AsyncMode(CaseMode):
         where = difference.split(":")[0]
         if sample_run._first_difference(want, late, compared) is None:
             raise Mismatch(
-                "async",
+                "asynchronous",
                 f"[contract nonblocking-d2h] {where} of the op, copied non_blocking into pinned "
                 f"memory on {describe(cur)}: the event recorded on {describe(cur)} after that "
                 f"copy was synchronized, yet the pinned tensor was not final ({difference}; "
                 "right after torch.accelerator.synchronize())",
             )
         raise Mismatch(
-            "async",
+            "asynchronous",
             f"[contract wait-event] {where} of the op differs from the synchronous run "
             f"({difference}): the op ran on {describe(cur)} after wait_event on the event "
             f"recorded on {describe(side)} behind the non_blocking copies of its inputs "
@@ -160,25 +160,26 @@ class AsyncMode(CaseMode):
     def account(self, tested: list[str], grad_only: list[str], scope: ModeScope) -> dict:
         reason = scope.backend.profile.missing(self.needs)
         return {
-            "async": [o for o in tested if self.applies_to(o, scope)],
-            "async_missing": reason,
-            "async_delays": callable(scope.backend.hook("set_delay")),
+            "asynchronous": [o for o in tested if self.applies_to(o, scope)],
+            "asynchronous_missing": reason,
+            "asynchronous_delays": callable(scope.backend.hook("set_delay")),
         }
 
     def account_lines(self, account: dict[str, Any]) -> list[str]:
-        if account["async_missing"]:
-            return [f"modes: no -async cases: {account['async_missing']}"]
+        if account["asynchronous_missing"]:
+            return [f"modes: no -asynchronous cases: {account['async_missing']}"]
         delayed = (
             f"the backend's set_delay delays each side-stream copy and current-stream kernel "
             f"and copy by {DELAY_MS:g} ms: a missing fence fails every time"
-            if account["async_delays"]
+            if account["asynchronous_delays"]
             else "no delay injector (hook set_delay): a missing fence shows only by luck"
         )
         return [
-            f"modes: -async cases for {len(account['async'])} overloads (contiguous, one dtype, "
+            f"modes: -asynchronous cases for {len(account['asynchronous'])} overloads "
+            "(contiguous, one dtype, "
             f"native path, {MAX_SAMPLES} samples: inputs by non_blocking copies on a side "
             f"stream, wait_event, results through pinned memory and an event; {delayed})"
         ]
 
 
-ASYNC = register(AsyncMode())
+ASYNCHRONOUS = register(AsyncMode())
