@@ -81,8 +81,8 @@ HOOKS: tuple[Hook, ...] = (
         "(None: every stream, internal copy engines included) by `ms` milliseconds (`ms < 0` "
         "removes that setting): the contract cases and "
         "the `-asynchronous` mode delay the producer of every fence they test, so a missing "
-        "fence fails every time (without the hook a race shows only by luck; the run header says so). "
-        "A synchronous device may accept it and do nothing.",
+        "fence fails every time (without the hook a race shows only by luck; the run header "
+        "says so). A synchronous device may accept it and do nothing.",
     ),
     Hook(
         "allocator_mode",

@@ -1,7 +1,7 @@
 """The runtime contract cases (conformance/contract, engine/runtime_contract.py) and the
 -asynchronous mode (engine/modes/asynchronous.py) on echo_npu, synchronous and asynchronous
-with the delay injector on, and with each of the seven runtime faults; and on pyreg_npu, whose device module declares no
-streams: one header line, no failures (issue 46)."""
+with the delay injector on, and with each of the seven runtime faults; and on pyreg_npu, whose
+device module declares no streams: one header line, no failures (issue 46)."""
 
 from __future__ import annotations
 
