@@ -1,12 +1,13 @@
-"""-asynchronous cases: an op run as asynchronous code runs it. Each sample is first judged
-against CPU as the forward call is; then its inputs are poisoned on the current stream,
-produced again on a side stream by non_blocking copies from pinned memory (after
-side.wait_stream(current)), the current stream waits on an event recorded there (wait_event), the op runs on the current stream,
-and its results are copied non_blocking into pinned memory and read after an event recorded
-behind those copies is synchronized. With the backend's delay injector (hook `set_delay`) the
-side stream's copies and the current stream's kernels and device->host copies are delayed, so a
-missing fence reads poison or stale bytes every time; the values must equal a synchronous run of
-the same sample on the device bit for bit. A failure names the stream, the event and the tensor.
+"""-asynchronous cases: an op run as asynchronous code runs it. Each sample is first judged against
+CPU as the forward call is; then its inputs are poisoned on the current stream, produced again
+on a side stream by non_blocking copies from pinned memory (after side.wait_stream(current)),
+the current stream waits on an event recorded there (wait_event), the op runs on the current
+stream, and its results are copied non_blocking into pinned memory and read after an event
+recorded behind those copies is synchronized. With the backend's delay injector (hook
+`set_delay`) the side stream's copies and the current stream's kernels and device->host copies
+are delayed, so a missing fence reads poison or stale bytes every time; the values must equal a
+synchronous run of the same sample on the device bit for bit. A failure names the stream, the
+event and the tensor.
 
 On by default for a bounded subset (contiguous, the first dtype, the native path, two samples)
 on a device whose profile has streams and events; a device without them gets none, said once.
