@@ -74,7 +74,7 @@ def test_each_fault_fails_its_contract_item_with_a_record_naming_it(tmp_path, fa
         record = records[name]
         assert record["check"] == "contract", record
         assert record["message"].startswith(f"[contract {name}]"), record["message"]
-        assert record["extra"]["doc"] == BY_NAME[name].doc, record
+        assert record["doc"] == BY_NAME[name].doc, record
 
 
 def test_each_fault_fails_its_items_ten_runs_out_of_ten():
@@ -112,7 +112,7 @@ def _async_run(tmp_path: Path, fault: str | None):
     results = tmp_path / f"async-{fault}"
     env = {**ASYNC, **({"ECHO_NPU_FAULTS": fault} if fault else {})}
     proc = run_pytest(
-        "conformance", "-p", "no:cacheprovider", "--modes", "asynchronous", "--values", "none",
+        "conformance", "-p", "no:cacheprovider", "--modes", "asynchronous", "--values", "ordinary",
         "--fallback-ops", "none", "--ops", "add.Tensor,mul.Tensor,relu,sum.dim_IntList",
         "--results", str(results), env=env, timeout=600,
     )  # fmt: skip

@@ -168,7 +168,7 @@ class AsyncMode(CaseMode):
 
     def account_lines(self, account: dict[str, Any]) -> list[str]:
         if account["asynchronous_missing"]:
-            return [f"modes: no -asynchronous cases: {account['async_missing']}"]
+            return [f"modes: no -asynchronous cases: {account['asynchronous_missing']}"]
         delayed = (
             f"the backend's set_delay delays each side-stream copy and current-stream kernel "
             f"and copy by {DELAY_MS:g} ms: a missing fence fails every time"
