@@ -50,7 +50,7 @@ PICKED = (
     "or broadcast-none-float32-33-contiguous-w2-sync or reduce-SUM-float32-33-contiguous-w2-sync "
     "or all_reduce-MAX-float32-33-contiguous-w2-sync "
     "or all_reduce-SUM-float32-33-contiguous-w2-wait "
-    "or barrier-none-float32-0-contiguous-w2-sync"
+    "or barrier-none-float32-0-contiguous-w2-sync or all_reduce-SUM-float32-6-sliced-w2-sync"
 )
 
 
@@ -86,6 +86,9 @@ def test_planted_bugs_are_caught_each_as_it_should_be(tmp_path):
     assert refused["status"] == "failed" and "refuses what gloo computes" in refused["message"]
     early = records["all_reduce-SUM-float32-33-contiguous-w2-wait"]
     assert early["status"] == "failed" and "then Work.wait" in early["message"], early
+    # gloo's own all_reduce (faulty hands it on) writes between the elements of a strided view
+    gaps = records["all_reduce-SUM-float32-6-sliced-w2-sync"]
+    assert gaps["status"] == "failed" and "wrote outside the view" in gaps["message"], gaps
     barrier = records["barrier-none-float32-0-contiguous-w2-sync"]
     assert barrier["status"] == "failed" and "left the barrier" in barrier["message"], barrier
 

@@ -77,6 +77,21 @@ def judge(
         return Verdict("skipped", f"not judged: {why} ({c10d} computed something)")
     if case.collective == "barrier":
         return _barrier(case, answers)
+    outside = _outside(case, answers)
+    if outside is not None:
+        return outside
+    for r, a in enumerate(answers):
+        if a.info.get("completed_after_wait") is False and case.mode == "wait":
+            return Verdict(
+                "failed",
+                f"{prefix(case)}: Work.wait() returned on rank {r} but is_completed() is "
+                f"False\n  {case.describe()}",
+            )
+    return _values(case, answers)
+
+
+def _outside(case: CollectiveCase, answers: list[Answer]) -> Verdict | None:
+    """An in-place collective that changed its strided view's buffer outside the view."""
     for r, a in enumerate(answers):
         if a.info.get("outside"):
             return Verdict(
@@ -85,13 +100,7 @@ def judge(
                 f"element(s) of its buffer around the '{case.layout}' view changed\n  "
                 f"{case.describe()}",
             )
-        if a.info.get("completed_after_wait") is False and case.mode == "wait":
-            return Verdict(
-                "failed",
-                f"{prefix(case)}: Work.wait() returned on rank {r} but is_completed() is "
-                f"False\n  {case.describe()}",
-            )
-    return _values(case, answers)
+    return None
 
 
 def _refused(
