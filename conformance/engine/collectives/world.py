@@ -27,6 +27,7 @@ from conformance.engine.collectives.spec import CollectiveCase
 from conformance.engine.diagnosis import diagnose
 
 START_TIMEOUT_S = 180.0  # importing torch and the backend, joining the group (loaded machines)
+P2P = ("send_recv", "batch_isend_irecv")  # messages outlive a raise: the world is replaced
 MAX_WORLDS = 2  # worlds kept alive at once (the least recently used one is stopped)
 
 
@@ -241,12 +242,19 @@ class Worlds:
         return world
 
     def run(self, case: CollectiveCase, reference: bool = False) -> list[Answer]:
+        """Every rank's answers; a world whose ranks may still hold work of this case (a
+        point-to-point message posted before a rank raised, ranks that disagreed) is replaced
+        before the next case, which would otherwise receive it or wait on it."""
         world = self.get(case.world)
         try:
-            return world.run(case, reference)
+            answers = world.run(case, reference)
         except WorldFailure:
             self.worlds.pop(case.world, None)
             raise
+        raised = sum(a.kind == "raised" for a in answers)
+        if raised and (case.collective in P2P or raised < len(answers)):
+            self.worlds.pop(case.world).close()
+        return answers
 
     def close(self) -> None:
         for world in self.worlds.values():
