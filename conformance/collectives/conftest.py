@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from conformance.engine.collectives.spec import CollectiveCase
 from conformance.engine.collectives.world import Setup, Worlds
 from conformance.errors import ConformanceUsageError
 from conformance.harness.collectives_plan import CollectivesPlan
@@ -42,3 +43,19 @@ def collective_worlds(request: pytest.FixtureRequest) -> Iterator[Worlds | None]
         yield worlds
     finally:
         worlds.close()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """No collectives case at all (`--collectives none`): no item either (pytest would make
+    one skipped `[NOTSET]` item of the empty parameter set)."""
+    empty = [
+        item
+        for item in items
+        if item.originalname == "test_collective"
+        and not isinstance(
+            getattr(getattr(item, "callspec", None), "params", {}).get(CASE), CollectiveCase
+        )
+    ]
+    if empty:
+        config.hook.pytest_deselected(items=empty)
+        items[:] = [item for item in items if item not in empty]
