@@ -123,6 +123,11 @@ HARNESS_CHECKS = MappingProxyType(
         "hang": "the case ran past its time limit",
         "harness": "the suite itself failed while building inputs or checking (not the backend)",
         "scenario": "an end-to-end scenario failed (conformance/scenarios)",
+        "contract": "a runtime contract case failed (conformance/contract; the message names the "
+        "item: `[contract <item>]`)",
+        "asynchronous": "an -asynchronous case read values other than its synchronous run's (a "
+        "missing fence; the message names the contract item, the stream, the event and the "
+        "tensor)",
     }
 )
 

@@ -174,6 +174,7 @@ PROTOCOL_HOOKS = (
     "live_blocks",
     "memory_stats",
     "allocator_mode",
+    "set_delay",
 )
 
 __all__ = [

@@ -70,15 +70,15 @@ class Backend:
     def declared_profile(self, ask_compiler: bool) -> DeviceProfile:
         """The facts torch answers without touching the device (`ask_compiler`: ask Inductor
         which torch.compile backend the device has, seconds on first use)."""
-        lazy = self.lazy
         return DeviceProfile.declared(
             self.device_type,
             self.dispatch_key,
-            lazy.name if lazy is not None else None,
+            self.lazy.name if self.lazy is not None else None,
             self.compiler if ask_compiler else None,
             self.device_count(),
             collectives_for(self.device_type),
             self._counted_by(),
+            delay_injector=callable(self.hook("set_delay")),
         )
 
     def _counted_by(self) -> str:

@@ -129,6 +129,12 @@ def probe_runtime(device: torch.device) -> dict[str, list]:
     """The runtime around kernels, each probed on its own: {fact: [value, how]}."""
 
     def stream() -> bool:
+        module = getattr(torch, device.type, None)
+        if not callable(getattr(module, "current_stream", None)):
+            raise LookupError(
+                f"torch.{device.type} has no current_stream(): its device module declares no "
+                "streams"
+            )
         s = torch.Stream(device=device)
         s.query()
         s.synchronize()
@@ -139,7 +145,8 @@ def probe_runtime(device: torch.device) -> dict[str, list]:
         e = torch.Event(device=device)
         e.record(s)
         e.synchronize()
-        return bool(e.query())
+        e.query()  # what it answers is the contract cases' to judge (event-synchronize)
+        return True
 
     def generator() -> bool:
         g = torch.Generator(device=device)
@@ -147,7 +154,11 @@ def probe_runtime(device: torch.device) -> dict[str, list]:
         return g.get_state().numel() > 0
 
     asks = {
-        "streams": (stream, "torch.Stream(device) created, queried, synchronized"),
+        "streams": (
+            stream,
+            f"torch.{device.type}.current_stream() exists; torch.Stream(device) created, "
+            "queried, synchronized",
+        ),
         "events": (event, "torch.Event(device) recorded on a stream, synchronized, queried"),
         "pinned_memory": (
             lambda: bool(torch.empty(8).pin_memory().is_pinned()),

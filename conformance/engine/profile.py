@@ -62,6 +62,7 @@ class DeviceProfile:
     generator: Fact = _fact()  # torch.Generator on the device: seeded, state read
     collectives: Fact = _fact()  # the c10d backend registered for the device type
     heap_zones: Fact = _fact()  # the suite's heap red zones see the device's memory
+    delay_injector: Fact = _fact()  # the backend delays its streams' work (hook set_delay)
 
     # ---- building ----------------------------------------------------------------------------
     @classmethod
@@ -74,6 +75,7 @@ class DeviceProfile:
         device_count: int,
         collectives: str | None,
         counted_by: str = "",
+        delay_injector: bool = False,
     ) -> DeviceProfile:
         """The facts torch answers without touching the device (`counted_by`: how the device
         count was asked)."""
@@ -88,6 +90,9 @@ class DeviceProfile:
             device_count=Fact(device_count, counted_by),
             second_index=Fact(device_count - 1 if device_count > 1 else None, counted_by),
             collectives=Fact(collectives, "torch.distributed.Backend.default_device_backend_map"),
+            delay_injector=Fact(
+                delay_injector, "the backend module's set_delay hook (engine/protocol.py)"
+            ),
         )
 
     def with_probe(self, found: dict[str, Fact]) -> DeviceProfile:
@@ -146,4 +151,12 @@ NEEDS: dict[str, tuple[Any, str]] = {
     ),
     "streams": (lambda p: bool(p.streams.value), "the device has no streams"),
     "events": (lambda p: bool(p.events.value), "the device has no events"),
+    "generator": (
+        lambda p: bool(p.generator.value),
+        "the device has no torch.Generator (seeded, its state read)",
+    ),
+    "delay injector": (
+        lambda p: bool(p.delay_injector.value),
+        "the backend has no delay injector (hook set_delay)",
+    ),
 }

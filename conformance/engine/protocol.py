@@ -74,6 +74,17 @@ HOOKS: tuple[Hook, ...] = (
         "forget recorded corruptions (after a case reported them)",
     ),
     Hook(
+        "set_delay",
+        "set_delay(kind: str, ms: float, stream: torch.Stream | None) -> None",
+        "",
+        "delay each piece of work of `kind` (`kernel`, `h2d`, `d2h`, `d2d`) queued on `stream` "
+        "(None: every stream, internal copy engines included) by `ms` milliseconds (`ms < 0` "
+        "removes that setting): the contract cases and "
+        "the `-asynchronous` mode delay the producer of every fence they test, so a missing "
+        "fence fails every time (without the hook a race shows only by luck; the run header "
+        "says so). A synchronous device may accept it and do nothing.",
+    ),
+    Hook(
         "allocator_mode",
         "allocator_mode() -> str",
         "`malloc`, `aligned`, `guard`, ...",

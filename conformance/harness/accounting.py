@@ -13,10 +13,12 @@ from typing import TYPE_CHECKING
 import pytest
 import torch
 
+from conformance.harness.contract_records import new_contract_record
 from conformance.harness.nodes import (
     case_of,
     is_conformance_nodeid,
-    is_scenario,
+    is_contract_nodeid,
+    is_family,
     node_bases,
     record_id,
 )
@@ -37,7 +39,7 @@ class Accounting:
         self.worker_start_failures: list[str] = []
 
     def items_collected(self, items: list[pytest.Item]) -> None:
-        self.collected = [i.nodeid for i in items if case_of(i) or is_scenario(i)]
+        self.collected = [i.nodeid for i in items if case_of(i) or is_family(i)]
 
     def worker_collected(self, config: pytest.Config, worker: str, ids: list[str]) -> None:
         """An xdist worker's collection (every worker collects the same items: the first
@@ -87,7 +89,9 @@ class Accounting:
 
 
 def not_run_record(suite: Suite, nodeid: str, reason: str) -> CaseRecord:
-    """The `not-run` record of a case or scenario."""
+    """The `not-run` record of a case, a scenario or a contract case."""
+    if is_contract_nodeid(nodeid):
+        return new_contract_record(suite, nodeid, Status.NOT_RUN, message=reason)
     try:
         case = CaseId.parse(nodeid)
     except ValueError:  # a scenario

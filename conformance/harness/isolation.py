@@ -30,7 +30,7 @@ from conformance.engine.diagnosis import describe_status, diagnose
 from conformance.engine.probe import initialised
 from conformance.findings import crash_class
 from conformance.harness.culprit import Culprit, CulpritSearch, case_label
-from conformance.harness.nodes import RECORD_PROPERTY, case_of, is_scenario
+from conformance.harness.nodes import RECORD_PROPERTY, case_of, is_family
 from conformance.harness.options import Options
 from conformance.harness.plan import Plan
 from conformance.harness.rundir import RunDir
@@ -343,7 +343,7 @@ class WorkerIsolation:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
-        if case_of(item) is None and not is_scenario(item):
+        if case_of(item) is None and not is_family(item):
             return None
         if self.runner is None:
             self.runner = IsolatedRunner(item.session, self.run)

@@ -18,12 +18,29 @@ from conformance.record import TEST_NAME, CaseId
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCENARIOS_DIR = os.path.join(PACKAGE_DIR, "scenarios")
+CONTRACT_DIR = os.path.join(PACKAGE_DIR, "contract")
 CASE_PARAM = "conformance_case"  # the fixture the generated test is parametrised over
 RECORD_PROPERTY = "conformance"  # name of the record in a report's user_properties
 
 
 def is_scenario(item: pytest.Item) -> bool:
     return os.path.realpath(str(item.path)).startswith(os.path.realpath(SCENARIOS_DIR) + os.sep)
+
+
+def is_contract(item: pytest.Item) -> bool:
+    """A runtime contract case (conformance/contract)."""
+    return os.path.realpath(str(item.path)).startswith(os.path.realpath(CONTRACT_DIR) + os.sep)
+
+
+def is_contract_nodeid(nodeid: str) -> bool:
+    """A contract case, from its node id alone (its file is in a folder named contract)."""
+    file = nodeid.partition("::")[0]
+    return os.path.basename(os.path.dirname(file)) == os.path.basename(CONTRACT_DIR)
+
+
+def is_family(item: pytest.Item) -> bool:
+    """A scenario or a contract case: the suite's items besides the generated op cases."""
+    return is_scenario(item) or is_contract(item)
 
 
 def case_of(item: pytest.Item) -> CaseId | None:
@@ -41,21 +58,21 @@ def record_id(nodeid: str) -> str:
 def node_bases(config: pytest.Config) -> list[str]:
     """The folders a node id of this session can be relative to."""
     bases = [str(config.rootpath), str(config.invocation_params.dir)]
-    return [*bases, PACKAGE_DIR, os.path.dirname(PACKAGE_DIR), SCENARIOS_DIR]
+    return [*bases, PACKAGE_DIR, os.path.dirname(PACKAGE_DIR), SCENARIOS_DIR, CONTRACT_DIR]
 
 
 def is_conformance_nodeid(nodeid: str, bases: Iterable[str]) -> bool:
-    """A generated case or a scenario, from its node id alone (an xdist controller has no
-    items): the file it names, resolved against `bases`, is the suite's."""
+    """A generated case, a scenario or a contract case, from its node id alone (an xdist
+    controller has no items): the file it names, resolved against `bases`, is the suite's."""
     file, _, name = nodeid.partition("::")
     if not name:
         return False
     package = os.path.realpath(PACKAGE_DIR) + os.sep
-    scenarios = os.path.realpath(SCENARIOS_DIR) + os.sep
+    families = tuple(os.path.realpath(d) + os.sep for d in (SCENARIOS_DIR, CONTRACT_DIR))
     for base in bases:
         path = os.path.realpath(os.path.join(base, file))
         if path.startswith(package) and os.path.isfile(path):
-            return name.startswith(TEST_NAME + "[") or path.startswith(scenarios)
+            return name.startswith(TEST_NAME + "[") or path.startswith(families)
     return False
 
 

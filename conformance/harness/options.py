@@ -31,7 +31,7 @@ VALUE_SETS = (ORDINARY, "special", "promotion", "arguments", "sizes", "models")
 SIZE_SETS = ("boundaries", "large", "none")  # samples/sizes.py
 # execution modes beyond the plain forward call (ids end in -<mode>): a module each in
 # engine/modes/; those not named here run on request only (--modes compile)
-DEFAULT_MODES = ("grad", "inference", "sync")
+DEFAULT_MODES = ("grad", "inference", "sync", "asynchronous")
 ISOLATE = ("auto", "fork", "spawn", "none")
 DEFAULT_CASE_TIMEOUT = "300"
 

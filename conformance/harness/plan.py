@@ -15,6 +15,7 @@ from conformance.engine.probe import (
     probe_here,
     probe_in_fork,
     probe_in_fresh_process,
+    probe_runtime,
 )
 from conformance.harness.options import Options
 from conformance.harness.roles import Role
@@ -72,6 +73,8 @@ def plan_isolation(options: Options, backend: Backend, role: Role) -> Plan:
 
     if isolate == "none":
         probe = probe_in_fresh_process(backend) if controller else probe_here(backend)
+        if probe.usable and not controller:  # the runtime's facts too, as a child learns them
+            probe.runtime = probe_runtime(backend.device)
         return _usable(plan("in-process", probe, "--isolate none"), backend)
     if isolate == "spawn":
         return _usable(plan("spawn", probe_in_fresh_process(backend), "--isolate spawn"), backend)

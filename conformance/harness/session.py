@@ -26,11 +26,14 @@ from conformance.engine.profile import DeviceProfile
 from conformance.errors import ConformanceUsageError
 from conformance.findings import group_findings
 from conformance.harness.accounting import Accounting, not_run_record
+from conformance.harness.contract_records import contract_record, new_contract_record
 from conformance.harness.header import header_lines, key_header_lines
 from conformance.harness.isolation import WorkerIsolation, run_isolated
 from conformance.harness.nodes import (
     RECORD_PROPERTY,
     case_of,
+    is_contract,
+    is_family,
     is_scenario,
     record_id,
     targets_conformance,
@@ -209,6 +212,8 @@ class ConformanceRun:
         """A fresh record for a conformance case item (None for other tests)."""
         case = case_of(item)
         if case is None:
+            if self.started and is_contract(item):
+                return new_contract_record(self.suite, item.nodeid, status, **values)
             return None
         return self.new_record(case, status, item.nodeid, **values)
 
@@ -284,25 +289,26 @@ class ConformanceRun:
         return True
 
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]):
-        """Foundation cases run first, -grad cases after every forward case and the scenarios
-        last (so the first failure of a run names the op that is wrong); --ops/--fallback-ops
-        name the overloads to test: the scenarios then stay out; with --shard each runs in one
-        shard."""
+        """Foundation cases run first, -grad cases after every forward case, the contract cases
+        and the scenarios last (so the first failure of a run names the op that is wrong);
+        --ops/--fallback-ops name the overloads to test: the scenarios and the contract cases
+        then stay out; with --shard each runs in one shard."""
         if not self.started:
             return
 
         def rank(item: pytest.Item) -> int:
             case = case_of(item)
             if case is None:
-                return 3 if is_scenario(item) else 1
+                return 3 if is_family(item) else 1
             rank = mode_of(case.values).collection_rank  # -grad: after every forward case
             return 0 if rank == 1 and case.overload in ORDER else rank
 
         # stable: foundations, the other forward cases, every -grad case, then the scenarios
         items.sort(key=rank)
-        scenarios = [item for item in items if is_scenario(item)]
+        scenarios = [item for item in items if is_family(item)]
         for item in scenarios:
-            expect_scenario(self.suite, item)
+            if is_scenario(item):
+                expect_scenario(self.suite, item)
         if self.suite.options.ops or self.suite.options.fallback_ops:
             dropped = scenarios
         else:  # --shard: each scenario runs in one shard
@@ -326,8 +332,9 @@ class ConformanceRun:
         if not (report.when == "call" or (report.when == "setup" and not report.passed)):
             return
         if case_of(item) is None:
-            if self.started and is_scenario(item):
-                record = scenario_record(self.suite, item, report)
+            if self.started and is_family(item):
+                make = scenario_record if is_scenario(item) else contract_record
+                record = make(self.suite, item, report)
                 report.user_properties.append((RECORD_PROPERTY, record.to_json()))
             return
         record = reported_record(self.suite.verdicts, item, report)

@@ -20,7 +20,7 @@ SPECS: dict[str, OpSpec] = {}
 #: does with the block): untested as op cases, for this reason
 RUNTIME_CALLS = {
     "record_stream": "a runtime call (the stream the caching allocator must wait for), no op "
-    "with a CPU result: the runtime contract judges it (issue 46)",
+    "with a CPU result: judged by the contract case record-stream (conformance/contract)",
 }
 
 

@@ -1,0 +1,186 @@
+"""-asynchronous cases: an op run as asynchronous code runs it. Each sample is first judged against
+CPU as the forward call is; then its inputs are poisoned on the current stream, produced again
+on a side stream by non_blocking copies from pinned memory (after side.wait_stream(current)),
+the current stream waits on an event recorded there (wait_event), the op runs on the current
+stream, and its results are copied non_blocking into pinned memory and read after an event
+recorded behind those copies is synchronized. With the backend's delay injector (hook
+`set_delay`) the side stream's copies and the current stream's kernels and device->host copies
+are delayed, so a missing fence reads poison or stale bytes every time; the values must equal a
+synchronous run of the same sample on the device bit for bit. A failure names the stream, the
+event and the tensor.
+
+On by default for a bounded subset (contiguous, the first dtype, the native path, two samples)
+on a device whose profile has streams and events; a device without them gets none, said once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_flatten
+
+from conformance.engine import checks, sample_run
+from conformance.engine.checks import NotApplicable, Outcome
+from conformance.engine.compare import Mismatch
+from conformance.engine.modes.base import CaseMode, CaseRequest, ModeScope, register
+from conformance.engine.outcome import CaseOutcome, RunContext
+from conformance.engine.placing import Materialized, PlacedCall
+from conformance.engine.streams import current_stream, delays, describe, side_stream
+from conformance.engine.transfer import read_back
+from conformance.record import CaseId
+
+MAX_SAMPLES = 2
+DELAY_MS = 2.0  # per delayed piece of work: a few per sample
+POISON = 0x5A  # the byte every input holds before its side-stream copy lands
+
+
+def poison_of(t: torch.Tensor) -> torch.Tensor:
+    """A CPU tensor like `t` whose every byte is POISON (bool: the negation of `t`)."""
+    if t.dtype == torch.bool:
+        return ~t
+    raw = torch.full((t.numel() * t.element_size(),), POISON, dtype=torch.uint8)
+    return raw.view(t.dtype).reshape(t.shape)
+
+
+def _leaves(result: Outcome, dev: Materialized) -> list[Any]:
+    """The values a run is judged by: its outputs, then the arguments it writes (views)."""
+    return tree_flatten(result.result)[0] + [v for leaf, _, v in dev.bases if leaf.written]
+
+
+class AsyncMode(CaseMode):
+    name = "asynchronous"
+    summary = "inputs from a side stream by non_blocking copies, results through pinned memory"
+    needs = ("streams", "events")
+    max_samples = MAX_SAMPLES
+    case_rank = 5
+    account_rank = 5
+
+    def run_sample(
+        self, ctx: RunContext, placed: PlacedCall, outcome: CaseOutcome, first: bool
+    ) -> tuple[bool, str | None]:
+        if ctx.nondeterministic:
+            raise NotApplicable("draws random numbers: runs differ by design")
+        raised, bug = sample_run.run_sample(ctx, placed, outcome.stats, outcome.fell_back)
+        if raised or bug:
+            return raised, bug
+        device = ctx.backend.device
+        torch.accelerator.synchronize(0)
+        dev = placed.materialize(device)
+        with ctx.backend.routed_through_fallback(ctx.route):
+            reference = checks.invoke(ctx.op, dev, False)
+        if reference.exc is not None:
+            return raised, bug
+        want = [read_back(x) if isinstance(x, torch.Tensor) else x for x in _leaves(reference, dev)]
+        del dev
+        compared = sample_run._compared_values(ctx.spec, reference)
+        self._pipeline(ctx, placed, want, compared)
+        return raised, bug
+
+    def _pipeline(self, ctx: RunContext, placed: PlacedCall, want: list[Any], compared) -> None:
+        device = ctx.backend.device
+        cur, side = current_stream(device), side_stream(device)
+        hook = ctx.backend.hook("set_delay")
+        slow = {
+            side: {"h2d": DELAY_MS, "kernel": DELAY_MS},
+            cur: {"kernel": DELAY_MS, "d2h": DELAY_MS},
+        }
+        with delays(hook, slow):
+            dev, host = placed.materialize(device), placed.materialize("cpu")
+            inputs = []
+            for (leaf, base, _), (_, cpu_base, _) in zip(dev.bases, host.bases, strict=True):
+                if base.device.type == "cpu" or not base.numel():
+                    continue
+                cpu_base = cpu_base.reshape(base.shape)  # a contiguous input is its own base
+                base.copy_(poison_of(cpu_base))
+                inputs.append((leaf.arg, base, cpu_base.pin_memory()))
+            side.wait_stream(cur)
+            with side:
+                for _, base, pinned in inputs:
+                    base.copy_(pinned, non_blocking=True)
+            produced = torch.Event(device=device)
+            produced.record(side)
+            cur.wait_event(produced)
+            for _, base, _ in inputs:
+                base.record_stream(side)
+            with ctx.backend.routed_through_fallback(ctx.route):
+                result = checks.invoke(ctx.op, dev, False)
+            if result.exc is not None:
+                raise Mismatch(
+                    "asynchronous",
+                    f"the op raised on {describe(cur)} after waiting on the "
+                    f"side stream's inputs, not when run synchronously: {result.exc!r}",
+                )
+            leaves = _leaves(result, dev)
+            got: list[Any] = []
+            for x in leaves:
+                if isinstance(x, torch.Tensor) and x.device.type != "cpu":
+                    h = poison_of(torch.empty(x.shape, dtype=x.dtype)).pin_memory()
+                    h.copy_(x, non_blocking=True)
+                    got.append(h)
+                else:
+                    got.append(x)
+            done = torch.Event(device=device)
+            done.record(cur)
+            done.synchronize()
+            got = [g.clone() if isinstance(g, torch.Tensor) else g for g in got]
+        difference = sample_run._first_difference(want, got, compared)
+        if difference is None:
+            return
+        torch.accelerator.synchronize()
+        late = [read_back(x) if isinstance(x, torch.Tensor) else x for x in leaves]
+        names = ", ".join(f"'{name}'" for name, _, _ in inputs) or "none"
+        where = difference.split(":")[0]
+        if sample_run._first_difference(want, late, compared) is None:
+            raise Mismatch(
+                "asynchronous",
+                f"[contract nonblocking-d2h] {where} of the op, copied non_blocking into pinned "
+                f"memory on {describe(cur)}: the event recorded on {describe(cur)} after that "
+                f"copy was synchronized, yet the pinned tensor was not final ({difference}; "
+                "right after torch.accelerator.synchronize())",
+            )
+        raise Mismatch(
+            "asynchronous",
+            f"[contract wait-event] {where} of the op differs from the synchronous run "
+            f"({difference}): the op ran on {describe(cur)} after wait_event on the event "
+            f"recorded on {describe(side)} behind the non_blocking copies of its inputs "
+            f"{names}, and read them before they landed (poison byte {POISON:#x})",
+        )
+
+    def case_ids(self, want: CaseRequest, scope: ModeScope) -> list[CaseId]:
+        if not self.applies_to(want.overload, scope):
+            return []
+        return [c for c in self.contiguous_cases(want, scope) if c.path == "native"]
+
+    def applies_to(self, overload: str, scope: ModeScope) -> bool:
+        """On a device with streams and events, for overloads with values to compare."""
+        if scope.backend.profile.missing(self.needs) is not None:
+            return False
+        return scope.applies.sync_applies(overload)
+
+    def account(self, tested: list[str], grad_only: list[str], scope: ModeScope) -> dict:
+        reason = scope.backend.profile.missing(self.needs)
+        return {
+            "asynchronous": [o for o in tested if self.applies_to(o, scope)],
+            "asynchronous_missing": reason,
+            "asynchronous_delays": callable(scope.backend.hook("set_delay")),
+        }
+
+    def account_lines(self, account: dict[str, Any]) -> list[str]:
+        if account["asynchronous_missing"]:
+            return [f"modes: no -asynchronous cases: {account['asynchronous_missing']}"]
+        delayed = (
+            f"the backend's set_delay delays each side-stream copy and current-stream kernel "
+            f"and copy by {DELAY_MS:g} ms: a missing fence fails every time"
+            if account["asynchronous_delays"]
+            else "no delay injector (hook set_delay): a missing fence shows only by luck"
+        )
+        return [
+            f"modes: -asynchronous cases for {len(account['asynchronous'])} overloads "
+            "(contiguous, one dtype, "
+            f"native path, {MAX_SAMPLES} samples: inputs by non_blocking copies on a side "
+            f"stream, wait_event, results through pinned memory and an event; {delayed})"
+        ]
+
+
+ASYNCHRONOUS = register(AsyncMode())

@@ -1,0 +1,66 @@
+"""The runtime contract cases (`conformance/contract`) as records: one per collected case, named
+after its contract item (engine/runtime_contract.py), with the PyTorch doc the item comes from;
+also for a case that hung, crashed or never ran (the item named in each)."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import torch
+
+from conformance.engine.runtime_contract import item_of_test
+from conformance.harness.nodes import CONTRACT_DIR, record_id
+from conformance.record import CaseRecord, Status
+
+if TYPE_CHECKING:
+    from conformance.harness.suite import Suite
+
+CHECK = "contract"  # the check of a failing contract case
+
+
+def new_contract_record(suite: Suite, nodeid: str, status: Status, **values: Any) -> CaseRecord:
+    """A record of the contract case `nodeid` (a hang, crash or not-run passes its message)."""
+    name = record_id(nodeid)
+    item = item_of_test(name)
+    record = CaseRecord(
+        id=name,
+        status=status,
+        op="contract",
+        overload=item.name if item is not None else name,
+        path="contract",
+        torch=str(torch.__version__),
+        backend=suite.backend_name,
+        allocator=suite.allocator,
+        repro=suite.repro_lines.repro(nodeid, os.path.join(CONTRACT_DIR, _file(nodeid))),
+        **values,
+    )
+    if item is not None:
+        record.extra.update(contract_item=item.name, doc=item.doc)
+        if record.message and status in (Status.HUNG, Status.CRASHED):
+            record.message = f"[contract {item.name}] {record.message}"
+    return record
+
+
+def _file(nodeid: str) -> str:
+    return os.path.basename(nodeid.partition("::")[0])
+
+
+def contract_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) -> CaseRecord:
+    """The record of a contract case from its pytest report."""
+    message = None
+    if not report.passed:
+        crash = getattr(report.longrepr, "reprcrash", None)
+        message = str(crash.message) if crash is not None else str(report.longrepr)
+        if isinstance(report.longrepr, tuple):  # skipped: (file, line, reason)
+            message = str(report.longrepr[2])
+    record = new_contract_record(suite, item.nodeid, Status.PASSED, message=message)
+    if report.failed:
+        record.check = CHECK
+        contract = record.extra.get("contract_item", "?")
+        if message and "[contract " in message:  # ContractBroken: the observation alone
+            record.message = message[message.index("[contract ") :]
+        elif message:  # an error of the device or of torch, not an observation
+            record.message = f"[contract {contract}] {message}"
+    return record

@@ -1,0 +1,137 @@
+"""The runtime contract cases (conformance/contract, engine/runtime_contract.py) and the
+-asynchronous mode (engine/modes/asynchronous.py) on echo_npu, synchronous and asynchronous
+with the delay injector on, and with each of the seven runtime faults; and on pyreg_npu, whose
+device module declares no streams: one header line, no failures (issue 46)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance.engine.runtime_contract import BY_NAME
+from tests.helpers import clean_env, run_pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CONTRACT = "conformance/contract"
+ASYNC = {"ECHO_NPU_ASYNC": "1", "ECHO_NPU_DELAY": "kernel:1ms,d2h:1ms"}
+
+# each fault of echo_npu's runtime -> the contract items it must fail (at least these)
+FAULTS = {
+    "nonblocking_d2h_unfenced": {"nonblocking-d2h"},
+    "event_sync_early": {"event-synchronize"},
+    "record_stream_ignored": {"record-stream"},
+    "guard_no_switch": {"device-guard"},
+    "set_stream_ignored": {"current-stream", "stream-guard"},
+    "pinned_refused": {"pinned-memory"},
+    "memory_stats_zero": {"memory-stats"},
+}
+RUNS = 10  # runs of each fault's items (tests/suite/contract_faults.py, one process)
+
+
+def contract_run(tmp_path: Path, *args: str, env: dict[str, str] | None = None):
+    """The contract cases alone: (process, records by contract item)."""
+    results = tmp_path / f"results-{len(list(tmp_path.iterdir()))}"
+    proc = run_pytest(
+        CONTRACT, "-p", "no:cacheprovider", "--results", str(results), *args, env=env, timeout=600
+    )
+    rows = []
+    for f in sorted(results.glob("cases-*.jsonl")) if results.exists() else []:
+        rows += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+    return proc, {r["overload"]: r for r in rows}
+
+
+def test_echo_npu_synchronous_passes_every_item(tmp_path):
+    proc, records = contract_run(tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert set(records) == set(BY_NAME), out[-2000:]
+    assert {r["status"] for r in records.values()} == {"passed"}, records
+    assert "contract: delays: the backend's set_delay hook" in out
+
+
+def test_echo_npu_asynchronous_with_delays_passes_every_item(tmp_path):
+    proc, records = contract_run(tmp_path, env=ASYNC)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert {r["status"] for r in records.values()} == {"passed"}, records
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_each_fault_fails_its_contract_item_with_a_record_naming_it(tmp_path, fault):
+    selection = " or ".join(BY_NAME[name].test for name in FAULTS[fault])
+    proc, records = contract_run(
+        tmp_path,
+        "-k",
+        selection,
+        env={**ASYNC, "ECHO_NPU_FAULTS": fault},
+    )
+    failed = {name for name, r in records.items() if r["status"] == "failed"}
+    assert proc.returncode != 0 and failed == FAULTS[fault], (fault, failed, proc.stdout[-3000:])
+    for name in FAULTS[fault]:
+        record = records[name]
+        assert record["check"] == "contract", record
+        assert record["message"].startswith(f"[contract {name}]"), record["message"]
+        assert record["doc"] == BY_NAME[name].doc, record
+
+
+def test_each_fault_fails_its_items_ten_runs_out_of_ten():
+    """The delay injector makes every race lose: 10 runs of each fault's items, all failing
+    (and the same items without the fault, all passing)."""
+    plan = [f"{fault}={','.join(sorted(names))}" for fault, names in FAULTS.items()]
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.suite.contract_faults", str(RUNS), *plan],
+        cwd=REPO, env=clean_env({"ECHO_NPU_ASYNC": "1"}), capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert line is not None, proc.stderr[-3000:]
+    result = json.loads(line.removeprefix("RESULT "))
+    assert {n: v[0] for n, v in result[""].items() if v[0] or v[2]} == {}, result[""]
+    for fault, names in FAULTS.items():
+        got = {name: result[fault][name][:2] for name in names}
+        assert got == {name: [RUNS, RUNS] for name in names}, (fault, result[fault])
+
+
+def test_a_device_without_streams_gets_one_line_not_failures(tmp_path):
+    env = {"PYTHONPATH": str(REPO / "tests" / "backends")}
+    proc, records = contract_run(tmp_path, "--backend", "pyreg_npu:register_devices", env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    streams = [line for line in out.splitlines() if "contract: streams: none" in line]
+    assert len(streams) == 1 and "torch.pyreg has no current_stream()" in streams[0], out[-3000:]
+    needing = {name for name, item in BY_NAME.items() if "streams" in item.needs}
+    assert f": {len(needing)} cases not applicable" in streams[0]
+    assert {records[name]["status"] for name in needing} == {"skipped"}
+    assert not [r for r in records.values() if r["status"] == "failed"]
+
+
+def _async_run(tmp_path: Path, fault: str | None):
+    results = tmp_path / f"async-{fault}"
+    env = {**ASYNC, **({"ECHO_NPU_FAULTS": fault} if fault else {})}
+    proc = run_pytest(
+        "conformance", "-p", "no:cacheprovider", "--modes", "asynchronous", "--values", "ordinary",
+        "--fallback-ops", "none", "--ops", "add.Tensor,mul.Tensor,relu,sum.dim_IntList",
+        "--results", str(results), env=env, timeout=600,
+    )  # fmt: skip
+    rows = []
+    for f in sorted(results.glob("cases-*.jsonl")) if results.exists() else []:
+        rows += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+    return proc, [r for r in rows if r["id"].endswith("-asynchronous]")]
+
+
+def test_async_mode_passes_on_a_right_device_and_names_a_missing_fence(tmp_path):
+    proc, cases = _async_run(tmp_path, None)
+    assert proc.returncode == 0 and cases, (proc.stdout + proc.stderr)[-3000:]
+    assert {r["status"] for r in cases} == {"passed"}
+    for fault in ("nonblocking_d2h_unfenced", "event_sync_early"):
+        proc, cases = _async_run(tmp_path, fault)
+        failed = [r for r in cases if r["status"] == "failed"]
+        assert failed and len(failed) == len(cases), (fault, cases)
+        message = failed[0]["message"]
+        assert failed[0]["check"] == "asynchronous" and "[contract nonblocking-d2h]" in message, (
+            message
+        )
+        assert "default stream 0 of npu:0" in message and "event recorded" in message, message
