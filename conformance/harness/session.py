@@ -26,7 +26,11 @@ from conformance.engine.profile import DeviceProfile
 from conformance.errors import ConformanceUsageError
 from conformance.findings import group_findings
 from conformance.harness.accounting import Accounting, not_run_record
-from conformance.harness.contract_records import contract_record, new_contract_record
+from conformance.harness.contract_records import (
+    contract_record,
+    expect_contract,
+    new_contract_record,
+)
 from conformance.harness.header import header_lines, key_header_lines
 from conformance.harness.isolation import WorkerIsolation, run_isolated
 from conformance.harness.nodes import (
@@ -307,8 +311,7 @@ class ConformanceRun:
         items.sort(key=rank)
         scenarios = [item for item in items if is_family(item)]
         for item in scenarios:
-            if is_scenario(item):
-                expect_scenario(self.suite, item)
+            (expect_scenario if is_scenario(item) else expect_contract)(self.suite, item)
         if self.suite.options.ops or self.suite.options.fallback_ops:
             dropped = scenarios
         else:  # --shard: each scenario runs in one shard
