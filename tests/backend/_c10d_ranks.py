@@ -517,6 +517,17 @@ def case_p2p(world, group, rank, size, dtype, n):
         dist.recv(r, ranks[0], group=group, tag=5)
         if not same(r, data(0, n, dtype, offset=40)):
             failed.append(f"{world}/send_recv_blocking/-/{dname(dtype)}/n={n}")
+    # recv from any source: rank 0 takes one message of every other rank, in any order
+    if rank == 0:
+        seen = {}
+        for _ in range(size - 1):
+            r = torch.zeros(n, dtype=dtype).to("npu")
+            sender = dist.recv(r, group=group, tag=9)
+            seen[sender] = same(r, data(ranks.index(sender), n, dtype, offset=60))
+        if sorted(seen) != sorted(ranks[1:]) or not all(seen.values()):
+            failed.append(f"{world}/recv_anysource/-/{dname(dtype)}/n={n}")
+    else:
+        dist.send(data(rank, n, dtype, offset=60).to("npu"), ranks[0], group=group, tag=9)
     return failed
 
 

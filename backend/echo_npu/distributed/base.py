@@ -13,7 +13,7 @@ from datetime import timedelta
 import torch.distributed as dist
 
 from .hostdata import active_faults, host, pack, unpack, write
-from .store import delete, exchange, wait_keys
+from .store import delete, exchange, has, wait_keys
 from .work import DistError, EchoWork
 
 BACKEND_NAME = "echo"
@@ -167,6 +167,49 @@ class GroupBase(dist.ProcessGroup):
         threading.Thread(target=run, name=f"echo-recv-{src}>{self._rank}", daemon=True).start()
         if self._coalescing is not None:
             self._coalescing.append(work)
+        return work
+
+    def recv_anysource(self, tensors, tag: int = 0):
+        """The next message of this tag from any peer (the first found); the Work's
+        ``source_rank()`` names the sender. A receive from a named peer posted earlier keeps
+        its own message."""
+        tensors = list(tensors)
+        work = EchoWork("recv_anysource", tensors)
+        peers = [r for r in range(self._size) if r != self._rank]
+
+        def claim():
+            with self._lock:
+                for src in peers:
+                    n = self._p2p_counts.get((src, self._rank, tag), 0)
+                    key = f"p2p/{src}>{self._rank}/{tag}/{n}"
+                    if has(self._store, key):
+                        self._p2p_counts[(src, self._rank, tag)] = n + 1
+                        return src, key
+            return None
+
+        def run():
+            try:
+                deadline = time.monotonic() + self._timeout.total_seconds()
+                found = claim()
+                while found is None:
+                    if time.monotonic() >= deadline:
+                        raise DistError(
+                            f"echo: recv from any rank (tag {tag}) timed out after "
+                            f"{self._timeout.total_seconds():g} s: no peer sent"
+                        )
+                    time.sleep(0.002)
+                    found = claim()
+                src, key = found
+                values = unpack(self._store.get(key), tensors)
+                delete(self._store, key)
+                for t, v in zip(tensors, values, strict=True):
+                    write(t, v)
+                work._source_rank_value = src
+                work._complete()
+            except BaseException as exc:  # noqa: BLE001
+                work._fail(exc if isinstance(exc, RuntimeError) else RuntimeError(str(exc)))
+
+        threading.Thread(target=run, name=f"echo-recv-any>{self._rank}", daemon=True).start()
         return work
 
     # coalescing (torch's _coalescing_manager(group, device)) -------------------------------
