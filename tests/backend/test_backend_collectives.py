@@ -372,3 +372,23 @@ def test_fault_names_listed():
     import echo_npu
 
     assert set(FAULTS) <= set(echo_npu.fault_names())
+
+
+def test_async_device_inputs_after_side_stream_work(run_py):
+    """Asynchronous echo_npu: a collective reads its inputs after the work queued before it on
+    any stream (a side stream's here, delayed), as NCCL's waits for the caller's stream."""
+    code = """
+        import torch, torch.distributed as dist
+        import echo_npu
+        dist.init_process_group("echo", store=dist.HashStore(), rank=0, world_size=1)
+        t = torch.zeros(4, device="npu")
+        with torch.npu.stream(torch.Stream(device="npu")):
+            t.add_(5)
+        out = torch.zeros(4, device="npu")
+        dist.all_gather_into_tensor(out, t)
+        print(echo_npu.is_async(), out.cpu().tolist())
+        dist.destroy_process_group()
+    """
+    r = run_py(code, ECHO_NPU_ASYNC="1", ECHO_NPU_DELAY="side.kernel:200ms")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["True", "[5.0,", "5.0,", "5.0,", "5.0]"]

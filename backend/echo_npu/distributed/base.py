@@ -12,6 +12,8 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
+from .. import _streams
+from .. import device as _device
 from .hostdata import active_faults, host, pack, unpack, write
 from .store import delete, exchange, has, wait_keys
 from .work import DistError, EchoWork
@@ -89,6 +91,7 @@ class GroupBase(dist.ProcessGroup):
                 return
             seq, name, work, run, faults, early = item
             try:
+                _fence()
                 land = run(seq, faults)
                 if early:  # the fault: report completion, land the data later
                     work._complete()
@@ -237,7 +240,16 @@ class GroupBase(dist.ProcessGroup):
         worker, self._worker = self._worker, None
         if worker is not None:
             self._queue.put(None)
-            worker.join(timeout=self._timeout.total_seconds())
+            worker.join(timeout=min(5.0, self._timeout.total_seconds()))  # daemon: never hangs exit
 
     def abort(self) -> None:
         self.shutdown()
+
+
+def _fence() -> None:
+    """Asynchronous mode: a collective reads its inputs after the work queued on every stream
+    of every device (as NCCL's waits for the caller's stream; the worker's own current stream,
+    which its copies wait for, is only the default one)."""
+    if _streams.is_async():
+        for index in range(_device.device_count()):
+            _device.synchronize(index)
