@@ -56,8 +56,6 @@ def _create(store, rank, size, timeout):
 
 def register_backend(device: str) -> None:
     """Register ``echo`` with torch.distributed for ``device`` (idempotent)."""
-    if not dist.is_available():  # a torch built without distributed: nothing to register
-        return
     backend = dist.Backend
     if BACKEND_NAME.upper() in getattr(backend, "_plugins", {}):
         _map_device(device)
