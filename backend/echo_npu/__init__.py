@@ -74,6 +74,13 @@ def _register_device() -> None:
             for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
         )
 
+    # the c10d backend "echo" for the device (docs/BACKEND.md, "c10d backend"); a torch built
+    # without distributed (torch.distributed.is_available() false) gets none
+    if torch.distributed.is_available():
+        from . import distributed
+
+        distributed.register_backend(DEVICE_NAME)
+
 
 def register() -> None:
     """Register the device (what importing does, unless ``ECHO_NPU_REGISTER=manual``); a second
@@ -174,6 +181,7 @@ PROTOCOL_HOOKS = (
     "live_blocks",
     "memory_stats",
     "allocator_mode",
+    "set_delay",
 )
 
 __all__ = [

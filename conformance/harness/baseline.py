@@ -33,7 +33,7 @@ from conformance.engine.layout_names import LAYOUT_HELP
 from conformance.errors import ConformanceUsageError
 from conformance.findings import Finding, category_of, group_findings
 from conformance.harness.case_patterns import DIMENSIONS, patterns_for
-from conformance.harness.expectations import SCENARIO, Entry, Manifest, scenario_key
+from conformance.harness.expectations import Entry, Manifest, family_of, record_key
 from conformance.harness.options import DEFAULT_DTYPES, DEFAULT_MODES, PATHS, VALUE_SETS
 from conformance.record import CaseId, CaseRecord, missing_kernel
 
@@ -89,9 +89,11 @@ def _minor(version: str) -> str:
 
 
 def _case_id(record: CaseRecord) -> str | None:
-    """The case id of a record (`scenario:<name>` for a scenario), None if it has none."""
-    if record.path == "scenario":
-        return scenario_key(record.id) if record.id else None
+    """The case id of a record (`scenario:<name>`, `contract:<item>` for a family's case), None
+    if it has none."""
+    key = record_key(record.path, {"id": record.id, "overload": record.overload})
+    if key is not None or family_of(f"{record.path}:") is not None:
+        return key
     try:
         return str(CaseId.parse(record.id))
     except ValueError:
@@ -371,7 +373,7 @@ def _dtype_hints(groups: Iterable[Group]) -> list[str]:
         if g.status != "unsupported":
             continue
         for case in set().union(*g.members.values()):
-            if case.startswith(SCENARIO):
+            if family_of(case) is not None:
                 continue
             c = CaseId.parse(case)
             kernel = g.key[3] if g.key[0] == "finding" and len(g.key) > 3 else c.overload

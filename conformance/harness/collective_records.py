@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from conformance.engine.collectives.spec import CollectiveCase
-from conformance.harness.collectives_plan import CollectivesPlan, manifest_key
+from conformance.harness.collectives_plan import PREFIX, CollectivesPlan, manifest_key
+from conformance.harness.family_expectations import expect_family, expected_by, unexpected_pass
 from conformance.harness.nodes import COLLECTIVES_DIR, record_id
 from conformance.record import CaseRecord, Status
 
@@ -27,13 +28,7 @@ _STATUS = MappingProxyType({"hung": (Status.HUNG, "hang"), "crashed": (Status.CR
 
 def expect_collective(suite: Suite, plan: CollectivesPlan, item: pytest.Item) -> None:
     """A manifest entry naming the case: xfail (strict), skip and crash skip it."""
-    entry = suite.manifest.match(manifest_key(plan, _case_id(item.nodeid)), suite.allocator)
-    if entry is None:
-        return
-    if entry.status == "xfail":
-        item.add_marker(pytest.mark.xfail(strict=True, reason=entry.describe()))
-    elif entry.status in ("skip", "crash"):
-        item.add_marker(pytest.mark.skip(reason=f"{entry.status}: {entry.describe()}"))
+    expect_family(suite, item, manifest_key(plan, _case_id(item.nodeid)))
 
 
 def _case_id(nodeid: str) -> str:
@@ -79,9 +74,9 @@ def new_collective_record(
             f"python -m conformance.engine.collectives {case_id} --c10d {plan.c10d} "
             f"--device {plan.device}{backend}"
         )
-        entry = suite.manifest.match(manifest_key(plan, case_id), suite.allocator)
-        if entry is not None:
-            record.extra.update(expected_by=entry.source, category=entry.category)
+        key = manifest_key(plan, case_id)
+        record.extra["collective_key"] = key.removeprefix(PREFIX)
+        expected_by(suite, record, key)
     return record
 
 
@@ -104,12 +99,10 @@ def collective_record(
         record.check = CHECK
     if verdict is not None and verdict.ranks:
         record.extra["ranks"] = {str(r): e[:32] for r, e in verdict.ranks.items()}
-    if report.failed and (message or "").startswith("[XPASS(strict)]"):
-        record.status, record.check = Status.XPASSED, None
-        record.message = (
-            f"unexpected pass: {record.id} passes now; remove its entry from "
-            f"{record.extra.get('expected_by', 'the manifest')}"
-        )
+    if plan.c10d is not None:
+        key = manifest_key(plan, _case_id(item.nodeid))
+        entry = suite.expectations.family_expectation(key)
+        unexpected_pass(record, entry, key, report, f"the collectives case {record.id}")
     return record
 
 

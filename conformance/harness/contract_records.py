@@ -1,6 +1,7 @@
 """The runtime contract cases (`conformance/contract`) as records: one per collected case, named
 after its contract item (engine/runtime_contract.py), with the PyTorch doc the item comes from;
-also for a case that hung, crashed or never ran (the item named in each)."""
+also for a case that hung, crashed or never ran (the item named in each). A manifest names an
+item as `contract:<item>` (xfail, skip, crash; strict)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import pytest
 import torch
 
 from conformance.engine.runtime_contract import item_of_test
+from conformance.harness.expectations import family_key
+from conformance.harness.family_expectations import expect_family, expected_by, unexpected_pass
 from conformance.harness.nodes import CONTRACT_DIR, record_id
 from conformance.record import CaseRecord, Status
 
@@ -43,6 +46,18 @@ def new_contract_record(suite: Suite, nodeid: str, status: Status, **values: Any
     return record
 
 
+def contract_key(nodeid: str) -> str:
+    """What manifest patterns are matched against for a contract case (`contract:<item>`)."""
+    name = record_id(nodeid)
+    item = item_of_test(name)
+    return family_key("contract", item.name if item is not None else name)
+
+
+def expect_contract(suite: Suite, item: pytest.Item) -> None:
+    """A manifest entry naming the case's item marks it (xfail strict, skip, crash)."""
+    expect_family(suite, item, contract_key(item.nodeid))
+
+
 def _file(nodeid: str) -> str:
     return os.path.basename(nodeid.partition("::")[0])
 
@@ -56,6 +71,10 @@ def contract_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) 
         if isinstance(report.longrepr, tuple):  # skipped: (file, line, reason)
             message = str(report.longrepr[2])
     record = new_contract_record(suite, item.nodeid, Status.PASSED, message=message)
+    key = contract_key(item.nodeid)
+    entry = expected_by(suite, record, key)
+    if unexpected_pass(record, entry, key, report, f"the contract item {record.overload}"):
+        return record
     if report.failed:
         record.check = CHECK
         contract = record.extra.get("contract_item", "?")

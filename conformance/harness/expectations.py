@@ -9,7 +9,8 @@
                                             # or a list of them: one entry, one root cause;
                                             # a scenario: "scenario:<its name>", e.g.
                                             # "scenario:test_cnn_training" (matched as written,
-                                            # [...] included, or as a glob)
+                                            # [...] included, or as a glob); a runtime
+                                            # contract item: "contract:pinned-memory"
     status = "xfail"                        # xfail | unsupported | skip | crash
     category = "backend-bug"  # backend-bug | torch-bug | unsupported | flaky | harness
     reason = "accumulates in half precision"
@@ -58,7 +59,10 @@ if TYPE_CHECKING:
     from conformance.engine.precision import DtypePolicy
 
 STATUSES = ("xfail", "unsupported", "skip", "crash")
-SCENARIO = "scenario:"  # how a pattern names a scenario (conformance/scenarios)
+#: the suite's families besides op cases, by their records' `path`: a pattern names a case of one
+#: as "<family>:<name>", the name being the record field given here (a scenario's test name, a
+#: contract case's item)
+FAMILIES = {"scenario": "id", "contract": "overload", "collectives": "collective_key"}
 CATEGORIES = ("backend-bug", "torch-bug", "unsupported", "flaky", "harness")
 KEYS = frozenset({"pattern", "status", "category", "reason", "link", "allocator", "check"})
 TOP_LEVEL = frozenset({"entry", "unsupported_dtypes", "flushes_subnormals", "computes_in_dtype"})
@@ -99,7 +103,26 @@ class Entry:
 
 def scenario_key(record_id: str) -> str:
     """What manifest patterns are matched against for a scenario (its record id)."""
-    return SCENARIO + record_id
+    return family_key("scenario", record_id)
+
+
+def family_key(family: str, name: str) -> str:
+    """What manifest patterns are matched against for a case of a family (`contract:<item>`)."""
+    return f"{family}:{name}"
+
+
+def family_of(key: str) -> str | None:
+    """The family a manifest pattern or key names (`scenario`, `contract`), None for op cases."""
+    family, colon, _ = key.partition(":")
+    return family if colon and family in FAMILIES else None
+
+
+def record_key(path: str, values: dict[str, str]) -> str | None:
+    """The manifest key of a family's record (its `path` and fields), None for an op case."""
+    field_name = FAMILIES.get(path)
+    if field_name is None or not values.get(field_name):
+        return None
+    return family_key(path, values[field_name])
 
 
 @dataclass
@@ -141,7 +164,11 @@ class Expectations:
 
     def scenario_expectation(self, record_id: str) -> Entry | None:
         """The manifest entry of a scenario (a pattern `scenario:<name>`), if any."""
-        return self.manifest.match(scenario_key(record_id), self.allocator)
+        return self.family_expectation(scenario_key(record_id))
+
+    def family_expectation(self, key: str) -> Entry | None:
+        """The manifest entry of a family's case (`scenario:<name>`, `contract:<item>`)."""
+        return self.manifest.match(key, self.allocator)
 
     def declared_unsupported(self, case: CaseId, entry: Entry | None) -> str:
         """Where the manifest declares that `case` may be unsupported ("file:line": an entry

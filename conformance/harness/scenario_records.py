@@ -12,6 +12,7 @@ import torch
 
 from conformance.engine.foundations import Blame
 from conformance.harness.expectations import scenario_key
+from conformance.harness.family_expectations import expect_family, expected_by, unexpected_pass
 from conformance.harness.nodes import record_id
 from conformance.harness.verdicts import undeclared
 from conformance.record import CaseRecord, Status, missing_kernel
@@ -24,13 +25,7 @@ def expect_scenario(suite: Suite, item: pytest.Item) -> None:
     """A manifest entry naming a scenario: xfail (strict: a pass fails with "remove this
     entry"), skip and crash skip it; unsupported lets it skip when the device lacks a kernel it
     needs (scenarios/conftest.py)."""
-    entry = suite.expectations.scenario_expectation(record_id(item.nodeid))
-    if entry is None:
-        return
-    if entry.status == "xfail":
-        item.add_marker(pytest.mark.xfail(strict=True, reason=entry.describe()))
-    elif entry.status in ("skip", "crash"):
-        item.add_marker(pytest.mark.skip(reason=f"{entry.status}: {entry.describe()}"))
+    expect_family(suite, item, scenario_key(record_id(item.nodeid)))
 
 
 def scenario_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) -> CaseRecord:
@@ -56,18 +51,9 @@ def scenario_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) 
         backend=suite.backend_name,
         allocator=suite.allocator,
     )
-    entry = suite.expectations.scenario_expectation(record.id)
-    if entry is not None:
-        record.extra.update(expected_by=entry.source, category=entry.category)
-    strict_pass = report.failed and (message or "").startswith("[XPASS(strict)]")
-    if strict_pass or (entry is not None and entry.status == "unsupported" and report.passed):
-        assert entry is not None
-        record.status, record.check = Status.XPASSED, None
-        record.message = (
-            f"unexpected pass: the scenario {record.id} passes now; remove the entry "
-            f"{entry.matching(scenario_key(record.id))!r} from {entry.source}"
-        )
-        report.outcome, report.longrepr = "failed", record.message  # type: ignore[assignment]
+    key = scenario_key(record.id)
+    entry = expected_by(suite, record, key)
+    if unexpected_pass(record, entry, key, report, f"the scenario {record.id}"):
         return record
     if report.skipped and (message or "").startswith("unsupported"):
         record.status = Status.UNSUPPORTED

@@ -32,7 +32,7 @@ from conformance.harness.collective_records import (
     new_collective_record,
     refusals,
 )
-from conformance.harness.contract_records import new_contract_record
+from conformance.harness.contract_records import expect_contract, new_contract_record
 from conformance.harness.header import header_lines, key_header_lines
 from conformance.harness.isolation import WorkerIsolation, run_isolated
 from conformance.harness.nodes import (
@@ -319,10 +319,10 @@ class ConformanceRun:
         items.sort(key=rank)
         scenarios = [item for item in items if is_family(item)]
         for item in scenarios:
-            if is_scenario(item):
-                expect_scenario(self.suite, item)
-            elif is_collective(item):
+            if is_collective(item):
                 expect_collective(self.suite, self.suite.collectives, item)
+            else:
+                (expect_scenario if is_scenario(item) else expect_contract)(self.suite, item)
         if self.suite.options.ops or self.suite.options.fallback_ops:
             dropped = scenarios
         else:  # --shard: each scenario runs in one shard

@@ -9,8 +9,7 @@ import fnmatch
 
 from conformance.engine.layout_names import LAYOUT_HELP
 from conformance.harness.cases import CaseList
-from conformance.harness.collectives_plan import PREFIX as COLLECTIVES
-from conformance.harness.expectations import SCENARIO, Entry, Manifest, scenario_key
+from conformance.harness.expectations import Entry, Manifest, family_of, record_key
 from conformance.harness.options import DEFAULT_DTYPES, MODES, PATHS, parse_dtypes
 from conformance.harness.sampling import dtype_name
 from conformance.record import CaseRecord, Status
@@ -54,16 +53,21 @@ def stale_expectations(
             return True
         return not any(fnmatch.fnmatchcase(r, op) for r in reachable)
 
-    # -k/-m: the scenarios left out are not known here, so no scenario entry is judged
-    scenarios = (
-        [] if selected_by_keyword else [scenario_key(r.id) for r in records if r.path == "scenario"]
-    )
+    # -k/-m: the scenarios and contract cases left out are not known here: no entry is judged
+    ran: dict[str, list[str]] = {}  # family -> the keys of its records
+    for r in [] if selected_by_keyword else records:
+        fields = {k: str(v) for k, v in r.extra.items()}
+        key = record_key(r.path, {**fields, "id": r.id, "overload": r.overload})
+        if key is not None:
+            ran.setdefault(r.path, []).append(key)
 
     def matches_none(entry: Entry, pattern: str) -> bool:
-        if pattern.startswith(COLLECTIVES):  # another c10d backend's cases: not judged here
-            return False
-        if pattern.startswith(SCENARIO):  # judged when the scenarios ran
-            return bool(scenarios) and not any(entry.matching(i) for i in scenarios)
+        family = family_of(pattern)
+        if family is not None:  # judged when the family ran
+            keys = ran.get(family, [])
+            if family == "collectives":  # judged against the same c10d backend's cases only
+                keys = [k for k in keys if k.split(":")[1] == pattern.split(":")[1]]
+            return bool(keys) and not any(entry.matching(i) for i in keys)
         return judged(pattern) and not any(fnmatch.fnmatchcase(i, pattern) for i in ids)
 
     stale = [

@@ -106,3 +106,16 @@ def test_no_fallback_for_native_smoke(npu):
     a, b = make((3, 4), torch.float32).to("npu"), make((4,), torch.float32).to("npu")
     torch.softmax((a * b + a).relu().exp(), 1).sum(0).cpu()
     assert npu.fallback_counts() == {}, npu.fallback_counts()
+
+
+def test_view_as_real_and_complex_are_views(npu):
+    """torch.distributed views complex tensors as real before every collective: a copy (what
+    cpu_fallback gives a view op) would lose the results."""
+    z = torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex64).to("npu")
+    r = torch.view_as_real(z)
+    assert r.device == z.device and r.data_ptr() == z.data_ptr() and r.shape == (2, 2)
+    r.mul_(2)
+    assert z.cpu().tolist() == [2 + 4j, 6 - 8j]
+    back = torch.view_as_complex(r)
+    assert back.data_ptr() == z.data_ptr() and torch.equal(back.cpu(), z.cpu())
+    assert npu.fallback_counts().get("view_as_real", 0) == 0

@@ -16,7 +16,7 @@ import pytest
 from conformance.harness import baseline as harness_baseline
 from conformance.harness.case_patterns import patterns_for
 from conformance.harness.expectations import Manifest, load_manifest
-from conformance.harness.options import VALUE_SETS
+from conformance.harness.options import DEFAULT_MODES, VALUE_SETS
 from conformance.measure.baseline import main
 from conformance.record import CaseId, CaseRecord
 
@@ -256,7 +256,7 @@ def test_a_narrowed_run_never_widens_what_it_did_not_collect(tmp_path):
             "layouts": ["contiguous", "transposed", "expanded", "offset", "sliced",
                         "noncontiguous", "channels_last", "zero_size", "zero_dim"],
             "paths": ["native", "fallback"], "values": list(VALUE_SETS),
-            "modes": ["grad", "inference", "sync"], "keyword": ""}  # fmt: skip
+            "modes": list(DEFAULT_MODES), "keyword": ""}  # fmt: skip
     plain = _load(tmp_path, baseline([({"selection": full}, records)]).files[""], "a.toml")
     assert plain.entries[0].patterns == ("abs-*",)  # every dimension taken in full
     narrowed = {"selection": {**full, "keyword": "grad"}}

@@ -135,3 +135,22 @@ def test_async_mode_passes_on_a_right_device_and_names_a_missing_fence(tmp_path)
             message
         )
         assert "default stream 0 of npu:0" in message and "event recorded" in message, message
+
+
+def test_a_manifest_expects_a_contract_item_strictly(tmp_path):
+    """`contract:<item>` in a manifest: the item's failure is expected (xfailed, the run
+    passes); once the device keeps its contract the entry must go ("remove this entry")."""
+    manifest = tmp_path / "m.toml"
+    manifest.write_text(
+        '[[entry]]\npattern = "contract:memory-stats"\nstatus = "xfail"\n'
+        'category = "backend-bug"\nreason = "statistics stay 0"\n'
+    )
+    args = ("-k", "memory_stats", "--expectations", str(manifest))
+    env = {"ECHO_NPU_FAULTS": "memory_stats_zero"}
+    proc, records = contract_run(tmp_path, *args, env=env)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert records["memory-stats"]["status"] == "xfailed", records["memory-stats"]
+    proc, records = contract_run(tmp_path, *args)
+    record = records["memory-stats"]
+    assert proc.returncode != 0 and record["status"] == "xpassed", record
+    assert "remove the entry 'contract:memory-stats'" in record["message"], record["message"]

@@ -7,6 +7,8 @@
 #include <ATen/ops/fill.h>
 #include <ATen/ops/resize_native.h>
 #include <ATen/ops/set_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
 #include <ATen/ops/zero.h>
 #include <c10/core/DeviceGuard.h>
@@ -61,6 +63,19 @@ Tensor as_strided(const Tensor& self, at::IntArrayRef size, at::IntArrayRef stri
 Tensor view(const Tensor& self, at::IntArrayRef size) {
   OpScope s("view");
   return at::native::view(self, size);
+}
+
+// complex <-> real views: torch.distributed views complex tensors as real before a collective
+// (all_reduce, broadcast, all_gather...), so without them the cpu_fallback's copy took the
+// results and the device tensor kept its old values
+Tensor view_as_real(const Tensor& self) {
+  OpScope s("view_as_real");
+  return at::native::view_as_real(self);
+}
+
+Tensor view_as_complex(const Tensor& self) {
+  OpScope s("view_as_complex");
+  return at::native::view_as_complex(self);
 }
 
 #ifdef ENPU_HAS_RESHAPE_ALIAS

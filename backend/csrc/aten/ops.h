@@ -30,6 +30,8 @@ Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride,
 Tensor as_strided(const Tensor& self, at::IntArrayRef size, at::IntArrayRef stride,
                   std::optional<int64_t> offset);
 Tensor view(const Tensor& self, at::IntArrayRef size);
+Tensor view_as_real(const Tensor& self);
+Tensor view_as_complex(const Tensor& self);
 #ifdef ENPU_HAS_RESHAPE_ALIAS
 Tensor _reshape_alias(const Tensor& self, at::IntArrayRef size, at::IntArrayRef stride);
 #endif

@@ -47,6 +47,8 @@ void aten_kernels(torch::Library& m) {
   ENPU_PRIMITIVE(m, "empty_strided", ops::empty_strided);
   ENPU_PRIMITIVE(m, "as_strided", ops::as_strided);
   ENPU_PRIMITIVE(m, "view", ops::view);
+  ENPU_PRIMITIVE(m, "view_as_real", ops::view_as_real);
+  ENPU_PRIMITIVE(m, "view_as_complex", ops::view_as_complex);
 #ifdef ENPU_HAS_RESHAPE_ALIAS
   ENPU_PRIMITIVE(m, "_reshape_alias", ops::_reshape_alias);
 #endif
