@@ -155,8 +155,8 @@ class Finding:
             text = f"unsupported, not declared: {len(kernels)} kernel(s) the device lacks where "
             text += "cpu computes: " + "; ".join(f"{op} {where}".strip() for op, where in kernels)
         extent = collective_extent(self.cases)
-        if extent and len({c.op for c in self.cases}) == 1:  # the key masked the collective
-            text = text.replace("<op>", self.cases[0].op)
+        if extent:  # the key masked the collective(s)
+            text = text.replace("<op>", "/".join(sorted({c.op for c in self.cases})))
         if len(text) > TITLE_LENGTH - len(extent):
             text = text[: max(0, TITLE_LENGTH - len(extent) - 3)] + "..."
         return text + extent
@@ -246,7 +246,8 @@ def collective_extent(cases: list[CaseRecord]) -> str:
         return ""
     sizes = _ranges(int(c.extra["size"]) for c in cases)
     worlds = _ranges(int(c.extra["world"]) for c in cases)
-    dtypes = ", ".join(sorted({c.dtype for c in cases}))
+    names = sorted({c.dtype for c in cases})
+    dtypes = ", ".join(names) if len(names) <= 4 else f"{len(names)} dtypes"
     return f" [sizes {sizes}; {dtypes}; world {worlds}]"
 
 

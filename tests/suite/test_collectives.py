@@ -70,7 +70,7 @@ def test_planted_bugs_are_caught_each_as_it_should_be(tmp_path):
     findings = [f for f in info["findings"] if "all_reduce AVG" in f["title"]]
     assert len(findings) == 1, [f["title"] for f in info["findings"]]
     assert "sizes 1, 2, 4, 28-31, 33;" in findings[0]["title"], findings[0]["title"]
-    assert "float64" in findings[0]["title"] and findings[0]["count"] == len(avg)
+    assert "float32, float64" in findings[0]["title"] and findings[0]["count"] == len(avg)
     rep = records[findings[0]["representative"].split("[", 1)[1].rstrip("]")]
     assert "rank 0:" in rep["message"] and rep["repro"].startswith("pytest ") and rep["script"]
     # a rank that never answers: hung, naming the collective; the next case runs in a new world

@@ -174,7 +174,7 @@ def _values(case: CollectiveCase, answers: list[Answer]) -> Verdict:
             shown = ", ".join(str(b) for b in bad[:SHOWN]) + (", ..." if len(bad) > SHOWN else "")
             lines.append(f"rank {r}: {where}{text} (elements {shown})")
             count = f"{len(bad)} of {e.numel()} elements differ" if bad else text
-            first = first or f"rank {r}, {where}{count}"
+            first = first or f"rank {r}, {count}"  # the output in the detail: one key for all
     if not ranks:
         return Verdict("passed")
     head = f"{prefix(case)}: wrong values on {len(ranks)} of {case.world} ranks (first: {first})"
