@@ -70,6 +70,20 @@ def lint(session: nox.Session) -> None:
     session.run("actionlint")
 
 
+@nox.session(python=PYTHON, default=False)
+def collectives(session: nox.Session) -> None:
+    """The collectives family alone, its default selection (docs/COLLECTIVES.md: every
+    collective x reduce op x dtype, the size sweep, the layouts, world sizes 2-4, async Works;
+    2-4 minutes): on the device's c10d backend, or `-- --collectives gloo:cpu`. The default run
+    has its core selection only (19 cases at world size 2)."""
+    install_and_build(session, MATRIX.cell(""))
+    session.chdir(ROOT)
+    args = ["conformance/collectives", "-n", "2", "--collectives-set", "default"]
+    session.run(
+        "python", "-m", "pytest", *args, "--results", "results/collectives", *session.posargs
+    )
+
+
 @nox.session(python=PYTHON)
 def power(session: nox.Session) -> None:
     """The power table: graded faults planted in echo_npu, the smallest each check catches

@@ -154,7 +154,12 @@ class Finding:
             kernels = self.kernels
             text = f"unsupported, not declared: {len(kernels)} kernel(s) the device lacks where "
             text += "cpu computes: " + "; ".join(f"{op} {where}".strip() for op, where in kernels)
-        return text if len(text) <= TITLE_LENGTH else text[: TITLE_LENGTH - 3] + "..."
+        extent = collective_extent(self.cases)
+        if extent:  # the key masked the collective(s)
+            text = text.replace("<op>", "/".join(sorted({c.op for c in self.cases})))
+        if len(text) > TITLE_LENGTH - len(extent):
+            text = text[: max(0, TITLE_LENGTH - len(extent) - 3)] + "..."
+        return text + extent
 
     @property
     def is_unsupported(self) -> bool:
@@ -219,6 +224,31 @@ class Finding:
 
     def __repr__(self) -> str:
         return f"Finding({self.id}, {self.count} cases, {self.title!r})"
+
+
+def _ranges(numbers: Iterable[int]) -> str:
+    """`1, 2, 4, 28-31, 33`."""
+    out: list[str] = []
+    for n in sorted(set(numbers)):
+        if out and "-" not in out[-1] and int(out[-1]) == n - 1 and out[-2:-1] == [str(n - 2)]:
+            out[-2:] = [f"{n - 2}-{n}"]
+        elif out and "-" in out[-1] and int(out[-1].split("-")[1]) == n - 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{n}"
+        else:
+            out.append(str(n))
+    return ", ".join(out)
+
+
+def collective_extent(cases: list[CaseRecord]) -> str:
+    """For collectives cases (records with `size` and `world`): ` [sizes ...; dtypes; world(s)
+    ...]`, what one root cause spans; "" for any other finding."""
+    if not cases or any("size" not in c.extra or "world" not in c.extra for c in cases):
+        return ""
+    sizes = _ranges(int(c.extra["size"]) for c in cases)
+    worlds = _ranges(int(c.extra["world"]) for c in cases)
+    names = sorted({c.dtype for c in cases})
+    dtypes = ", ".join(names) if len(names) <= 4 else f"{len(names)} dtypes"
+    return f" [sizes {sizes}; {dtypes}; world {worlds}]"
 
 
 def group_findings(

@@ -125,6 +125,9 @@ HARNESS_CHECKS = MappingProxyType(
         "scenario": "an end-to-end scenario failed (conformance/scenarios)",
         "contract": "a runtime contract case failed (conformance/contract; the message names the "
         "item: `[contract <item>]`)",
+        "collectives": "a collectives case failed (conformance/collectives: a rank's outputs "
+        "differ from the oracle, the backend refuses what gloo computes, a Work or barrier "
+        "returns early; the message starts `[collectives] <collective> <op>`)",
         "asynchronous": "an -asynchronous case read values other than its synchronous run's (a "
         "missing fence; the message names the contract item, the stream, the event and the "
         "tensor)",

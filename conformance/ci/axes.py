@@ -19,7 +19,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from conformance.ci.matrix_spec import NO_SANITIZER, AllocatorSpec, Backend, CompileSpec
+from conformance.ci.matrix_spec import (
+    NO_SANITIZER,
+    AllocatorSpec,
+    Backend,
+    CollectivesSpec,
+    CompileSpec,
+)
 
 
 class Matrix(Protocol):
@@ -27,6 +33,8 @@ class Matrix(Protocol):
 
     backend: Backend
     compiled: CompileSpec | None
+    collectives: CollectivesSpec | None
+    default_minor: str
 
 
 __all__ = ["AXES", "Axis", "axis"]
@@ -72,6 +80,8 @@ class Axis:
     preload: Callable[[Backend, str], tuple[str, ...]] = _no_preload
     #: whether a release gets the axis' extra cells (extra axes only)
     covers: Callable[[Matrix, str], bool] = _everywhere
+    #: what the suite run of a cell off the plain value collects (empty: the whole suite)
+    targets: tuple[str, ...] = ()
 
     def part(self, value: str) -> str:
         """The session-name part of ``value`` (when it is not the plain one)."""
@@ -89,6 +99,21 @@ class Axis:
 
 def _allocator_env(backend: Backend, mode: str) -> Mapping[str, str]:
     return {backend.allocator.env: mode} if backend.allocator.env else {}
+
+
+def _world_env(backend: Backend, value: str) -> Mapping[str, str]:
+    """A ``world<N>`` cell: the collectives family's default selection at world size N."""
+    if not value:
+        return {}
+    return {
+        "CONFORMANCE_WORLD_SIZES": value.removeprefix("world"),
+        "CONFORMANCE_COLLECTIVES_SET": "default",
+    }
+
+
+def _world_values(matrix: Matrix) -> tuple[str, ...]:
+    sizes = matrix.collectives.world_sizes if matrix.collectives else ()
+    return ("", *(f"world{n}" for n in sizes))
 
 
 AXES: tuple[Axis, ...] = (
@@ -125,6 +150,19 @@ AXES: tuple[Axis, ...] = (
         suffix="compile",
         run_env=lambda backend, modes: {"CONFORMANCE_MODES": modes} if modes else {},
         covers=lambda matrix, minor: matrix.compiled is not None and matrix.compiled.covers(minor),
+    ),
+    Axis(
+        # [collectives]: world sizes; a <minor>-world<N> cell runs conformance/collectives alone
+        name="world size",
+        declared_in="[collectives]",
+        crossed=False,
+        values=_world_values,
+        plain=lambda backend: "",
+        describe=lambda v: f", collectives at world size {v.removeprefix('world')}" if v else "",
+        run_env=_world_env,
+        # the default torch only: a world of ranks is minutes of the nightly budget per cell
+        covers=lambda matrix, minor: minor == matrix.default_minor,
+        targets=("conformance/collectives",),
     ),
 )
 

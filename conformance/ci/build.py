@@ -177,7 +177,7 @@ def suite_argv(cell: Cell, results: Path, *, junit: bool = True) -> list[str]:
     """Arguments after ``python``, run from the staged suite's folder: ``-m pytest -c pytest.ini
     conformance --results=... --expectations=...`` (``=`` forms: a separate option value naming
     an existing folder would count as a path when pytest picks its rootdir)."""
-    args = ["-m", "pytest", "-c", "pytest.ini", "--rootdir=.", "conformance"]
+    args = ["-m", "pytest", "-c", "pytest.ini", "--rootdir=.", *cell.targets]
     args.append(f"--results={results}")
     if junit:
         args.append(f"--junitxml={results / 'junit.xml'}")

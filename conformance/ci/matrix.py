@@ -21,7 +21,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from conformance.ci.axes import AXES, axis
-from conformance.ci.matrix_spec import Backend, CompileSpec, MatrixError, Release
+from conformance.ci.matrix_spec import Backend, CollectivesSpec, CompileSpec, MatrixError, Release
 
 __all__ = [
     "SESSION_PREFIX",
@@ -106,6 +106,16 @@ class Cell:
         text = f"Conformance suite on torch {self.release.version}, {module}"
         return text + "".join(a.describe(self.values[a.name]) for a in AXES) + "."
 
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """What the cell's suite run collects: ``conformance``, or one family (an axis whose
+        cells run one family alone, as the world-size axis runs conformance/collectives)."""
+        for a in AXES:
+            value = self.values[a.name]
+            if value != a.plain(self.backend) and a.targets:
+                return a.targets
+        return ("conformance",)
+
     def build_env(self) -> dict[str, str]:
         """Environment variables for building the backend in this cell."""
         if self.backend is None:
@@ -155,6 +165,7 @@ class Matrix:
     exclusions: tuple[Exclusion, ...] = ()
     shards: int = 1  # [nightly].shards: jobs per cell in the nightly, merged by its report
     compiled: CompileSpec | None = None  # [compile]: the compiled axis, if the file has one
+    collectives: CollectivesSpec | None = None  # [collectives]: the world-size axis, if any
     source: str = field(default="matrices/matrix.toml", compare=False)
     path: Path | None = field(default=None, compare=False)
 

@@ -30,6 +30,7 @@ from conformance.ci.matrix_spec import (
     AllocatorSpec,
     Backend,
     BuildSpec,
+    CollectivesSpec,
     CompileSpec,
     MatrixError,
     Release,
@@ -126,6 +127,22 @@ def _compile_spec(data: Mapping[str, Any], src: str) -> CompileSpec | None:
                 f"{where}.torch: '{raw}' is not a version specifier (e.g. \">=2.9\")"
             ) from None
     return CompileSpec(modes=modes, torch=torch)
+
+
+def _collectives_spec(data: Mapping[str, Any], src: str) -> CollectivesSpec | None:
+    """[collectives]: the world-size axis' values (optional)."""
+    if "collectives" not in data:
+        return None
+    table = data["collectives"]
+    where = f"{src} [collectives]"
+    if not isinstance(table, Mapping):
+        raise MatrixError(f"{src}: 'collectives' must be a table ([collectives])")
+    _check_keys(table, ["world_sizes"], where)
+    sizes = table.get("world_sizes", [2, 4])
+    ok = isinstance(sizes, list) and sizes and all(type(n) is int and n >= 2 for n in sizes)
+    if not ok:
+        raise MatrixError(f"{where}.world_sizes: give a list of world sizes >= 2, e.g. [2, 4]")
+    return CollectivesSpec(world_sizes=tuple(dict.fromkeys(sizes)))
 
 
 def _release(entry: Any, index: int, src: str) -> Release:
@@ -377,7 +394,8 @@ def parse_matrix(
     """
     src = source
     base = Path(base_dir) if base_dir is not None else DEFAULT_MATRIX_PATH.parent
-    _check_keys(data, ["schema", "torch", "backend", "exclude", "nightly", "compile"], src)
+    keys = ["schema", "torch", "backend", "exclude", "nightly", "compile", "collectives"]
+    _check_keys(data, keys, src)
     if data.get("schema") != SCHEMA:
         hint = ""
         if data.get("schema") == 1:
@@ -419,6 +437,7 @@ def parse_matrix(
         exclusions=exclusions,
         shards=_nightly(data, src),
         compiled=_compile_spec(data, src),
+        collectives=_collectives_spec(data, src),
     )
     if matrix.exclusion(default, matrix.plain_values) is not None:
         raise MatrixError(f"{src}: an [[exclude]] entry removes the default cell {default}")

@@ -148,3 +148,12 @@ class CompileSpec:
     def covers(self, minor: str) -> bool:
         """Whether torch ``minor`` gets a ``-compile`` cell."""
         return self.torch is None or Version(minor) in self.torch
+
+
+@dataclass(frozen=True)
+class CollectivesSpec:
+    """[collectives]: cells ``<minor>-world<N>`` (default allocator, plain build) that run the
+    collectives family alone (``conformance/collectives``, its default selection) at world size
+    N, for each N of ``world_sizes`` (docs/COLLECTIVES.md)."""
+
+    world_sizes: tuple[int, ...] = (2, 4)

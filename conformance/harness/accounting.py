@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING
 import pytest
 import torch
 
+from conformance.harness.collective_records import new_collective_record
 from conformance.harness.contract_records import new_contract_record
 from conformance.harness.nodes import (
     case_of,
+    is_collective_nodeid,
     is_conformance_nodeid,
     is_contract_nodeid,
     is_family,
@@ -92,6 +94,9 @@ def not_run_record(suite: Suite, nodeid: str, reason: str) -> CaseRecord:
     """The `not-run` record of a case, a scenario or a contract case."""
     if is_contract_nodeid(nodeid):
         return new_contract_record(suite, nodeid, Status.NOT_RUN, message=reason)
+    if is_collective_nodeid(nodeid):
+        plan = suite.collectives
+        return new_collective_record(suite, nodeid, Status.NOT_RUN, plan, message=reason)
     try:
         case = CaseId.parse(nodeid)
     except ValueError:  # a scenario

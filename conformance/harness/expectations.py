@@ -47,6 +47,7 @@ from __future__ import annotations
 import fnmatch
 import os
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import tomllib
@@ -62,7 +63,9 @@ STATUSES = ("xfail", "unsupported", "skip", "crash")
 #: the suite's families besides op cases, by their records' `path`: a pattern names a case of one
 #: as "<family>:<name>", the name being the record field given here (a scenario's test name, a
 #: contract case's item)
-FAMILIES = {"scenario": "id", "contract": "overload"}
+FAMILIES = MappingProxyType(
+    {"scenario": "id", "contract": "overload", "collectives": "collective_key"}
+)
 CATEGORIES = ("backend-bug", "torch-bug", "unsupported", "flaky", "harness")
 KEYS = frozenset({"pattern", "status", "category", "reason", "link", "allocator", "check"})
 TOP_LEVEL = frozenset({"entry", "unsupported_dtypes", "flushes_subnormals", "computes_in_dtype"})

@@ -19,6 +19,7 @@ from conformance.record import TEST_NAME, CaseId
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCENARIOS_DIR = os.path.join(PACKAGE_DIR, "scenarios")
 CONTRACT_DIR = os.path.join(PACKAGE_DIR, "contract")
+COLLECTIVES_DIR = os.path.join(PACKAGE_DIR, "collectives")
 CASE_PARAM = "conformance_case"  # the fixture the generated test is parametrised over
 RECORD_PROPERTY = "conformance"  # name of the record in a report's user_properties
 
@@ -38,9 +39,21 @@ def is_contract_nodeid(nodeid: str) -> bool:
     return os.path.basename(os.path.dirname(file)) == os.path.basename(CONTRACT_DIR)
 
 
+def is_collective(item: pytest.Item) -> bool:
+    """A collectives case (conformance/collectives)."""
+    return os.path.realpath(str(item.path)).startswith(os.path.realpath(COLLECTIVES_DIR) + os.sep)
+
+
+def is_collective_nodeid(nodeid: str) -> bool:
+    """A collectives case, from its node id alone (its file is in a folder named collectives)."""
+    file = nodeid.partition("::")[0]
+    return os.path.basename(os.path.dirname(file)) == os.path.basename(COLLECTIVES_DIR)
+
+
 def is_family(item: pytest.Item) -> bool:
-    """A scenario or a contract case: the suite's items besides the generated op cases."""
-    return is_scenario(item) or is_contract(item)
+    """A scenario, a contract case or a collectives case: the suite's items besides the
+    generated op cases."""
+    return is_scenario(item) or is_contract(item) or is_collective(item)
 
 
 def case_of(item: pytest.Item) -> CaseId | None:
@@ -58,7 +71,8 @@ def record_id(nodeid: str) -> str:
 def node_bases(config: pytest.Config) -> list[str]:
     """The folders a node id of this session can be relative to."""
     bases = [str(config.rootpath), str(config.invocation_params.dir)]
-    return [*bases, PACKAGE_DIR, os.path.dirname(PACKAGE_DIR), SCENARIOS_DIR, CONTRACT_DIR]
+    families = [SCENARIOS_DIR, CONTRACT_DIR, COLLECTIVES_DIR]
+    return [*bases, PACKAGE_DIR, os.path.dirname(PACKAGE_DIR), *families]
 
 
 def is_conformance_nodeid(nodeid: str, bases: Iterable[str]) -> bool:
@@ -68,7 +82,9 @@ def is_conformance_nodeid(nodeid: str, bases: Iterable[str]) -> bool:
     if not name:
         return False
     package = os.path.realpath(PACKAGE_DIR) + os.sep
-    families = tuple(os.path.realpath(d) + os.sep for d in (SCENARIOS_DIR, CONTRACT_DIR))
+    families = tuple(
+        os.path.realpath(d) + os.sep for d in (SCENARIOS_DIR, CONTRACT_DIR, COLLECTIVES_DIR)
+    )
     for base in bases:
         path = os.path.realpath(os.path.join(base, file))
         if path.startswith(package) and os.path.isfile(path):
@@ -87,3 +103,20 @@ def targets_conformance(config: pytest.Config) -> bool:
         if path == PACKAGE_DIR or path.startswith(PACKAGE_DIR + os.sep):
             return True
     return False
+
+
+def targets_collectives_only(config: pytest.Config) -> bool:
+    """Whether every path of the command line is inside conformance/collectives (its own run:
+    the default selection of collectives cases, not the default run's core one)."""
+    if not config.args:
+        return False
+    for arg in config.args:
+        text = str(arg).split("::")[0]
+        if config.option.pyargs:
+            if not text.startswith("conformance.collectives"):
+                return False
+            continue
+        path = os.path.abspath(text)
+        if not (path == COLLECTIVES_DIR or path.startswith(COLLECTIVES_DIR + os.sep)):
+            return False
+    return True

@@ -136,16 +136,33 @@ def _isolate(text: str) -> str:
     return _choice("--isolate", text, ISOLATE)
 
 
-def _seconds(text: str) -> float:
+def _seconds(text: str, flag: str = "--case-timeout") -> float:
     try:
         value = float(text)
     except ValueError:
         value = -1.0
-    if value < 0:
+    if value < 0 or (value == 0 and flag != "--case-timeout"):
+        turns_off = " (0 turns the limit off)" if flag == "--case-timeout" else " above 0"
+        raise ConformanceUsageError(f"{flag} {text!r}: give a number of seconds{turns_off}")
+    return value
+
+
+def _collectives(text: str) -> str:
+    """`auto`, `none`, `BACKEND` or `BACKEND:DEVICE` (checked against torch at load)."""
+    value = text.strip() or "auto"
+    backend, _, device = value.partition(":")
+    if not backend.isidentifier() or (":" in value and not device.isidentifier()):
         raise ConformanceUsageError(
-            f"--case-timeout {text!r}: give a number of seconds (0 turns the limit off)"
+            f"--collectives {text!r}: give auto, none, BACKEND or BACKEND:DEVICE (e.g. gloo:cpu)"
         )
     return value
+
+
+def _world_sizes(text: str) -> str:
+    from conformance.engine.collectives.spec import parse_worlds
+
+    parse_worlds(text)
+    return text
 
 
 def option(
@@ -321,6 +338,34 @@ class Options:
         "--expectations FILE has no unexpected failure (python -m conformance.measure.baseline "
         "writes the same from results folders)",
         parse=lambda v: v or None,
+    )
+    collectives: str = option(
+        "the c10d backend the collectives family (conformance/collectives, docs/COLLECTIVES.md) "
+        "judges: 'auto' (the one torch.distributed maps the device type to, on the device under "
+        "test), 'BACKEND:DEVICE' (e.g. gloo:cpu, echo:npu), 'BACKEND' (on the device under "
+        "test) or 'none' (no collectives cases)",
+        default="auto",
+        parse=_collectives,
+    )
+    collectives_set: str = option(
+        "the collectives cases: core (every collective once: in the default run), default "
+        "(every collective x reduce op x dtype at one size, the size sweep and the layouts at "
+        "a few dtypes, the other world sizes and async Works on a core set: minutes), full (the "
+        "whole product: a nightly), auto (default when the command line names "
+        "conformance/collectives, else core)",
+        default="auto",
+        parse=lambda v: _choice("--collectives-set", v, ("auto", "core", "default", "full")),
+    )
+    world_sizes: str = option(
+        "comma-separated world sizes of the collectives cases (rank processes per world)",
+        default="2,3,4",
+        parse=_world_sizes,
+    )
+    collective_timeout: float = option(
+        "seconds every rank has to answer one collectives case: past it the case is hung, its "
+        "world is stopped and the next case starts a new one",
+        default="60",
+        parse=lambda v: _seconds(v, "--collective-timeout"),
     )
     # not an option: the raw text of every option the user set (flag or environment), by name
     given: dict[str, str] = field(default_factory=dict, compare=False)

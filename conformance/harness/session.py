@@ -26,20 +26,24 @@ from conformance.engine.profile import DeviceProfile
 from conformance.errors import ConformanceUsageError
 from conformance.findings import group_findings
 from conformance.harness.accounting import Accounting, not_run_record
-from conformance.harness.contract_records import (
-    contract_record,
-    expect_contract,
-    new_contract_record,
+from conformance.harness.collective_records import (
+    expect_collective,
+    family_record,
+    new_collective_record,
+    refusals,
 )
+from conformance.harness.contract_records import expect_contract, new_contract_record
 from conformance.harness.header import header_lines, key_header_lines
 from conformance.harness.isolation import WorkerIsolation, run_isolated
 from conformance.harness.nodes import (
     RECORD_PROPERTY,
     case_of,
+    is_collective,
     is_contract,
     is_family,
     is_scenario,
     record_id,
+    targets_collectives_only,
     targets_conformance,
 )
 from conformance.harness.options import Options, read_options
@@ -49,7 +53,7 @@ from conformance.harness.roles import Role, role_of
 from conformance.harness.rundir import RunDir
 from conformance.harness.runinfo import finish_info, start_info
 from conformance.harness.runners import serve_spawned, spawned_profile
-from conformance.harness.scenario_records import expect_scenario, scenario_record
+from conformance.harness.scenario_records import expect_scenario
 from conformance.harness.stale import stale_expectations
 from conformance.harness.suite import Suite
 from conformance.harness.terminal import Summary, Terminal
@@ -131,6 +135,7 @@ class ConformanceRun:
                     invocation_dir=str(self.config.invocation_params.dir),
                     with_coverage=self.role is not Role.SPAWNED_RUNNER,
                     keyword=self.config.option.keyword,
+                    collectives_only=targets_collectives_only(self.config),
                 )
             except ConformanceUsageError as exc:
                 raise pytest.UsageError(str(exc)) from None
@@ -218,6 +223,9 @@ class ConformanceRun:
         if case is None:
             if self.started and is_contract(item):
                 return new_contract_record(self.suite, item.nodeid, status, **values)
+            if self.started and is_collective(item):
+                plan = self.suite.collectives
+                return new_collective_record(self.suite, item.nodeid, status, plan, **values)
             return None
         return self.new_record(case, status, item.nodeid, **values)
 
@@ -311,7 +319,10 @@ class ConformanceRun:
         items.sort(key=rank)
         scenarios = [item for item in items if is_family(item)]
         for item in scenarios:
-            (expect_scenario if is_scenario(item) else expect_contract)(self.suite, item)
+            if is_collective(item):
+                expect_collective(self.suite, self.suite.collectives, item)
+            else:
+                (expect_scenario if is_scenario(item) else expect_contract)(self.suite, item)
         if self.suite.options.ops or self.suite.options.fallback_ops:
             dropped = scenarios
         else:  # --shard: each scenario runs in one shard
@@ -336,8 +347,7 @@ class ConformanceRun:
             return
         if case_of(item) is None:
             if self.started and is_family(item):
-                make = scenario_record if is_scenario(item) else contract_record
-                record = make(self.suite, item, report)
+                record = family_record(self.suite, item, report)
                 report.user_properties.append((RECORD_PROPERTY, record.to_json()))
             return
         record = reported_record(self.suite.verdicts, item, report)
@@ -435,6 +445,7 @@ class ConformanceRun:
             ),
             unpinned=[e for e in suite.manifest.entries if e.status == "xfail" and not e.checks],
         )
+        summary.notes += refusals(records)
         note = self.accounting.start_failure_note()
         if note is not None:
             summary.notes.append(note)

@@ -56,7 +56,8 @@ def stale_expectations(
     # -k/-m: the scenarios and contract cases left out are not known here: no entry is judged
     ran: dict[str, list[str]] = {}  # family -> the keys of its records
     for r in [] if selected_by_keyword else records:
-        key = record_key(r.path, {"id": r.id, "overload": r.overload})
+        fields = {k: str(v) for k, v in r.extra.items()}
+        key = record_key(r.path, {**fields, "id": r.id, "overload": r.overload})
         if key is not None:
             ran.setdefault(r.path, []).append(key)
 
@@ -64,6 +65,8 @@ def stale_expectations(
         family = family_of(pattern)
         if family is not None:  # judged when the family ran
             keys = ran.get(family, [])
+            if family == "collectives":  # judged against the same c10d backend's cases only
+                keys = [k for k in keys if k.split(":")[1] == pattern.split(":")[1]]
             return bool(keys) and not any(entry.matching(i) for i in keys)
         return judged(pattern) and not any(fnmatch.fnmatchcase(i, pattern) for i in ids)
 

@@ -7,6 +7,7 @@ the pytest hooks live in `session.py`."""
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import asdict
 from typing import Any
@@ -18,6 +19,7 @@ from conformance.engine.foundations import Foundations, Probe
 from conformance.engine.probing import probe_isolated
 from conformance.harness.accounts import argument_account, coverage_account, mode_account
 from conformance.harness.cases import CaseList
+from conformance.harness.collectives_plan import CollectivesPlan, collectives_plan
 from conformance.harness.expectations import (
     Expectations,
     Manifest,
@@ -49,8 +51,10 @@ class Suite:
         invocation_dir: str = ".",
         with_coverage: bool = True,
         keyword: str | None = None,
+        collectives_only: bool = False,
     ) -> None:
         self.options = options
+        self.collectives_only = collectives_only  # the command line names the family alone
         self.keyword = keyword or ""
         self.cache_dir = cache_dir
         self.worker = worker
@@ -119,6 +123,11 @@ class Suite:
 
         found = self.run_dir.shared(f"foundation-{name}.json", compute) if self.run_dir else None
         return [Probe(**p) for p in (found if found is not None else compute())]
+
+    @functools.cached_property
+    def collectives(self) -> CollectivesPlan:
+        """What the collectives family judges in this run (harness/collectives_plan.py)."""
+        return collectives_plan(self.options, self.backend, self.collectives_only)
 
     def mode_account(self) -> dict[str, Any]:
         """Which overloads have the cases of each mode, and why not (computed once)."""

@@ -298,3 +298,24 @@ def test_a_bad_compiled_axis_is_one_line(compile_table: dict, fragment: str) -> 
     with pytest.raises(MatrixError) as info:
         parse_matrix(_with(compile=compile_table))
     assert fragment in str(info.value) and "\n" not in str(info.value)
+
+
+def test_world_size_axis_runs_the_collectives_family_alone() -> None:
+    """[collectives] world_sizes: a <default minor>-world<N> cell per size, running
+    conformance/collectives alone (default selection) at that world size."""
+    from conformance.ci.build import suite_argv
+
+    matrix = load_matrix(DEFAULT_MATRIX_PATH)
+    worlds = [s for s in matrix.sessions() if "world" in s]
+    assert worlds == [f"conformance-{matrix.default_minor}-world{n}" for n in (2, 4)]
+    cell = matrix.cell(f"{matrix.default_minor}-world4")
+    env = cell.run_env()
+    assert env["CONFORMANCE_WORLD_SIZES"] == "4" and env["CONFORMANCE_COLLECTIVES_SET"] == "default"
+    assert "conformance/collectives" in suite_argv(cell, Path("r"))
+    assert "conformance" in suite_argv(matrix.cell(matrix.default_minor), Path("r"))
+    with pytest.raises(MatrixError, match="does not cover torch 2.8"):
+        matrix.cell("2.8-world4")
+    data = tomllib.loads(DEFAULT_MATRIX_PATH.read_text())
+    data["collectives"] = {"world_sizes": [1]}
+    with pytest.raises(MatrixError, match="world_sizes"):
+        parse_matrix(data, "m.toml", DEFAULT_MATRIX_PATH.parent)

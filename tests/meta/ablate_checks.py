@@ -53,6 +53,7 @@ SELF_TESTS = [
     "tests/engine/test_arguments.py",
     "tests/engine/test_sizes.py",
     "tests/suite/test_heap_zones.py",
+    "tests/suite/test_collectives.py",
     "tests/suite/test_runtime_contract.py",
 ]
 # tests of crash isolation and repro commands check no verdict: left out to save time

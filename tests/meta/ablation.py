@@ -48,6 +48,13 @@ def _died() -> object:
     return Attempt(end="died")
 
 
+def _passed() -> object:
+    """A collectives verdict that passes (its judgement ablated)."""
+    from conformance.engine.collectives.judge import Verdict
+
+    return Verdict("passed")
+
+
 def _off(module: str, attr: str) -> Callable[[], None]:
     """`module.attr` (a function or method) does nothing and returns None."""
     return _patch(module, attr, lambda f: lambda *a, **k: None)
@@ -237,6 +244,24 @@ ABLATIONS: dict[str, Callable[[], None]] = {
     # the runtime contract and the -asynchronous mode (issue 46)
     "contract": _off("conformance.contract.conftest", "Runtime.check"),
     "asynchronous": _off("conformance.engine.modes.asynchronous", "AsyncMode._pipeline"),
+    # the collectives family (issue 47): each of its judgements, and its async cases
+    "collectives-values": _patch(
+        "conformance.engine.collectives.judge", "_compare", lambda f: lambda *a, **k: None
+    ),
+    "collectives-outside-view": _patch(
+        "conformance.engine.collectives.judge", "_outside", lambda f: lambda *a, **k: None
+    ),
+    "collectives-barrier": _patch(
+        "conformance.engine.collectives.judge", "_barrier", lambda f: lambda *a, **k: _passed()
+    ),
+    "collectives-refusal-reference": _patch(
+        "conformance.engine.collectives.judge",
+        "_refused",
+        lambda f: lambda case, info, c10d, reference: f(case, info, c10d, None),
+    ),
+    "collectives-async-modes": _patch(
+        "conformance.engine.collectives.spec", "MODES", lambda v: ("sync",)
+    ),
     # modes (issue 21)
     "grad": _off("conformance.engine.gradients", "run_grad_sample"),
     "grad-output-layouts": _patch(

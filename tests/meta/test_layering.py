@@ -142,6 +142,7 @@ ROOM_MAY_IMPORT: dict[str, set[str]] = {
     # the run: scenarios, the pytest plumbing, the reports it writes
     "scenarios": {"harness", "engine", "record"},
     "contract": {"harness", "engine", "record"},
+    "collectives": {"harness", "engine", "errors"},
     "harness": {"report", "samples", "ops", "engine", "findings", "sharding", "record", "errors"},
     "report": {"findings", "sharding", "record", "errors"},
     # one case: its samples, the op specs, the engine that judges it

@@ -1,0 +1,25 @@
+"""The collectives cases: one per case of the run's selection, each run by every rank of its
+world and judged against the oracle (engine/collectives/judge.py); the verdict is left on the
+item for its record (harness/collective_records.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.engine.collectives.judge import evaluate
+from conformance.engine.collectives.spec import CollectiveCase
+from conformance.harness.session import run_of
+
+
+def test_collective(
+    request: pytest.FixtureRequest, collective_case: CollectiveCase, collective_worlds
+):
+    if collective_worlds is None:
+        plan = run_of(request.config).suite.collectives
+        pytest.skip(f"not applicable: {plan.missing or 'no c10d backend (--collectives none)'}")
+    verdict = evaluate(collective_worlds, collective_case)
+    request.node.collective_verdict = verdict
+    if verdict.status == "skipped":
+        pytest.skip(verdict.message)
+    if verdict.status != "passed":
+        pytest.fail(verdict.message, pytrace=False)

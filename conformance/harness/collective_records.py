@@ -1,0 +1,138 @@
+"""The collectives cases (`conformance/collectives`, docs/COLLECTIVES.md) as records: one per
+collected case, also for a case that hung, crashed or never ran; the manifest's expectations of
+them (`collectives:<c10d>:<case id>`); the summary line of what the c10d backend refused."""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import torch
+
+from conformance.engine.collectives.spec import CollectiveCase
+from conformance.harness.collectives_plan import PREFIX, CollectivesPlan, manifest_key
+from conformance.harness.family_expectations import expect_family, expected_by, unexpected_pass
+from conformance.harness.nodes import COLLECTIVES_DIR, record_id
+from conformance.record import CaseRecord, Status
+
+if TYPE_CHECKING:
+    from conformance.harness.suite import Suite
+
+CHECK = "collectives"  # the check of a collectives case with a wrong answer
+TEST_FILE = "test_collectives.py"
+_STATUS = MappingProxyType({"hung": (Status.HUNG, "hang"), "crashed": (Status.CRASHED, "crash")})
+
+
+def expect_collective(suite: Suite, plan: CollectivesPlan, item: pytest.Item) -> None:
+    """A manifest entry naming the case: xfail (strict), skip and crash skip it."""
+    expect_family(suite, item, manifest_key(plan, _case_id(item.nodeid)))
+
+
+def _case_id(nodeid: str) -> str:
+    name = record_id(nodeid)
+    return name[name.index("[") + 1 : -1] if "[" in name else name
+
+
+def new_collective_record(
+    suite: Suite, nodeid: str, status: Status, plan: CollectivesPlan | None = None, **values: Any
+) -> CaseRecord:
+    """A record of the collectives case `nodeid` (a hang, crash or not-run passes its
+    message)."""
+    name, case_id = record_id(nodeid), _case_id(nodeid)
+    try:
+        case = CollectiveCase.parse(case_id)
+    except ValueError:
+        case = None
+    repro = suite.repro_lines.repro(nodeid, os.path.join(COLLECTIVES_DIR, TEST_FILE))
+    record = CaseRecord(
+        id=name,
+        status=status,
+        op=case.collective if case else "collectives",
+        overload=case.op if case and case.op != "none" else "default",
+        dtype=case.dtype if case else "-",
+        layout=case.layout if case else "-",
+        path="collectives",
+        torch=str(torch.__version__),
+        backend=suite.backend_name,
+        allocator=suite.allocator,
+        repro=repro,
+        **values,
+    )
+    if case is not None:
+        record.extra.update(
+            collective=case.collective, reduce_op=case.op, size=case.size, world=case.world,
+            mode=case.mode,
+        )  # fmt: skip
+    if plan is not None and plan.c10d is not None:
+        record.extra.update(c10d=plan.c10d, c10d_device=plan.device)
+        record.repro += f" --collectives-set {plan.selection}"
+        backend = f" --backend {plan.backend}" if plan.backend else ""
+        record.extra["script"] = (
+            f"python -m conformance.engine.collectives {case_id} --c10d {plan.c10d} "
+            f"--device {plan.device}{backend}"
+        )
+        key = manifest_key(plan, case_id)
+        record.extra["collective_key"] = key.removeprefix(PREFIX)
+        expected_by(suite, record, key)
+    return record
+
+
+def collective_record(
+    suite: Suite, plan: CollectivesPlan, item: pytest.Item, report: pytest.TestReport
+) -> CaseRecord:
+    """The record of a collectives case from its verdict (left on the item by the test) and
+    its pytest report."""
+    verdict = getattr(item, "collective_verdict", None)
+    message = verdict.message if verdict is not None else None
+    if message is None and not report.passed:
+        crash = getattr(report.longrepr, "reprcrash", None)
+        message = str(crash.message) if crash is not None else str(report.longrepr)
+        if isinstance(report.longrepr, tuple):  # skipped: (file, line, reason)
+            message = str(report.longrepr[2])
+    record = new_collective_record(suite, item.nodeid, Status.PASSED, plan, message=message)
+    if verdict is not None and verdict.status in _STATUS:
+        record.status, record.check = _STATUS[verdict.status]
+    elif report.failed:
+        record.check = CHECK
+    if verdict is not None and verdict.ranks:
+        record.extra["ranks"] = {str(r): e[:32] for r, e in verdict.ranks.items()}
+    if plan.c10d is not None:
+        key = manifest_key(plan, _case_id(item.nodeid))
+        entry = suite.expectations.family_expectation(key)
+        unexpected_pass(record, entry, key, report, f"the collectives case {record.id}")
+    return record
+
+
+def refusals(records: list[CaseRecord]) -> list[str]:
+    """One summary line of what the c10d backend refused (skipped cases), by collective and
+    op: the dtypes, said once instead of in every case."""
+    refused: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+    for r in records:
+        c10d = r.extra.get("c10d")
+        if r.status is Status.SKIPPED and c10d and "refuses" in (r.message or ""):
+            refused[(str(c10d), r.op, str(r.extra.get("reduce_op")))].add(r.dtype)
+    if not refused:
+        return []
+    parts = [
+        f"{c} {op}".replace(" none", "") + f" ({', '.join(sorted(dtypes))})"
+        for (_, c, op), dtypes in sorted(refused.items())
+    ]
+    c10d = sorted({k[0] for k in refused})
+    return [
+        f"conformance: collectives: {'/'.join(c10d)} refuses (skipped; torch defines no result, "
+        f"or NCCL or gloo refuses too): {'; '.join(parts)}"
+    ]
+
+
+def family_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) -> CaseRecord:
+    """The record of a family item (a scenario, a contract case or a collectives case)."""
+    from conformance.harness.contract_records import contract_record
+    from conformance.harness.nodes import is_collective, is_scenario
+    from conformance.harness.scenario_records import scenario_record
+
+    if is_collective(item):
+        return collective_record(suite, suite.collectives, item, report)
+    return (scenario_record if is_scenario(item) else contract_record)(suite, item, report)

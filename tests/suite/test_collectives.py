@@ -1,0 +1,104 @@
+"""The collectives family (conformance/collectives, issue 47): green on gloo/CPU, and on a c10d
+backend with planted bugs (tests/backends/faulty_ccl.py) each bug is caught as it should be: a
+wrong AVG at some sizes is ONE finding naming the collective and the sizes, a rank that never
+answers is a `hung` record and the run goes on, a rank that dies is `crashed`, a refusal of what
+gloo computes fails, an async Work that completes before its data landed fails, a barrier that
+lets a rank out early fails; a device without a c10d backend gets one header line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.helpers import REPO, run_pytest
+
+FAMILY = "conformance/collectives"
+BACKENDS = {"PYTHONPATH": str(REPO / "tests" / "backends")}
+
+
+def collectives_run(tmp_path: Path, *args: str, env: dict[str, str] | None = None):
+    """The family alone: (process, records by case id, run.json)."""
+    results = tmp_path / f"results-{len(list(tmp_path.iterdir()))}"
+    proc = run_pytest(
+        FAMILY, "-p", "no:cacheprovider", "--results", str(results), *args, env=env, timeout=600
+    )
+    rows = []
+    for f in sorted(results.glob("cases-*.jsonl")) if results.exists() else []:
+        rows += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+    info = json.loads((results / "run.json").read_text()) if results.exists() else {}
+    by_case = {r["id"].split("[", 1)[1].rstrip("]"): r for r in rows}
+    return proc, by_case, info
+
+
+def test_gloo_on_cpu_core_selection_is_green(tmp_path):
+    proc, records, info = collectives_run(
+        tmp_path, "--collectives", "gloo:cpu", "--collectives-set", "core", "-n", "2"
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert len(records) == 19 and info["accounting"]["collected"] == 19, out[-3000:]
+    assert {r["status"] for r in records.values()} == {"passed"}, records
+    assert all(r["c10d"] == "gloo" and r["path"] == "collectives" for r in records.values())
+    assert "collectives: c10d backend gloo on cpu (--collectives gloo:cpu), selection core" in out
+
+
+FAULTS = "avg_twice,hang_all_gather,crash_broadcast,refuse_max,wait_early,barrier_skipped"
+PICKED = (
+    "all_reduce-AVG-float32 and contiguous-w2-sync or all_reduce-AVG-float64-33-contiguous-w2 "
+    "or all_gather-none-float32-33-contiguous-w2-sync "
+    "or all_gather_into_tensor-none-float32-33-contiguous-w2-sync "
+    "or broadcast-none-float32-33-contiguous-w2-sync or reduce-SUM-float32-33-contiguous-w2-sync "
+    "or all_reduce-MAX-float32-33-contiguous-w2-sync "
+    "or all_reduce-SUM-float32-33-contiguous-w2-wait "
+    "or barrier-none-float32-0-contiguous-w2-sync or all_reduce-SUM-float32-6-sliced-w2-sync"
+)
+
+
+def test_planted_bugs_are_caught_each_as_it_should_be(tmp_path):
+    proc, records, info = collectives_run(
+        tmp_path, "--backend", "faulty_ccl", "--collectives", "faulty:cpu",
+        "--collectives-set", "default", "--collective-timeout", "8", "-k", PICKED,
+        env={**BACKENDS, "FAULTY_CCL": FAULTS},
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and info["accounting"]["collected"] == len(records), out[-3000:]
+    status = {case: r["status"] for case, r in records.items()}
+    # AVG divided twice at 1, 2, 4, 28-31, 33 elements: one finding listing the sizes
+    avg = {c for c, s in status.items() if c.startswith("all_reduce-AVG") and s == "failed"}
+    sizes = sorted(int(c.split("-")[3]) for c in avg if "-float32-" in c)
+    assert sizes == [1, 2, 4, 28, 29, 30, 31, 33], sorted(avg)
+    findings = [f for f in info["findings"] if "all_reduce AVG" in f["title"]]
+    assert len(findings) == 1, [f["title"] for f in info["findings"]]
+    assert "sizes 1, 2, 4, 28-31, 33;" in findings[0]["title"], findings[0]["title"]
+    assert "float32, float64" in findings[0]["title"] and findings[0]["count"] == len(avg)
+    rep = records[findings[0]["representative"].split("[", 1)[1].rstrip("]")]
+    assert "rank 0:" in rep["message"] and rep["repro"].startswith("pytest ") and rep["script"]
+    # a rank that never answers: hung, naming the collective; the next case runs in a new world
+    hung = records["all_gather-none-float32-33-contiguous-w2-sync"]
+    assert hung["status"] == "hung" and hung["message"].startswith("[hang] all_gather:"), hung
+    assert status["all_gather_into_tensor-none-float32-33-contiguous-w2-sync"] == "passed"
+    crashed = records["broadcast-none-float32-33-contiguous-w2-sync"]
+    assert (
+        crashed["status"] == "crashed" and "rank 0 of 2 was killed by SIGSEGV" in crashed["message"]
+    ), crashed
+    assert status["reduce-SUM-float32-33-contiguous-w2-sync"] == "passed"
+    refused = records["all_reduce-MAX-float32-33-contiguous-w2-sync"]
+    assert refused["status"] == "failed" and "refuses what gloo computes" in refused["message"]
+    early = records["all_reduce-SUM-float32-33-contiguous-w2-wait"]
+    assert early["status"] == "failed" and "then Work.wait" in early["message"], early
+    # gloo's own all_reduce (faulty hands it on) writes between the elements of a strided view
+    gaps = records["all_reduce-SUM-float32-6-sliced-w2-sync"]
+    assert gaps["status"] == "failed" and "wrote outside the view" in gaps["message"], gaps
+    barrier = records["barrier-none-float32-0-contiguous-w2-sync"]
+    assert barrier["status"] == "failed" and "left the barrier" in barrier["message"], barrier
+
+
+def test_a_device_without_a_c10d_backend_gets_one_line_not_failures(tmp_path):
+    proc, records, _ = collectives_run(
+        tmp_path, "--backend", "pyreg_npu:register_devices", env=BACKENDS
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    lines = [ln for ln in out.splitlines() if "collectives: none: the device 'pyreg'" in ln]
+    assert len(lines) == 1 and "cases not applicable" in lines[0], out[-3000:]
+    assert records and {r["status"] for r in records.values()} == {"skipped"}
