@@ -47,3 +47,27 @@ register(
         notes="new elements are uninitialised; the old ones must keep their values",
     )
 )
+
+
+_COMPLEX_OF = {torch.float32: torch.complex64, torch.float64: torch.complex128}
+
+
+def _view_as_real_samples(dtype: torch.dtype) -> list[Call]:
+    """Complex inputs whose parts are the case's dtype (the run's dtypes hold no complex one by
+    default; the result is in the case's dtype)."""
+    complex_dtype = _COMPLEX_OF[dtype]
+    parts = torch.arange(1, 49, dtype=dtype).reshape(4, 6, 2) - 24.5
+    whole = torch.view_as_complex(parts.contiguous()).to(complex_dtype)
+    return [Call("view_as_real", (whole,)), Call("view_as_real", (whole[1:, ::2],))]
+
+
+register(
+    OpSpec(
+        "view_as_real",
+        samples=_view_as_real_samples,
+        use_opinfo=False,
+        dtypes=tuple(_COMPLEX_OF),
+        layouts=STORAGE_KEEPING,
+        notes="complex inputs of the case's real dtype: a view of the real and imaginary parts",
+    )
+)
