@@ -92,6 +92,8 @@ sum.dim_IntList
 tril
 triu
 view
+view_as_complex
+view_as_real
 where.self
 zero_""",
         )
