@@ -115,6 +115,9 @@ def _identity(record: CaseRecord) -> list[tuple[str, str]]:
     layout = record.layout
     if layout:
         pairs += [(f"'{layout}'", "'<layout>'"), (f'"{layout}"', "'<layout>'")]
+    # a family's names that do not make a root cause of their own (a collective's reduce op and
+    # async mode: one bug spans them, the finding's title lists them)
+    pairs += [(str(text), str(mask)) for text, mask in record.extra.get("key_masks", {}).items()]
     return sorted({p for p in pairs if len(p[0]) > 1}, key=lambda p: -len(p[0]))
 
 

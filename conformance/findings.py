@@ -157,8 +157,12 @@ class Finding:
         extent = collective_extent(self.cases)
         if extent:  # the key masked the collective(s)
             text = text.replace("<op>", "/".join(sorted({c.op for c in self.cases})))
-        if len(text) > TITLE_LENGTH - len(extent):
-            text = text[: max(0, TITLE_LENGTH - len(extent) - 3)] + "..."
+            text = text.replace(f"[{k.check}] ", "")  # after the kind: [async], [moves]
+        budget = TITLE_LENGTH - len(extent)
+        if extent:  # the collectives named in full, whatever the extent takes
+            budget = max(budget, text.find(": ", len(k.check) + 2) + 24)
+        if len(text) > budget:
+            text = text[: max(0, budget - 3)] + "..."
         return text + extent
 
     @property
@@ -248,7 +252,26 @@ def collective_extent(cases: list[CaseRecord]) -> str:
     worlds = _ranges(int(c.extra["world"]) for c in cases)
     names = sorted({c.dtype for c in cases})
     dtypes = ", ".join(names) if len(names) <= 4 else f"{len(names)} dtypes"
-    return f" [sizes {sizes}; {dtypes}; world {worlds}]"
+    spans = [", ".join(sorted({str(c.extra.get(k)) for c in cases} - {"None", "none"}))
+             for k in ("reduce_op", "mode")]  # fmt: skip
+    ops = f"{spans[0]}; " if spans[0].count(",") < 4 else f"{spans[0].count(',') + 1} reduce ops; "
+    ops = ops if spans[0] else ""
+    modes = f"; {spans[1]}" if "," in spans[1] else ""
+    layouts = sorted({c.layout for c in cases})
+    where = f"; {', '.join(layouts)}" if layouts != ["contiguous"] else ""
+    return f" [{ops}sizes {sizes}{where}; {dtypes}; world {worlds}{modes}]"
+
+
+def _collective_kind(record: CaseRecord, failing_ids: set[str]) -> str:
+    """What a failing collectives case's finding is keyed by besides its message (whose
+    collective, reduce op and mode are masked: one bug spans them): `async` where the same case
+    run by the blocking call did not fail (the asynchronous path is wrong: a Work that completes
+    early), else `reduces` or `moves` (a bug of the reduction or of moving data: two such bugs
+    stay two findings)."""
+    mode = str(record.extra["mode"])
+    if mode != "sync" and record.id.replace(f"-{mode}]", "-sync]") not in failing_ids:
+        return "async"
+    return "moves" if record.extra["reduce_op"] in (None, "none") else "reduces"
 
 
 def group_findings(
@@ -261,6 +284,7 @@ def group_findings(
     failing = [r for r in records if r.status in wanted]
     roots = _root_keys(failing)
     groups: dict[FindingKey, Finding] = {}
+    failing_ids = {r.id for r in failing}
     for record in failing:
         blocked_by = _text(record.blocked_by)
         own = [k for (op, _), k in roots.items() if op == record.op_name]
@@ -272,6 +296,10 @@ def group_findings(
             key = UNSUPPORTED_KEY
         else:
             key = finding_key(record)
+            if "mode" in record.extra and "reduce_op" in record.extra:  # a collectives case
+                key = key._replace(
+                    message=f"[{_collective_kind(record, failing_ids)}] {key.message}"
+                )
         groups.setdefault(key, Finding(key)).cases.append(record)
     passing = [r for r in records if r.status == "passed"]
     merged = _merge_by_factor(list(groups.values()), passing)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import torch
 
+from conformance.engine.collectives.judge import key_masks
 from conformance.engine.collectives.spec import CollectiveCase
 from conformance.harness.collectives_plan import PREFIX, CollectivesPlan, manifest_key
 from conformance.harness.family_expectations import expect_family, expected_by, unexpected_pass
@@ -66,6 +67,7 @@ def new_collective_record(
             collective=case.collective, reduce_op=case.op, size=case.size, world=case.world,
             mode=case.mode,
         )  # fmt: skip
+        record.extra["key_masks"] = key_masks(case)
     if plan is not None and plan.c10d is not None:
         record.extra.update(c10d=plan.c10d, c10d_device=plan.device)
         record.repro += f" --collectives-set {plan.selection}"
@@ -107,19 +109,29 @@ def collective_record(
 
 
 def refusals(records: list[CaseRecord]) -> list[str]:
-    """One summary line of what the c10d backend refused (skipped cases), by collective and
-    op: the dtypes, said once instead of in every case."""
+    """One summary line of what the c10d backend refused (skipped cases): per reduce op and
+    dtypes, the collectives (`every collective with it` where none of them took it)."""
     refused: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+    took: dict[str, set[str]] = defaultdict(set)  # reduce op -> the collectives run with it
     for r in records:
-        c10d = r.extra.get("c10d")
+        c10d, reduce_op = r.extra.get("c10d"), str(r.extra.get("reduce_op"))
+        took[reduce_op].add(r.op)
         if r.status is Status.SKIPPED and c10d and "refuses" in (r.message or ""):
-            refused[(str(c10d), r.op, str(r.extra.get("reduce_op")))].add(r.dtype)
+            refused[(str(c10d), r.op, reduce_op)].add(r.dtype)
     if not refused:
         return []
-    parts = [
-        f"{c} {op}".replace(" none", "") + f" ({', '.join(sorted(dtypes))})"
-        for (_, c, op), dtypes in sorted(refused.items())
-    ]
+    by_dtypes: dict[tuple[str, tuple[str, ...]], set[str]] = defaultdict(set)
+    for (_, collective, reduce_op), dtypes in refused.items():
+        by_dtypes[(reduce_op, tuple(sorted(dtypes)))].add(collective)
+    parts = []
+    for (reduce_op, dtypes), collectives in sorted(by_dtypes.items()):
+        where = (
+            "every collective with it"
+            if collectives == took[reduce_op]
+            else ", ".join(sorted(collectives))
+        )
+        op = "" if reduce_op == "none" else f"{reduce_op} "
+        parts.append(f"{op}in {', '.join(dtypes)}: {where}")
     c10d = sorted({k[0] for k in refused})
     return [
         f"conformance: collectives: {'/'.join(c10d)} refuses (skipped; torch defines no result, "

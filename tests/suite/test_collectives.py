@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import REPO, run_pytest
 
 FAMILY = "conformance/collectives"
@@ -67,7 +69,7 @@ def test_planted_bugs_are_caught_each_as_it_should_be(tmp_path):
     avg = {c for c, s in status.items() if c.startswith("all_reduce-AVG") and s == "failed"}
     sizes = sorted(int(c.split("-")[3]) for c in avg if "-float32-" in c)
     assert sizes == [1, 2, 4, 28, 29, 30, 31, 33], sorted(avg)
-    findings = [f for f in info["findings"] if "all_reduce AVG" in f["title"]]
+    findings = [f for f in info["findings"] if "all_reduce" in f["title"] and "[AVG;" in f["title"]]
     assert len(findings) == 1, [f["title"] for f in info["findings"]]
     assert "sizes 1, 2, 4, 28-31, 33;" in findings[0]["title"], findings[0]["title"]
     assert "float32, float64" in findings[0]["title"] and findings[0]["count"] == len(avg)
@@ -102,3 +104,36 @@ def test_a_device_without_a_c10d_backend_gets_one_line_not_failures(tmp_path):
     lines = [ln for ln in out.splitlines() if "collectives: none: the device 'pyreg'" in ln]
     assert len(lines) == 1 and "cases not applicable" in lines[0], out[-3000:]
     assert records and {r["status"] for r in records.values()} == {"skipped"}
+
+
+# each CCL fault of echo_npu's c10d backend -> what its one finding's title must name
+ECHO_FAULTS = {
+    "ccl_avg_divides_twice": ("all_reduce", "[AVG; sizes 0-4, 7, 28-31, 33"),
+    "ccl_gather_strided_as_contiguous": ("all_gather", "gather", "transposed"),
+    "ccl_reduce_scatter_casts": ("reduce_scatter/reduce_scatter_tensor", "sizes 0-7"),
+    "ccl_all_gather_tail32": ("[moves] all_gather", "sizes 0-7, 13, 28-33"),
+    "ccl_work_wait_early": ("[async]", "future, poll, wait"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(ECHO_FAULTS))
+def test_each_echo_ccl_fault_is_one_finding_naming_it(tmp_path, fault):
+    """echo_npu's own c10d backend on its device, the default selection at world size 2: each
+    fault fails as ONE finding whose title names the collective(s) and the sizes or layout."""
+    proc, records, info = collectives_run(
+        tmp_path, "--collectives-set", "default", "--world-sizes", "2", "-n", "2",
+        env={"ECHO_NPU_FAULTS": fault},
+    )  # fmt: skip
+    titles = [f["title"] for f in info["findings"]]
+    assert proc.returncode != 0 and len(titles) == 1, titles or (proc.stdout + proc.stderr)[-3000:]
+    assert all(part in titles[0] for part in ECHO_FAULTS[fault]), titles[0]
+
+
+def test_two_echo_ccl_faults_stay_two_findings(tmp_path):
+    """A wrong reduction and an early Work, planted together, are two root causes."""
+    proc, records, info = collectives_run(
+        tmp_path, "--collectives-set", "default", "--world-sizes", "2", "-n", "2",
+        env={"ECHO_NPU_FAULTS": "ccl_avg_divides_twice,ccl_work_wait_early"},
+    )  # fmt: skip
+    titles = sorted(f["title"] for f in info["findings"])
+    assert len(titles) == 2 and "[async]" in titles[0] and "[AVG;" in titles[1], titles

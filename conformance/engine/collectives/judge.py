@@ -52,6 +52,13 @@ def prefix(case: CollectiveCase) -> str:
     return f"[collectives] {case.collective}{op}{mode}"
 
 
+def key_masks(case: CollectiveCase) -> dict[str, str]:
+    """What findings mask in a message (finding_keys): the collective with its reduce op and
+    async mode, as `prefix` writes them, since one bug spans them; the finding's title lists
+    the collectives, reduce ops and modes its cases have."""
+    return {prefix(case).removeprefix("[collectives] "): "<op>"}
+
+
 def judge(
     case: CollectiveCase,
     answers: list[Answer],
