@@ -17,6 +17,13 @@ Where the device's memory goes through those libraries is measured by the device
 (engine/probe.py: a 1 KiB tensor allocated through them, or not), and the run header says it.
 The first installation happens in the probe's own process, so a layer that cannot patch a
 library crashes the probe, never a case.
+
+The `free` and `realloc` imports of every other library are rewritten as well (`observe`,
+again before each case for libraries loaded since): a block of the backend's that torch or
+another library frees is checked there, and its entry cannot go stale. A stale entry whose
+address another library reused for a larger block read that block's bytes as an overflow of
+the backend's block when the reused block was freed through the backend's library (a false
+`memory` failure, seen once in 13,000 cases with echo_npu's stream worker threads).
 """
 
 from __future__ import annotations
@@ -138,6 +145,7 @@ class HeapZones:
         self.lib.hz_error_at.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
         self.lib.hz_stats.argtypes = [ctypes.POINTER(ctypes.c_ulonglong)]
         self.watched: dict[str, int] = {}  # library -> GOT entries rewritten
+        self.observed = 0  # other libraries whose frees are seen
 
     def install(self, paths: list[str]) -> dict[str, int]:
         """Rewrite the allocation imports of each library (once): {library: entries}."""
@@ -145,6 +153,12 @@ class HeapZones:
             if path not in self.watched:
                 self.watched[path] = int(self.lib.hz_install(path.encode()))
         return {p: n for p, n in self.watched.items() if n > 0}
+
+    def observe(self) -> int:
+        """Rewrite the `free`/`realloc` imports of every library loaded since the last call
+        and not watched (cheap when none was): the number of libraries observed in all."""
+        self.observed += max(0, int(self.lib.hz_observe_others()))
+        return self.observed
 
     def stats(self) -> tuple[int, int, int, int]:
         """(allocations, frees, live blocks, largest malloc'd block) through the layer."""
@@ -165,7 +179,10 @@ class HeapZones:
         return found
 
     def clear(self) -> None:
-        self.check()  # found before this case: not this case's
+        """Before a case: what was found before it is not its own; libraries loaded since the
+        last case get observed."""
+        self.check()
+        self.observe()
 
 
 def watch(module: object, setting: str, cache_dir: str | None) -> tuple[HeapZones | None, str]:
@@ -186,4 +203,8 @@ def watch(module: object, setting: str, cache_dir: str | None) -> tuple[HeapZone
     if not installed:
         return None, f"no allocation import to rewrite in {', '.join(map(os.path.basename, paths))}"
     names = ", ".join(f"{os.path.basename(p)} ({n})" for p, n in installed.items())
-    return zones, f"allocation imports rewritten in {names}"
+    others = zones.observe()
+    return zones, (
+        f"allocation imports rewritten in {names}; frees of {others} other libraries "
+        "observed (a block of the backend's freed there is checked too)"
+    )

@@ -15,8 +15,15 @@
 //   after every sample) and when it leaves: a write into a freed block (use after free) changes
 //   the fill and is reported; a second free of it is a double free.
 //
-// Live blocks are never read except at their own free: a block of ours freed by code outside
-// the watched libraries (a real free) leaves a stale entry whose memory is someone else's.
+// Live blocks are never read except at their own free. A block of ours may be freed by code
+// outside the watched libraries (a C++ object deleted by torch's virtual destructor, a string
+// handed to torch): the `free` and `realloc` imports of every other library of the process are
+// rewritten too (hz_observe_others), so such a free is seen, and the block checked, as ours.
+// Without that, its entry would go stale, its address be reused by some other library's larger
+// block, and that block's own bytes, freed later through a watched library, read as a write past
+// the end of ours (a false overflow, seen once in 13,000 cases with echo_npu's worker threads).
+// Libraries loaded after the last hz_observe_others call, and libc's own internal frees, are not
+// seen: for them a stale entry is still recognised when the reused block is smaller than ours.
 //
 // The user pointer is the pointer the real allocator returned (the red zone is after the block,
 // none before it), so a block the backend hands to code outside its libraries can still be
@@ -32,6 +39,7 @@
 #include <link.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -251,7 +259,9 @@ static void* zoned(void* p, size_t n, void* caller) { return zoned_as(p, n, call
 // size is safe.
 static int still_ours(void* p, const block* b) { return real_usable(p) >= b->n + PAD; }
 
-static int release_user(void* p) {  // 1 if p was handled (ours, stale, or a double free)
+// 1 if p was handled (ours, stale, or, where `doubles`, a double free of a quarantined block:
+// a scan of the quarantine that frees by other libraries, most of them not ours, skip)
+static int release_user(void* p, int doubles) {
   block b, q;
   pthread_mutex_lock(&lock);
   int ours = take(p, &b);
@@ -264,7 +274,7 @@ static int release_user(void* p) {  // 1 if p was handled (ours, stale, or a dou
     ++n_frees;
     check_pad(&b, "at free");
     quarantine_push(b);
-  } else if (quarantined(p, &q)) {
+  } else if (doubles && quarantined(p, &q)) {
     record("double-free", &q, 0, 0, "at free");
     ours = 1;
   }
@@ -305,7 +315,13 @@ static void* hz_calloc(size_t k, size_t n) {
 }
 
 static void hz_free(void* p) {
-  if (p && !release_user(p)) real_free(p);
+  if (p && !release_user(p, 1)) real_free(p);
+}
+
+// free in every other library (OBSERVE): one of our blocks is checked and quarantined as at
+// its own library's free; anything else goes to the real free
+static void hz_foreign_free(void* p) {
+  if (p && !release_user(p, 0)) real_free(p);
 }
 
 static void* hz_realloc(void* p, size_t n) {
@@ -356,10 +372,28 @@ static void hz_delete_sized(void* p, size_t n) {
   hz_free(p);
 }
 
-static const struct {
+// realloc of one of our blocks by another library: the block leaves our table (its red zone
+// checked) and the new one is that library's
+static void* hz_foreign_realloc(void* p, size_t n) {
+  size_t old = p ? size_of(p) : SIZE_MAX;
+  if (old == SIZE_MAX) return real_realloc(p, n);
+  if (!n) {
+    hz_foreign_free(p);
+    return NULL;
+  }
+  void* q = real_malloc(n);
+  if (!q) return NULL;
+  memcpy(q, p, old < n ? old : n);
+  hz_foreign_free(p);
+  return q;
+}
+
+typedef struct {
   const char* name;
   void* hook;
-} HOOKS[] = {
+} hook;
+
+static const hook HOOKS[] = {
     {"malloc", (void*)hz_malloc},
     {"calloc", (void*)hz_calloc},
     {"realloc", (void*)hz_realloc},
@@ -374,11 +408,17 @@ static const struct {
     {"_ZdlPvm", (void*)hz_delete_sized},
     {"_ZdaPvm", (void*)hz_delete_sized},
 };
-#define N_HOOKS (sizeof HOOKS / sizeof HOOKS[0])
+// the imports rewritten in every other library: its frees of our blocks are seen (a free of
+// anything else goes on to the real free at the cost of one table lookup); operator delete is
+// libstdc++'s, whose own `free` import is rewritten like any library's
+static const hook OBSERVE[] = {
+    {"free", (void*)hz_foreign_free},
+    {"realloc", (void*)hz_foreign_realloc},
+};
 
-static void* hook_for(const char* name) {
-  for (size_t i = 0; i < N_HOOKS; ++i)
-    if (!strcmp(HOOKS[i].name, name)) return HOOKS[i].hook;
+static void* hook_in(const hook* hooks, size_t n, const char* name) {
+  for (size_t i = 0; i < n; ++i)
+    if (!strcmp(hooks[i].name, name)) return hooks[i].hook;
   return NULL;
 }
 
@@ -424,7 +464,26 @@ typedef struct {
   const char* path;  // the library to patch (its path as the loader has it)
   int patched;       // GOT entries rewritten
   int found;         // the library was loaded
+  const hook* hooks;  // which imports, and with what
+  size_t n_hooks;
 } target;
+
+// Libraries already patched (watched or observed), by load address; only hz_install and
+// hz_observe_others touch it, under `lock`'s sibling below.
+#define MAX_SEEN 4096
+static uintptr_t seen[MAX_SEEN];
+static size_t n_seen;
+static pthread_mutex_t patch_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int was_seen(uintptr_t base) {
+  for (size_t i = 0; i < n_seen; ++i)
+    if (seen[i] == base) return 1;
+  return 0;
+}
+
+static void mark_seen(uintptr_t base) {
+  if (n_seen < MAX_SEEN && !was_seen(base)) seen[n_seen++] = base;
+}
 
 static uintptr_t absolute(uintptr_t base, uintptr_t value) {
   return value < base ? base + value : value;  // the loader relocated most d_ptr values
@@ -437,7 +496,7 @@ static void patch_relocations(uintptr_t base, const ElfW(Rela) * rel, size_t siz
     unsigned type = ELF64_R_TYPE(rel[i].r_info);
     if (type != R_JUMP_SLOT && type != R_GLOB_DAT) continue;
     const char* name = strtab + symtab[ELF64_R_SYM(rel[i].r_info)].st_name;
-    void* hook = hook_for(name);
+    void* hook = hook_in(t->hooks, t->n_hooks, name);
     if (!hook) continue;
     void** slot = (void**)(base + rel[i].r_offset);
     uintptr_t start = (uintptr_t)slot & ~(uintptr_t)(page - 1);
@@ -447,17 +506,13 @@ static void patch_relocations(uintptr_t base, const ElfW(Rela) * rel, size_t siz
   }
 }
 
-static int visit(struct dl_phdr_info* info, size_t size, void* data) {
-  (void)size;
-  target* t = data;
-  if (!info->dlpi_name || strcmp(info->dlpi_name, t->path)) return 0;
-  t->found = 1;
+static void patch(struct dl_phdr_info* info, target* t) {
   uintptr_t base = info->dlpi_addr;
   const ElfW(Dyn)* dyn = NULL;
   for (int i = 0; i < info->dlpi_phnum; ++i)
     if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
       dyn = (const ElfW(Dyn)*)(base + info->dlpi_phdr[i].p_vaddr);
-  if (!dyn) return 1;
+  if (!dyn) return;
   const ElfW(Sym)* symtab = NULL;
   const char* strtab = NULL;
   const ElfW(Rela)* jmprel = NULL;
@@ -474,10 +529,60 @@ static int visit(struct dl_phdr_info* info, size_t size, void* data) {
       default: break;
     }
   }
-  if (!symtab || !strtab) return 1;
+  if (!symtab || !strtab) return;
   if (jmprel) patch_relocations(base, jmprel, jmprel_size, symtab, strtab, t);
   if (rela) patch_relocations(base, rela, rela_size, symtab, strtab, t);
+}
+
+static int visit(struct dl_phdr_info* info, size_t size, void* data) {
+  (void)size;
+  target* t = data;
+  if (!info->dlpi_name || strcmp(info->dlpi_name, t->path)) return 0;
+  t->found = 1;
+  mark_seen(info->dlpi_addr);
+  patch(info, t);
   return 1;
+}
+
+// Libraries whose frees are not observed: the C library and the loader (their calls to free are
+// internal), allocators and sanitizers that define malloc themselves, and this library.
+static const char* const NOT_OBSERVED[] = {
+    "/libc.so",   "/ld-linux",  "/ld64.so",       "/libc_malloc_debug", "/libasan",
+    "/libtsan",   "/liblsan",   "/libhwasan",     "/libmsan",           "/libjemalloc",
+    "/libtcmalloc", "/libmimalloc", "linux-vdso", "linux-gate",
+};
+
+static int observable(const char* name) {
+  Dl_info self;
+  if (dladdr((void*)&hz_foreign_realloc, &self) && self.dli_fname && !strcmp(name, self.dli_fname))
+    return 0;
+  for (size_t i = 0; i < sizeof NOT_OBSERVED / sizeof NOT_OBSERVED[0]; ++i)
+    if (strstr(name, NOT_OBSERVED[i])) return 0;
+  return 1;
+}
+
+static unsigned long long last_adds;  // objects the loader had loaded at the last visit
+
+typedef struct {
+  int count;  // libraries newly observed
+  int first;  // the visit's first object: is anything loaded since the last visit?
+} observing;
+
+static int visit_other(struct dl_phdr_info* info, size_t size, void* data) {
+  observing* o = data;
+  if (o->first && size >= offsetof(struct dl_phdr_info, dlpi_adds) + sizeof info->dlpi_adds) {
+    if (info->dlpi_adds == last_adds) return 1;  // nothing loaded since: a call per case is cheap
+    last_adds = info->dlpi_adds;
+  }
+  o->first = 0;
+  if (was_seen(info->dlpi_addr)) return 0;
+  mark_seen(info->dlpi_addr);
+  const char* name = info->dlpi_name ? info->dlpi_name : "";
+  if (!observable(name)) return 0;  // the main program has the name "": observed
+  target t = {name, 0, 1, OBSERVE, sizeof OBSERVE / sizeof OBSERVE[0]};
+  patch(info, &t);
+  if (t.patched) ++o->count;
+  return 0;
 }
 
 // ---- the API engine/heap.py calls (ctypes) -----------------------------------------------------
@@ -486,9 +591,23 @@ static int visit(struct dl_phdr_info* info, size_t size, void* data) {
 // -1 if the library is not loaded, -2 if the real functions were not found.
 int hz_install(const char* path) {
   if (resolve_real()) return -2;
-  target t = {path, 0, 0};
+  target t = {path, 0, 0, HOOKS, sizeof HOOKS / sizeof HOOKS[0]};
+  pthread_mutex_lock(&patch_lock);
   dl_iterate_phdr(visit, &t);
+  pthread_mutex_unlock(&patch_lock);
   return t.found ? t.patched : -1;
+}
+
+// Rewrite the `free`/`realloc` imports of every loaded library not watched nor observed yet
+// (call it after hz_install, and again when libraries may have been loaded since): the number of
+// libraries newly observed.
+int hz_observe_others(void) {
+  if (resolve_real()) return -2;
+  observing o = {0, 1};
+  pthread_mutex_lock(&patch_lock);
+  dl_iterate_phdr(visit_other, &o);
+  pthread_mutex_unlock(&patch_lock);
+  return o.count;
 }
 
 // Check every quarantined block's fill and red zone (live blocks are checked at their free: a
