@@ -19,6 +19,11 @@ over 2 is what the run would take on 2 idle cores).
   with only the older ones (`--values ordinary,special,promotion`), CPU seconds, warm caches
 - the heap red zones of issue 48 (on by default): the default run <= 1.1x the same run with
   `--heap-zones off` (CPU seconds)
+- the runtime contract cases and the -asynchronous mode of issue 46 (on by default): the default
+  run <= 1.15x the same run without them (`--ignore conformance/contract`, `--modes` without
+  asynchronous; CPU seconds)
+- the collectives family (issue 47): its default selection (`pytest conformance/collectives
+  -n 2`, every world size) <= 10 min; the default run carries only its core selection
 - `--fallback-ops all -n 2` <= 5 min (with --all: takes minutes)
 - the compiled axis (with --compile, issue 33): `--modes compile -k compile -n 2` (the -compile
   cases, the compile and AOTInductor scenarios) with cold and then warm Inductor caches, and
@@ -41,6 +46,8 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+from conformance.harness.options import DEFAULT_MODES  # noqa: E402
 
 
 def run(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
@@ -263,6 +270,31 @@ def heap_zones_ratio(env: dict[str, str], default_cpu: float) -> None:
     )
 
 
+def runtime_ratio(env: dict[str, str], default_cpu: float) -> None:
+    """The default run against the same run without the runtime contract cases and the
+    -asynchronous mode (CPU seconds)."""
+    modes = ",".join(m for m in DEFAULT_MODES if m != "asynchronous")
+    args = ["-n", "2", "--ignore", "conformance/contract", "--modes", modes]
+    without = full_run("default run without the contract and -asynchronous", args, env, 2)
+    ratio = default_cpu / without
+    print(
+        f"runtime contract: the default run costs {ratio:.2f}x the run without the contract "
+        f"cases and -asynchronous (CPU seconds; target <= 1.15x: {verdict(ratio, 1.15)})"
+    )
+
+
+def collectives_selection(env: dict[str, str]) -> None:
+    """The collectives family's default selection alone, as `nox -s collectives` runs it."""
+    results = tempfile.mkdtemp()
+    cmd = [sys.executable, "-m", "pytest", "conformance/collectives", "-q", "-p", "no:randomly"]
+    wall, cpu, summary = run([*cmd, "-n", "2", "--results", results], env)
+    shutil.rmtree(results, ignore_errors=True)
+    print(
+        f"collectives default selection (-n 2): {wall / 60:.2f} min wall (target <= 10 min: "
+        f"{verdict(wall, 600)}); {cpu:.0f} s CPU  [{summary}] [{load()}]"
+    )
+
+
 def compile_axis(env: dict[str, str], default_cpu: float | None) -> None:
     """The -compile cases and compiled-path scenarios, cold then warm Inductor caches (a fresh
     cache folder of this run), against the default run's CPU seconds."""
@@ -337,6 +369,8 @@ def main() -> None:
         modes_ratio(env, default_cpu)
         value_sets_ratio(env, default_cpu)
         heap_zones_ratio(env, default_cpu)
+        runtime_ratio(env, default_cpu)
+        collectives_selection(env)
     if opts.compile:
         compile_axis(env, default_cpu)
     if opts.all:

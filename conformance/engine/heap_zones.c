@@ -99,6 +99,15 @@ static size_t hash(void* p) {
   return (size_t)x;
 }
 
+// Live blocks per hash slot (a counting filter, updated under `lock`): a free by another
+// library whose slot counts none is not ours, and goes to the real free without the lock.
+#define FILTER_BITS 18
+static uint16_t filter[1u << FILTER_BITS];
+
+static uint16_t* slot_of(void* p) { return &filter[(hash(p) >> 40) & ((1u << FILTER_BITS) - 1)]; }
+
+static int maybe_ours(void* p) { return __atomic_load_n(slot_of(p), __ATOMIC_ACQUIRE) != 0; }
+
 static void grow(void) {
   size_t old = capacity;
   block* prev = table;
@@ -136,6 +145,7 @@ static void add(void* p, size_t n, void* caller, int object) {
   }
   table[j] = (block){p, n, caller, object};
   ++live;
+  __atomic_add_fetch(slot_of(p), 1, __ATOMIC_RELEASE);
 }
 
 static int take(void* p, block* out) {  // remove p; 1 if it was ours
@@ -146,6 +156,7 @@ static int take(void* p, block* out) {  // remove p; 1 if it was ours
       *out = table[j];
       table[j].n = SIZE_MAX;
       --live;
+      __atomic_sub_fetch(slot_of(p), 1, __ATOMIC_RELEASE);
       return 1;
     }
     j = (j + 1) & (capacity - 1);
@@ -321,7 +332,7 @@ static void hz_free(void* p) {
 // free in every other library (OBSERVE): one of our blocks is checked and quarantined as at
 // its own library's free; anything else goes to the real free
 static void hz_foreign_free(void* p) {
-  if (p && !release_user(p, 0)) real_free(p);
+  if (p && (!maybe_ours(p) || !release_user(p, 0))) real_free(p);
 }
 
 static void* hz_realloc(void* p, size_t n) {
@@ -375,7 +386,7 @@ static void hz_delete_sized(void* p, size_t n) {
 // realloc of one of our blocks by another library: the block leaves our table (its red zone
 // checked) and the new one is that library's
 static void* hz_foreign_realloc(void* p, size_t n) {
-  size_t old = p ? size_of(p) : SIZE_MAX;
+  size_t old = p && maybe_ours(p) ? size_of(p) : SIZE_MAX;
   if (old == SIZE_MAX) return real_realloc(p, n);
   if (!n) {
     hz_foreign_free(p);
