@@ -15,7 +15,12 @@ import torch
 from conformance.engine.collectives.judge import key_masks
 from conformance.engine.collectives.spec import CollectiveCase
 from conformance.harness.collectives_plan import PREFIX, CollectivesPlan, manifest_key
-from conformance.harness.family_expectations import expect_family, expected_by, unexpected_pass
+from conformance.harness.family_expectations import (
+    expect_family,
+    expected_by,
+    report_message,
+    unexpected_pass,
+)
 from conformance.harness.nodes import COLLECTIVES_DIR, record_id
 from conformance.record import CaseRecord, Status
 
@@ -89,11 +94,8 @@ def collective_record(
     its pytest report."""
     verdict = getattr(item, "collective_verdict", None)
     message = verdict.message if verdict is not None else None
-    if message is None and not report.passed:
-        crash = getattr(report.longrepr, "reprcrash", None)
-        message = str(crash.message) if crash is not None else str(report.longrepr)
-        if isinstance(report.longrepr, tuple):  # skipped: (file, line, reason)
-            message = str(report.longrepr[2])
+    if message is None:
+        message = report_message(report)
     record = new_collective_record(suite, item.nodeid, Status.PASSED, plan, message=message)
     if verdict is not None and verdict.status in _STATUS:
         record.status, record.check = _STATUS[verdict.status]

@@ -13,7 +13,12 @@ import torch
 
 from conformance.engine.runtime_contract import item_of_test
 from conformance.harness.expectations import family_key
-from conformance.harness.family_expectations import expect_family, expected_by, unexpected_pass
+from conformance.harness.family_expectations import (
+    expect_family,
+    expected_by,
+    report_message,
+    unexpected_pass,
+)
 from conformance.harness.nodes import CONTRACT_DIR, record_id
 from conformance.record import CaseRecord, Status
 
@@ -64,12 +69,7 @@ def _file(nodeid: str) -> str:
 
 def contract_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) -> CaseRecord:
     """The record of a contract case from its pytest report."""
-    message = None
-    if not report.passed:
-        crash = getattr(report.longrepr, "reprcrash", None)
-        message = str(crash.message) if crash is not None else str(report.longrepr)
-        if isinstance(report.longrepr, tuple):  # skipped: (file, line, reason)
-            message = str(report.longrepr[2])
+    message = report_message(report)
     record = new_contract_record(suite, item.nodeid, Status.PASSED, message=message)
     key = contract_key(item.nodeid)
     entry = expected_by(suite, record, key)

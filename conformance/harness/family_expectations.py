@@ -16,6 +16,17 @@ if TYPE_CHECKING:
     from conformance.harness.suite import Suite
 
 
+def report_message(report: pytest.TestReport) -> str | None:
+    """What a family case's pytest report says went wrong (None for a pass): the crash line of
+    a failure, the reason of a skip."""
+    if report.passed:
+        return None
+    if isinstance(report.longrepr, tuple):  # skipped: (file, line, reason)
+        return str(report.longrepr[2])
+    crash = getattr(report.longrepr, "reprcrash", None)
+    return str(crash.message) if crash is not None else str(report.longrepr)
+
+
 def expect_family(suite: Suite, item: pytest.Item, key: str) -> None:
     """Mark `item` with what the manifest entry matching `key` expects, if any (unsupported
     only changes how the case's skip is recorded)."""

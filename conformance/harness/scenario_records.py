@@ -12,7 +12,12 @@ import torch
 
 from conformance.engine.foundations import Blame
 from conformance.harness.expectations import scenario_key
-from conformance.harness.family_expectations import expect_family, expected_by, unexpected_pass
+from conformance.harness.family_expectations import (
+    expect_family,
+    expected_by,
+    report_message,
+    unexpected_pass,
+)
 from conformance.harness.nodes import record_id
 from conformance.harness.verdicts import undeclared
 from conformance.record import CaseRecord, Status, missing_kernel
@@ -30,12 +35,7 @@ def expect_scenario(suite: Suite, item: pytest.Item) -> None:
 
 def scenario_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) -> CaseRecord:
     """The result record of an end-to-end scenario (conformance/scenarios)."""
-    message = None
-    if not report.passed:
-        crash = getattr(report.longrepr, "reprcrash", None)
-        message = str(crash.message) if crash is not None else str(report.longrepr)
-        if isinstance(report.longrepr, tuple):  # skipped: (file, line, reason)
-            message = str(report.longrepr[2])
+    message = report_message(report)
     record = CaseRecord(
         id=item.nodeid.split("::", 1)[-1],
         status=Status.PASSED,
