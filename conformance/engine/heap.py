@@ -40,6 +40,8 @@ from dataclasses import dataclass
 
 PAD = 256  # bytes of red zone after each block (heap_zones.c's PAD)
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "heap_zones.c")
+# -fexceptions: the real operator new may throw through the layer's hook
+FLAGS = ("-O2", "-fexceptions", "-shared", "-fPIC")
 # the user's --heap-zones text: "auto" (the backend's package), "off", or extra library globs
 AUTO, OFF = "auto", "off"
 
@@ -82,13 +84,14 @@ def build(cache_dir: str) -> str:
         raise HeapUnavailable("no C compiler (cc) to build the suite's heap layer")
     with open(SOURCE, "rb") as f:
         source = f.read()
-    key = hashlib.sha1(source + compiler.encode() + sys.platform.encode()).hexdigest()[:12]
+    built_with = " ".join((compiler, *FLAGS, sys.platform)).encode()
+    key = hashlib.sha1(source + built_with).hexdigest()[:12]
     os.makedirs(cache_dir, exist_ok=True)
     path = os.path.join(cache_dir, f"heap_zones-{key}.so")
     if os.path.exists(path):
         return path
     tmp = f"{path}.{os.getpid()}.tmp"
-    cmd = [compiler, "-O2", "-shared", "-fPIC", "-o", tmp, SOURCE, "-ldl", "-lpthread"]
+    cmd = [compiler, *FLAGS, "-o", tmp, SOURCE, "-ldl", "-lpthread"]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as exc:

@@ -68,7 +68,7 @@ typedef struct {
   void* p;
   size_t n;
   void* caller;  // the return address of the allocating call (its library names the block)
-  int object;    // allocated by operator new: a C++ object, not counted as device memory
+  int object;    // 0 malloc & co., 1 operator new, 2 operator new[] (objects: not device memory)
 } block;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -218,7 +218,17 @@ static void check_freed(const block* b, const char* when) {
   check_pad(b, when);
 }
 
-static void release(block* b) { real_free(b->p); }
+// the real function that matches the block's allocation (ASan tells malloc from new from new[])
+static void (*real_delete)(void*);
+static void (*real_delete_array)(void*);
+static void release(block* b) {
+  if (b->object == 1)
+    real_delete(b->p);
+  else if (b->object == 2)
+    real_delete_array(b->p);
+  else
+    real_free(b->p);
+}
 
 static void quarantine_push(block b) {
   if (b.n > FILL_LIMIT) {
@@ -270,16 +280,16 @@ static void* zoned(void* p, size_t n, void* caller) { return zoned_as(p, n, call
 // size is safe.
 static int still_ours(void* p, const block* b) { return real_usable(p) >= b->n + PAD; }
 
-// 1 if p was handled (ours, stale, or, where `doubles`, a double free of a quarantined block:
-// a scan of the quarantine that frees by other libraries, most of them not ours, skip)
+// 1 if p was handled (ours, or, where `doubles`, a double free of a quarantined block: a scan
+// of the quarantine that frees by other libraries, most of them not ours, skip); 0 when the
+// caller must free it with its own real function (not ours, or a stale entry's address)
 static int release_user(void* p, int doubles) {
   block b, q;
   pthread_mutex_lock(&lock);
   int ours = take(p, &b);
   if (ours && !still_ours(p, &b)) {
     pthread_mutex_unlock(&lock);
-    real_free(p);
-    return 1;
+    return 0;
   }
   if (ours) {
     ++n_frees;
@@ -365,22 +375,26 @@ static void* hz_memalign(size_t align, size_t n) {
   return zoned(real_memalign(align, n + PAD), n, CALLER);
 }
 
-// operator new/delete (Itanium names): new never returns null, so a failure goes to the real
-// operator, which throws
+// operator new/delete (Itanium names), through the real operators, so that a block of ours
+// deleted elsewhere, or one of elsewhere deleted here, meets the operator it was allocated by
+// (ASan reports new/free mismatches); the real new throws on failure (built with -fexceptions)
 static void* (*real_new)(size_t);
 static void* (*real_new_array)(size_t);
-static void* hz_new(size_t n) {
-  void* p = real_malloc(n + PAD);
-  return p ? zoned_as(p, n, CALLER, 1) : real_new(n);
+static void* hz_new(size_t n) { return zoned_as(real_new(n + PAD), n, CALLER, 1); }
+static void* hz_new_array(size_t n) { return zoned_as(real_new_array(n + PAD), n, CALLER, 2); }
+static void hz_delete(void* p) {
+  if (p && !release_user(p, 1)) real_delete(p);
 }
-static void* hz_new_array(size_t n) {
-  void* p = real_malloc(n + PAD);
-  return p ? zoned_as(p, n, CALLER, 1) : real_new_array(n);
+static void hz_delete_array(void* p) {
+  if (p && !release_user(p, 1)) real_delete_array(p);
 }
-static void hz_delete(void* p) { hz_free(p); }
 static void hz_delete_sized(void* p, size_t n) {
   (void)n;
-  hz_free(p);
+  hz_delete(p);
+}
+static void hz_delete_array_sized(void* p, size_t n) {
+  (void)n;
+  hz_delete_array(p);
 }
 
 // realloc of one of our blocks by another library: the block leaves our table (its red zone
@@ -415,9 +429,9 @@ static const hook HOOKS[] = {
     {"_Znwm", (void*)hz_new},
     {"_Znam", (void*)hz_new_array},
     {"_ZdlPv", (void*)hz_delete},
-    {"_ZdaPv", (void*)hz_delete},
+    {"_ZdaPv", (void*)hz_delete_array},
     {"_ZdlPvm", (void*)hz_delete_sized},
-    {"_ZdaPvm", (void*)hz_delete_sized},
+    {"_ZdaPvm", (void*)hz_delete_array_sized},
 };
 // the imports rewritten in every other library: its frees of our blocks are seen (a free of
 // anything else goes on to the real free at the cost of one table lookup); operator delete is
@@ -427,7 +441,12 @@ static const hook OBSERVE[] = {
     {"realloc", (void*)hz_foreign_realloc},
 };
 
+// Under ASan (its runtime in the process) operator new/delete stay ASan's: its own red zones
+// cover C++ objects, and a block this layer enlarged would fail its new/delete size checks.
+static int objects_hooked = 1;
+
 static void* hook_in(const hook* hooks, size_t n, const char* name) {
+  if (!objects_hooked && !strncmp(name, "_Z", 2)) return NULL;
   for (size_t i = 0; i < n; ++i)
     if (!strcmp(hooks[i].name, name)) return hooks[i].hook;
   return NULL;
@@ -456,8 +475,15 @@ static int resolve_real(void) {
   real_usable = &malloc_usable_size;
   real_new = dlsym(RTLD_DEFAULT, "_Znwm");
   real_new_array = dlsym(RTLD_DEFAULT, "_Znam");
-  if (!real_new) real_new = real_malloc;  // no libstdc++ loaded: nothing imports operator new
-  if (!real_new_array) real_new_array = real_malloc;
+  objects_hooked = dlsym(RTLD_DEFAULT, "__asan_init") == NULL;
+  real_delete = dlsym(RTLD_DEFAULT, "_ZdlPv");
+  real_delete_array = dlsym(RTLD_DEFAULT, "_ZdaPv");
+  // no libstdc++ loaded: nothing imports operator new
+  if (!real_new || !real_delete) real_new = real_malloc, real_delete = real_free;
+  if (!real_new_array || !real_delete_array) {
+    real_new_array = real_malloc;
+    real_delete_array = real_free;
+  }
   return real_malloc && real_free && real_realloc && real_posix_memalign ? 0 : -1;
 }
 
