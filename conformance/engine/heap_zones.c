@@ -68,7 +68,7 @@ typedef struct {
   void* p;
   size_t n;
   void* caller;  // the return address of the allocating call (its library names the block)
-  int object;    // 0 malloc & co., 1 operator new, 2 operator new[] (objects: not device memory)
+  int object;    // allocated by operator new: a C++ object, not counted as device memory
 } block;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -218,17 +218,10 @@ static void check_freed(const block* b, const char* when) {
   check_pad(b, when);
 }
 
-// the real function that matches the block's allocation (ASan tells malloc from new from new[])
-static void (*real_delete)(void*);
-static void (*real_delete_array)(void*);
-static void release(block* b) {
-  if (b->object == 1)
-    real_delete(b->p);
-  else if (b->object == 2)
-    real_delete_array(b->p);
-  else
-    real_free(b->p);
-}
+// Called under `lock`: only the real free, never a function that may reach a rewritten `free`
+// (libstdc++'s operator delete calls `free` through its own GOT, which hz_observe_others
+// rewrites: a call from here would take `lock` again).
+static void release(block* b) { real_free(b->p); }
 
 static void quarantine_push(block b) {
   if (b.n > FILL_LIMIT) {
@@ -375,26 +368,23 @@ static void* hz_memalign(size_t align, size_t n) {
   return zoned(real_memalign(align, n + PAD), n, CALLER);
 }
 
-// operator new/delete (Itanium names), through the real operators, so that a block of ours
-// deleted elsewhere, or one of elsewhere deleted here, meets the operator it was allocated by
-// (ASan reports new/free mismatches); the real new throws on failure (built with -fexceptions)
+// operator new/delete (Itanium names), over malloc/free as libstdc++'s are (under ASan they
+// are not rewritten: hook_in): new never returns null, so a failure goes to the real operator,
+// which throws (the layer is built with -fexceptions)
 static void* (*real_new)(size_t);
 static void* (*real_new_array)(size_t);
-static void* hz_new(size_t n) { return zoned_as(real_new(n + PAD), n, CALLER, 1); }
-static void* hz_new_array(size_t n) { return zoned_as(real_new_array(n + PAD), n, CALLER, 2); }
-static void hz_delete(void* p) {
-  if (p && !release_user(p, 1)) real_delete(p);
+static void* hz_new(size_t n) {
+  void* p = real_malloc(n + PAD);
+  return p ? zoned_as(p, n, CALLER, 1) : real_new(n);
 }
-static void hz_delete_array(void* p) {
-  if (p && !release_user(p, 1)) real_delete_array(p);
+static void* hz_new_array(size_t n) {
+  void* p = real_malloc(n + PAD);
+  return p ? zoned_as(p, n, CALLER, 1) : real_new_array(n);
 }
+static void hz_delete(void* p) { hz_free(p); }
 static void hz_delete_sized(void* p, size_t n) {
   (void)n;
-  hz_delete(p);
-}
-static void hz_delete_array_sized(void* p, size_t n) {
-  (void)n;
-  hz_delete_array(p);
+  hz_free(p);
 }
 
 // realloc of one of our blocks by another library: the block leaves our table (its red zone
@@ -429,9 +419,9 @@ static const hook HOOKS[] = {
     {"_Znwm", (void*)hz_new},
     {"_Znam", (void*)hz_new_array},
     {"_ZdlPv", (void*)hz_delete},
-    {"_ZdaPv", (void*)hz_delete_array},
+    {"_ZdaPv", (void*)hz_delete},
     {"_ZdlPvm", (void*)hz_delete_sized},
-    {"_ZdaPvm", (void*)hz_delete_array_sized},
+    {"_ZdaPvm", (void*)hz_delete_sized},
 };
 // the imports rewritten in every other library: its frees of our blocks are seen (a free of
 // anything else goes on to the real free at the cost of one table lookup); operator delete is
@@ -476,14 +466,8 @@ static int resolve_real(void) {
   real_new = dlsym(RTLD_DEFAULT, "_Znwm");
   real_new_array = dlsym(RTLD_DEFAULT, "_Znam");
   objects_hooked = dlsym(RTLD_DEFAULT, "__asan_init") == NULL;
-  real_delete = dlsym(RTLD_DEFAULT, "_ZdlPv");
-  real_delete_array = dlsym(RTLD_DEFAULT, "_ZdaPv");
-  // no libstdc++ loaded: nothing imports operator new
-  if (!real_new || !real_delete) real_new = real_malloc, real_delete = real_free;
-  if (!real_new_array || !real_delete_array) {
-    real_new_array = real_malloc;
-    real_delete_array = real_free;
-  }
+  if (!real_new) real_new = real_malloc;  // no libstdc++ loaded: nothing imports operator new
+  if (!real_new_array) real_new_array = real_malloc;
   return real_malloc && real_free && real_realloc && real_posix_memalign ? 0 : -1;
 }
 

@@ -165,3 +165,46 @@ def test_without_observing_other_libraries_a_stale_entry_reads_as_an_overflow(tm
         pytest.skip("malloc did not reuse the address here: the stale entry was not exercised")
     assert 'stale ["256 byte(s) written past the end of a heap block of 56 bytes' in out, out
     assert "foreign []" in out, out
+
+
+OBJECTS_CPP = """
+#include <cstddef>
+struct Obj { char bytes[64]; };
+extern "C" void* w_new() { return new Obj; }
+extern "C" void w_delete(void* p) { delete static_cast<Obj*>(p); }
+"""
+EVICTIONS = """
+import ctypes, sys
+from conformance.engine import heap
+ctypes.CDLL("libstdc++.so.6", mode=ctypes.RTLD_GLOBAL)  # as torch's import makes it
+w = ctypes.CDLL(f"{sys.argv[1]}/libobjects.so")
+w.w_new.restype = ctypes.c_void_p
+w.w_delete.argtypes = [ctypes.c_void_p]
+zones = heap.HeapZones(heap.build(sys.argv[1]))
+zones.install([f"{sys.argv[1]}/libobjects.so"])
+zones.observe()  # libstdc++'s own `free` import now reaches the layer too
+# live blocks in a third of the hash slots of the layer's filter, so that a free of an evicted block
+# looks like one of ours and takes the lock
+live = [w.w_new() for _ in range(100_000)]
+for _ in range(1000):  # the quarantine (256 blocks) evicts under the layer's lock
+    w.w_delete(w.w_new())
+for q in live:
+    w.w_delete(q)
+print("evicted", zones.check())
+"""
+
+
+def test_quarantined_objects_are_evicted_without_reentering_the_layer(tmp_path):
+    """A C++ object of a watched library leaves the quarantine under the layer's lock: freed
+    there with the real free, never through operator delete, whose own `free` call the
+    observation rewrites (a release through it took the lock again: every run deadlocked)."""
+    (tmp_path / "objects.cpp").write_text(OBJECTS_CPP)
+    cmd = ["g++", "-O0", "-shared", "-fPIC", "-o", str(tmp_path / "libobjects.so")]
+    subprocess.run([*cmd, str(tmp_path / "objects.cpp")], check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", EVICTIONS, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and "evicted []" in done.stdout, done.stderr[-3000:]
