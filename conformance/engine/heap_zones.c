@@ -490,7 +490,7 @@ typedef struct {
 } target;
 
 // Libraries already patched (watched or observed), by load address; only hz_install and
-// hz_observe_others touch it, under `lock`'s sibling below.
+// hz_observe_others touch it, under patch_lock.
 #define MAX_SEEN 4096
 static uintptr_t seen[MAX_SEEN];
 static size_t n_seen;

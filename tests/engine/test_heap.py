@@ -20,13 +20,25 @@ libc = ctypes.CDLL(None)
 """
 
 
-def _run(tmp_path, body: str) -> str:
-    code = PRELUDE + textwrap.dedent(body)
+def _python(code: str, *args: str, timeout: int = 120) -> str:
+    """The output of `code` in a fresh interpreter (the layer patches it for its life)."""
     done = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
+
+
+def _library(tmp_path, name: str, source: str, compiler: str = "gcc") -> None:
+    """lib<name>.so in tmp_path, built from `source`."""
+    src = tmp_path / (f"{name}.cpp" if compiler == "g++" else f"{name}.c")
+    src.write_text(source)
+    out = str(tmp_path / f"lib{name}.so")
+    subprocess.run([compiler, "-O0", "-shared", "-fPIC", "-o", out, str(src)], check=True)
+
+
+def _run(tmp_path, body: str) -> str:
+    return _python(PRELUDE + textwrap.dedent(body), str(tmp_path))
 
 
 def test_a_write_past_the_end_is_seen_at_free_with_its_size(tmp_path):
@@ -134,18 +146,9 @@ print("foreign", [e.describe() for e in zones.check()])
 
 
 def _foreign_frees(tmp_path, mode: str) -> str:
-    for name, source in (("w", WATCHED_C), ("f", FOREIGN_C)):
-        (tmp_path / f"{name}.c").write_text(source)
-        cmd = ["gcc", "-O0", "-shared", "-fPIC", "-o", str(tmp_path / f"lib{name}.so")]
-        subprocess.run([*cmd, str(tmp_path / f"{name}.c")], check=True)
-    done = subprocess.run(
-        [sys.executable, "-c", FOREIGN_FREES, str(tmp_path), mode],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
+    _library(tmp_path, "w", WATCHED_C)
+    _library(tmp_path, "f", FOREIGN_C)
+    return _python(FOREIGN_FREES, str(tmp_path), mode)
 
 
 def test_a_block_freed_by_another_library_is_checked_and_never_goes_stale(tmp_path):
@@ -183,8 +186,8 @@ w.w_delete.argtypes = [ctypes.c_void_p]
 zones = heap.HeapZones(heap.build(sys.argv[1]))
 zones.install([f"{sys.argv[1]}/libobjects.so"])
 zones.observe()  # libstdc++'s own `free` import now reaches the layer too
-# live blocks in a third of the hash slots of the layer's filter, so that a free of an evicted block
-# looks like one of ours and takes the lock
+# live blocks in a third of the hash slots of the layer's filter, so that the free of an
+# evicted block looks like one of ours and takes the lock
 live = [w.w_new() for _ in range(100_000)]
 for _ in range(1000):  # the quarantine (256 blocks) evicts under the layer's lock
     w.w_delete(w.w_new())
@@ -198,13 +201,5 @@ def test_quarantined_objects_are_evicted_without_reentering_the_layer(tmp_path):
     """A C++ object of a watched library leaves the quarantine under the layer's lock: freed
     there with the real free, never through operator delete, whose own `free` call the
     observation rewrites (a release through it took the lock again: every run deadlocked)."""
-    (tmp_path / "objects.cpp").write_text(OBJECTS_CPP)
-    cmd = ["g++", "-O0", "-shared", "-fPIC", "-o", str(tmp_path / "libobjects.so")]
-    subprocess.run([*cmd, str(tmp_path / "objects.cpp")], check=True)
-    done = subprocess.run(
-        [sys.executable, "-c", EVICTIONS, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0 and "evicted []" in done.stdout, done.stderr[-3000:]
+    _library(tmp_path, "objects", OBJECTS_CPP, compiler="g++")
+    assert "evicted []" in _python(EVICTIONS, str(tmp_path), timeout=60)
