@@ -7,4 +7,8 @@ Run it with plain pytest (`pytest conformance`); see `docs/ARCHITECTURE.md` for 
 # child process of the suite gets back (engine/interpreter.py)
 from conformance.engine import interpreter as _interpreter  # noqa: F401, E402
 
+# numpy's OpenBLAS starts its thread server at import: a process of the suite keeps one thread
+# until it needs more, so that it may fork (engine/forking.py); the CPU references are torch's
+_interpreter.quiet_blas()
+
 __version__ = "0.1.0"

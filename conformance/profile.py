@@ -6,9 +6,11 @@
     python -m conformance.profile --backend lazy_backend:register --device lazy
 
 Prints the device profile (engine/profile.py) a run would use: every fact with its value and
-how it was learned (asked of torch, or probed in a forked child or a fresh process, as the run
-probes it: the device is never initialised in this process before a fork). Also lists the
-checks the profile leaves out, and why. Exit status 0; 2 with a one-line error for bad input.
+how it was learned (asked of torch, or probed as the run probes it: in a fresh interpreter, by
+a child forked from it before it touched the device, and a second process that opens the
+device meanwhile: engine/probe.py; this process never touches the device or its driver).
+Also lists the checks the profile leaves out, and why. Answers within 30 s on any device.
+Exit status 0; 2 with a one-line error for bad input.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import json
 import sys
 
 from conformance.engine.backend import load_backend
-from conformance.engine.probe import initialised, probe_in_fork, probe_in_fresh_process
+from conformance.engine.probe import probe_isolated
 from conformance.engine.sample_run import checks_left_out
 from conformance.errors import ConformanceUsageError
 
@@ -32,13 +34,6 @@ def main(argv: list[str] | None = None) -> int:
         "--backend", help="MODULE or MODULE:FUNCTION (default: autoloaded backend, or echo_npu)"
     )
     parser.add_argument("--device", help="device type, where the module registers another")
-    parser.add_argument(
-        "--probe",
-        choices=("auto", "fork", "spawn"),
-        default="auto",
-        help="where to probe the device: a forked child (auto, unless the import initialised "
-        "the device or a forked child cannot use it) or a fresh interpreter",
-    )
     parser.add_argument("--heap-zones", default="auto", help="as the suite's --heap-zones")
     args = parser.parse_args(argv)
     try:
@@ -47,11 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     backend.heap_zones = args.heap_zones
-    probe = None
-    if args.probe in ("auto", "fork") and not initialised(backend):
-        probe = probe_in_fork(backend)
-    if probe is None or (not probe.usable and args.probe == "auto"):
-        probe = probe_in_fresh_process(backend)
+    probe = probe_isolated(backend)
     profile = backend.declared_profile(ask_compiler=True).with_probe(probe.facts())
     out = {
         "backend": backend.spec,

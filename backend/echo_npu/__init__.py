@@ -29,12 +29,19 @@ _NO_HOOKS = _env.no_hooks()
 _REGISTRATION = _env.registration()
 _ASYNC = _env.async_mode()
 _DELAYS = _env.delays(_ASYNC)
+_RUNTIME = _env.runtime_personality()
 
 # the settings must be validated before the library loads
-from . import _C, _streams  # noqa: E402
+from . import _C, _exit, _streams  # noqa: E402
 from ._streams import clear_delays, is_async, set_delay  # noqa: E402, F401
 
 _streams.configure(_ASYNC, _DELAYS)
+# runtime personalities (ECHO_NPU_RUNTIME): bit i is _env.RUNTIME_PERSONALITIES[i]
+_C.set_runtime_personality(
+    sum(1 << _env.RUNTIME_PERSONALITIES.index(name) for name in _RUNTIME),
+    _env.device_lock_path() if "exclusive" in _RUNTIME else "",
+    DEVICE_NAME,
+)
 
 
 def _register_device() -> None:
@@ -62,6 +69,9 @@ def _register_device() -> None:
     # what Inductor builds for npu (cpp_wrapper modules, AOTI models, also from its caches
     # without compiling again) calls aoti_torch_npu_* shims: make _C's symbols global
     _C.export_aoti_shims()
+    # before the interpreter finalises, torch's autograd device threads let go of earlier
+    # backward passes (a torch 2.13 race aborted scripts at exit: _exit.py)
+    _exit.register()
 
     from . import device as device_module
 
@@ -163,6 +173,14 @@ def set_faults(names: list[str]) -> None:
 
 def get_faults() -> list[str]:
     return list(_C.get_faults())
+
+
+def runtime_personality() -> tuple[str, ...]:
+    """The runtime personalities in effect (``ECHO_NPU_RUNTIME``: ``threaded``, ``exclusive``,
+    ``slow_init``, ``teardown_hang``; empty by default), for echo_npu's own tests. echo_npu's
+    switch only: not a protocol hook, not in ``__all__``."""
+    flags = _C.runtime_personality()
+    return tuple(n for i, n in enumerate(_env.RUNTIME_PERSONALITIES) if flags >> i & 1)
 
 
 def kernel_launches() -> int:

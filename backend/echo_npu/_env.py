@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import tempfile
 
 ALLOCATOR_MODES = ("malloc", "aligned", "guard", "page")
 DEVICE_NAMES = ("npu", "privateuseone")
@@ -131,3 +132,33 @@ def delays(asynchronous: bool) -> list[tuple[str, str, int]]:
     if out and not asynchronous:
         raise ValueError("ECHO_NPU_DELAY needs ECHO_NPU_ASYNC=1 (work runs at once otherwise)")
     return out
+
+
+# ECHO_NPU_RUNTIME's names, in the order of the runtime's personality bits (runtime.h)
+RUNTIME_PERSONALITIES = ("threaded", "exclusive", "slow_init", "teardown_hang")
+
+
+def runtime_personality() -> tuple[str, ...]:
+    """``ECHO_NPU_RUNTIME``: comma-separated runtime personalities (default none: today's
+    runtime), behaviours of real vendor runtimes: ``threaded`` (driver threads; a forked child
+    of an initialised process hangs when it touches the device), ``exclusive`` (one process may
+    open the device), ``slow_init`` (initialisation takes 2 s), ``teardown_hang`` (a process
+    that initialised the device never ends at a normal exit). Returned in the canonical order."""
+    names = _split(os.environ.get("ECHO_NPU_RUNTIME", ""))
+    for name in names:
+        if name not in RUNTIME_PERSONALITIES:
+            raise ValueError(
+                f"invalid ECHO_NPU_RUNTIME item {name!r}; valid names: "
+                f"{', '.join(RUNTIME_PERSONALITIES)} (comma-separated)"
+            )
+    return tuple(n for n in RUNTIME_PERSONALITIES if n in names)
+
+
+def device_lock_path() -> str:
+    """``ECHO_NPU_DEVICE_LOCK``: the lock file of the ``exclusive`` personality (default
+    ``<temp dir>/echo_npu-<uid>.device.lock``, one per user)."""
+    path = os.environ.get("ECHO_NPU_DEVICE_LOCK", "").strip()
+    if path:
+        return path
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return os.path.join(tempfile.gettempdir(), f"echo_npu-{uid}.device.lock")

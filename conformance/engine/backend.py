@@ -20,6 +20,7 @@ import contextlib
 import functools
 import importlib
 import inspect
+import os
 import re
 import sys
 from collections.abc import Iterator
@@ -75,17 +76,9 @@ class Backend:
             self.dispatch_key,
             self.lazy.name if self.lazy is not None else None,
             self.compiler if ask_compiler else None,
-            self.device_count(),
             collectives_for(self.device_type),
-            self._counted_by(),
             delay_injector=callable(self.hook("set_delay")),
         )
-
-    def _counted_by(self) -> str:
-        module = f"torch.{self.device_type}"
-        if callable(getattr(self.device_module, "device_count", None)):
-            return f"{module}.device_count()"
-        return f"{module} has no device_count(): one device"
 
     @functools.cached_property
     def compiler(self) -> str:
@@ -275,11 +268,18 @@ def autoload_enabled() -> bool:
 
 
 # ---- loading ------------------------------------------------------------------------------------
+#: CUDA's is_available()/device_count() ask NVML instead of initialising the driver (a process
+#: whose driver is initialised may not fork: engine/forking.py)
+PROBE_ENVIRONMENT = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+
+
 def load_backend(spec: str | None, device: str | None = None) -> Backend:
     """Find or import the backend module (which registers its device) and call its register
-    function if `spec` names one (`MODULE:FUNCTION`); never touch the device. Whatever the
-    backend's runtime did to the environment that selects a child's interpreter is undone
-    (engine/interpreter.py)."""
+    function if `spec` names one (`MODULE:FUNCTION`); never touch the device or its driver.
+    Whatever the backend's runtime did to the environment that selects a child's interpreter
+    is undone (engine/interpreter.py)."""
+    for name, value in PROBE_ENVIRONMENT.items():  # set before torch asks its driver anything
+        os.environ.setdefault(name, value)
     try:
         return _load_backend(spec, device)
     finally:

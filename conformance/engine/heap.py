@@ -194,6 +194,8 @@ def watch(module: object, setting: str, cache_dir: str | None) -> tuple[HeapZone
     unavailable, or where the backend has no library of its own to watch."""
     if setting == OFF:
         return None, "off (--heap-zones off)"
+    if setting == AUTO and getattr(module, "__name__", "").split(".")[0] == "torch":
+        return None, "the device's kernels and allocator are torch's own (an in-tree device)"
     extra = [] if setting == AUTO else [g.strip() for g in setting.split(",") if g.strip()]
     paths = libraries(module, extra)
     if not paths:

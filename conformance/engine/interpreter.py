@@ -66,3 +66,9 @@ def pin() -> None:
 def describe() -> str:
     """The interpreter children run, for error messages."""
     return sys.executable
+
+
+def quiet_blas() -> None:
+    """numpy's OpenBLAS thread server stays off in this process and its children (unless the
+    user set it): a process with threads may not fork (engine/forking.py)."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")

@@ -1,9 +1,19 @@
-"""Is the device usable here, and which standard API counts its memory? Asked once per run.
+"""Is the device usable here, which standard API counts its memory, may a forked child use it,
+may two processes open it at once? Asked once per run, never in the asking process.
 
-The probe allocates one small tensor, so it initialises the device: it runs in a forked child
-when the asking process must stay uninitialised (it forks the case runners later), in a fresh
-interpreter (`python -m conformance.engine.probe`) when a forked child cannot use the device,
-or in-process where the cases run in-process anyway (xdist workers, `--isolate none`).
+The asking process (pytest, an xdist worker, the capability query) forks case runners' zygotes
+and must stay clean: it never touches the device or its driver (for CUDA,
+`PYTORCH_NVML_BASED_CUDA_CHECK=1` keeps `device_count()` and `is_available()` from
+initialising the driver). The probe runs in a fresh interpreter (`python -m
+conformance.engine.probe`, `QUIET`: one thread), which answers three questions in order:
+1. a child forked from it, device untouched, probes the device (as a runner forked from the
+   zygote will use it): usable, memory counter, storage, heap zones, device count, runtime;
+2. while that child holds the device, a second child opens it: if that fails the device is
+   one process's at a time (`exclusive`);
+3. if the forked child could not use the device (or the fresh process had threads, so it may
+   not fork), the fresh process probes in itself and a second fresh process opens the device.
+Every answer has a deadline (`PROBE_TIMEOUT` in all, under 30 s), and every probe process ends
+with `os._exit`, so a device whose teardown blocks costs nothing.
 """
 
 from __future__ import annotations
@@ -14,18 +24,23 @@ import select
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import torch
 
-from conformance.engine import heap, interpreter
-from conformance.engine.backend import Backend, load_backend
+from conformance.engine import forking, heap, interpreter
+from conformance.engine.backend import PROBE_ENVIRONMENT, Backend, load_backend
+from conformance.engine.diagnosis import describe_status
 from conformance.engine.memory import counters
 from conformance.engine.profile import Fact
 from conformance.engine.transfer import has_storage
 
 PROBE_ELEMENTS = 256  # float32: 1 KiB, enough for any allocator to count
-PROBE_TIMEOUT = 120.0
+PROBE_TIMEOUT = 28.0  # the whole probe, interpreter start included
+CHILD_TIMEOUT = 16.0  # the forked child's probe (a slow driver initialises within it)
+OPEN_TIMEOUT = 6.0  # a second process opening the device
+RELEASE_TIMEOUT = 3.0  # the forked child's exit once released
 
 
 @dataclass
@@ -33,7 +48,7 @@ class Probe:
     """What one probe found."""
 
     usable: bool
-    where: str  # "in-process", "forked child", "fresh process"
+    where: str  # "forked child", "fresh process", "in-process"
     error: str = ""  # why the device was not usable
     bad_fork: bool = False  # the device refused use in a forked child
     memory_counter: str | None = None  # the first counter of memory.counters that saw the tensor
@@ -44,6 +59,11 @@ class Probe:
     # whether the probe's device tensor was allocated through them
     heap: str = ""
     heap_seen: bool = False
+    device_count: int | None = None  # the device module's device_count(), asked in the probe
+    # a forked child of a clean process used the device (None: not tried) and how that was found
+    fork: list = field(default_factory=lambda: [None, "not probed in a forked child"])
+    # a second process could not open the device while the probe held it (None: not tried)
+    exclusive: list = field(default_factory=lambda: [None, "not probed"])
     # the runtime around kernels (streams, events, pinned memory, generator): {fact: [value,
     # how]}, probed after the facts above (a probe that crashes here loses only these)
     runtime: dict[str, list] = field(default_factory=dict)
@@ -53,20 +73,21 @@ class Probe:
         at = f"probed in a {where or self.where}"
         if not self.usable:
             return {"usable": Fact(False, f"{at}: {self.error}")}
-        fork = (
-            Fact(not self.bad_fork, f"{at}")
-            if self.where == "forked child"
-            else Fact(None, "not probed in a forked child")
-        )
         found = {
             "usable": Fact(True, f"{at}: a {PROBE_ELEMENTS}-element float32 tensor allocated"),
             "storage": Fact(self.storage, f"{at}: untyped_storage() has bytes and a data pointer"),
             "memory_counter": Fact(
                 self.memory_counter, f"{at}: the first counter that saw the allocation"
             ),
-            "fork_safe": fork,
+            "fork_safe": Fact(*self.fork),
+            "exclusive": Fact(*self.exclusive),
             "heap_zones": Fact(self.heap_seen, self.heap or at),
         }
+        if self.device_count is not None:
+            how = f"{at}: the device module's device_count()"
+            found["device_count"] = Fact(self.device_count, how)
+            second = self.device_count - 1 if self.device_count > 1 else None
+            found["second_index"] = Fact(second, how)
         for name, (value, how) in self.runtime.items():
             found[name] = Fact(value, f"{at}: {how}")
         return found
@@ -82,8 +103,11 @@ def initialised(backend: Backend) -> bool:
         return False
 
 
-def probe_here(backend: Backend, where: str = "in-process") -> Probe:
-    """Allocate on the device in this process; find which memory counter sees the tensor."""
+def probe_here(
+    backend: Backend, where: str = "in-process", at: Callable[[str], None] = lambda s: None
+) -> Probe:
+    """Allocate on the device in this process; find which memory counter sees the tensor
+    (`at(stage)` is told each stage before it starts: a probe that hangs says where)."""
     in_bad_fork = backend.device_function("_is_in_bad_fork")
     try:
         if in_bad_fork is not None and in_bad_fork():
@@ -93,10 +117,13 @@ def probe_here(backend: Backend, where: str = "in-process") -> Probe:
     except Exception:  # noqa: BLE001 - a broken query is not a verdict on the device
         pass
     candidates = counters(backend)
+    at("installing the heap red zones")
     zones, how = heap.watch(backend.module, backend.heap_zones, backend.heap_cache)
     try:
+        at("reading the memory counters")
         before = {name: _read(fn) for name, fn in candidates}
         heap_before = zones.stats() if zones is not None else None
+        at("allocating the first tensor on the device (initialising it)")
         tensor = torch.empty(PROBE_ELEMENTS, dtype=torch.float32, device=backend.device)
         after = {name: _read(fn) for name, fn in candidates}
         heap_after = zones.stats() if zones is not None else None
@@ -122,7 +149,10 @@ def probe_here(backend: Backend, where: str = "in-process") -> Probe:
         ):
             seen = name
             break
-    return Probe(True, where, memory_counter=seen, storage=storage, heap=how, heap_seen=heap_seen)
+    probe = Probe(True, where, memory_counter=seen, storage=storage, heap=how, heap_seen=heap_seen)
+    at("asking the device count")
+    probe.device_count = backend.device_count()
+    return probe
 
 
 def probe_runtime(device: torch.device) -> dict[str, list]:
@@ -175,35 +205,44 @@ def probe_runtime(device: torch.device) -> dict[str, list]:
     return found
 
 
-def probe_in_fork(backend: Backend) -> Probe:
-    """The probe in a forked child, leaving this process's device untouched."""
+def probe_isolated(backend: Backend) -> Probe:
+    """The probe (see the module docstring), in a process of its own: forked from this one
+    where it may fork (one thread, the device untouched: as clean as a fresh interpreter, and
+    seconds cheaper), else a fresh interpreter."""
+    if forking.refusal() is not None or initialised(backend):
+        return probe_in_fresh_process(backend)
     read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child
+    pid = forking.fork("probe-process")
+    if pid == 0:  # the probe process: never returns
         code = 0
         try:
             os.close(read_fd)
-            result = probe_here(backend, "forked child")
-            os.write(write_fd, json.dumps(asdict(result)).encode() + b"\n")
-            if result.usable:
-                os.write(write_fd, json.dumps(probe_runtime(backend.device)).encode())
+            found, runtime = probe_fresh(backend)
+            os.write(write_fd, json.dumps(asdict(found)).encode() + b"\n")
+            if found.usable:
+                os.write(write_fd, json.dumps(runtime).encode() + b"\n")
         except BaseException:  # noqa: BLE001 - never run the parent's code in the child
             code = 3
         os._exit(code)
     os.close(write_fd)
-    data = _read_with_timeout(read_fd, PROBE_TIMEOUT)
+    lines = _read_lines_until(read_fd, None, PROBE_TIMEOUT)
     os.close(read_fd)
-    if data is None:
-        os.kill(pid, 9)
-    _, status = os.waitpid(pid, 0)
-    if data:
-        return _parse(data.decode().split("\n"), f"the probe child died ({_status(status)})")
-    how = "did not answer in time" if data is None else f"died ({_status(status)})"
-    return Probe(False, "forked child", f"the probe child {how}", bad_fork=True)
+    child = forking.Child(pid)
+    if lines is None:
+        child.kill()
+    child.wait()
+    where = "process forked from this one before it touched the device"
+    if lines is None:
+        return Probe(False, where, f"no answer within {PROBE_TIMEOUT:.0f} s")
+    found = [ln for ln in lines if ln.startswith("{")]
+    if not found:
+        return Probe(False, where, f"the probe process died ({describe_status(child.status)})")
+    return _parse(found, "the probe process died")
 
 
 def probe_in_fresh_process(backend: Backend) -> Probe:
-    """The probe in a new interpreter that loads the same backend (as a spawned runner would)."""
+    """The probe (see the module docstring) in a new interpreter that loads the same backend;
+    this process touches neither the device nor its driver."""
     cmd = [*interpreter.python(), "-m", "conformance.engine.probe", backend.spec]
     cmd += [backend.device_type, backend.heap_zones, backend.heap_cache or ""]
     where = f"fresh process ({interpreter.describe()})"
@@ -213,7 +252,7 @@ def probe_in_fresh_process(backend: Backend) -> Probe:
             capture_output=True,
             text=True,
             timeout=PROBE_TIMEOUT,
-            env=interpreter.environment(),
+            env=interpreter.environment({**forking.QUIET, **PROBE_ENVIRONMENT}),
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
@@ -224,6 +263,174 @@ def probe_in_fresh_process(backend: Backend) -> Probe:
         return _parse(lines, died)
     tail = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
     return Probe(False, where, tail)
+
+
+def probe_fresh(backend: Backend) -> tuple[Probe, dict[str, list]]:
+    """In the probe's fresh process: steps 1-3 of the module docstring."""
+    refused = forking.refusal()
+    if refused is None and not initialised(backend):
+        child = _ForkedProbe(backend)
+        probe, runtime = child.result()
+        if probe is not None and probe.usable:
+            probe.fork = [
+                True,
+                "a child forked from a process that had not touched the device allocated on it",
+            ]
+            probe.exclusive = _second_open_forked(backend)
+            child.release()
+            return probe, runtime
+        child.release()
+        if probe is None and child.lines is None:  # it hung: so would this process
+            return Probe(False, "forked child", f"the device {child.failure}"), {}
+        why = probe.error if probe is not None else child.failure
+        fork = [False, f"a forked child of a clean process could not use the device ({why})"]
+    elif refused is not None:
+        fork = [None, f"not probed in a forked child: after loading the backend {refused}"]
+    else:
+        fork = [
+            None,
+            f"not probed in a forked child: torch.{backend.device_type}.is_initialized() is "
+            "True after loading the backend (its runners are spawned)",
+        ]
+    probe = probe_here(backend, "fresh process")
+    probe.fork, probe.bad_fork = fork, fork[0] is False
+    runtime = probe_runtime(backend.device) if probe.usable else {}
+    if probe.usable:
+        probe.exclusive = _second_open_spawned(backend)
+    return probe, runtime
+
+
+class _ForkedProbe:
+    """Step 1: a child forked before this process touched the device probes it, reports, and
+    holds the device until released (so a second process can be tried against it)."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.failure = ""
+        read_fd, write_fd = os.pipe()
+        self.release_r, self.release_w = os.pipe()
+        self.pid = forking.fork("probe")
+        if self.pid == 0:  # the child: never returns
+            code = 0
+            try:
+                os.close(read_fd)
+                os.close(self.release_w)
+
+                def at(stage: str) -> None:
+                    os.write(write_fd, f"at: {stage}\n".encode())
+
+                found = probe_here(backend, "forked child", at)
+                os.write(write_fd, json.dumps(asdict(found)).encode() + b"\n")
+                if found.usable:
+                    at("probing streams, events, pinned memory, generator")
+                    os.write(write_fd, json.dumps(probe_runtime(backend.device)).encode() + b"\n")
+                os.write(write_fd, b"held\n")
+                os.read(self.release_r, 1)  # hold the device until released
+            except BaseException:  # noqa: BLE001 - never run the parent's code in the child
+                code = 3
+            os._exit(code)
+        os.close(write_fd)
+        os.close(self.release_r)
+        self.seen: list[str] = []
+        self.lines = _read_lines_until(read_fd, b"held", CHILD_TIMEOUT, self.seen)
+        os.close(read_fd)
+
+    def result(self) -> tuple[Probe | None, dict[str, list]]:
+        if self.lines is None:
+            stages = [ln.removeprefix("at: ") for ln in self.seen if ln.startswith("at: ")]
+            last = f" (hung {stages[-1]})" if stages else ""
+            self.failure = f"did not answer within {CHILD_TIMEOUT:g} s{last}"
+            return None, {}
+        found = [ln for ln in self.lines if ln.startswith("{")]
+        if not found:
+            self.failure = "the child died before answering"
+            return None, {}
+        probe = Probe(**json.loads(found[0]))
+        runtime = json.loads(found[1]) if len(found) > 1 else {"streams": [None, "child died"]}
+        return probe, runtime
+
+    def release(self) -> None:
+        os.close(self.release_w)
+        child = forking.Child(self.pid)
+        if child.wait(RELEASE_TIMEOUT) is None:
+            child.kill()
+            child.wait()
+
+
+def _second_open_forked(backend: Backend) -> list:
+    """Step 2: a second child, forked from this clean process, allocates on the device while
+    the first holds it."""
+    read_fd, write_fd = os.pipe()
+    pid = forking.fork("probe-second-open")
+    if pid == 0:  # the child: never returns
+        try:
+            os.close(read_fd)
+            os.write(write_fd, (_open_once(backend) + "\n").encode())
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    lines = _read_lines_until(read_fd, None, OPEN_TIMEOUT)
+    os.close(read_fd)
+    child = forking.Child(pid)
+    child.kill()
+    child.wait()
+    return _exclusive(lines)
+
+
+def _second_open_spawned(backend: Backend) -> list:
+    """Step 3's second process: a fresh interpreter allocates while this process holds it."""
+    cmd = [*interpreter.python(), "-m", "conformance.engine.probe", "--open", backend.spec]
+    try:
+        proc = subprocess.run(
+            [*cmd, backend.device_type],
+            capture_output=True,
+            text=True,
+            timeout=OPEN_TIMEOUT,
+            env=interpreter.environment({**forking.QUIET, **PROBE_ENVIRONMENT}),
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        return _exclusive(None)
+    return _exclusive(proc.stdout.splitlines())
+
+
+def _open_once(backend: Backend) -> str:
+    """ "ok", or "error: <first line>" of what allocating one tensor raised."""
+    try:
+        torch.ones(4, device=backend.device).cpu()
+        return "ok"
+    except Exception as exc:  # noqa: BLE001 - the refusal is the answer
+        return f"error: {_first_line(exc)[:300]}"
+
+
+def _exclusive(lines: list[str] | None) -> list:
+    how = "a second process allocated on the device while the probe held it"
+    if lines is None:
+        return [True, f"{how}: it hung for {OPEN_TIMEOUT:g} s"]
+    answer = next((ln for ln in lines if ln.startswith(("ok", "error: "))), "")
+    if answer == "ok":
+        return [False, f"{how}: it could"]
+    if answer:
+        return [True, f"{how}: {answer.removeprefix('error: ')}"]
+    return [None, f"{how}: it died without an answer"]
+
+
+def _read_lines_until(
+    fd: int, last: bytes | None, timeout: float, seen: list[str] | None = None
+) -> list[str] | None:
+    """The lines written to `fd` until a line equal to `last` or EOF; None on timeout (`seen`
+    then holds what was read)."""
+    data = b""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            if seen is not None:
+                seen.extend(data.decode(errors="replace").splitlines())
+            return None
+        chunk = os.read(fd, 65536)
+        data += chunk
+        if not chunk or (last is not None and last in data.split(b"\n")):
+            return data.decode(errors="replace").splitlines()
 
 
 def _parse(lines: list[str], died: str) -> Probe:
@@ -243,47 +450,35 @@ def _read(fn) -> int | None:
         return None
 
 
-def _read_with_timeout(fd: int, timeout: float) -> bytes | None:
-    """Everything written to `fd` until EOF (b"" if nothing), or None on timeout."""
-    chunks = []
-    deadline = time.monotonic() + timeout
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return None
-        ready, _, _ = select.select([fd], [], [], left)
-        if not ready:
-            return None
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            return b"".join(chunks)
-        chunks.append(chunk)
-
-
-def _status(status: int) -> str:
-    if os.WIFSIGNALED(status):
-        return f"signal {os.WTERMSIG(status)}"
-    return f"exit code {os.WEXITSTATUS(status)}"
-
-
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str]) -> None:
     """`python -m conformance.engine.probe MODULE[:FUNCTION] DEVICE [HEAP_ZONES CACHE]`: print
-    the probe as one JSON line."""
-    module, device, *zones = argv
-    backend = load_backend(module, device)
-    if zones:
-        backend.heap_zones, backend.heap_cache = zones[0], zones[1] or None
-    result = probe_here(backend, "fresh process")
-    print(json.dumps(asdict(result)), flush=True)
-    if result.usable:
-        print(json.dumps(probe_runtime(backend.device)), flush=True)
-    return 0
+    the probe as JSON lines; `--open MODULE DEVICE`: allocate once and print ok or the error.
+    Ends with `os._exit`: a device whose teardown blocks or aborts cannot change the answer."""
+    code = 0
+    try:
+        if argv[0] == "--open":
+            print(_open_once(load_backend(argv[1], argv[2])), flush=True)
+        else:
+            module, device, *zones = argv
+            backend = load_backend(module, device)
+            if zones:
+                backend.heap_zones, backend.heap_cache = zones[0], zones[1] or None
+            result, runtime = probe_fresh(backend)
+            print(json.dumps(asdict(result)), flush=True)
+            if result.usable:
+                print(json.dumps(runtime), flush=True)
+    except BaseException as exc:  # noqa: BLE001 - one line for the asking process
+        print(f"probe failed: {type(exc).__name__}: {_first_line(exc)}", file=sys.stderr)
+        code = 2
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    main(sys.argv[1:])

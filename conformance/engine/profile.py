@@ -52,7 +52,8 @@ class DeviceProfile:
     usable: Fact = _fact()  # a tensor could be allocated (else: the error)
     storage: Fact = field(default_factory=lambda: Fact(True, NOT_PROBED))  # observable bytes
     memory_counter: Fact = _fact()  # the torch counter that sees the device's allocations
-    fork_safe: Fact = _fact()  # a forked child can use the device
+    fork_safe: Fact = _fact()  # a child forked from a clean process can use the device
+    exclusive: Fact = _fact()  # a second process cannot open the device while one holds it
     compiler: Fact = _fact()  # the torch.compile backend of -compile cases
     device_count: Fact = _fact()
     second_index: Fact = _fact()  # the last index where there are several (never 0)
@@ -72,14 +73,13 @@ class DeviceProfile:
         dispatch_key: str,
         lazy_runtime: str | None,
         compiler: str,
-        device_count: int,
         collectives: str | None,
-        counted_by: str = "",
         delay_injector: bool = False,
     ) -> DeviceProfile:
-        """The facts torch answers without touching the device (`counted_by`: how the device
-        count was asked)."""
-        counted_by = counted_by or f"torch.{device_type}.device_count()"
+        """The facts torch answers without touching the device or its driver (the device count
+        is the probe's: asking it initialises some drivers)."""
+        counted_by = "until probed: one device"
+        device_count = 1
         return cls(
             device_type=device_type,
             dispatch_key=Fact(dispatch_key, "asked of torch (the key its kernels live under)"),

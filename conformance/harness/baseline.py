@@ -460,3 +460,16 @@ def write(result: Baseline, output: str | None, directory: str | None) -> list[s
         path.write_text(text, encoding="utf-8")
         written.append(str(path))
     return written
+
+
+def write_run_baseline(suite: Any, info: dict, records: list[CaseRecord], not_run: int) -> str:
+    """--write-expectations FILE: a manifest expecting what this run found; the summary's note."""
+    path = suite.options.write_expectations
+    result = baseline([(info, records)], suite.manifest, source="this run")
+    if not_run:
+        result.warnings.append(f"{not_run} case(s) did not run: nothing expects them")
+    write(result, path, None)
+    return (
+        f"conformance: wrote {path} ({result.describe()}); run again with --expectations "
+        f"{path}" + "".join(f"\nconformance: warning: {w}" for w in result.warnings)
+    )

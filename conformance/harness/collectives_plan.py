@@ -54,6 +54,11 @@ def collectives_plan(options: Options, b: Backend, own_run: bool) -> Collectives
                 f"({b.profile.collectives.how} has none for it; --collectives BACKEND:DEVICE "
                 "names one)"
             )
+        elif given == "auto" and b.profile.exclusive.value:  # ranks are processes of their own
+            missing = (
+                f"the device '{b.device_type}' is one process's at a time, and each rank is a "
+                f"process ({b.profile.exclusive.how})"
+            )
     elif not dist.is_available():
         raise ConformanceUsageError(f"--collectives {given}: this torch has no torch.distributed")
     elif c10d.lower() not in [n.lower() for n in dist.Backend.backend_list]:

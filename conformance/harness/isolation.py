@@ -20,14 +20,17 @@ probed in a child.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pytest
+from filelock import FileLock
 
 from conformance.engine.backend import Backend
 from conformance.engine.diagnosis import describe_status, diagnose
 from conformance.engine.probe import initialised
+from conformance.engine.zygote import ZygoteGone
 from conformance.findings import crash_class
 from conformance.harness.culprit import Culprit, CulpritSearch, case_label
 from conformance.harness.nodes import RECORD_PROPERTY, case_of, is_family
@@ -35,6 +38,7 @@ from conformance.harness.options import Options
 from conformance.harness.plan import Plan
 from conformance.harness.rundir import RunDir
 from conformance.harness.runners import RETIRE, RUNNER_ENV, RunnerProcess
+from conformance.harness.zygotes import RunnerZygote
 from conformance.record import CaseRecord, Status
 
 
@@ -68,32 +72,58 @@ class IsolatedRunner:
         self.process: RunnerProcess | None = None
         self.history: list[pytest.Item] = []  # items the current runner finished, in order
         self.cases = 0  # cases the current runner ran
+        self.zygote: RunnerZygote | None = None  # forks the runners (harness/zygotes.py)
         options = run.options
         self.culprits = CulpritSearch(
             session.items, self.start, options.culprit_search, options.case_timeout
         )
 
     def start(self, *, replay: bool = False, env: dict[str, str] | None = None) -> RunnerProcess:
-        """A runner in the plan's mode; `env` (extra variables) makes it a spawned one."""
+        """A runner in the plan's mode (forked by the zygote, or spawned); `env` (extra
+        variables) makes it a spawned one. On a device one process may open at a time, the
+        run's device lock is taken first (held until the runner ends)."""
         run = self.run
         if run.plan.mode == "fork" and initialised(run.backend):
             run.switch_to_spawn(
                 f"torch.{run.backend.device_type}.is_initialized() became True in the "
                 "pytest process: forked children could not use the device"
             )
+        mode = "spawn" if env else run.plan.mode
+        if mode == "fork" and self.zygote is None:
+            self.zygote = RunnerZygote.start(self.session, run, run.backend)
+        lock = self._device_lock()
+        try:
+            return RunnerProcess(
+                self.session.config,
+                self.session.items,
+                mode,
+                replay=replay,
+                env=env,
+                backend=run.backend,
+                zygote=self.zygote,
+                device_lock=lock,
+            )
+        except ZygoteGone as exc:
+            if lock is not None:
+                lock.release()
+            tail = self.zygote.log_tail() if self.zygote is not None else ""
+            self.close_zygote()
+            run.switch_to_spawn(f"{exc}{' (zygote log: ' + tail + ')' if tail else ''}")
+            return self.start(replay=replay, env=env)
 
-        def forked() -> None:
-            run.forked_child = True
+    def _device_lock(self) -> FileLock | None:
+        """The run's device lock, taken (blocks while another runner of the run owns the
+        device), where the device is one process's at a time."""
+        if not self.run.plan.exclusive:
+            return None
+        lock = FileLock(os.path.join(self.run.run_dir.path, "device.lock"))
+        lock.acquire()
+        return lock
 
-        return RunnerProcess(
-            self.session.config,
-            self.session.items,
-            "spawn" if env else run.plan.mode,
-            replay=replay,
-            on_fork=forked,
-            env=env,
-            backend=run.backend,
-        )
+    def close_zygote(self) -> None:
+        if self.zygote is not None:
+            self.zygote.close()
+            self.zygote = None
 
     def close(self) -> None:
         if self.process is not None:
@@ -277,6 +307,7 @@ def run_isolated(session: pytest.Session, run: Owner) -> None:
             runner.run_item(item, items[i + 1] if i + 1 < len(items) else None)
     finally:
         runner.close()
+        runner.close_zygote()
 
 
 def _report_crash(
@@ -353,6 +384,7 @@ class WorkerIsolation:
     def pytest_sessionfinish(self) -> None:
         if self.runner is not None:
             self.runner.close()
+            self.runner.close_zygote()
 
 
 def _report_problem(

@@ -108,15 +108,27 @@ def targets_conformance(config: pytest.Config) -> bool:
 def targets_collectives_only(config: pytest.Config) -> bool:
     """Whether every path of the command line is inside conformance/collectives (its own run:
     the default selection of collectives cases, not the default run's core one)."""
+    return _targets_only(config, (COLLECTIVES_DIR,))
+
+
+def targets_families_only(config: pytest.Config) -> bool:
+    """Whether every path of the command line is inside a family's folder (contract,
+    scenarios, collectives): the run has no op case, so nothing counts op samples."""
+    return _targets_only(config, (CONTRACT_DIR, SCENARIOS_DIR, COLLECTIVES_DIR))
+
+
+def _targets_only(config: pytest.Config, folders: tuple[str, ...]) -> bool:
     if not config.args:
         return False
     for arg in config.args:
         text = str(arg).split("::")[0]
         if config.option.pyargs:
-            if not text.startswith("conformance.collectives"):
+            dotted = [os.path.relpath(f, os.path.dirname(PACKAGE_DIR)).replace(os.sep, ".")
+                      for f in folders]  # fmt: skip
+            if not any(text == d or text.startswith(d + ".") for d in dotted):
                 return False
             continue
         path = os.path.abspath(text)
-        if not (path == COLLECTIVES_DIR or path.startswith(COLLECTIVES_DIR + os.sep)):
+        if not any(path == f or path.startswith(f + os.sep) for f in folders):
             return False
     return True

@@ -301,6 +301,14 @@ class Options:
         default="8",
         parse=lambda v: _count("--culprit-search", v),
     )
+    exit_teardown: bool = option(
+        "end the pytest process through the interpreter's normal teardown; by default it ends "
+        "with os._exit once its summary is printed and its results are written, so a backend "
+        "whose teardown hangs or aborts at exit cannot change the exit code (harness/exiting.py)",
+        default="0",
+        parse=lambda v: _bool("--exit-teardown", v),
+        flag=True,
+    )
     strict_errors: bool = option(
         "compare CPU errors that only state a memory-layout precondition of CPU's kernel "
         '("Expected X.is_contiguous()") like any error; by default such a sample is not '

@@ -1,10 +1,12 @@
-"""How the cases of this process run (`Plan`: forked or spawned runners, in-process) and what
-the device probe found, chosen before any case runs and never by initialising the device in a
-process that forks runners later (the probe runs in a child: `engine/probe.py`)."""
+"""How the cases of this process run (`Plan`: runners forked by a zygote or spawned, in-process)
+and what the device probe found, chosen before any case runs and never by touching the device
+in this process (the probe runs in a fresh interpreter: `engine/probe.py`; xdist workers get
+the controller's probe)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass
 
 import pytest
 
@@ -13,8 +15,7 @@ from conformance.engine.probe import (
     Probe,
     initialised,
     probe_here,
-    probe_in_fork,
-    probe_in_fresh_process,
+    probe_isolated,
     probe_runtime,
 )
 from conformance.harness.options import Options
@@ -32,6 +33,15 @@ class Plan:
     runner: str = ""
     runner_cases: int = 0  # cases one runner runs before a fresh one replaces it (0: no limit)
 
+    @property
+    def exclusive(self) -> bool:
+        """The device is one process's at a time: one device-owning runner at a time."""
+        return self.probe.exclusive[0] is True
+
+    def probe_json(self) -> str:
+        """The probe, for an xdist worker (it never probes again)."""
+        return json.dumps(asdict(self.probe))
+
     def describe(self, timeout: float) -> str:
         limit = f"{timeout:g} s per case" if timeout else "none"
         if self.mode == "xdist":
@@ -40,6 +50,11 @@ class Plan:
         else:
             text = f"isolation: {_how(self.mode, self.runner_cases)}"
         text += f"; time limit: {limit}"
+        if self.exclusive:
+            text += (
+                "; one device-owning runner at a time across the run (the device is one "
+                f"process's at a time: {self.probe.exclusive[1]})"
+            )
         return text + (f" [{self.reason}]" if self.reason else "")
 
 
@@ -47,7 +62,12 @@ def _how(mode: str, runner_cases: int) -> str:
     """How cases run in one scheduling process, for the run header."""
     if mode == "in-process":
         return "running its cases in-process (a crash or hang ends the run or the worker)"
-    process = "a forked child" if mode == "fork" else "a fresh interpreter (spawned)"
+    process = (
+        "a child forked by a zygote (a fresh interpreter with one thread that never touches "
+        "the device)"
+        if mode == "fork"
+        else "a fresh interpreter (spawned)"
+    )
     reuse = f"{runner_cases} cases" if runner_cases else "any number of cases"
     return (
         f"running its cases in a runner process, {process}, reused across cases and replaced "
@@ -55,15 +75,19 @@ def _how(mode: str, runner_cases: int) -> str:
     )
 
 
-def plan_isolation(options: Options, backend: Backend, role: Role) -> Plan:
-    """Choose how cases run and probe the device, never initialising it in a process that
-    forks case runners later (a plain pytest process, an xdist worker). Raises UsageError (one
+def plan_isolation(
+    options: Options, backend: Backend, role: Role, given: str | None = None
+) -> Plan:
+    """Choose how cases run and probe the device, never touching it in this process (a plain
+    pytest process, an xdist worker: `given` is the controller's probe). Raises UsageError (one
     line) for an unusable device. The xdist controller makes the same choice its workers make,
     for the run header."""
     isolate = options.isolate
     cases = options.runner_cases
     if role is Role.SPAWNED_RUNNER:
         return _usable(Plan("in-process", probe_here(backend)), backend)
+    if role is Role.ZYGOTE:  # never touches the device: its runners got the parent's profile
+        return Plan("zygote", Probe(True, "the parent's probe"))
     controller = role is Role.XDIST_CONTROLLER
 
     def plan(mode: str, probe: Probe, reason: str) -> Plan:
@@ -71,13 +95,16 @@ def plan_isolation(options: Options, backend: Backend, role: Role) -> Plan:
             return Plan("xdist", probe, reason, runner=mode, runner_cases=cases)
         return Plan(mode, probe, reason, runner_cases=cases)
 
+    def probe_once() -> Probe:
+        return Probe(**json.loads(given)) if given else probe_isolated(backend)
+
     if isolate == "none":
-        probe = probe_in_fresh_process(backend) if controller else probe_here(backend)
-        if probe.usable and not controller:  # the runtime's facts too, as a child learns them
+        probe = probe_once() if controller or given else probe_here(backend)
+        if probe.usable and not controller and not given:  # the runtime's facts too
             probe.runtime = probe_runtime(backend.device)
         return _usable(plan("in-process", probe, "--isolate none"), backend)
     if isolate == "spawn":
-        return _usable(plan("spawn", probe_in_fresh_process(backend), "--isolate spawn"), backend)
+        return _usable(plan("spawn", probe_once(), "--isolate spawn"), backend)
     if initialised(backend):
         reason = (
             f"torch.{backend.device_type}.is_initialized() is True before any case ran: a "
@@ -85,18 +112,15 @@ def plan_isolation(options: Options, backend: Backend, role: Role) -> Plan:
         )
         if isolate == "fork":
             raise pytest.UsageError(f"--isolate fork: {reason}; use --isolate auto or spawn")
-        return _usable(plan("spawn", probe_in_fresh_process(backend), reason), backend)
-    probe = probe_in_fork(backend)
-    if probe.usable:
-        reason = "--isolate fork" if isolate == "fork" else "a forked child can use the device"
-        return plan("fork", probe, reason)
-    fresh = probe_in_fresh_process(backend)
-    if not fresh.usable:
-        return _usable(plan("fork", fresh, ""), backend)
-    reason = f"the device refused use in a forked child ({probe.error})"
+        return _usable(plan("spawn", probe_once(), reason), backend)
+    probe = _usable(plan("fork", probe_once(), ""), backend).probe
+    forks, how = probe.fork
+    if forks:
+        return plan("fork", probe, "--isolate fork" if isolate == "fork" else how)
+    reason = f"the device refused use in a forked child ({how})" if forks is False else how
     if isolate == "fork":
         raise pytest.UsageError(f"--isolate fork: {reason}; use --isolate auto or spawn")
-    return plan("spawn", fresh, reason)
+    return plan("spawn", probe, reason)
 
 
 def _usable(plan: Plan, backend: Backend) -> Plan:

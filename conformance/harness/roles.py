@@ -1,6 +1,6 @@
-"""Which process of a run this is: a plain pytest process, an xdist controller or worker, or a
-case runner (a forked child or a spawned interpreter); each role runs and writes different
-things (`session.py`)."""
+"""Which process of a run this is: a plain pytest process, an xdist controller or worker, a
+case runner (forked by a zygote, or a spawned interpreter) or a zygote; each role runs and
+writes different things (`session.py`)."""
 
 from __future__ import annotations
 
@@ -20,12 +20,13 @@ class Role(Enum):
     XDIST_WORKER = "xdist-worker"  # runs its share of the cases, writes cases-<gwN>.jsonl
     FORKED_CHILD = "forked-child"  # runs cases for its parent; writes nothing
     SPAWNED_RUNNER = "spawned-runner"  # a fresh pytest running cases for its parent; no writes
+    ZYGOTE = "zygote"  # a fresh pytest that forks runners (harness/zygotes.py); runs no case
 
 
 def role_of(config: pytest.Config) -> Role:
     """The role of this process (a forked child knows itself: `ConformanceRun.forked_child`)."""
     if RUNNER_ENV in os.environ:
-        return Role.SPAWNED_RUNNER
+        return Role.ZYGOTE if '"zygote"' in os.environ[RUNNER_ENV] else Role.SPAWNED_RUNNER
     if hasattr(config, "workerinput"):
         return Role.XDIST_WORKER
     if config.pluginmanager.has_plugin("dsession"):

@@ -1,4 +1,5 @@
-"""Runner processes: a forked child or a fresh interpreter that runs collected items on request.
+"""Runner processes: a child forked by the owner's zygote (harness/zygotes.py) or a fresh
+interpreter, that runs collected items on request.
 
 The process that schedules cases (a plain pytest process, or each pytest-xdist worker) keeps a
 runner and sends it one command per item (its node id and the next one's); the runner runs the
@@ -28,7 +29,9 @@ from _pytest.runner import runtestprotocol
 
 from conformance.engine import interpreter
 from conformance.engine.backend import Backend
+from conformance.engine.forking import Child
 from conformance.engine.profile import DeviceProfile
+from conformance.engine.zygote import FORKER, ZygoteGone, ZygoteLink
 
 # in a spawned runner: {"cmd": fd, "out": fd, "replay": b, "profile": the parent's device profile}
 RUNNER_ENV = "_CONFORMANCE_RUNNER"
@@ -46,16 +49,19 @@ class RunnerProcess:
         mode: str,
         *,
         replay: bool = False,
-        on_fork: Any = None,
         env: dict[str, str] | None = None,
         backend: Backend | None = None,
+        zygote: ZygoteLink | None = None,
+        device_lock: Any = None,
     ) -> None:
         self.mode = mode
+        self.device_lock = device_lock  # released once the runner ended (close)
         log = tempfile.NamedTemporaryFile(prefix="conformance-runner-", suffix=".log", delete=False)
         self.log_path = log.name
         cmd_read, cmd_write = os.pipe()
         out_read, out_write = os.pipe()
         self.popen: subprocess.Popen | None = None
+        self.child: Child | None = None
         if mode == "spawn":
             job = {"cmd": cmd_read, "out": out_write, "replay": replay}
             if backend is not None:  # the child gets the device profile whole, never re-learns it
@@ -71,15 +77,20 @@ class RunnerProcess:
                 pass_fds=(cmd_read, out_write),
             )
             self.pid = self.popen.pid
-        else:
-            pid = os.fork()
-            if pid == 0:  # the child: never returns
-                os.close(cmd_write)
-                os.close(out_read)
-                if on_fork is not None:
-                    on_fork()
-                serve(config, items, cmd_read, out_write, log.fileno(), True, replay, backend)
-            self.pid = pid
+        else:  # forked by the zygote, which gets a link for the runner's own forks
+            assert zygote is not None
+            link = zygote.new_link()
+            try:
+                fds = [cmd_read, out_write, log.fileno(), link.fileno()]
+                self.child = zygote.fork_runner({"replay": replay}, fds)
+            except ZygoteGone:
+                for fd in (cmd_read, out_write, cmd_write, out_read):
+                    os.close(fd)
+                log.close()
+                raise
+            finally:
+                link.close()
+            self.pid = self.child.pid
         os.close(cmd_read)
         os.close(out_write)
         log.close()
@@ -128,10 +139,8 @@ class RunnerProcess:
                 code = self.popen.poll()
                 if code is not None:
                     self.status = (-code) & 0x7F if code < 0 else code << 8
-            else:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-                if pid:
-                    self.status = status
+            elif self.child is not None:
+                self.status = self.child.poll()
         return self.status
 
     def wait(self) -> int:
@@ -139,8 +148,8 @@ class RunnerProcess:
             if self.popen is not None:
                 self.popen.wait()
                 self.poll()
-            else:
-                self.status = os.waitpid(self.pid, 0)[1]
+            elif self.child is not None:
+                self.status = self.child.wait()
         assert self.status is not None
         return self.status
 
@@ -172,6 +181,9 @@ class RunnerProcess:
         if self.poll() is None:
             self.kill(signal.SIGKILL)
         status = self.wait()
+        if self.device_lock is not None:
+            self.device_lock.release()
+            self.device_lock = None
         try:
             os.unlink(self.log_path)
         except OSError:
@@ -203,6 +215,7 @@ def serve_spawned(session: pytest.Session, backend: Backend | None = None) -> No
     """In a spawned runner (RUNNER_ENV set): serve the collected items; never returns."""
     job = json.loads(os.environ[RUNNER_ENV])
     config, items = session.config, session.items
+    FORKER.use(None, device_touched=True)  # its own forks: through a task zygote
     serve(config, items, job["cmd"], job["out"], None, False, job["replay"], backend)
 
 

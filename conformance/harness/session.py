@@ -17,6 +17,7 @@ import warnings
 from typing import Any
 
 import pytest
+import torch
 
 from conformance.engine import heap
 from conformance.engine.backend import Backend, load_backend
@@ -26,6 +27,7 @@ from conformance.engine.profile import DeviceProfile
 from conformance.errors import ConformanceUsageError
 from conformance.findings import group_findings
 from conformance.harness.accounting import Accounting, not_run_record
+from conformance.harness.baseline import write_run_baseline
 from conformance.harness.collective_records import (
     expect_collective,
     family_record,
@@ -33,6 +35,7 @@ from conformance.harness.collective_records import (
     refusals,
 )
 from conformance.harness.contract_records import expect_contract, new_contract_record
+from conformance.harness.exiting import end_at_exit, interrupt_on_sigterm, is_command_line
 from conformance.harness.header import header_lines, key_header_lines
 from conformance.harness.isolation import WorkerIsolation, run_isolated
 from conformance.harness.nodes import (
@@ -45,6 +48,7 @@ from conformance.harness.nodes import (
     record_id,
     targets_collectives_only,
     targets_conformance,
+    targets_families_only,
 )
 from conformance.harness.options import Options, read_options
 from conformance.harness.plan import Plan, plan_isolation
@@ -58,7 +62,8 @@ from conformance.harness.stale import stale_expectations
 from conformance.harness.suite import Suite
 from conformance.harness.terminal import Summary, Terminal
 from conformance.harness.verdicts import reported_record
-from conformance.harness.watch import CaseWatch, ControllerHooks
+from conformance.harness.watch import PROBE_KEY, CaseWatch, ControllerHooks
+from conformance.harness.zygotes import serve_zygote
 from conformance.record import CaseId, CaseRecord, Status
 
 PLUGIN_NAME = "conformance-run"
@@ -108,6 +113,7 @@ class ConformanceRun:
         self.accounting = Accounting()
         self.terminal = Terminal(config, self.end_summary)
         self._sigterm: Any = None  # the SIGTERM handler before ours
+        self._session: pytest.Session | None = None  # the session that ended (exit status)
         config.pluginmanager.register(self.terminal, "conformance-terminal")
         config.pluginmanager.register(ControllerHooks(self), "conformance-xdist-controller")
 
@@ -122,9 +128,14 @@ class ConformanceRun:
         if self._suite is None:
             try:
                 options = read_options(self.config)
+                if self.role in (Role.SINGLE, Role.XDIST_CONTROLLER, Role.XDIST_WORKER):
+                    # its CPU work is small samples; one thread keeps it able to fork its
+                    # runners' zygote (engine/forking.py)
+                    torch.set_num_threads(1)
                 backend = load_backend(options.backend, options.device)
                 backend.heap_zones, backend.heap_cache = options.heap_zones, self._cache_dir()
-                self.plan = plan_isolation(options, backend, self.role)
+                given = getattr(self.config, "workerinput", {}).get(PROBE_KEY)
+                self.plan = plan_isolation(options, backend, self.role, given)
                 backend.profile = self._profile(backend, options)
                 self._suite = Suite(
                     options,
@@ -133,7 +144,8 @@ class ConformanceRun:
                     backend=backend,
                     run_dir=self.run_dir,
                     invocation_dir=str(self.config.invocation_params.dir),
-                    with_coverage=self.role is not Role.SPAWNED_RUNNER,
+                    with_coverage=self.role not in (Role.SPAWNED_RUNNER, Role.ZYGOTE)
+                    and not targets_families_only(self.config),
                     keyword=self.config.option.keyword,
                     collectives_only=targets_collectives_only(self.config),
                 )
@@ -148,7 +160,7 @@ class ConformanceRun:
     def _profile(self, backend: Backend, options: Options) -> DeviceProfile:
         """The device profile, learned once per run (engine/profile.py): a spawned runner gets
         its parent's whole; else the facts torch answers plus what this run's probe found."""
-        if self.role is Role.SPAWNED_RUNNER:
+        if self.role in (Role.SPAWNED_RUNNER, Role.ZYGOTE):
             given = spawned_profile()
             if given is not None:
                 return given
@@ -205,7 +217,11 @@ class ConformanceRun:
     def _open_results(self) -> None:
         suite = self._suite
         assert suite is not None
-        if not suite.options.results or self.role in (Role.FORKED_CHILD, Role.SPAWNED_RUNNER):
+        if not suite.options.results or self.role in (
+            Role.FORKED_CHILD,
+            Role.SPAWNED_RUNNER,
+            Role.ZYGOTE,
+        ):
             return
         self.recorder = Recorder(suite.options.results, self.worker)
         if self.role is not Role.XDIST_WORKER:  # the process that starts the run
@@ -247,26 +263,12 @@ class ConformanceRun:
             self.suite  # noqa: B018 - creates it
             self._drop_log_capture()
             if self.role in (Role.SINGLE, Role.XDIST_CONTROLLER):
-                self._interrupt_on_sigterm()
+                self._sigterm = interrupt_on_sigterm(self.accounting)
             reporter = self.config.pluginmanager.get_plugin("terminalreporter")
             quiet = self.config.get_verbosity() < 0  # pytest shows no header under -q
             if quiet and reporter is not None and self.role in (Role.SINGLE, Role.XDIST_CONTROLLER):
                 for line in key_header_lines(self.suite, self.plan):
                     reporter.write_line(line)
-
-    def _interrupt_on_sigterm(self) -> None:
-        """A CI timeout's SIGTERM ends the run as Ctrl-C does: pytest finishes the session, so
-        every case that did not run gets its not-run record (the default action would end the
-        process with nothing written)."""
-
-        def interrupt(signum: int, frame: Any) -> None:
-            self.accounting.interrupted_by = signal.Signals(signum).name
-            raise KeyboardInterrupt(self.accounting.interrupted_by)
-
-        try:
-            self._sigterm = signal.signal(signal.SIGTERM, interrupt)
-        except ValueError:  # not the main thread: leave the signal alone
-            self._sigterm = None
 
     def _drop_log_capture(self) -> None:
         """Cases log nothing, but pytest's log capture attaches its handler to every
@@ -285,6 +287,8 @@ class ConformanceRun:
         spawned runner, run the cases the parent asked for."""
         if self.role is Role.SPAWNED_RUNNER:
             serve_spawned(session, self.suite.backend)  # never returns
+        if self.role is Role.ZYGOTE:
+            serve_zygote(session, self, self.suite.backend)  # never returns
         if not self.started or self.role is not Role.SINGLE:
             return None
         if self.plan is None or self.plan.mode not in ("fork", "spawn"):
@@ -405,6 +409,7 @@ class ConformanceRun:
         fail the run if there is one: a case that did not run is never silently missing."""
         if not self.started or self.role not in (Role.SINGLE, Role.XDIST_CONTROLLER):
             return
+        self._session = session
         if self.config.option.collectonly:
             return
         if self.accounting.worker_start_failures:
@@ -442,6 +447,7 @@ class ConformanceRun:
                 self.records,
                 suite.allocator,
                 bool(self.config.option.keyword or self.config.option.markexpr),
+                families_only=targets_families_only(self.config),
             ),
             unpinned=[e for e in suite.manifest.entries if e.status == "xfail" and not e.checks],
         )
@@ -450,29 +456,20 @@ class ConformanceRun:
         if note is not None:
             summary.notes.append(note)
         if suite.options.write_expectations and not collect_only:
-            summary.notes.append(self._write_baseline(records, counts["not_run"]))
+            summary.notes.append(
+                write_run_baseline(suite, self.info or {}, records, counts["not_run"])
+            )
         if self.info is not None and self.recorder is not None:
             stats = terminalreporter.stats
             finish_info(self.info, suite, stats, self.records, counts, findings, exitstatus)
             self.recorder.write_run_info(self.info)
         return None if collect_only and not summary.stale else summary
 
-    def _write_baseline(self, records: list[CaseRecord], not_run: int) -> str:
-        """--write-expectations FILE: a manifest expecting what this run found."""
-        from conformance.harness.baseline import baseline, write
-
-        path = self.suite.options.write_expectations
-        info = self.info or {}
-        result = baseline([(info, records)], self.suite.manifest, source="this run")
-        if not_run:
-            result.warnings.append(f"{not_run} case(s) did not run: nothing expects them")
-        write(result, path, None)
-        return (
-            f"conformance: wrote {path} ({result.describe()}); run again with --expectations "
-            f"{path}" + "".join(f"\nconformance: warning: {w}" for w in result.warnings)
-        )
-
+    @pytest.hookimpl(trylast=True)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self._session is not None and is_command_line(config):
+            if not self.suite.options.exit_teardown:
+                end_at_exit(self._session)
         if self._sigterm is not None:
             signal.signal(signal.SIGTERM, self._sigterm)
         if self.recorder is not None:

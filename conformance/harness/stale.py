@@ -21,11 +21,14 @@ def stale_expectations(
     records: list[CaseRecord],
     allocator: str,
     selected_by_keyword: bool = False,
+    families_only: bool = False,
 ) -> list[str]:
-    """One line per stale pattern or dtype declaration ([] for a narrowed run)."""
+    """One line per stale pattern or dtype declaration ([] for a narrowed run, and for a run
+    of the families alone: it has no op case to judge an entry by)."""
     o = cases.options
     narrowed = (
-        o.ops
+        families_only
+        or o.ops
         or o.dtypes != parse_dtypes(DEFAULT_DTYPES)
         or len(o.layouts) < len(LAYOUT_HELP)
         or len(o.paths) < len(PATHS)

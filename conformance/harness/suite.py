@@ -88,7 +88,9 @@ class Suite:
         self.foundations = Foundations(
             backend.device,
             set(self.case_list.registered),
-            prober=self._probe_foundations,
+            # on a device one process may open at a time, a probe process could not open it
+            # while the case's runner holds it: probed in the runner (its verdict is noted)
+            prober=None if backend.profile.exclusive.value else self._probe_foundations,
             has_fallback=self.case_list.has_fallback,
         )
         self.repro_lines = ReproLines(options, backend, self.case_list, invocation_dir)

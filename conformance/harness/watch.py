@@ -24,6 +24,7 @@ import pytest
 from conformance.record import TEST_NAME, CaseId, CaseRecord, Status
 
 WATCH_DIR_KEY = "conformance_watch_dir"  # xdist: where workers note the case they run
+PROBE_KEY = "conformance_probe"  # xdist: the controller's device probe (workers never probe)
 
 
 class CaseWatch:
@@ -103,6 +104,7 @@ class ControllerRun(Protocol):
     watch: CaseWatch
     recorder: Any
     accounting: Any
+    plan: Any  # harness/plan.py Plan, once planned
 
     @property
     def started(self) -> bool: ...
@@ -124,8 +126,11 @@ class ControllerHooks:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
-        """xdist controller: give every worker the folder for its running-case note."""
+        """xdist controller: give every worker the folder for its running-case note, and the
+        device probe (a worker never touches the device, nor probes it again)."""
         self.run.watch.give_folder(node)
+        if self.run.plan is not None:
+            node.workerinput[PROBE_KEY] = self.run.plan.probe_json()
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched) -> None:

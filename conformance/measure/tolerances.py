@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-from conformance.engine import consistency, oracles
+from conformance.engine import consistency, forking, oracles
 from conformance.engine.checks import Outcome, invoke
 from conformance.engine.compare import TOLERANCES, tolerance
 from conformance.engine.discovery import has_schema, overload_name, resolve
@@ -245,10 +245,13 @@ def measure_overload(
 
 def in_child(fn: Callable[[Callable[[str], None]], object]) -> object:
     """fn(progress) in a forked child: its result, or what killed the child (a string naming the
-    signal and the last progress it reported)."""
+    signal and the last progress it reported). Where this process may not fork (it has
+    threads: engine/forking.py), fn runs here."""
+    if forking.refusal() is not None:
+        return fn(lambda text: None)
     with tempfile.NamedTemporaryFile("w+", suffix=".progress") as note:
         read, write = os.pipe()
-        pid = os.fork()
+        pid = forking.fork("tolerances")
         if pid == 0:  # the child: never returns
             code = 0
             try:

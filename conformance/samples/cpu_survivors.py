@@ -10,16 +10,17 @@ dropped and the rest are tried again. Raising is fine (errors are compared, not 
 
 from __future__ import annotations
 
-import faulthandler
+import importlib
 import os
-import signal
-import time
+import tempfile
 import warnings
 from collections.abc import Callable
 
 import torch
 
-from conformance.engine.calls import Call, clone_tree
+from conformance.engine.calls import Call, clone_tree, load_calls, save_calls
+from conformance.engine.forking import read_progress
+from conformance.engine.zygote import FORKER
 
 TIMEOUT = 10.0  # seconds a batch may take on CPU
 
@@ -39,44 +40,41 @@ def survivors(calls: list[Call], run: Callable[[Call], object], timeout: float =
 
 def _run_batch(calls: list[Call], run, timeout: float) -> tuple[int, int | None]:
     """(calls completed, index of the one that crashed or hung, or None)."""
+    fd, path = tempfile.mkstemp(prefix="conformance-survivors-", suffix=".pt")
+    os.close(fd)
     read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: never returns
-        os.close(read_fd)
-        faulthandler.disable()  # a trap here is expected and handled: no traceback dump
-        # the parent's OpenMP pool does not exist in a forked child (libgomp would wait for it
-        # forever): one thread runs every parallel region inline
-        torch.set_num_threads(1)
-        code = 0
+    try:
+        save_calls({"calls": {"calls": calls}}, path)
+        payload = {"calls": path, "run": f"{run.__module__}:{run.__qualname__}"}
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                for i, call in enumerate(calls):
-                    os.write(write_fd, f"{i}\n".encode())
-                    try:
-                        run(Call(call.overload, clone_tree(call.args), clone_tree(call.kwargs)))
-                    except Exception:
-                        pass
-                os.write(write_fd, b"done\n")
-        except BaseException:
-            code = 1
-        os._exit(code)
-    os.close(write_fd)
-    deadline = time.monotonic() + timeout
-    status = None
-    while status is None:
-        finished, wait_status = os.waitpid(pid, os.WNOHANG)
-        if finished:
-            status = wait_status
-        elif time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            _, status = os.waitpid(pid, 0)
-        else:
-            time.sleep(0.002)
-    with os.fdopen(read_fd) as pipe:
-        lines = pipe.read().split()
+            child = FORKER.start(f"{__name__}:batch_task", payload, write_fd, "cpu-survivors")
+        finally:
+            os.close(write_fd)
+        lines, status = read_progress(read_fd, child, timeout)
+    finally:
+        os.close(read_fd)
+        os.unlink(path)
     if lines and lines[-1] == "done" and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
         return len(calls), None
     started = [int(x) for x in lines if x.isdigit()]
     culprit = started[-1] if started else 0
     return culprit, culprit
+
+
+def batch_task(payload: dict, progress_fd: int) -> None:
+    """In the forked child: run the calls in order on CPU, each announced before it runs."""
+    # no OpenMP pool in a forked child (libgomp would wait for the parent's forever): one
+    # thread runs every parallel region inline
+    torch.set_num_threads(1)
+    module, _, name = payload["run"].partition(":")
+    run = getattr(importlib.import_module(module), name)
+    calls = load_calls(payload["calls"])["calls"]["calls"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i, call in enumerate(calls):
+            os.write(progress_fd, f"{i}\n".encode())
+            try:
+                run(Call(call.overload, clone_tree(call.args), clone_tree(call.kwargs)))
+            except Exception:
+                pass
+    os.write(progress_fd, b"done\n")

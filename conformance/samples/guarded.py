@@ -12,23 +12,24 @@ Case runners (harness/runners.py) capture in place: a crash there costs one case
 
 from __future__ import annotations
 
-import faulthandler
+import importlib
 import os
-import signal
 import tempfile
-import time
 from collections.abc import Callable
 
 import torch
 
 from conformance.engine.calls import Call, load_calls, save_calls
+from conformance.engine.forking import read_progress
+from conformance.engine.zygote import FORKER
 
 TIMEOUT = 120.0  # seconds one capture may take
 RETRIES = 4  # samples skipped before the capture gives up (no samples from this OpInfo)
 BACKWARD = -1  # the index reported before the backward pass
 
 Captured = dict[str, dict[str, list[Call]]]
-Capture = Callable[[frozenset[int], Callable[[int], None]], Captured]
+#: fn(*args, skip, started) -> Captured: a module-level function (a forked child finds it by name)
+Capture = Callable[..., Captured]
 
 
 class Where:
@@ -46,13 +47,17 @@ def in_place() -> None:
     WHERE.forked = False
 
 
-def guarded(capture: Capture, timeout: float = TIMEOUT) -> Captured:
-    """`capture(skip, started)` in forked children until one finishes (see the docstring)."""
+def guarded(
+    capture: Capture, args: tuple = (), timeout: float = TIMEOUT, warm: tuple[str, ...] = ()
+) -> Captured:
+    """`capture(*args, skip, started)` in forked children until one finishes (see the
+    docstring); forked as engine/forking.py allows (directly, or by a zygote, which first
+    calls the `warm` functions once: engine/forking.py `Forker.start`)."""
     if not WHERE.forked:
-        return capture(frozenset(), lambda i: None)
+        return capture(*args, frozenset(), lambda i: None)
     skip: set[int] = set()
     for _ in range(RETRIES + 1):
-        result, culprit = _in_child(capture, frozenset(skip), timeout)
+        result, culprit = _in_child(capture, args, frozenset(skip), timeout, warm)
         if result is not None:
             return result
         if culprit is None or culprit in skip:
@@ -61,45 +66,37 @@ def guarded(capture: Capture, timeout: float = TIMEOUT) -> Captured:
     return {}
 
 
-def _in_child(capture: Capture, skip: frozenset[int], timeout: float):
+def _in_child(
+    capture: Capture, args: tuple, skip: frozenset[int], timeout: float, warm: tuple[str, ...]
+):
     """(what the child captured, None) or (None, the index it was running when it died)."""
     fd, path = tempfile.mkstemp(prefix="conformance-capture-", suffix=".pt")
     os.close(fd)
     read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: never returns
-        os.close(read_fd)
-        faulthandler.disable()  # a trap here is expected and handled: no traceback dump
-        torch.set_num_threads(1)  # the parent's OpenMP pool does not exist in a forked child
-        code = 1
-        try:
-            found = capture(skip, lambda i: os.write(write_fd, f"{i}\n".encode()))
-            save_calls(found, path)
-            os.write(write_fd, b"done\n")
-            code = 0
-        except BaseException:  # noqa: BLE001 - reported as no samples, never the parent's code
-            pass
-        os._exit(code)
-    os.close(write_fd)
+    payload = {"fn": f"{capture.__module__}:{capture.__qualname__}", "args": args}
+    payload.update(skip=skip, out=path)
     try:
-        status = _wait(pid, timeout)
-        with os.fdopen(read_fd) as pipe:
-            lines = pipe.read().split()
+        try:
+            child = FORKER.start(f"{__name__}:capture_task", payload, write_fd, "capture", warm)
+        finally:
+            os.close(write_fd)
+        lines, status = read_progress(read_fd, child, timeout)
         if lines and lines[-1] == "done" and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
             return load_calls(path), None
         started = [int(x) for x in lines if x.lstrip("-").isdigit()]
         return None, (started[-1] if started else None)
     finally:
+        os.close(read_fd)
         os.unlink(path)
 
 
-def _wait(pid: int, timeout: float) -> int:
-    deadline = time.monotonic() + timeout
-    while True:
-        finished, status = os.waitpid(pid, os.WNOHANG)
-        if finished:
-            return status
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            return os.waitpid(pid, 0)[1]
-        time.sleep(0.002)
+def capture_task(payload: dict, progress_fd: int) -> None:
+    """In the forked child: run the capture, save what it found, say "done"."""
+    torch.set_num_threads(1)  # no OpenMP pool in a forked child
+    module, _, name = payload["fn"].partition(":")
+    capture = getattr(importlib.import_module(module), name)
+    found = capture(
+        *payload["args"], payload["skip"], lambda i: os.write(progress_fd, f"{i}\n".encode())
+    )
+    save_calls(found, payload["out"])
+    os.write(progress_fd, b"done\n")

@@ -205,7 +205,7 @@ def capture(full_name: str, dtype: torch.dtype, kind: str = "samples") -> dict[s
     with _untracked():
         if dtype.is_floating_point or dtype.is_complex:  # IEEE arithmetic does not trap
             return _capture(full_name, dtype, kind)
-        return guarded(lambda skip, started: _capture(full_name, dtype, kind, skip, started))
+        return guarded(_capture, (full_name, dtype, kind), warm=(f"{__name__}:_op_db",))
 
 
 def _capture(

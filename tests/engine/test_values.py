@@ -178,19 +178,21 @@ def test_an_empty_operand_never_becomes_a_cpu_operand():
         assert not call.cpu_args or call.args[1].dim() == 0, call.signature()
 
 
+def _troubled_run(call):
+    """A CPU run (module-level: the forked child finds it by name) that crashes or hangs."""
+    if call.args[0] == "crash":
+        os.kill(os.getpid(), signal.SIGFPE)
+    if call.args[0] == "hang":
+        time.sleep(60)
+    if call.args[0] == "raise":
+        raise RuntimeError("CPU refuses: fine, errors are compared")
+
+
 def test_calls_that_crash_or_hang_cpu_are_dropped():
     from conformance.samples import cpu_survivors
 
-    def run(call):
-        if call.args[0] == "crash":
-            os.kill(os.getpid(), signal.SIGFPE)
-        if call.args[0] == "hang":
-            time.sleep(60)
-        if call.args[0] == "raise":
-            raise RuntimeError("CPU refuses: fine, errors are compared")
-
     calls = [Call("x", (tag,)) for tag in ("ok", "crash", "raise", "hang", "last")]
-    kept = cpu_survivors.survivors(calls, run, timeout=2.0)
+    kept = cpu_survivors.survivors(calls, _troubled_run, timeout=2.0)
     assert [c.args[0] for c in kept] == ["ok", "raise", "last"]
 
 

@@ -98,7 +98,18 @@ PYBIND11_MODULE(_C, m) {
   m.def("is_initialized", [] { return enpuIsInitialized() != 0; });
   m.def("set_refuse_fork", [](bool on) { enpuSetRefuseFork(on ? 1 : 0); });
   m.def("refuse_fork", [] { return enpuGetRefuseFork() != 0; });
-  m.def("in_bad_fork", [] { return enpuCheckProcess() == enpuErrorForkedChild; });
+  m.def("in_bad_fork", [] { return enpuGetRefuseFork() != 0 && enpuIsForkedChild() != 0; });
+  m.def("is_forked_child", [] { return enpuIsForkedChild() != 0; });
+  // runtime personalities (ECHO_NPU_RUNTIME): bit i is echo_npu._env.RUNTIME_PERSONALITIES[i]
+  m.def("set_runtime_personality", [](unsigned flags, const std::string& lock_path,
+                                      const std::string& device_name) {
+    if (enpuSetPersonality(flags, lock_path.c_str(), device_name.c_str()) != enpuSuccess)
+      throw std::runtime_error("echo_npu: the runtime personality cannot change once the device is "
+                               "initialised (or the exclusive personality has no lock file)");
+  });
+  m.def("runtime_personality", [] { return enpuGetPersonality(); });
+  // a reference never given back: what must outlive the interpreter's teardown (echo_npu/_exit.py)
+  m.def("keep_forever", [](py::object o) { o.inc_ref(); });
   // c10 allocator statistics (torch.npu.memory_*)
   m.def("allocator_stats", &enpu::allocator_stats);
   m.def("reset_peak_stats", &enpu::reset_peak_stats);

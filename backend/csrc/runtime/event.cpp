@@ -3,6 +3,7 @@
 #include <chrono>
 #include <memory>
 
+#include "personality.h"
 #include "queue.h"
 
 using namespace enpu::rt;
@@ -35,6 +36,7 @@ struct enpuEvent {
 extern "C" {
 
 enpuError_t enpuEventCreate(enpuEvent_t* event, int device, int timing) {
+  enpu::persona::fork_gate();
   if (!event || !valid_device(device)) return enpuErrorInvalidValue;
   *event = new enpuEvent();
   (*event)->device = device;
@@ -43,6 +45,7 @@ enpuError_t enpuEventCreate(enpuEvent_t* event, int device, int timing) {
 }
 
 enpuError_t enpuEventRecord(enpuEvent_t event, int device, enpuStream_t stream) {
+  enpu::persona::fork_gate();
   Stream* s = find(device, stream);
   if (!event || !s) return enpuErrorInvalidValue;
   auto rec = std::make_shared<Record>();
@@ -67,6 +70,7 @@ enpuError_t enpuEventRecord(enpuEvent_t event, int device, enpuStream_t stream) 
 }
 
 int enpuEventQuery(enpuEvent_t event) {
+  enpu::persona::fork_gate();
   if (!event) return 1;
   auto rec = event->current();
   if (!rec || rec->stamped.load()) return 1;
@@ -75,6 +79,7 @@ int enpuEventQuery(enpuEvent_t event) {
 }
 
 enpuError_t enpuEventSynchronize(enpuEvent_t event) {
+  enpu::persona::fork_gate();
   if (!event) return enpuErrorInvalidValue;
   auto rec = event->current();
   if (!rec) return enpuSuccess;
@@ -83,6 +88,7 @@ enpuError_t enpuEventSynchronize(enpuEvent_t event) {
 }
 
 enpuError_t enpuStreamWaitEvent(int device, enpuStream_t stream, enpuEvent_t event) {
+  enpu::persona::fork_gate();
   Stream* s = find(device, stream);
   if (!event || !s) return enpuErrorInvalidValue;
   auto rec = event->current();

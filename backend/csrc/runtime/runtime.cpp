@@ -1,6 +1,7 @@
 // echo_npu device runtime: allocator modes, red-zone checking, statistics, memcpy, launch.
 #include "runtime.h"
 
+#include "personality.h"
 #include "stream.h"
 
 #include <sys/mman.h>
@@ -58,6 +59,7 @@ std::atomic<uint64_t> g_launches{0};
 std::atomic<bool> g_initialized{false};
 std::atomic<bool> g_refuse_fork{false};
 std::atomic<pid_t> g_init_pid{0};
+std::mutex g_init_mu;  // enpuInit (its personalities may take seconds: not under g_mu)
 thread_local const char* t_current_op = nullptr;
 thread_local int t_device = 0;
 
@@ -112,6 +114,7 @@ const char* enpuGetErrorString(enpuError_t err) {
     case enpuErrorUnknownPointer: return "unknown device pointer";
     case enpuErrorAsyncWork: return "queued work failed: ";
     case enpuErrorNotReady: return "event not reached yet: synchronize first";
+    case enpuErrorDeviceBusy: return enpu::persona::busy_message();
     case enpuErrorForkedChild:
       return "cannot re-initialize npu in forked subprocess. To use npu with multiprocessing, you "
              "must use the 'spawn' start method";
@@ -119,17 +122,22 @@ const char* enpuGetErrorString(enpuError_t err) {
   return "unknown error";
 }
 
+int enpuIsForkedChild(void) {
+  return g_initialized.load() && g_init_pid.load() != getpid() ? 1 : 0;
+}
+
 enpuError_t enpuCheckProcess(void) {
-  if (g_refuse_fork.load(std::memory_order_relaxed) && g_initialized.load() &&
-      g_init_pid.load() != getpid())
+  if (g_refuse_fork.load(std::memory_order_relaxed) && enpuIsForkedChild())
     return enpuErrorForkedChild;
+  enpu::persona::fork_gate();  // "threaded": a forked child blocks here for good
   return enpuSuccess;
 }
 
 enpuError_t enpuInit(void) {
   if (g_initialized.load()) return enpuCheckProcess();
-  std::lock_guard<std::mutex> lk(g_mu);
+  std::lock_guard<std::mutex> lk(g_init_mu);
   if (!g_initialized.load()) {
+    if (enpuError_t e = enpu::persona::on_init(); e != enpuSuccess) return e;
     g_init_pid = getpid();
     g_initialized = true;
   }

@@ -16,6 +16,7 @@ typedef enum {
   enpuErrorForkedChild = 4,  // used in a forked child of the process that initialised it
   enpuErrorAsyncWork = 5,    // queued work raised (reported by the next synchronisation)
   enpuErrorNotReady = 6,     // an event not reached yet
+  enpuErrorDeviceBusy = 7,   // the device is open in another process (personality "exclusive")
 } enpuError_t;
 
 const char* enpuGetErrorString(enpuError_t err);
@@ -44,8 +45,28 @@ enpuError_t enpuInit(void);
 int enpuIsInitialized(void);
 void enpuSetRefuseFork(int on);
 int enpuGetRefuseFork(void);
-// enpuErrorForkedChild in such a child, else enpuSuccess (never initialises).
+// enpuErrorForkedChild in such a child, else enpuSuccess (never initialises). With the
+// "threaded" personality, such a child blocks here forever instead (unless refuse-fork is on).
 enpuError_t enpuCheckProcess(void);
+// 1 in a forked child of the process that initialised the runtime, else 0 (never blocks).
+int enpuIsForkedChild(void);
+
+// Runtime personalities (ECHO_NPU_RUNTIME; all off by default): behaviours of real vendor
+// runtimes (runtime/personality.cpp). Set before the device is initialised (the package does at
+// import); enpuSetPersonality fails once it is. The bits are in the order of the package's names
+// (echo_npu._env.RUNTIME_PERSONALITIES).
+enum {
+  // enpuInit starts driver threads; the event thread holds the driver lock for good, so a forked
+  // child of the initialising process that enters the runtime waits for that lock forever
+  enpuPersonalityThreaded = 1,
+  // enpuInit takes an exclusive flock on lock_path: a second live process gets enpuErrorDeviceBusy
+  enpuPersonalityExclusive = 2,
+  enpuPersonalitySlowInit = 4,      // enpuInit takes 2 s
+  // the initialising process's exit() joins a runtime thread that never ends
+  enpuPersonalityTeardownHang = 8,
+};
+enpuError_t enpuSetPersonality(unsigned flags, const char* lock_path, const char* device_name);
+unsigned enpuGetPersonality(void);
 
 // Devices (all share host memory; the index is bookkeeping only).
 int enpuDeviceCount(void);

@@ -11,6 +11,7 @@
 #include <thread>
 #include <utility>
 
+#include "personality.h"
 #include "queue.h"
 
 namespace enpu::rt {
@@ -193,6 +194,7 @@ void enpuSetAsync(int on) { g_async = on != 0; }
 int enpuGetAsync(void) { return g_async.load() ? 1 : 0; }
 
 enpuError_t enpuStreamFromPool(int device, int priority, enpuStream_t* stream) {
+  enpu::persona::fork_gate();
   int least = 0, greatest = 0;
   enpuStreamPriorityRange(&least, &greatest);
   if (!valid_device(device) || !stream) return enpuErrorInvalidValue;
@@ -232,6 +234,7 @@ enpuError_t enpuExchangeStream(int device, enpuStream_t stream, enpuStream_t* pr
 }
 
 int enpuStreamQuery(int device, enpuStream_t stream) {
+  enpu::persona::fork_gate();
   Stream* s = find(device, stream);
   if (!s) return 1;
   std::lock_guard<std::mutex> lk(s->mu);
@@ -239,6 +242,7 @@ int enpuStreamQuery(int device, enpuStream_t stream) {
 }
 
 enpuError_t enpuStreamSynchronize(int device, enpuStream_t stream) {
+  enpu::persona::fork_gate();
   Stream* s = find(device, stream);
   if (!s) return enpuErrorInvalidValue;
   wait_for(s, queued_of(s));
@@ -247,6 +251,7 @@ enpuError_t enpuStreamSynchronize(int device, enpuStream_t stream) {
 }
 
 enpuError_t enpuDeviceSynchronize(int device) {
+  enpu::persona::fork_gate();
   if (device >= 0 && !valid_device(device)) return enpuErrorInvalidValue;
   enpu::drain(device);
   for (Stream* s : all_streams(device))

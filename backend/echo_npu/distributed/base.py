@@ -1,13 +1,26 @@
 """The ``echo`` process group's machinery: the worker thread that runs collectives in order,
 the Store exchange, point-to-point messages, coalescing and shutdown (the collectives are in
-group.py)."""
+group.py).
+
+Exit: the backend's threads are daemon threads that spend their waits inside C++ calls that
+release the GIL (the Store's ``check``/``set``/``get``, echo_npu's ``synchronize``). One still
+inside such a call when the interpreter finalises takes the GIL on the way out, which calls
+``pthread_exit``, and the unwinding meets pybind11's ``~gil_scoped_release`` (``noexcept``):
+"terminate called without an active exception", SIGABRT (scripts that ended with ``async_op``
+collectives in flight: 12 of 15 runs with 20 of them; docs/BACKEND.md, "Exit").
+An atexit handler (it runs before finalisation) stops them: waits for keys give up
+(``store.EXITING``), each group's worker finishes what was queued and ends, and every thread is
+joined, for up to ``EXIT_JOIN_S`` in all.
+"""
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import queue
 import threading
 import time
+import weakref
 from datetime import timedelta
 
 import torch.distributed as dist
@@ -15,12 +28,15 @@ import torch.distributed as dist
 from .. import _streams
 from .. import device as _device
 from .hostdata import active_faults, host, pack, unpack, write
-from .store import delete, exchange, has, wait_keys
+from .store import EXITING, check_exiting, delete, exchange, has, wait_keys
 from .work import DistError, EchoWork
 
 BACKEND_NAME = "echo"
 # ccl_work_wait_early: how long after an async Work reports completion its data lands
 EARLY_WAIT_DELAY_S = 0.3
+# at exit, how long in all the backend's threads may take to end (base.py's docstring)
+EXIT_JOIN_S = 5.0
+_GROUPS: weakref.WeakSet = weakref.WeakSet()  # every live group, for the exit handler
 
 
 class GroupBase(dist.ProcessGroup):
@@ -40,6 +56,8 @@ class GroupBase(dist.ProcessGroup):
         self._p2p_counts: dict[tuple[int, int, int], int] = {}
         self._coalescing: list[EchoWork] | None = None
         self._closed = False
+        self._threads: weakref.WeakSet = weakref.WeakSet()  # receives and coalescing waits
+        _GROUPS.add(self)
 
     # identity ---------------------------------------------------------------------------
     def getBackendName(self) -> str:  # noqa: N802 (c10d's name)
@@ -167,7 +185,7 @@ class GroupBase(dist.ProcessGroup):
             except BaseException as exc:  # noqa: BLE001
                 work._fail(exc if isinstance(exc, RuntimeError) else RuntimeError(str(exc)))
 
-        threading.Thread(target=run, name=f"echo-recv-{src}>{self._rank}", daemon=True).start()
+        self._start_thread(run, f"echo-recv-{src}>{self._rank}")
         if self._coalescing is not None:
             self._coalescing.append(work)
         return work
@@ -201,6 +219,7 @@ class GroupBase(dist.ProcessGroup):
                             f"{self._timeout.total_seconds():g} s: no peer sent"
                         )
                     time.sleep(0.002)
+                    check_exiting()
                     found = claim()
                 src, key = found
                 values = unpack(self._store.get(key), tensors)
@@ -212,7 +231,7 @@ class GroupBase(dist.ProcessGroup):
             except BaseException as exc:  # noqa: BLE001
                 work._fail(exc if isinstance(exc, RuntimeError) else RuntimeError(str(exc)))
 
-        threading.Thread(target=run, name=f"echo-recv-any>{self._rank}", daemon=True).start()
+        self._start_thread(run, f"echo-recv-any>{self._rank}")
         return work
 
     # coalescing (torch's _coalescing_manager(group, device)) -------------------------------
@@ -231,10 +250,15 @@ class GroupBase(dist.ProcessGroup):
             except BaseException as exc:  # noqa: BLE001
                 work._fail(exc)
 
-        threading.Thread(target=run, daemon=True).start()
+        self._start_thread(run, f"echo-coalesced>{self._rank}")
         return work
 
     # lifetime ---------------------------------------------------------------------------
+    def _start_thread(self, run, name: str) -> None:
+        thread = threading.Thread(target=run, name=name, daemon=True)
+        self._threads.add(thread)
+        thread.start()
+
     def shutdown(self) -> None:
         self._closed = True
         worker, self._worker = self._worker, None
@@ -244,6 +268,25 @@ class GroupBase(dist.ProcessGroup):
 
     def abort(self) -> None:
         self.shutdown()
+
+    def _end_threads(self, deadline: float) -> None:
+        """At exit: the worker ends after what was queued; every thread joined by deadline."""
+        with self._lock:
+            self._closed = True
+            worker, self._worker = self._worker, None
+        if worker is not None:
+            self._queue.put(None)
+        for thread in [worker, *list(self._threads)]:
+            if thread is not None and thread.is_alive():
+                thread.join(timeout=max(0.0, deadline - time.monotonic()))
+
+
+@atexit.register
+def _end_threads_at_exit() -> None:
+    EXITING.set()
+    deadline = time.monotonic() + EXIT_JOIN_S
+    for group in list(_GROUPS):
+        group._end_threads(deadline)
 
 
 def _fence() -> None:

@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import timedelta
+
+from .work import DistError
+
+# Set at exit (base.py): waits give up, so that the backend's threads end before the interpreter
+# finalises (a thread inside a Store call then would abort the process: base.py, "Exit").
+EXITING = threading.Event()
+
+
+def check_exiting() -> None:
+    if EXITING.is_set():
+        raise DistError("echo: the process is exiting: the collective was abandoned")
 
 
 def opt(opts, name, default):
@@ -19,6 +31,7 @@ def wait_keys(store, keys: list[str], timeout: timedelta) -> bool:
     deadline = time.monotonic() + timeout.total_seconds()
     delay = 0.0002
     while not store.check(keys):
+        check_exiting()
         if time.monotonic() >= deadline:
             return False
         time.sleep(delay)

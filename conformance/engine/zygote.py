@@ -1,0 +1,274 @@
+"""A zygote: a process that forks children on request and does nothing else.
+
+It starts as a fresh interpreter with one thread (engine/forking.py `QUIET`), imports torch
+(and, as a runner zygote, the backend and the collected items: harness/zygotes.py), never
+touches the device and never runs a case, so every child it forks starts from a clean copy:
+no thread, no watchdog, no device state. Requests arrive on links (Unix SOCK_SEQPACKET sockets:
+one JSON message each, file descriptors passed with it); the reply names the child's pid, and
+the child's wait status is written to the status pipe sent with the request when the zygote
+reaps it. The zygote ends when its last link closes, and with the process that started it.
+
+    {"op": "task", "fn": "module:name", "payload": ..., "warm": ["module:name", ...]}
+                                                         fds: progress, status
+    {"op": "runner", "job": {...}}                       fds: runner's (harness/runners.py), status
+    {"op": "adopt"}                                      fds: a new link (a spawned runner's)
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import pickle
+import select
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from conformance.engine import forking, interpreter
+
+MAX_FDS = 16
+#: `python -m conformance.engine.zygote FD`: the modules a task zygote imports before forking
+TASK_MODULES = ("torch", "conformance.engine.calls", "conformance.samples.values")
+
+
+class ZygoteGone(RuntimeError):
+    """The zygote ended (or refused): `str()` says why."""
+
+
+def link_pair() -> tuple[socket.socket, socket.socket]:
+    return socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+
+
+class ZygoteLink:
+    """The asking side of one link."""
+
+    def __init__(self, sock: socket.socket, owner: Any = None) -> None:
+        self.sock = sock
+        self.owner = owner  # what keeps the zygote's process (its Popen), if this side started it
+
+    def request(self, message: dict, fds: list[int]) -> forking.Child:
+        status_r, status_w = os.pipe()
+        try:
+            socket.send_fds(self.sock, [json.dumps(message).encode()], [*fds, status_w])
+            reply = self.sock.recv(65536)
+        except OSError as exc:
+            os.close(status_r)
+            raise ZygoteGone(f"the zygote is gone ({exc})") from None
+        finally:
+            os.close(status_w)
+        if not reply:
+            os.close(status_r)
+            raise ZygoteGone("the zygote is gone")
+        answer = json.loads(reply)
+        if "error" in answer:
+            os.close(status_r)
+            raise ZygoteGone(answer["error"])
+        return forking.Child(answer["pid"], status_r)
+
+    def fork_task(
+        self, fn: str, payload: Any, progress_fd: int, warm: tuple[str, ...] = ()
+    ) -> forking.Child:
+        data = base64.b64encode(pickle.dumps(payload)).decode()
+        message = {"op": "task", "fn": fn, "payload": data, "warm": list(warm)}
+        return self.request(message, [progress_fd])
+
+    def fork_runner(self, job: dict, fds: list[int]) -> forking.Child:
+        return self.request({"op": "runner", "job": job}, fds)
+
+    def new_link(self) -> socket.socket:
+        """A further link to the same zygote (for a spawned runner): the other end is returned."""
+        ours, theirs = link_pair()
+        try:
+            socket.send_fds(self.sock, [json.dumps({"op": "adopt"}).encode()], [ours.fileno()])
+        finally:
+            ours.close()
+        return theirs
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+class ZygoteServer:
+    """The zygote's loop (never returns): `runner(job, fds)` serves a runner request in the
+    forked child (None: a task zygote, which refuses them)."""
+
+    def __init__(
+        self, links: list[socket.socket], runner: Callable[[dict, list[int]], NoReturn] | None
+    ) -> None:
+        self.links = list(links)
+        self.runner = runner
+        self.status_fds: dict[int, int] = {}  # child pid -> the asker's status pipe
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+
+    def serve(self) -> NoReturn:
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        while self.links:
+            ready, _, _ = select.select([*self.links, self.wake_r], [], [], 1.0)
+            for sock in ready:
+                if sock is self.wake_r:
+                    os.read(self.wake_r, 4096)
+                else:
+                    self._handle(sock)
+            self._reap()
+        os._exit(0)
+
+    def _handle(self, sock: socket.socket) -> None:
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, 1 << 20, MAX_FDS)
+        except OSError:
+            data, fds = b"", []
+        if not data:
+            self.links.remove(sock)
+            sock.close()
+            return
+        request = json.loads(data)
+        if request["op"] == "adopt":
+            self.links.append(socket.socket(fileno=fds[0]))
+            return
+        *passed, status_w = fds
+        try:
+            sock.send(json.dumps(self._fork(request, passed, status_w)).encode())
+        except OSError:
+            pass
+        for fd in passed:
+            os.close(fd)
+
+    def _fork(self, request: dict, passed: list[int], status_w: int) -> dict:
+        if request["op"] == "runner" and self.runner is None:
+            os.close(status_w)
+            return {"error": "a task zygote forks no runner"}
+        for ref in request.get("warm", ()):
+            forking.warm_up(ref)
+        try:
+            pid = forking.fork(f"zygote:{request['op']}")
+        except forking.ForkRefused as exc:
+            os.close(status_w)
+            return {"error": f"the zygote may not fork: {exc}"}
+        if pid == 0:
+            self._in_child(request, passed, status_w)
+        self.status_fds[pid] = status_w
+        return {"pid": pid}
+
+    def _in_child(self, request: dict, passed: list[int], status_w: int) -> NoReturn:
+        os.close(status_w)
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for fd in (self.wake_r, self.wake_w, *self.status_fds.values()):
+            os.close(fd)
+        for sock in self.links:
+            sock.close()
+        if request["op"] == "task":
+            payload = pickle.loads(base64.b64decode(request["payload"]))
+            forking.run_task(request["fn"], payload, passed[0])
+        assert self.runner is not None
+        self.runner(request["job"], passed)
+        os._exit(3)
+
+    def _reap(self) -> None:
+        while self.status_fds:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if not pid:
+                return
+            fd = self.status_fds.pop(pid, None)
+            if fd is not None:
+                try:
+                    os.write(fd, f"{status}\n".encode())
+                except OSError:
+                    pass
+                os.close(fd)
+
+
+class Forker:
+    """How this process forks a child that runs `fn(payload, progress_fd)` (a module-level
+    function, named "module:name"): directly where `refusal()` allows it and the process has
+    not touched the device, else through a zygote."""
+
+    def __init__(self) -> None:
+        self.link: ZygoteLink | None = None
+        self.device_touched = False
+
+    def use(self, link: ZygoteLink | None, device_touched: bool = False) -> None:
+        """Fork through `link` from now on (a runner: its zygote's; the owner: its runner
+        zygote's)."""
+        old, self.link = self.link, link
+        self.device_touched = self.device_touched or device_touched
+        if old is not None and old is not link:
+            old.close()
+
+    def direct(self) -> bool:
+        return self.link is None and not self.device_touched and forking.refusal() is None
+
+    def start(
+        self, fn: str, payload: Any, progress_fd: int, site: str, warm: tuple[str, ...] = ()
+    ) -> forking.Child:
+        """A child running `fn(payload, progress_fd)`; `progress_fd` stays open here. `warm`
+        names functions ("module:name") the forking process calls once before it forks (what
+        every such child would otherwise load again: OpInfo's op_db, 5-10 s)."""
+        if self.direct():
+            for ref in warm:
+                forking.warm_up(ref)
+            pid = forking.fork(site)
+            if pid == 0:  # the child: never returns
+                forking.run_task(fn, payload, progress_fd)
+            return forking.Child(pid)
+        if self.link is None:
+            self.link = start_task_zygote()
+        return self.link.fork_task(fn, payload, progress_fd, warm)
+
+
+FORKER = Forker()
+
+
+FORKER = Forker()
+
+
+def die_with_parent() -> None:
+    """Be killed when the process that started this one dies (Linux PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:
+        os._exit(3)
+
+
+def start_task_zygote() -> ZygoteLink:
+    """A task zygote for this process (CPU work: sample captures, CPU survivors)."""
+    ours, theirs = link_pair()
+    proc = subprocess.Popen(
+        [*interpreter.python(), "-m", "conformance.engine.zygote", str(theirs.fileno())],
+        env=interpreter.environment(forking.QUIET),
+        stdin=subprocess.DEVNULL,
+        pass_fds=(theirs.fileno(),),
+    )
+    theirs.close()
+    return ZygoteLink(ours, proc)
+
+
+def main(argv: list[str]) -> NoReturn:
+    """`python -m conformance.engine.zygote FD`: a task zygote serving the link on FD."""
+    die_with_parent()
+    import importlib
+
+    for name in TASK_MODULES:
+        importlib.import_module(name)
+    ZygoteServer([socket.socket(fileno=int(argv[0]))], None).serve()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
