@@ -14,6 +14,14 @@ Figures, each against its target (issue 31, 2 cores), both sides measured in thi
   spawned runners; no `as_strided`) through the README's own-backend recipe (`python -m pytest
   --pyargs conformance -n 2` from another folder, `--results` elsewhere) <= 3x echo_npu's
   default run.
+- (issue 55) the selection with every echo_npu runtime personality
+  (`ECHO_NPU_RUNTIME=threaded,exclusive,slow_init,teardown_hang`: driver threads, a device one
+  process may open, a 2 s initialisation, a teardown that blocks) against the plain runtime,
+  `-n 2`: cases complete (the personalities cost the slow initialisations and one runner at a
+  time); and the seconds each run took to exit after its last line (target <= 5 s).
+- `--baseline CHECKOUT` (issue 55): the echo_npu default run (`-n 2`, warm caches) of this
+  checkout against another checkout's (the previous commit: `git worktree add /tmp/base
+  HEAD~1`), interleaved rounds: ratio <= 1.1x.
 """
 
 from __future__ import annotations
@@ -111,15 +119,76 @@ def backend_shapes() -> None:
     )
 
 
+def personalities(rounds: int) -> None:
+    """The selection on echo_npu's GPU-like runtime against its plain one (issue 55)."""
+    plain = environment(CONFORMANCE_RESULTS="none")
+    gpu_like = environment(
+        CONFORMANCE_RESULTS="none",
+        ECHO_NPU_RUNTIME="threaded,exclusive,slow_init,teardown_hang",
+        ECHO_NPU_DEVICE_LOCK=os.path.join(tempfile.gettempdir(), "bench-isolation.lock"),
+    )
+    walls: dict[str, list[float]] = {"plain": [], "gpu-like": []}
+    for _ in range(rounds):
+        for name, env in (("plain", plain), ("gpu-like", gpu_like)):
+            wall, cases, last = timed(["conformance", *SELECTION, "-n", "2"], env, REPO)
+            walls[name].append(wall)
+            print(f"  {name}: {wall:.1f} s, {cases} cases [{last}]")
+    ratio = min(walls["gpu-like"]) / min(walls["plain"])
+    print(f"runtime personalities / plain runtime: {ratio:.2f}x  [{load()}]")
+
+
+def exit_after_summary() -> None:
+    """Seconds between the run's last line and its exit, with a teardown that blocks forever."""
+    env = environment(CONFORMANCE_RESULTS="none", ECHO_NPU_RUNTIME="teardown_hang")
+    args = [sys.executable, "-m", "pytest", "-q", "conformance", "--ops", "abs", "--modes"]
+    proc = subprocess.Popen(
+        [*args, "none", "--isolate", "none"], cwd=REPO, env=env, stdout=subprocess.PIPE, text=True
+    )
+    last = time.perf_counter()
+    assert proc.stdout is not None
+    for _ in proc.stdout:
+        last = time.perf_counter()
+    try:
+        proc.wait(timeout=60)
+        took = time.perf_counter() - last
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        took = float("inf")
+    verdict = "ok" if took <= 5 else "OVER"
+    print(f"exit after the last line (--isolate none, a teardown that blocks): {took:.2f} s "
+          f"(target <= 5 s: {verdict})")  # fmt: skip
+
+
+def against_baseline(checkout: str, rounds: int) -> None:
+    """This checkout's default run against `checkout`'s, same machine, interleaved."""
+    env = environment(CONFORMANCE_RESULTS="none")
+    walls: dict[str, list[float]] = {"this": [], "baseline": []}
+    for where in (REPO, checkout):  # warm both caches
+        timed(["conformance", "--collect-only"], env, where)
+    for _ in range(rounds):
+        for name, where in (("this", REPO), ("baseline", checkout)):
+            wall, cases, last = timed(["conformance", "-n", "2"], env, where)
+            walls[name].append(wall)
+            print(f"  {name}: {wall:.0f} s, {cases} cases [{last}]")
+    ratio = min(walls["this"]) / min(walls["baseline"])
+    verdict = "ok" if ratio <= 1.1 else "OVER"
+    print(f"default run, this / baseline: {ratio:.2f}x (target <= 1.1x: {verdict})  [{load()}]")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--rounds", type=int, default=2, help="repetitions of each mode")
     parser.add_argument("--skip-shapes", action="store_true", help="skip the default runs")
+    parser.add_argument("--baseline", help="a checkout whose default run is timed against this")
     opts = parser.parse_args()
     print(f"machine: {os.cpu_count()} cores, {load()}")
     spawn_against_fork(opts.rounds)
+    personalities(opts.rounds)
+    exit_after_summary()
+    if opts.baseline:
+        against_baseline(opts.baseline, opts.rounds)
     if not opts.skip_shapes:
         backend_shapes()
 

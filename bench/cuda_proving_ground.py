@@ -10,7 +10,9 @@ dependencies the image lacks from `--wheels`, also `--no-deps`), checks that the
 1. the capability query (`python -m conformance.profile`): its wall time (target: 30 s);
 2. the runtime contract family (`pytest conformance/contract`), with pytest's
    `faulthandler_timeout` set as many repositories set it;
-3. a seeded sample of the overloads CUDA registers (`--ops`, the same sample for a seed);
+3. a collection of the default run (on a fresh machine it builds the sample cache: OpInfo's
+   samples captured on CPU for every overload CUDA registers, minutes), then a seeded sample
+   of the overloads it collected (`--ops`, the same sample for a seed);
 4. the default run (`pytest conformance -n N`), stopped by SIGTERM at its deadline (the suite
    then records the cases it did not reach as not-run).
 
@@ -47,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 2))
     parser.add_argument("--budget", type=float, default=420.0, help="seconds for the default run")
     parser.add_argument("--sample", type=int, default=40, help="overloads in the seeded sample")
+    parser.add_argument(
+        "--collect-deadline", type=float, default=900.0, help="seconds for the first collection"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-install", action="store_true")
     args = parser.parse_args(argv)
@@ -79,16 +84,17 @@ def main(argv: list[str] | None = None) -> int:
         env,
         240,
     )
-    sample = _sample(args, env)
-    stages["sample"] = _run(
-        "sample",
-        [*pytest, "conformance", *CUDA_ARGS, "--ops", ",".join(sample), "-n", str(args.workers)]
-        + ["-o", "faulthandler_timeout=60", "--results", str(out / "results-sample")],
-        out,
-        env,
-        240,
-    )
-    stages["sample"]["overloads"] = sample
+    sample, stages["collect"] = _sample(args, out, env)
+    if sample:
+        stages["sample"] = _run(
+            "sample",
+            [*pytest, "conformance", *CUDA_ARGS, "--ops", ",".join(sample), "-n", str(args.workers)]
+            + ["-o", "faulthandler_timeout=60", "--results", str(out / "results-sample")],
+            out,
+            env,
+            240,
+        )
+        stages["sample"]["overloads"] = sample
     stages["default"] = _run(
         "default",
         [*pytest, "conformance", *CUDA_ARGS, "-n", str(args.workers)]
@@ -99,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     summary["wall_s"] = round(time.monotonic() - t0, 1)
     for name in ("contract", "sample", "default"):
-        stages[name]["records"] = _records(out / f"results-{name}")
+        if name in stages:
+            stages[name]["records"] = _records(out / f"results-{name}")
     _write(out, summary)
     with tarfile.open(out / "results.tar.gz", "w:gz") as tar:
         for path in sorted(out.glob("results-*")):
@@ -199,13 +206,18 @@ def _counts(text: str) -> dict:
     return counts
 
 
-def _sample(args: argparse.Namespace, env: dict[str, str]) -> list[str]:
-    """A seeded sample of the overloads the default run would test on CUDA."""
+def _sample(args: argparse.Namespace, out: Path, env: dict[str, str]) -> tuple[list[str], dict]:
+    """A seeded sample of the overloads the default run would test on CUDA, from a collection
+    (which also builds the sample cache the later stages read: on a fresh machine, minutes)."""
     cmd = [sys.executable, "-m", "pytest", "conformance", *CUDA_ARGS, "--collect-only", "-q"]
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    ids = re.findall(r"test_matches_cpu\[([^\]]+)\]", done.stdout)
+    stage = _run("collect", cmd, out, env, args.collect_deadline)
+    text = (out / "collect.log").read_text(errors="replace")
+    ids = re.findall(r"test_matches_cpu\[([^\]]+)\]", text)
     overloads = sorted({i.split("-")[0] for i in ids})
-    return sorted(random.Random(args.seed).sample(overloads, min(args.sample, len(overloads))))
+    stage["overloads_collected"] = len(overloads)
+    stage["cases_collected"] = len(ids)
+    chosen = random.Random(args.seed).sample(overloads, min(args.sample, len(overloads)))
+    return sorted(chosen), stage
 
 
 def _records(folder: Path) -> dict:

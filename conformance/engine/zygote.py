@@ -73,7 +73,9 @@ class ZygoteLink:
         self, fn: str, payload: Any, progress_fd: int, warm: tuple[str, ...] = ()
     ) -> forking.Child:
         data = base64.b64encode(pickle.dumps(payload)).decode()
-        message = {"op": "task", "fn": fn, "payload": data, "warm": list(warm)}
+        # the asker's import path: its task function may live where only it looks (a test
+        # module pytest imported by its folder)
+        message = {"op": "task", "fn": fn, "payload": data, "warm": list(warm), "path": sys.path}
         return self.request(message, [progress_fd])
 
     def fork_runner(self, job: dict, fds: list[int]) -> forking.Child:
@@ -109,16 +111,22 @@ class ZygoteServer:
         os.set_blocking(self.wake_w, False)
 
     def serve(self) -> NoReturn:
-        signal.set_wakeup_fd(self.wake_w)
-        signal.signal(signal.SIGCHLD, lambda *_: None)
-        while self.links:
-            ready, _, _ = select.select([*self.links, self.wake_r], [], [], 1.0)
-            for sock in ready:
-                if sock is self.wake_r:
-                    os.read(self.wake_r, 4096)
-                else:
-                    self._handle(sock)
-            self._reap()
+        """Never returns, nor lets an exception unwind into the code that called it (a zygote
+        forked from the pytest process has that process's stack below it)."""
+        try:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.set_wakeup_fd(self.wake_w)
+            signal.signal(signal.SIGCHLD, lambda *_: None)
+            while self.links:
+                ready, _, _ = select.select([*self.links, self.wake_r], [], [], 1.0)
+                for sock in ready:
+                    if sock is self.wake_r:
+                        os.read(self.wake_r, 4096)
+                    else:
+                        self._handle(sock)
+                self._reap()
+        except BaseException:  # noqa: BLE001 - Ctrl-C, a broken link: the zygote ends
+            pass
         os._exit(0)
 
     def _handle(self, sock: socket.socket) -> None:
@@ -159,18 +167,22 @@ class ZygoteServer:
         return {"pid": pid}
 
     def _in_child(self, request: dict, passed: list[int], status_w: int) -> NoReturn:
-        os.close(status_w)
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        for fd in (self.wake_r, self.wake_w, *self.status_fds.values()):
-            os.close(fd)
-        for sock in self.links:
-            sock.close()
-        if request["op"] == "task":
-            payload = pickle.loads(base64.b64decode(request["payload"]))
-            forking.run_task(request["fn"], payload, passed[0])
-        assert self.runner is not None
-        self.runner(request["job"], passed)
+        try:
+            os.close(status_w)
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            for fd in (self.wake_r, self.wake_w, *self.status_fds.values()):
+                os.close(fd)
+            for sock in self.links:
+                sock.close()
+            if request["op"] == "task":
+                sys.path[:0] = [p for p in request.get("path", ()) if p not in sys.path]
+                payload = pickle.loads(base64.b64decode(request["payload"]))
+                forking.run_task(request["fn"], payload, passed[0])
+            assert self.runner is not None
+            self.runner(request["job"], passed)
+        except BaseException:  # noqa: BLE001 - never run the zygote's loop in a child
+            pass
         os._exit(3)
 
     def _reap(self) -> None:

@@ -66,6 +66,12 @@ def key_header_lines(suite: Suite, plan: Plan | None) -> list[str]:
     ]
     if plan is not None:
         lines.append(plan.describe(suite.options.case_timeout))
+        p = b.profile
+        lines.append(
+            f"device probe: {p.usable.how}; forked child: {p.fork_safe.how}; a second process: "
+            f"{p.exclusive.how}; no process that forks touches the device or its driver "
+            "(engine/forking.py)"
+        )
     if not b.profile.storage.value:
         lines.append(STORAGELESS)
     if suite.case_list.coverage is not None:

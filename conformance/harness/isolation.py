@@ -20,12 +20,10 @@ probed in a child.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pytest
-from filelock import FileLock
 
 from conformance.engine.backend import Backend
 from conformance.engine.diagnosis import describe_status, diagnose
@@ -33,6 +31,7 @@ from conformance.engine.probe import initialised
 from conformance.engine.zygote import ZygoteGone
 from conformance.findings import crash_class
 from conformance.harness.culprit import Culprit, CulpritSearch, case_label
+from conformance.harness.device_turns import DeviceTurns
 from conformance.harness.nodes import RECORD_PROPERTY, case_of, is_family
 from conformance.harness.options import Options
 from conformance.harness.plan import Plan
@@ -73,6 +72,7 @@ class IsolatedRunner:
         self.history: list[pytest.Item] = []  # items the current runner finished, in order
         self.cases = 0  # cases the current runner ran
         self.zygote: RunnerZygote | None = None  # forks the runners (harness/zygotes.py)
+        self.turns: DeviceTurns | None = None  # a device one process may open at a time
         options = run.options
         self.culprits = CulpritSearch(
             session.items, self.start, options.culprit_search, options.case_timeout
@@ -111,14 +111,14 @@ class IsolatedRunner:
             run.switch_to_spawn(f"{exc}{' (zygote log: ' + tail + ')' if tail else ''}")
             return self.start(replay=replay, env=env)
 
-    def _device_lock(self) -> FileLock | None:
-        """The run's device lock, taken (blocks while another runner of the run owns the
-        device), where the device is one process's at a time."""
+    def _device_lock(self) -> DeviceTurns | None:
+        """The run's turn on the device, taken (blocks while another owner's runner has it),
+        where the device is one process's at a time (harness/device_turns.py)."""
         if not self.run.plan.exclusive:
             return None
-        lock = FileLock(os.path.join(self.run.run_dir.path, "device.lock"))
-        lock.acquire()
-        return lock
+        if self.turns is None:
+            self.turns = DeviceTurns(self.run.run_dir.path)
+        return self.turns.take()
 
     def close_zygote(self) -> None:
         if self.zygote is not None:
@@ -145,6 +145,8 @@ class IsolatedRunner:
             limit = self.run.options.runner_cases
             if (limit and self.cases >= limit) or attempt.data == RETIRE:
                 self.close()  # a fresh runner for the next case (RETIRE: runtime broken)
+            elif self.turns is not None and self.turns.others_waiting():
+                self.close()  # the device is one process's at a time: another owner's turn
         elif attempt.end == "hung":
             self._hung(item, process, attempt.started)
         elif attempt.end == "missing":

@@ -441,6 +441,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tolerances: {exc}", file=sys.stderr)
         return 2
     cache_dir = None if opts.cache_dir == "none" else opts.cache_dir
+    # one thread, as its forked children compute: this process stays able to fork them
+    # (engine/forking.py: never a process with threads)
+    torch.set_num_threads(1)
     print(f"torch {torch.__version__}; layouts: {', '.join(layouts)}", flush=True)
     for overload in overloads:
         rows, notes = measure_overload(overload, dtypes, layouts, cache_dir, opts.limit)

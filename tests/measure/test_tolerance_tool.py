@@ -3,14 +3,15 @@ errors, a crashing CPU kernel."""
 
 from __future__ import annotations
 
-import os
-import signal
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from conformance.engine.compare import TOLERANCES
 from conformance.measure import tolerances as tool
+from tests.helpers import clean_env
 
 BF16 = torch.bfloat16
 
@@ -56,11 +57,27 @@ def test_tool_usage_errors_are_one_line(capsys, argv, message):
     assert message in err and len(err.strip().splitlines()) == 1
 
 
-def test_a_crashing_cpu_kernel_costs_one_layout():
-    def crash(progress):
-        progress("zero_size some_op(float32[0])")
-        os.kill(os.getpid(), signal.SIGFPE)
+CRASH = """
+import os, signal
+from conformance.measure import tolerances as tool
+from tests.helpers import clean_env
 
-    note = tool.in_child(crash)
-    assert note == "CPU crashed (SIGFPE) at zero_size some_op(float32[0]): left out"
-    assert tool.in_child(lambda progress: {"a": 1}) == {"a": 1}
+def crash(progress):
+    progress("zero_size some_op(float32[0])")
+    os.kill(os.getpid(), signal.SIGFPE)
+
+print(tool.in_child(crash))
+print(tool.in_child(lambda progress: {"a": 1}))
+"""
+
+
+def test_a_crashing_cpu_kernel_costs_one_layout():
+    """In the tool's own process (one thread: it may fork, engine/forking.py)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", CRASH], capture_output=True, text=True, timeout=120,
+        env=clean_env(),
+    )  # fmt: skip
+    assert proc.stdout.splitlines() == [
+        "CPU crashed (SIGFPE) at zero_size some_op(float32[0]): left out",
+        "{'a': 1}",
+    ], proc.stderr[-2000:]

@@ -9,6 +9,8 @@ within 5 s of its last line; the capability query must answer within 30 s.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -37,25 +39,26 @@ class TimedRun:
         full = clean_env(
             {"CONFORMANCE_FORK_AUDIT": str(audit), "ECHO_NPU_DEVICE_LOCK": str(lock), **env}
         )
-        proc = subprocess.Popen(
-            cmd, cwd=REPO, env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-        lines, last = [], time.monotonic()
-        deadline = time.monotonic() + timeout
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            last = time.monotonic()
-            if last > deadline:
-                break
-        try:
-            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        log = tmp / f"log-{len(list(tmp.iterdir()))}"
+        with open(log, "w") as out:
+            proc = subprocess.Popen(
+                cmd, cwd=REPO, env=full, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+            start = last = time.monotonic()
+            size = 0
+            while proc.poll() is None and time.monotonic() - start < timeout:
+                if log.stat().st_size != size:
+                    size, last = log.stat().st_size, time.monotonic()
+                time.sleep(0.05)
+            if proc.poll() is None:  # past the limit: the whole session goes
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            elif log.stat().st_size != size:
+                last = time.monotonic()
         self.exit_after = time.monotonic() - last
         self.returncode = proc.returncode
-        self.output = "".join(lines)
+        self.output = log.read_text(errors="replace")
         self.forks = audit.read_text().splitlines() if audit.exists() else []
 
     def records(self) -> list[dict]:
@@ -69,8 +72,21 @@ class TimedRun:
         return [ln for ln in self.forks if not ln.startswith("refused") and ln.split()[2] != "1"]
 
 
-@pytest.mark.parametrize("personality", [*PERSONALITIES, ALL])
-@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["single", "xdist"])
+# each personality once, all four with and without xdist; under xdist the owners are the
+# workers (execnet's thread: their zygotes are spawned) and take turns on an exclusive device
+RUNS = [
+    ("threaded", []),
+    ("slow_init", []),
+    ("teardown_hang", []),
+    ("exclusive", ["-n", "2"]),
+    (ALL, []),
+    (ALL, ["-n", "2"]),
+]
+
+
+@pytest.mark.parametrize(
+    "personality, workers", RUNS, ids=[f"{p}-{'xdist' if w else 'single'}" for p, w in RUNS]
+)
 def test_a_run_on_each_runtime_judges_every_case_and_exits(tmp_path, personality, workers):
     run = TimedRun(tmp_path, [*SELECTION, *workers], {"ECHO_NPU_RUNTIME": personality})
     assert run.returncode == 0, run.output[-3000:]
@@ -107,7 +123,7 @@ def test_a_backend_whose_teardown_hangs_cannot_hold_the_run(tmp_path):
     assert run.returncode == 0, run.output[-3000:]
     assert run.exit_after < EXIT_LIMIT, f"exited {run.exit_after:.1f} s after its last line"
     held = TimedRun(
-        tmp_path, [*args, "--exit-teardown"], {"ECHO_NPU_RUNTIME": "teardown_hang"}, timeout=60
+        tmp_path, [*args, "--exit-teardown"], {"ECHO_NPU_RUNTIME": "teardown_hang"}, timeout=30
     )
     assert held.exit_after > 2 * EXIT_LIMIT, "the normal teardown did not block: no ablation"
 
@@ -133,3 +149,23 @@ def test_the_capability_query_answers_within_30_s(tmp_path, personality):
     assert profile["usable"]["value"] is True, profile["usable"]
     assert profile["fork_safe"]["value"] is True, profile["fork_safe"]
     assert profile["exclusive"]["value"] is ("exclusive" in personality), profile["exclusive"]
+
+
+def test_the_cuda_proving_ground_says_no_cuda_device_in_one_line():
+    """bench/cuda_proving_ground.py on a machine without CUDA: one line, exit status 2."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is here: the script would run for minutes")
+    proc = subprocess.run(
+        [sys.executable, "bench/cuda_proving_ground.py", "--out", "/nonexistent"],
+        cwd=REPO,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stdout.strip().splitlines() == [
+        "no CUDA device: this script needs a machine with a CUDA GPU and its torch"
+    ]
