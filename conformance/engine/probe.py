@@ -243,19 +243,10 @@ def probe_isolated(backend: Backend) -> Probe:
 def probe_in_fresh_process(backend: Backend) -> Probe:
     """The probe (see the module docstring) in a new interpreter that loads the same backend;
     this process touches neither the device nor its driver."""
-    cmd = [*interpreter.python(), "-m", "conformance.engine.probe", backend.spec]
-    cmd += [backend.device_type, backend.heap_zones, backend.heap_cache or ""]
+    args = [backend.spec, backend.device_type, backend.heap_zones, backend.heap_cache or ""]
     where = f"fresh process ({interpreter.describe()})"
-    try:
-        proc = subprocess.run(
-            cmd,
-            capture_output=True,
-            text=True,
-            timeout=PROBE_TIMEOUT,
-            env=interpreter.environment({**forking.QUIET, **PROBE_ENVIRONMENT}),
-            stdin=subprocess.DEVNULL,
-        )
-    except subprocess.TimeoutExpired:
+    proc = _probe_process(args, PROBE_TIMEOUT)
+    if proc is None:
         return Probe(False, where, f"no answer within {PROBE_TIMEOUT:.0f} s")
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if lines and '"usable"' in lines[0]:
@@ -378,19 +369,24 @@ def _second_open_forked(backend: Backend) -> list:
 
 def _second_open_spawned(backend: Backend) -> list:
     """Step 3's second process: a fresh interpreter allocates while this process holds it."""
-    cmd = [*interpreter.python(), "-m", "conformance.engine.probe", "--open", backend.spec]
+    proc = _probe_process(["--open", backend.spec, backend.device_type], OPEN_TIMEOUT)
+    return _exclusive(proc.stdout.splitlines() if proc is not None else None)
+
+
+def _probe_process(args: list[str], timeout: float) -> subprocess.CompletedProcess | None:
+    """`python -m conformance.engine.probe ARGS` with one thread and CUDA asked through NVML;
+    None past `timeout`."""
     try:
-        proc = subprocess.run(
-            [*cmd, backend.device_type],
+        return subprocess.run(
+            [*interpreter.python(), "-m", "conformance.engine.probe", *args],
             capture_output=True,
             text=True,
-            timeout=OPEN_TIMEOUT,
+            timeout=timeout,
             env=interpreter.environment({**forking.QUIET, **PROBE_ENVIRONMENT}),
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
-        return _exclusive(None)
-    return _exclusive(proc.stdout.splitlines())
+        return None
 
 
 def _open_once(backend: Backend) -> str:

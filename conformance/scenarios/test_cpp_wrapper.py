@@ -17,8 +17,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conformance.engine.device_keys import compiler_for
 from conformance.engine.compiling import inductor_load_error
+from conformance.engine.device_keys import compiler_for
 from conformance.engine.errorclass import first_line
 from conformance.scenarios._helpers import assert_on, assert_same, step, to_cpu
 
