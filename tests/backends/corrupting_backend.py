@@ -52,8 +52,10 @@ def _neg(x: torch.Tensor) -> torch.Tensor:
 
 def _checked(op):
     def kernel(x: torch.Tensor) -> torch.Tensor:
-        if DAMAGE == "heap":  # a workspace of the corrupted size class: glibc aborts
-            for _ in range(2):
+        if DAMAGE == "heap":  # workspaces of the corrupted size class: glibc aborts
+            # enough of them to reach the bad link through blocks freed into the bin since
+            # (how many depends on what the runner's process allocated before)
+            for _ in range(8):
                 _libc.malloc(_SIZE)
         elif DAMAGE == "once":
             marker = os.environ["CORRUPTING_BACKEND_MARKER"]
