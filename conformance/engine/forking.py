@@ -75,7 +75,7 @@ def fork(site: str) -> int:
         with open(audit, "a") as f:
             f.write(f"{site} {os.getpid()} {count}\n")
     if count > 1:
-        raise ForkRefused(f"{site}: {refusal()}")
+        raise ForkRefused(f"{site}: this process has {count} threads ({', '.join(thread_names())})")
     return os.fork()
 
 

@@ -50,7 +50,6 @@ class Probe:
     usable: bool
     where: str  # "forked child", "fresh process", "in-process"
     error: str = ""  # why the device was not usable
-    bad_fork: bool = False  # the device refused use in a forked child
     memory_counter: str | None = None  # the first counter of memory.counters that saw the tensor
     # a non-empty tensor's storage has bytes and a data pointer (a lazy device's, as torch_xla's,
     # has none: strides, offsets and memory around views cannot be observed)
@@ -111,9 +110,7 @@ def probe_here(
     in_bad_fork = backend.device_function("_is_in_bad_fork")
     try:
         if in_bad_fork is not None and in_bad_fork():
-            return Probe(
-                False, where, f"torch.{backend.device_type}._is_in_bad_fork() is True", True
-            )
+            return Probe(False, where, f"torch.{backend.device_type}._is_in_bad_fork() is True")
     except Exception:  # noqa: BLE001 - a broken query is not a verdict on the device
         pass
     candidates = counters(backend)
@@ -131,7 +128,7 @@ def probe_here(
         del tensor
     except Exception as exc:  # noqa: BLE001 - any failure means: not usable here
         text = _first_line(exc)
-        return Probe(False, where, text, "fork" in text.lower())
+        return Probe(False, where, text)
     heap_seen = bool(
         heap_before
         and heap_after
@@ -284,7 +281,7 @@ def probe_fresh(backend: Backend) -> tuple[Probe, dict[str, list]]:
             "True after loading the backend (its runners are spawned)",
         ]
     probe = probe_here(backend, "fresh process")
-    probe.fork, probe.bad_fork = fork, fork[0] is False
+    probe.fork = fork
     runtime = probe_runtime(backend.device) if probe.usable else {}
     if probe.usable:
         probe.exclusive = _second_open_spawned(backend)
