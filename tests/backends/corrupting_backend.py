@@ -33,10 +33,20 @@ _libc.malloc.argtypes = [ctypes.c_size_t]
 _libc.free.argtypes = [ctypes.c_void_p]
 
 
+_TCACHE_COUNT = 7  # glibc's tcache holds at most 7 blocks of a size class per thread
+
+
 def _corrupt_heap() -> None:
+    # the bin is made the same in every process: emptied (7 blocks taken), then refilled with 6
+    # of them and the freed block on top. glibc follows a bin's link only while its count says
+    # blocks remain, so the bad link must sit above others: how many the bin held before (a
+    # runner forked from a zygote starts with another heap than a fresh one) must not matter
+    drained = [_libc.malloc(_SIZE) for _ in range(_TCACHE_COUNT)]
     keep = _libc.malloc(_SIZE)  # keeps the freed block off the top chunk
     freed = _libc.malloc(_SIZE)
-    _libc.free(freed)  # into its tcache bin; its first 8 bytes are now the bin's link
+    for block in drained[1:]:
+        _libc.free(block)
+    _libc.free(freed)  # the bin's head; its first 8 bytes are now the bin's link
     # the write after free: a link that glibc (safe-linking, >= 2.32) decodes to address 0x1,
     # whatever the addresses of this run: the second allocation of that class aborts
     ctypes.c_uint64.from_address(freed).value = (freed >> 12) ^ 0x1
@@ -53,8 +63,8 @@ def _neg(x: torch.Tensor) -> torch.Tensor:
 def _checked(op):
     def kernel(x: torch.Tensor) -> torch.Tensor:
         if DAMAGE == "heap":  # workspaces of the corrupted size class: glibc aborts
-            # enough of them to reach the bad link through blocks freed into the bin since
-            # (how many depends on what the runner's process allocated before)
+            # the second reaches the bad link; more in case blocks of the class were taken
+            # and given back since
             for _ in range(8):
                 _libc.malloc(_SIZE)
         elif DAMAGE == "once":

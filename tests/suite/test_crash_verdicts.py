@@ -65,18 +65,7 @@ def test_many_crashing_cases_are_all_recorded(run_suite, xdist):
 HEAP_DAMAGE = {"PYTHONPATH": BACKENDS, "CORRUPTING_BACKEND_DAMAGE": "heap"}
 
 
-# KNOWN REGRESSION of issue 55's zygote (stated in that stop's note, to fix next): under xdist
-# the worker's runners come from a fresh-pytest zygote, and in about a third of runs relu's
-# case does not trip on neg's heap damage (relu passes); serial runs detect it every time
-HEAP_XDIST_FLAKE = pytest.mark.xfail(
-    reason="issue 55 regression: heap damage detected later is missed in some xdist runs",
-    strict=False,
-)
-
-
-@pytest.mark.parametrize(
-    "xdist", [[], pytest.param(["-n", "2"], marks=HEAP_XDIST_FLAKE)], ids=["serial", "xdist"]
-)
+@XDIST
 def test_a_crash_detected_later_is_blamed_on_the_case_that_corrupted_memory(run_suite, xdist):
     """neg passes its own checks but corrupts glibc's heap; relu crashes after it. The culprit
     search replays the runner's earlier cases, names neg and confirms it: neg alone, then a
