@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -489,7 +490,13 @@ def test_sqrt_ulp(npu, faults, dtype):
     values = [4.0, 2.0, 0.5, 0.0, -0.0, float("inf"), float("nan"), 9.0]
     x = torch.tensor(values + [0.0] * 7 + [16.0] + [3.0] * 7 + [float("inf")], dtype=dtype)
     right = torch.sqrt(x.to("npu")).cpu()
-    assert _bits(right[:7]) == _bits(torch.sqrt(x[:7]))  # specials as CPU: -0.0, inf, NaN
+    # IEEE defines sqrt as correctly rounded: the truth is Python's math.sqrt (float64, exact
+    # rounding; a second rounding to a narrower float keeps it so), never CPU's kernel, whose
+    # vector path may be an ulp off on some machines; -0.0 and inf bit for bit, NaN any NaN
+    numbers = [i for i, v in enumerate(values) if not math.isnan(v)]
+    truth = torch.tensor([math.sqrt(values[i]) for i in numbers], dtype=torch.float64)
+    assert _bits(right[numbers]) == _bits(truth.to(dtype))
+    assert right[6].isnan()
     faults(["sqrt_ulp"])
     out = torch.empty(0, dtype=dtype, device="npu")
     for got in (torch.sqrt(x.to("npu")), x.to("npu").sqrt_(), torch.sqrt(x.to("npu"), out=out)):
