@@ -251,7 +251,8 @@ def check_errors(s: Sample) -> None:
     if errorclass.both_refused(want, got):
         s.notes.append(
             f"message quality: the device stopped at an internal check ({got.describe()}) "
-            f"where cpu raised {want.describe()}: both refused the input"
+            f"where cpu raised {want.describe()}: both refused the input, the check stating "
+            f"a {errorclass.cause(got.text)} cause as cpu's error does"
         )
         return
     raise Mismatch(

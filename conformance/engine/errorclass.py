@@ -65,7 +65,8 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         (INDEX, r"out of (range|bounds)|\bindex(es|ices)?\b.*\b(invalid|range|bounds)"),
         (
             SHAPE,
-            r"\bsizes?\b|\bshapes?\b|\bdim(ension)?s?\b|\brank\b|broadcast|numel|\bview\b|\belements\b",
+            r"\bsizes?\b|\bshapes?\b|\bdim(ension)?s?\b|\brank\b|broadcast|numel|\bview\b|\belements\b"
+            r"|element_count",
         ),
         (SHAPE, r"\bmat[12]\b|\b\d+-?d\b|\bscalar\b.*\btensor\b"),
         (VALUE, r"\bmust be\b|\bexpected\b|\binvalid\b|\bshould be\b|\bcannot\b|\bnot allowed\b"),
@@ -143,10 +144,24 @@ def same_class(expected: ErrorClass, actual: ErrorClass) -> bool:
 
 def both_refused(expected: ErrorClass, actual: ErrorClass) -> bool:
     """The device stopped at an internal check or a failed lowering where CPU raised an error
-    of a known class: both refused the input, and the device's text says nothing of what is
-    wrong with it, so the classes cannot be compared (a message-quality note, not a verdict)."""
+    of a known class, and what the check states names the same cause as CPU's error (torch_xla:
+    "Check failed: total_element_count == ..." where CPU's view raises a shape error): both
+    refused the input for one reason, worded as an assertion (a message-quality note, not a
+    verdict). A check that names another cause, or none ("Check failed: the command queue was
+    destroyed"), is a runtime failure, not a refusal."""
     known = expected.kind not in (OTHER, NOT_IMPLEMENTED, INTERNAL)
-    return actual.kind == INTERNAL and known
+    if actual.kind != INTERNAL or not known:
+        return False
+    stated = ErrorClass(cause(actual.text), actual.type_name, actual.text)
+    return stated.kind != OTHER and same_class(expected, stated)
+
+
+def cause(text: str) -> str:
+    """The class of what an internal check's text states, its assertion wording aside."""
+    for cls, pattern in _PATTERNS:
+        if cls not in (INTERNAL, NOT_IMPLEMENTED) and pattern.search(text):
+            return cls
+    return OTHER
 
 
 MEMORY_FORMAT = re.compile(r"channels_last|memory[_ ]format", re.IGNORECASE)

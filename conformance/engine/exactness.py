@@ -215,13 +215,23 @@ def _fresh(x: Any) -> Any:
     return x.clone() if isinstance(x, torch.Tensor) else x
 
 
+_WIDE_DTYPES = {
+    **{d: torch.float64 for d in (torch.float16, torch.bfloat16, torch.float32)},
+    **{d: torch.complex128 for d in (torch.complex32, torch.complex64)},
+}
+
+
 def wide_args(args: tuple, kwargs: dict, data: set[int], result: torch.dtype) -> tuple:
     """(args, kwargs) for the float64 reference run: floating tensors upcast; integer and bool
     tensors among the data operands (positions in `data`) converted to the `result` dtype first,
-    as type promotion does, then upcast; a floating `dtype=` keyword becomes float64. Tensors
-    elsewhere (indices, masks) unchanged."""
+    as type promotion does, then upcast; a floating dtype argument (`dtype=` of linspace,
+    cumsum, sum, softmax ...) becomes float64 (complex: complex128), or the run would compute
+    in the narrow dtype and measure CPU against itself. Tensors elsewhere (indices, masks)
+    unchanged."""
 
     def up(x: Any, data_operand: bool) -> Any:
+        if isinstance(x, torch.dtype):  # dtype= asks for the result (and its arithmetic) in it
+            return _WIDE_DTYPES.get(x, x)
         if not isinstance(x, torch.Tensor):
             return x
         if x.is_floating_point():

@@ -137,8 +137,10 @@ def run_sample(
     with mode():
         expected = invoke(reference, cpu, ctx.nondeterministic)
     if ctx.evidence and expected.exc is None and not ctx.nondeterministic:
-        written = [view for leaf, _, view in cpu.bases if leaf.written]
-        scale = evidence.measured_scale(reference, ctx.op._schema, placed, expected.result, written)
+        written = {leaf.arg: view for leaf, _, view in cpu.bases if leaf.written}
+        scale = evidence.measured_scale(
+            reference, ctx.op._schema, placed, expected.result, written, ctx.overload
+        )
         if scale is not None:  # CPU's own error on this sample: the tolerance
             spec = dataclasses.replace(spec, tol_scale=scale)
     free = None

@@ -245,9 +245,17 @@ class CaseVerdicts:
                 f" (+{more} more samples)" if more else ""
             )
         elif outcome.errors_only:
+            refused = any(
+                n.startswith("message quality: the device stopped") for n in outcome.notes
+            )
             message = (
                 f"error parity only: cpu raised on all {outcome.samples} samples and the device "
-                "raised errors of the same class"
+                + (
+                    "raised errors of the same class or stopped at an internal check stating "
+                    "the same cause (see the note)"
+                    if refused
+                    else "raised errors of the same class"
+                )
             )
         else:
             message = outcome.skip_reason

@@ -12,15 +12,17 @@ sample here is grown along the extent that matters (`plan`), by tiling its own v
   input flattened for a full reduction (1 to 65,537 elements);
 - matrix products: the contracted dimension of both operands; normalisations: the normalised
   extent (layer norm's last dimension, batch norm's batch); losses: the batch (input and target);
-  pooling: the last spatial dimension; gathers: the number of indices gathered.
+  pooling: the last spatial dimension; gathers: the number of indices gathered (gather and
+  take_along_dim: the input and the index alike, along the dim).
 
 Float operands of an extent are refilled with positive values of mixed magnitudes
 ((0.5 + u/2) x 2^-k, k in 0..4: their sums reach 2^14 to 2^15 at 65,537 elements, the range where
 a bfloat16 accumulator stops adding), so low-precision accumulation shows; ops whose ties have
 no specified order (sort, topk, argmax, median, ...) get distinct values instead, and no extent
 larger than the dtype has distinct values for. Integer operands and pointwise operands keep
-their tiled values (the op's domain). A call is kept where CPU accepts it and it stays within
-`MAX_ELEMENTS` elements per tensor (other dimensions are cut to 1 first).
+their tiled values (the op's domain). A call is kept where CPU accepts it, every output it returns
+holds elements (an empty output checks nothing), and it stays within `MAX_ELEMENTS` elements
+per tensor (other dimensions are cut to 1 first).
 
 `--sizes` chooses the extents: `boundaries` (the default: one past each boundary, within the
 budget), `large` (both sides of every boundary and 2^20), `none` (no -sizes cases).
@@ -35,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_flatten
 
 from conformance.engine import ieee
 from conformance.engine.calls import Call, clone_tree
@@ -83,6 +86,9 @@ BATCHES: dict[str, tuple[tuple[int, int], ...]] = {
 }
 # the indices a gather reads with: argument position (flattened), or (position, dim argument)
 GATHERS: dict[str, int] = {"index_select": 2, "embedding": 1, "take": 1}
+# gathers along a dim argument: the index's position; it grows along the dim with the input
+# (its values stay within the input's grown extent), or every output would stay as small
+DIM_GATHERS: dict[str, int] = {"gather": 2, "take_along_dim": 1}
 POOLS = ("max_pool", "avg_pool", "adaptive_avg_pool", "adaptive_max_pool", "_adaptive_avg_pool")
 # copies: every byte moved, vector tails included
 COPIES = frozenset({"_copy_from", "_copy_from_and_resize", "copy", "_to_copy", "clone"})
@@ -200,6 +206,13 @@ def plan(overload: str, call: Call) -> Plan | None:
         dim = dim[0] if len(dim) == 1 else None if not dim else dim
     if isinstance(dim, list | tuple):
         return None  # several reduced dims: their product is the extent, not one dim
+    index = DIM_GATHERS.get(name)
+    if index is not None and isinstance(dim, int) and index in tensors:
+        if call.args[index].dim() != first.dim() or first.dim() == 0:
+            return None
+        others = [d for d in range(first.dim()) if d != dim % first.dim()]
+        grow = [(tensors[0], dim), (index, dim)]
+        return Plan("extent", grow, cut={tensors[0]: others, index: others})
     if isinstance(dim, int) and first.dim() > 0:
         others = [d for d in range(first.dim()) if d != dim % first.dim()]
         return Plan("extent", [(p, dim) for p in same], cut=dict.fromkeys(same, others))
@@ -340,10 +353,13 @@ def _run(call: Call) -> object:
 
 
 def _accepted(call: Call) -> bool:
+    """CPU accepts the grown call and every tensor it returns holds elements (an empty
+    output compares nothing, whatever the size of the operand that grew)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            _run(Call(call.overload, clone_tree(call.args), clone_tree(call.kwargs)))
+            result = _run(Call(call.overload, clone_tree(call.args), clone_tree(call.kwargs)))
     except Exception:  # noqa: BLE001 - CPU rejects the grown call: not a sample
         return False
-    return True
+    outputs = [t for t in tree_flatten(result)[0] if isinstance(t, torch.Tensor)]
+    return all(t.numel() for t in outputs)

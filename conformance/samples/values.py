@@ -130,9 +130,11 @@ def special_calls(calls: list[Call], dtype: torch.dtype) -> list[Call]:
 def _run_on_cpu(call: Call) -> object:
     """What the runner will do with `call` on CPU: the spec's reference, else the op, and for
     out= overloads also the functional form (promotion re-makes out from it)."""
-    functional = functional_of(call.overload)
+    outs = {a.name for a in schema_of(call.overload).arguments if _is_out(a)}
+    # only for out= forms: a functional overload's "sibling" may take other argument types
+    # (all.dim's int dim is not all.dims' int[]), and asking it refused every sized all.dim
+    functional = functional_of(call.overload) if outs else None
     if functional is not None:
-        outs = {a.name for a in schema_of(call.overload).arguments if _is_out(a)}
         functional(*call.args, **{k: v for k, v in call.kwargs.items() if k not in outs})
     reference = spec_for(call.overload).reference or _resolve(call.overload)
     return reference(*call.args, **call.kwargs)

@@ -7,7 +7,14 @@ call), for the collectives family's self-tests (tests/suite/test_collectives.py)
 - `crash_broadcast`: broadcast kills rank 0 (SIGSEGV);
 - `refuse_max`: all_reduce MAX raises on every rank (gloo computes it);
 - `wait_early`: an async all_reduce's Work completes before its data lands (0.3 s later);
-- `barrier_skipped`: barrier returns at once on every rank.
+- `barrier_skipped`: barrier returns at once on every rank;
+- `avg_small_zero`: all_reduce AVG returns 0 wherever the mean's magnitude is below 1 (a
+  kernel that flushes small means: hidden by a bound at the largest result's scale);
+- `opaque_refusals`: all_reduce raises on every rank with an error that names nothing refused:
+  "illegal address in the strided copy kernel" for a non-contiguous tensor, "out of resources"
+  for a bitwise op (a refusal must name what it refuses, or it is a failure);
+- `zero_inputs`: all_gather_into_tensor and reduce_scatter_tensor zero the caller's input after
+  computing the right output (an out-of-place collective that uses its input as scratch).
 
 Run: `PYTHONPATH=tests/backends pytest conformance/collectives --backend faulty_ccl
 --collectives faulty:cpu`.
@@ -73,6 +80,11 @@ class FaultyGroup(dist.ProcessGroup):
         op = _op(opts)
         if "refuse_max" in planted and op == dist.ReduceOp.MAX:
             raise RuntimeError("faulty: MAX is not supported")
+        if "opaque_refusals" in planted:
+            if not all(t.is_contiguous() for t in tensors):
+                raise RuntimeError("faulty: illegal address in the strided copy kernel")
+            if op in (dist.ReduceOp.BAND, dist.ReduceOp.BOR, dist.ReduceOp.BXOR):
+                raise RuntimeError("faulty: out of resources")
         if "wait_early" in planted and getattr(opts, "asyncOp", True):
             copies = [t.clone() for t in tensors]
             work = self.inner.allreduce(copies, opts)
@@ -86,6 +98,10 @@ class FaultyGroup(dist.ProcessGroup):
             threading.Thread(target=land, daemon=True).start()
             return DoneWork()
         work = self.inner.allreduce(tensors, opts)
+        if "avg_small_zero" in planted and op == dist.ReduceOp.AVG:
+            work.wait()
+            for t in tensors:
+                t.masked_fill_(t.abs() < 1, 0)
         if "avg_twice" in planted and op == dist.ReduceOp.AVG:
             work.wait()
             for t in tensors:
@@ -102,6 +118,22 @@ class FaultyGroup(dist.ProcessGroup):
         if "crash_broadcast" in faults() and self.rank() == 0:
             os.kill(os.getpid(), signal.SIGSEGV)
         return self.inner.broadcast(tensors, opts)
+
+    def _zeroing(self, name: str, output, input, opts):
+        work = getattr(self.inner, name)(output, input, opts)
+        if "zero_inputs" in faults():
+            work.wait()
+            input.zero_()
+        return work
+
+    def _allgather_base(self, output, input, opts=None):
+        return self._zeroing("_allgather_base", output, input, opts)
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        return self._zeroing("_reduce_scatter_base", output, input, opts)
+
+    all_gather_single = _allgather_base
+    reduce_scatter_single = _reduce_scatter_base
 
     def barrier(self, opts=None):
         if "barrier_skipped" in faults():

@@ -4,8 +4,15 @@ half-precision units do (issue 45: the manifest's `computes_in_dtype`).
 `addcmul` (self + value * t1 * t2, each step rounded to the dtype) and `sum.dim_IntList` (a running
 sum in the dtype, one rounding per element) are registered for PrivateUse1 with `torch.library`
 over echo_npu's own kernels; other dtypes compute as CPU does. Their half results are a few ulps
-from CPU's, which computes in float32 and rounds once. `HALF_BACKEND_BUG=1` makes them also drop
-the last four bits of every half result: beyond what computing in the dtype explains.
+from CPU's, which computes in float32 and rounds once. Planted bugs, by `HALF_BACKEND_BUG`:
+
+- `1`: both also drop the last four bits of every half result: beyond what computing in the
+  dtype explains;
+- `sign`: addcmul flips the sign of every half result below 1/32 of its largest input: wrong
+  where the result and its own operands are small, hidden by a bound at the largest input's
+  scale (issue 56);
+- `copy`: `cat` (registered here too, a copy otherwise) clears the lowest bit of every half
+  value: a data-movement op computes nothing in any precision, so no declaration excuses it.
 """
 
 from __future__ import annotations
@@ -19,8 +26,11 @@ HALF = (torch.float16, torch.bfloat16)
 _lib = torch.library.Library("aten", "IMPL")
 
 
+BUG = os.environ.get("HALF_BACKEND_BUG", "")
+
+
 def _finish(result: torch.Tensor, device: torch.device) -> torch.Tensor:
-    if result.dtype in HALF and os.environ.get("HALF_BACKEND_BUG") == "1":
+    if result.dtype in HALF and BUG == "1":
         bits = result.view(torch.int16)
         result = (bits & ~15).view(result.dtype)  # four bits of the significand gone
     return result.to(device)
@@ -34,7 +44,19 @@ def _addcmul(
     if torch.result_type(a, b) not in HALF:
         return torch.addcmul(a, b, c, value=value).to(device)
     product = b * c  # CPU rounds each elementwise op of a half tensor to the dtype
-    return _finish(a + product * value, device)
+    result = a + product * value
+    if BUG == "sign":
+        largest = max(float(t.abs().max()) for t in (a, b, c) if t.numel())
+        result = torch.where(result.abs() < largest / 32, -result, result)
+    return _finish(result, device)
+
+
+def _cat(tensors: list[torch.Tensor], dim: int = 0) -> torch.Tensor:
+    device = tensors[0].device
+    result = torch.cat([t.cpu() for t in tensors], dim)
+    if BUG == "copy" and result.dtype in HALF:
+        result = (result.view(torch.int16) & ~1).view(result.dtype)
+    return result.to(device)
 
 
 def _sum(
@@ -59,3 +81,4 @@ def _sum(
 
 _lib.impl("addcmul", _addcmul, "PrivateUse1")
 _lib.impl("sum.dim_IntList", _sum, "PrivateUse1")
+_lib.impl("cat", _cat, "PrivateUse1")

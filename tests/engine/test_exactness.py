@@ -154,3 +154,21 @@ def test_hypot_within_one_ulp_passes_and_two_ulps_fail(monkeypatch):
     two = run_with_kernel(monkeypatch, "hypot", _nudged(2), calls, exactness=rule)
     assert two.failure is not None and two.failure.check == "rounding", two.failure
     assert "more than 1 ulp from the correctly rounded result" in two.failure.message
+
+
+def test_linspace_with_dtype_is_measured_against_float64_not_against_itself():
+    """Issue 56: the float64 run kept linspace's `dtype=`, so CPU's half-precision linspace
+    (not correctly rounded on a quarter of its elements) was declared exact to the bit, and a
+    correctly rounded device failed `rounding`. Driven by the calls the run captures."""
+    from conformance.samples import opinfo
+
+    op = torch.ops.aten.linspace.default
+    float32 = exactness.measure(
+        op, opinfo.captured_calls("linspace", torch.float32, (), None), torch.float32, set()
+    )
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        calls = opinfo.captured_calls("linspace", dtype, (), None)
+        assert all(c.kwargs.get("dtype") == dtype for c in calls)
+        own = exactness.measure(op, calls, dtype, set()) if dtype != torch.float32 else None
+        found = exactness.judge(ieee.kind("linspace"), own, float32, dtype, "linspace")
+        assert not found.exact and "not correctly rounded on" in found.why, (dtype, found)

@@ -5,6 +5,7 @@ values that expose low-precision accumulation and, where ties have no order, dis
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from conformance.engine.calls import Call
@@ -66,3 +67,37 @@ def test_what_cannot_grow_has_no_sizes():
     assert not sizes.applies("cat", torch.float32)  # data movement of a list: no extent
     assert not sizes.applies("normal_", torch.float32)  # random draws are not compared elementwise
     assert sizes.sized_calls("exp", torch.float32, [Call("exp", (torch.rand(3),))], "none") == []
+
+
+def _run_calls(overload: str, dtype=torch.float32) -> list[Call]:
+    """The -sizes calls the run makes: every matching OpInfo's samples, grown."""
+    from conformance.samples import opinfo
+
+    return sizes.sized_calls(
+        overload, dtype, opinfo.captured_calls(overload, dtype, (), None), "boundaries"
+    )
+
+
+def test_gather_grows_its_index_with_its_input_so_every_output_holds_elements():
+    """Issue 56: gather's six -sizes samples grew the input to 65,537 but kept a (2, 0) index:
+    every output was empty, and a gather wrong past 1,024 elements passed "6 samples"."""
+    made = _run_calls("gather")
+    assert made and max(c.args[2].numel() for c in made) == 65537
+    for c in made:
+        out = torch.gather(*c.args, **c.kwargs)
+        assert out.numel() == c.args[2].numel() > 0
+        assert int(c.args[2].max()) < c.args[0].shape[c.args[1]]
+
+
+@pytest.mark.parametrize("overload", ["all.dim", "any.dim"])
+def test_all_and_any_along_a_dim_get_sized_calls(overload):
+    """Issue 56: all.dim/any.dim got 0 sized calls (CPU was asked through all.dims, which
+    refused an int dim) and skipped as "no samples"."""
+    made = _run_calls(overload)
+    assert [c.args[0].numel() for c in made] == list(sizes.EXTENT_SIZES["boundaries"])
+
+
+def test_a_grown_call_whose_output_is_empty_is_no_sample():
+    call = Call("index_select", (torch.randn(5, 3), 1, torch.tensor([], dtype=torch.long)))
+    assert not sizes._accepted(call)
+    assert sizes._accepted(Call("index_select", (torch.randn(5, 3), 1, torch.tensor([0]))))

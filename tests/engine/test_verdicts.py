@@ -69,13 +69,13 @@ def test_an_opaque_device_error_does_not_match_cpus_dtype_error(monkeypatch):
 @pytest.mark.parametrize(
     "text",
     [
-        "Check failed: total_element_count == 6 (4 vs. 6)",
+        "Check failed: dtype == at::kFloat (Long vs. Float)",
         "Error while lowering: [] xla::cast, xla_shape=s64[5]{0}, dtype=Long, stype=Int",
     ],
 )
 def test_an_internal_check_where_cpu_refuses_too_is_both_refused_with_a_note(monkeypatch, text):
-    """torch_xla stops an invalid input at its own CHECK ("Check failed: total_element_count
-    == ...") or fails to lower it: both sides refused; the text says nothing of the class, so
+    """torch_xla stops an invalid input at its own CHECK or fails to lower it: where what it
+    states names CPU's cause (a dtype, for exp_ of int64), both sides refused for one reason:
     no parity verdict, a message-quality note instead (issue 45). Where CPU computes, the
     internal check fails."""
 
@@ -89,6 +89,27 @@ def test_an_internal_check_where_cpu_refuses_too_is_both_refused_with_a_note(mon
     with monkeypatch.context() as patch:
         computes = run(patch, "exp", xla_check, [Call("exp", (torch.ones(3),))])
     assert computes.failure is not None and "cpu returned normally" in computes.failure.message
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Check failed: the command queue was destroyed",
+        "Check failed: total_element_count == 6 (4 vs. 6)",
+        "lowering of aten::exp_ failed: out of device memory",
+    ],
+)
+def test_an_internal_check_naming_another_cause_or_none_is_no_refusal(monkeypatch, text):
+    """Issue 56: any "Check failed" or failed lowering passed as "both refused" against any
+    CPU error: a runtime failure ("the command queue was destroyed") or a shape check where CPU
+    refuses a dtype is not the same refusal; it fails as an error of another class."""
+
+    def failing(a):
+        raise RuntimeError(text)
+
+    out = run(monkeypatch, "exp_", failing, [Call("exp_", (LONG,))])
+    assert out.failure is not None and out.failure.check == "error", out
+    assert "(a different class)" in out.failure.message and "[internal]" in out.failure.message
 
 
 def test_two_opaque_errors_of_the_same_type_match(monkeypatch):

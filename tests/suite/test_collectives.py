@@ -95,6 +95,81 @@ def test_planted_bugs_are_caught_each_as_it_should_be(tmp_path):
     assert barrier["status"] == "failed" and "left the barrier" in barrier["message"], barrier
 
 
+def test_an_out_of_place_collective_that_changes_its_input_fails(tmp_path):
+    """Issue 56: a reduce_scatter_tensor or all_gather_into_tensor that zeroes the caller's
+    input passed 51 of 58 cases: the family read outputs only. Inputs are checked now, as op
+    cases check theirs; an in-place collective's input is its output, judged as such."""
+    picked = (
+        "reduce_scatter_tensor-SUM-float32-33-contiguous-w2-sync "
+        "or all_gather_into_tensor-none-float32-33-contiguous-w2-sync "
+        "or all_reduce-SUM-float32-33-contiguous-w2-sync"
+    )
+    proc, records, _ = collectives_run(
+        tmp_path, "--backend", "faulty_ccl", "--collectives", "faulty:cpu",
+        "--collectives-set", "default", "-k", picked,
+        env={**BACKENDS, "FAULTY_CCL": "zero_inputs"},
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert len(records) == 3, out[-3000:]
+    for case in ("reduce_scatter_tensor-SUM", "all_gather_into_tensor-none"):
+        row = records[f"{case}-float32-33-contiguous-w2-sync"]
+        assert row["status"] == "failed", row
+        assert "changed its input on rank 0" in row["message"], row["message"]
+        assert "instead of" in row["message"] and "must leave its inputs alone" in row["message"]
+    assert records["all_reduce-SUM-float32-33-contiguous-w2-sync"]["status"] == "passed"
+
+
+def test_a_half_precision_avg_that_flushes_small_means_fails(tmp_path):
+    """Issue 56: AVG was bounded by 4 eps x max(1, largest |result|) absolute, and the inputs
+    never gave small means: a bfloat16 AVG returning 0 for every mean below 1 passed. The
+    inputs now cancel (signs alternate across ranks), and the bound is relative to each
+    element's own magnitude; the right AVG passes in every dtype."""
+    picked = (
+        "all_reduce-AVG-bfloat16-33-contiguous-w2-sync "
+        "or all_reduce-AVG-float16-33-contiguous-w2-sync"
+    )
+    for faults, status in (("avg_small_zero", "failed"), ("", "passed")):
+        proc, records, _ = collectives_run(
+            tmp_path, "--backend", "faulty_ccl", "--collectives", "faulty:cpu",
+            "--collectives-set", "default", "-k", picked,
+            env={**BACKENDS, "FAULTY_CCL": faults},
+        )  # fmt: skip
+        assert len(records) == 2, (proc.stdout + proc.stderr)[-3000:]
+        for row in records.values():
+            assert row["status"] == status, (faults, row)
+            if status == "failed":
+                assert "wrong values on 2 of 2 ranks" in row["message"], row["message"]
+
+
+def test_a_refusal_must_name_what_it_refuses(tmp_path):
+    """Issue 56: any error on every rank was a refusal, so "illegal address in the strided copy
+    kernel" on a strided input skipped as "NCCL refuses non-contiguous tensors", and "out of
+    resources" on a bitwise all_reduce as NCCL's missing bitwise ops. An error that names no
+    refused layout, dtype or op fails; one that does ("MAX is not supported") stays a refusal
+    (failed here only because gloo computes it)."""
+    picked = (
+        "all_reduce-SUM-float32-33-transposed-w2-sync "
+        "or all_reduce-BAND-int32-33-contiguous-w2-sync "
+        "or all_reduce-MAX-float32-33-contiguous-w2-sync"
+    )
+    proc, records, _ = collectives_run(
+        tmp_path, "--backend", "faulty_ccl", "--collectives", "faulty:cpu",
+        "--collectives-set", "default", "-k", picked,
+        env={**BACKENDS, "FAULTY_CCL": "opaque_refusals,refuse_max"},
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert len(records) == 3, out[-3000:]
+    for case, named in (
+        ("all_reduce-SUM-float32-33-transposed", "its layout"),
+        ("all_reduce-BAND-int32-33-contiguous", "its layout, dtype or reduce op"),
+    ):
+        row = records[f"{case}-w2-sync"]
+        assert row["status"] == "failed", row
+        assert f"every rank raised an error that names no refusal of {named}" in row["message"]
+    refused = records["all_reduce-MAX-float32-33-contiguous-w2-sync"]
+    assert "refuses what gloo computes" in refused["message"], refused
+
+
 def test_a_device_without_a_c10d_backend_gets_one_line_not_failures(tmp_path):
     proc, records, _ = collectives_run(
         tmp_path, "--backend", "pyreg_npu:register_devices", env=BACKENDS

@@ -61,3 +61,35 @@ def test_a_declaration_outside_half_precision_is_one_line(run_suite, tmp_path):
     run = run_suite("--ops", "add.Tensor", "--expectations", str(manifest))
     assert run.returncode != 0 and "Traceback" not in run.output
     assert "computes_in_dtype must list dtype names (float16, bfloat16)" in run.output
+
+
+def _half_cases(op: str) -> list[str]:
+    return [f"{op}-{dtype}-contiguous-native" for dtype in HALF]
+
+
+def test_declared_small_results_are_held_to_their_own_scale(run_suite, declared):
+    """Issue 56: the allowance was 4 roundings at the largest input's scale, so an addcmul
+    that flips the sign of every result below 1/32 of its largest input passed declared. Per
+    element, at the scale of its own operands and result, it fails."""
+    env = {"PYTHONPATH": BACKENDS, "HALF_BACKEND_BUG": "sign"}
+    args = [*ARGS[:3], "addcmul", *ARGS[4:]]
+    run = run_suite(*args, "--expectations", declared, env=env)
+    for case in _half_cases("addcmul"):
+        row = run.case(case)
+        assert row["status"] == "failed" and row["check"] == "values", row
+        assert "at the element's own operands' scale" in row["message"], row["message"]
+    assert run.case("addcmul-float32-contiguous-native")["status"] == "passed"
+
+
+def test_the_declaration_never_excuses_an_op_that_computes_nothing(run_suite, declared):
+    """Issue 56: `computes_in_dtype` switched `rounding` off for every op of the dtype, so a
+    `cat` that clears the lowest bit of every half value passed declared. A copy rounds
+    nothing in any precision: it fails, declared or not."""
+    env = {"PYTHONPATH": BACKENDS, "HALF_BACKEND_BUG": "copy"}
+    args = [*ARGS[:3], "cat", *ARGS[4:]]
+    for manifest in ([], ["--expectations", declared]):
+        run = run_suite(*args, *manifest, env=env)
+        for case in _half_cases("cat"):
+            row = run.case(case)
+            assert row["status"] == "failed" and row["check"] == "rounding", (manifest, row)
+        assert run.case("cat-float32-contiguous-native")["status"] == "passed"

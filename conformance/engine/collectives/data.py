@@ -68,6 +68,10 @@ def values(dtype: str, n: int, rank: int, chunk: int = 0, op: str = "SUM") -> to
         }[dtype]
         sign = torch.where((k + r) % 5 == 0, -1.0, 1.0).double()
         w = ((r * 7919 + k * 13) % whole).double()
+        if op == "AVG":  # odd elements: nearly equal magnitudes, signs alternating by rank, so
+            # their mean cancels to a small result (judge.py's relative bound where it matters)
+            sign = torch.where((k % 2 == 1) & (r % 2 == 1), -1.0, 1.0).double()
+            w = ((k * 13) % (whole - 1) + r % 2).double()
         f = ((r * 3 + k) % (1 << frac_bits)).double() / (1 << frac_bits)
         return (sign * (w + f)).to(torch_dtype(dtype))
     low, high = {

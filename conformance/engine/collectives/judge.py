@@ -1,19 +1,24 @@
 """A collectives case's verdict from every rank's answer.
 
 - Every rank returned: each output of each rank against the oracle (data.py), bit for bit (AVG
-  and PREMUL_SUM within 4 ulps); an in-place collective must leave the rest of a strided view's
-  buffer alone; after `Work.wait()`, `is_completed()` is True; a barrier lets no rank out before
-  the last one entered. A failure names the ranks, outputs and elements that differ.
-- Every rank raised: the backend refuses the combination. It is `skipped` (with the reason)
-  where torch itself defines no result (AVG of integers, bitwise ops of floats, MAX of complex)
-  or one of torch's own backends refuses it too: NCCL refuses bitwise ops and non-contiguous
-  tensors, and gloo, asked the same case on CPU tensors in the same world, refuses it too. A
-  refusal of what gloo computes fails (`the backend refuses what gloo computes`).
+  and PREMUL_SUM within 4 roundings at each element's own scale); an in-place collective must
+  leave the rest of a strided view's buffer alone, an out-of-place one its inputs (values and
+  buffer, on every rank); after `Work.wait()`, `is_completed()` is True; a barrier lets no
+  rank out before the last one entered. A failure names the ranks, outputs and elements that differ.
+- Every rank raised: a refusal only where the error names what is refused (the case's layout,
+  dtype or reduce op: `names_cause`; a layout NCCL refuses must be named as a layout), else a
+  failure ("illegal address in the strided copy kernel", "out of resources" name nothing). A
+  refusal is `skipped` (with the reason) where torch itself defines no result (AVG of integers,
+  bitwise ops of floats, MAX of complex) or one of torch's own backends refuses it too: NCCL
+  refuses bitwise ops and non-contiguous tensors, and gloo, asked the same case on CPU tensors
+  in the same world, refuses it too. A refusal of what gloo computes fails (`the backend
+  refuses what gloo computes`).
 - Some ranks raised and others returned: a failure (the ranks disagree).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,7 +89,7 @@ def judge(
         return Verdict("skipped", f"not judged: {why} ({c10d} computed something)")
     if case.collective == "barrier":
         return _barrier(case, answers)
-    outside = _outside(case, answers)
+    outside = _outside(case, answers) or _inputs(case, answers)
     if outside is not None:
         return outside
     for r, a in enumerate(answers):
@@ -110,6 +115,48 @@ def _outside(case: CollectiveCase, answers: list[Answer]) -> Verdict | None:
     return None
 
 
+def _inputs(case: CollectiveCase, answers: list[Answer]) -> Verdict | None:
+    """An out-of-place collective that changed an input the caller passed it."""
+    for r, a in enumerate(answers):
+        for i, n, first in a.info.get("inputs", ()):
+            where = f"input {i}" if len(inputs(case, r)) > 1 else "its input"
+            return Verdict(
+                "failed",
+                f"{prefix(case)}: changed {where} on rank {r}: {n} element(s), first {first} "
+                f"(an out-of-place collective must leave its inputs alone)\n  {case.describe()}",
+            )
+    return None
+
+
+#: words that name each cause of a refusal in an error (lower case; the case's own op, dtype
+#: and layout are added); an error naming none of a case's causes is no refusal but a failure
+CAUSE_WORDS = {
+    "layout": ("contiguous", "layout", "dense"),
+    "op": ("reduceop", "reduce op", "reduction", "bitwise"),
+    "dtype": ("dtype", "scalar type", "data type"),
+}
+DTYPE_ALIASES = {
+    "float16": ("half",), "float32": ("float",), "float64": ("double",), "int64": ("long",),
+    "int32": ("int",), "int16": ("short",), "int8": ("char",), "uint8": ("byte",),
+    "complex64": ("complex",), "complex128": ("complex",), "bfloat16": ("bf16",),
+}  # fmt: skip
+
+
+def names_cause(case: CollectiveCase, message: str, causes: tuple[str, ...]) -> bool:
+    """Whether an error's message names one of `causes` ("layout", "op", "dtype") of `case`:
+    the refused thing itself ("MAX", "float16", "contiguous"), not any error ("illegal address
+    in the strided copy kernel", "out of resources")."""
+    text = message.lower()
+    own = {
+        "layout": (case.layout,) if case.layout != "contiguous" else (),
+        "op": (case.op.lower(),) if case.op != NO_OP else (),
+        "dtype": (case.dtype, *DTYPE_ALIASES.get(case.dtype, ())),
+    }
+    words = [w for c in causes for w in (*CAUSE_WORDS[c], *own[c])]
+    # short words whole ("int", "max"), longer ones as stems ("contiguous" in "non-contiguous")
+    return any(re.search(rf"\b{re.escape(w)}" + (r"\b" if len(w) < 5 else ""), text) for w in words)
+
+
 def _refused(
     case: CollectiveCase,
     info: dict[str, Any],
@@ -119,9 +166,19 @@ def _refused(
     error = f"{info['type']}: {info['message']}"
     what = f"{c10d} refuses {case.collective} {case.op} of {case.dtype} ('{case.layout}')"
     why = undefined(case)
+    nccl_layout = NCCL_REFUSES.get(case.layout)
+    causes = ("layout",) if nccl_layout and why is None and case.op not in NCCL_REFUSES else None
+    if not names_cause(case, info["message"], causes or ("layout", "op", "dtype")):
+        named = "its layout" if causes else "its layout, dtype or reduce op"
+        return Verdict(
+            "failed",
+            f"{prefix(case)}: every rank raised an error that names no refusal of {named}: "
+            f"{error}\n  {case.describe()} (raised in {info['where']}; a refusal names what is "
+            "unsupported)",
+        )
     if why is not None:
         return Verdict("skipped", f"not applicable: {why}; {what}: {error}")
-    nccl = NCCL_REFUSES.get(case.op) or NCCL_REFUSES.get(case.layout)
+    nccl = NCCL_REFUSES.get(case.op) or nccl_layout
     if nccl is not None:
         return Verdict("skipped", f"not applicable: {nccl}; {what}: {error}")
     if reference is None:
@@ -158,6 +215,9 @@ def _barrier(case: CollectiveCase, answers: list[Answer]) -> Verdict:
 def _values(case: CollectiveCase, answers: list[Answer]) -> Verdict:
     by_rank = [inputs(case, r) for r in range(case.world)]
     want = expected(case, by_rank)
+    magnitudes = None  # AVG, PREMUL_SUM: per element, the same reduction of the |inputs|
+    if case.op in ("AVG", "PREMUL_SUM"):
+        magnitudes = expected(case, [[x.abs() for x in xs] for xs in by_rank])
     ranks: dict[int, list[int]] = {}
     lines: list[str] = []
     first = ""
@@ -170,8 +230,9 @@ def _values(case: CollectiveCase, answers: list[Answer]) -> Verdict:
                 "failed",
                 f"{prefix(case)}: rank {r} returned {len(got)} output(s) instead of {len(outs)}",
             )
-        for i, (g, e) in enumerate(zip(got, outs, strict=True)):
-            problem = _compare(case, g, e)
+        scales = magnitudes[r] if magnitudes is not None else [None] * len(outs)
+        for i, (g, e, m) in enumerate(zip(got, outs, scales, strict=True)):
+            problem = _compare(case, g, e, m)
             if problem is None:
                 continue
             text, bad = problem
@@ -190,9 +251,12 @@ def _values(case: CollectiveCase, answers: list[Answer]) -> Verdict:
 
 
 def _compare(
-    case: CollectiveCase, got: torch.Tensor, want: torch.Tensor
+    case: CollectiveCase, got: torch.Tensor, want: torch.Tensor, magnitude: Any = None
 ) -> tuple[str, list[int]] | None:
-    """(what differs, the differing elements) or None."""
+    """(what differs, the differing elements) or None. AVG and PREMUL_SUM: `ULPS` roundings
+    relative to each element's own magnitude (`magnitude`: the reduction of the inputs' absolute
+    values), so a small result of cancelling inputs is held to its own scale, not to the
+    largest result's (a bfloat16 AVG that zeroes small results fails)."""
     want = want.reshape(-1)
     if got.numel() != want.numel():
         return f"{got.numel()} elements instead of {want.numel()}", []
@@ -200,8 +264,9 @@ def _compare(
         return f"dtype {got.dtype} instead of {want.dtype}", []
     if case.op in ("AVG", "PREMUL_SUM"):
         eps = torch.finfo(_real(want.dtype)).eps
-        scale = max(1.0, float(want.abs().max())) if want.numel() else 1.0
-        ok = torch.isclose(got, want, rtol=ULPS * eps, atol=ULPS * eps * scale)
+        scale = magnitude.reshape(-1).abs().double() if magnitude is not None else want.abs()
+        wide = torch.complex128 if got.is_complex() else torch.float64
+        ok = ((got.to(wide) - want).abs() <= ULPS * eps * scale) | (got == want)
     else:
         ok = (got == want) | (_isnan(got) & _isnan(want))
     bad = (~ok).nonzero().reshape(-1).tolist()

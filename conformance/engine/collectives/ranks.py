@@ -34,6 +34,10 @@ POLL_S = 0.0005
 KEEP = 8  # cases whose tensors a rank keeps alive (an early Work's late write lands in them)
 
 
+#: collectives whose outputs are their inputs (the rest must leave their inputs alone)
+IN_PLACE = frozenset({"all_reduce", "broadcast", "reduce", "all_reduce_coalesced"})
+
+
 def send(conn: Connection, message: tuple) -> None:
     """One message, pickled with the plain pickler (torch's multiprocessing reducers would
     pass tensors as shared-memory handles, which need a multiprocessing parent)."""
@@ -72,8 +76,10 @@ class Rank:
         if case.collective == "barrier":
             info["exit"] = time.time()
         self.kept.append((ins, outs))
-        if case.collective in ("all_reduce", "broadcast", "reduce", "all_reduce_coalesced"):
+        if case.collective in IN_PLACE:
             info["outside"] = sum(_outside_changed(t) for t in outs)
+        else:  # an out-of-place collective reads its inputs: they stay as the caller made them
+            info["inputs"] = _inputs_changed(case, self.rank, ins)
         return [_read(t) for t in outs], info
 
     def _call(self, case: CollectiveCase, ins: list, device: torch.device, group: Any):
@@ -189,6 +195,30 @@ class Rank:
         except BaseException as exc:
             exc.where = f"the Work's {mode}"  # type: ignore[attr-defined]
             raise
+
+
+def _inputs_changed(case: CollectiveCase, rank: int, ins: list) -> list[tuple[int, int, str]]:
+    """(input, elements changed, the first as 'at i: got instead of want') of each input the
+    collective changed, inside its view or in its buffer around it (an out-of-place collective
+    must leave the caller's inputs alone, as op cases check theirs)."""
+    changed = []
+    for i, (t, want) in enumerate(zip(ins, inputs(case, rank), strict=True)):
+        got, want = _read(t), want.reshape(-1)
+        same = (got == want) | (_nan(got) & _nan(want))
+        bad = (~same).nonzero().reshape(-1)
+        if bad.numel():
+            j = int(bad[0])
+            first = f"at {j}: {got[j].item()!r} instead of {want[j].item()!r}"
+            changed.append((i, int(bad.numel()), first))
+        elif around := _outside_changed(t):
+            changed.append((i, around, f"{around} element(s) of its buffer around the view"))
+    return changed
+
+
+def _nan(t: torch.Tensor) -> torch.Tensor:
+    if t.is_floating_point() or t.is_complex():
+        return torch.isnan(t)
+    return torch.zeros_like(t, dtype=torch.bool)
 
 
 def _read(t: torch.Tensor) -> torch.Tensor:

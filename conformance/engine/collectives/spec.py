@@ -162,6 +162,8 @@ def applies(c: Collective, op: str, dtype: str, size: int, layout: str, mode: st
         return False
     if layout == "transposed" and factor(size) is None:
         return False
+    if layout == "transposed" and c.name == "all_to_all_single":
+        return False  # its split sizes count dim-0 rows: a 2-D input is another call, not a layout
     return True
 
 
