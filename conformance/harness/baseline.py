@@ -33,7 +33,14 @@ from conformance.engine.layout_names import LAYOUT_HELP
 from conformance.errors import ConformanceUsageError
 from conformance.findings import Finding, category_of, group_findings
 from conformance.harness.case_patterns import DIMENSIONS, patterns_for
-from conformance.harness.expectations import Entry, Manifest, family_of, record_key
+from conformance.harness.expectations import (
+    Entry,
+    Manifest,
+    failure_head,
+    failure_key,
+    family_of,
+    record_key,
+)
 from conformance.harness.options import DEFAULT_DTYPES, DEFAULT_MODES, PATHS, VALUE_SETS
 from conformance.record import CaseId, CaseRecord, missing_kernel
 
@@ -135,7 +142,16 @@ class Group:
     comment: str = ""
     carried: Entry | None = None  # an entry of an earlier manifest, kept as written
     checks: set[str] = field(default_factory=set)
+    failures: set[str] = field(default_factory=set)  # xfail: the failures pinned (masked)
     members: dict[tuple[str, str], set[str]] = field(default_factory=dict)  # context -> ids
+
+    def pin(self, record: CaseRecord) -> None:
+        """An xfail entry expects this record's check and its failure, as worded."""
+        if record.check:
+            self.checks.add(str(record.check))
+        head = failure_head(record.message or "")
+        if head:
+            self.failures.add(failure_key(head))
 
 
 def _entry_status(record: CaseRecord) -> str:
@@ -188,8 +204,8 @@ def _finding_groups(ctx: Context, groups: dict[tuple[str, ...], Group]) -> None:
             if status == "crash" and culprit:  # skip what corrupted memory, not its victims
                 case = str(CaseId.parse(culprit))
             group.members.setdefault((ctx.minor, ctx.allocator), set()).add(str(case))
-            if status == "xfail" and record.check:
-                group.checks.add(str(record.check))
+            if status == "xfail":
+                group.pin(record)
 
 
 def _kernel(record: CaseRecord) -> str:
@@ -224,7 +240,11 @@ def _carried_groups(
         group = groups.get(key)
         if group is None:
             category = record.category or (entry.category if entry else "flaky")
-            reason = entry.reason if entry else f"carried over from {source}"
+            # the entry's own reason, as the run noted it: never a machine's path and line
+            noted = record.extra.get("expected_reason") or failure_key(
+                failure_head(record.message or "") or "expected by an earlier manifest"
+            )
+            reason = entry.reason if entry else noted
             if status == "skip" and entry is None and str(record.message).startswith("crash"):
                 status = "crash"
             group = groups[key] = Group(
@@ -234,8 +254,8 @@ def _carried_groups(
             group.carried = None if group.carried is None else _narrowed(group.carried)
             continue
         group.members.setdefault((ctx.minor, ctx.allocator), set()).add(case)
-        if record.status == "xfailed" and record.check:
-            group.checks.add(str(record.check))
+        if record.status == "xfailed":
+            group.pin(record)
 
 
 def _narrowed(entry: Entry) -> Entry:
@@ -339,6 +359,11 @@ def _entry_text(placed: Placed) -> str:
         checks = list(g.carried.checks)
     if g.status == "xfail" and checks:
         lines.append(f"check = {_toml(checks)}")
+    failures = sorted(g.failures)
+    if g.carried is not None and g.carried.failures:
+        failures = list(g.carried.failures)
+    if g.status == "xfail" and failures:
+        lines.append(f"failure = {_toml(failures)}")
     lines.append(f"category = {_toml(g.category)}")
     lines.append(f"reason = {_toml(g.reason)}")
     if g.carried is not None and g.carried.link:

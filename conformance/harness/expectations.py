@@ -17,12 +17,17 @@
     link = "https://github.com/..."         # optional
     allocator = "guard"                     # optional: only under this allocator mode
     check = "values"                        # xfail: the check the case is expected to fail
+    failure = "[values] output: <n>/<n> elements differ ..."  # optional: the failure it excuses
 
 Strict: an xfail entry whose case passes fails the run with "remove this entry"; an xfail entry
 with `check` whose case fails another check fails the run (a second bug must not hide behind
 the first); an entry that matches no collected case is reported at the end of the run. `check`
 is one check name or a list (the names in the case's `[check]`: values, error, view, strides,
 ...); an xfail entry without it is accepted, and listed at the end of the run as not pinned.
+`failure` (one or a list) pins the failures themselves: the first line of the case's message
+with numbers, shapes and addresses masked (as findings mask them); a failure of the same check
+worded otherwise (a second `values` bug in the case) is not excused. The baseline writer pins
+every xfail entry so.
 
 `unsupported`: the device raising "not implemented" where CPU computes fails a case unless the
 manifest declares it: an entry with `status = "unsupported"` (its cases may be unsupported; a case
@@ -48,7 +53,7 @@ import fnmatch
 import os
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import tomllib
 
@@ -67,7 +72,9 @@ FAMILIES = MappingProxyType(
     {"scenario": "id", "contract": "overload", "collectives": "collective_key"}
 )
 CATEGORIES = ("backend-bug", "torch-bug", "unsupported", "flaky", "harness")
-KEYS = frozenset({"pattern", "status", "category", "reason", "link", "allocator", "check"})
+KEYS = frozenset(
+    {"pattern", "status", "category", "reason", "link", "allocator", "check", "failure"}
+)
 TOP_LEVEL = frozenset({"entry", "unsupported_dtypes", "flushes_subnormals", "computes_in_dtype"})
 FLOATS = ("float16", "bfloat16", "float32", "float64")  # the dtypes that have subnormals
 HALF = ("float16", "bfloat16")  # the dtypes a device may compute in themselves
@@ -83,6 +90,8 @@ class Entry:
     link: str = ""
     allocator: str = ""
     checks: tuple[str, ...] = ()  # xfail: the checks the case may fail (empty: not pinned)
+    # xfail: the failures it excuses, first lines with numbers masked (empty: any of `checks`)
+    failures: tuple[str, ...] = ()
 
     @property
     def pattern(self) -> str:
@@ -95,9 +104,20 @@ class Entry:
             (p for p in self.patterns if p == case_id or fnmatch.fnmatchcase(case_id, p)), None
         )
 
-    def expects(self, check: str | None) -> bool:
-        """Whether a failure of `check` is the one this entry expects."""
-        return not self.checks or check in self.checks
+    def expects(self, check: str | None, head: str = "") -> bool:
+        """Whether a failure of `check`, whose record's first line is `head` ("[values] ..."),
+        is the one this entry expects: its check, and where the entry pins its failures, that
+        failure (numbers masked), so a second bug of the same check in a case is not excused."""
+        if self.checks and check not in self.checks:
+            return False
+        return not self.failures or failure_key(head) in self.failures
+
+    def mark(self, record: Any) -> None:
+        """Note in `record` that this entry expects it: where, its category and its reason
+        (the baseline writer carries the reason over without looking the entry up again)."""
+        record.extra.update(
+            expected_by=self.source, category=self.category, expected_reason=self.reason
+        )
 
     def describe(self) -> str:
         link = f" ({self.link})" if self.link else ""
@@ -182,10 +202,19 @@ class Expectations:
 
 
 def _line_of(text: str, pattern: str) -> int:
+    """The first line that holds `pattern` outside a comment (a baseline's comments repeat
+    case ids in their repro lines: the entry's own line is what a source must name)."""
     for i, line in enumerate(text.splitlines(), 1):
-        if pattern in line:
+        if not line.lstrip().startswith("#") and pattern in line:
             return i
     return 1
+
+
+def failure_key(head: str) -> str:
+    """A failure's first line as entries pin it: numbers, shapes and addresses masked."""
+    from conformance.finding_keys import normalise_message
+
+    return normalise_message(head)
 
 
 def load_manifest(paths: list[str]) -> Manifest:
@@ -267,6 +296,12 @@ def _entry(path: str, text: str, item: dict) -> Entry:
         raise ConformanceUsageError(
             f"{where}: 'check' must be a check name or a list of them (e.g. check = \"values\")"
         )
+    failures = item.get("failure", ())
+    failures = (failures,) if isinstance(failures, str) else failures
+    if not isinstance(failures, list | tuple) or not all(isinstance(f, str) for f in failures):
+        raise ConformanceUsageError(
+            f"{where}: 'failure' must be a failure's first line or a list of them"
+        )
     return Entry(
         tuple(patterns),
         status,
@@ -276,6 +311,7 @@ def _entry(path: str, text: str, item: dict) -> Entry:
         str(item.get("link", "")),
         str(item.get("allocator", "")),
         tuple(checks),
+        tuple(failures),
     )
 
 
@@ -285,3 +321,13 @@ def default_manifest_paths(root: str, backend: str, torch_version: str) -> list[
     folder = os.path.join(root, "matrices", "expectations", backend)
     names = ["common.toml", f"torch-{minor}.toml"]
     return [os.path.join(folder, n) for n in names if os.path.exists(os.path.join(folder, n))]
+
+
+def failure_head(message: str) -> str:
+    """The first line of a case's own failure (under a `[blocked]` line, its own failure)."""
+    lines = message.splitlines()
+    if not lines:
+        return ""
+    if lines[0].startswith("[blocked]") and len(lines) > 1 and "own failure:" in lines[1]:
+        return lines[1].split("own failure:", 1)[1].strip()
+    return lines[0]

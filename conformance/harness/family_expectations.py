@@ -43,7 +43,7 @@ def expected_by(suite: Suite, record: CaseRecord, key: str) -> Entry | None:
     """The entry expecting the case `key`, noted in its record."""
     entry = suite.expectations.family_expectation(key)
     if entry is not None:
-        record.extra.update(expected_by=entry.source, category=entry.category)
+        entry.mark(record)
     return entry
 
 

@@ -102,19 +102,23 @@ class CaseVerdicts:
                 text += " (error parity: the device's 'not implemented' is not cpu's error)"
             outcome.failure = Mismatch("unsupported", undeclared(text))
         xfail = expected is not None and expected.status == "xfail"
-        if xfail and outcome.failure is not None and not expected.expects(outcome.failure.check):
+        failure = outcome.failure
+        head = f"[{failure.check}] {failure.message}" if failure is not None else ""
+        if xfail and failure is not None and not expected.expects(failure.check, head):
             # another failure than the entry expects (a second bug, a missing kernel): never
-            # excused by an entry pinned to other checks
+            # excused by an entry pinned to other checks or other failures
             xfail = False
-            outcome.failure.message += (
+            pinned = "/".join(expected.checks) or "the failures it names"
+            failure.message += (
                 f" (the manifest entry {expected.matching(str(case))!r} at {expected.source} "
-                f"expects a [{'/'.join(expected.checks)}] failure: this is another one)"
+                f"expects a [{pinned}] failure{' as it words it' if expected.failures else ''}: "
+                "this is another one)"
             )
         if outcome.failure is not None or outcome.unsupported:
             self._diagnose(case, outcome, nodeid, xfail)
         record = self._record(case, outcome, nodeid)
         if expected is not None and expected.status in ("xfail", "unsupported"):
-            record.extra.update(expected_by=expected.source, category=expected.category)
+            expected.mark(record)
         elif declared and outcome.unsupported:
             record.extra.update(unsupported_dtype=declared, category="unsupported")
         item.stash[RECORD_KEY] = record
@@ -330,7 +334,7 @@ def reported_record(
     record = verdicts.new_record(case, Status.SKIPPED, item.nodeid, message=reason)
     entry = verdicts.expectations.expectation(case)
     if entry is not None:
-        record.extra.update(expected_by=entry.source, category=entry.category)
+        entry.mark(record)
     return record
 
 

@@ -99,6 +99,33 @@ def test_an_xfail_entry_excuses_only_the_check_it_names(run_suite, tmp_path, che
         assert "expects a [values] failure: this is another one" in row["message"]
 
 
+@pytest.mark.parametrize("pinned", ["own", "other"])
+def test_an_xfail_entry_pinned_to_a_failure_excuses_that_failure_only(run_suite, tmp_path, pinned):
+    """Issue 56: a second bug of the same check hid behind an entry matched by check name.
+    An entry pinned to its failure's first line (numbers masked) excuses that failure; pinned
+    to another wording of the same check, the case fails and says so."""
+    args = ["--ops", "mul.Tensor", "--dtypes", "float32", "--layouts", "contiguous"]
+    args += ["--paths", "native", "--values", "ordinary"]
+    first = run_suite(*args, env={"ECHO_NPU_FAULTS": "leak"})
+    head = first.case("mul.Tensor-float32-contiguous-native")["message"].splitlines()[0]
+    from conformance.harness.expectations import failure_key
+
+    key = failure_key(head) if pinned == "own" else "[leak] another leak, worded otherwise"
+    path = tmp_path / "pinned.toml"
+    path.write_text(
+        '[[entry]]\npattern = "mul.Tensor-float32-contiguous-native"\nstatus = "xfail"\n'
+        f'check = "leak"\nfailure = {json.dumps(key)}\ncategory = "backend-bug"\n'
+        'reason = "known"\n'
+    )
+    run = run_suite(*args, "--expectations", str(path), env={"ECHO_NPU_FAULTS": "leak"})
+    row = run.case("mul.Tensor-float32-contiguous-native")
+    if pinned == "own":
+        assert run.returncode == 0 and row["status"] == "xfailed", row
+    else:
+        assert run.returncode == 1 and row["status"] == "failed", row
+        assert "failure as it words it: this is another one" in row["message"], row["message"]
+
+
 def test_an_unpinned_xfail_entry_is_listed(run_suite, tmp_path):
     manifest = _manifest(tmp_path, "mul.Tensor-float32-contiguous-native")
     args = ["--ops", "mul.Tensor", "--dtypes", "float32", "--layouts", "contiguous"]
