@@ -125,6 +125,29 @@ FAMILIES = [
         note="judged by tolerance before issue 43, where it passed in every dtype",
     ),
     Family(
+        "the smallest result scaled by 1+e",
+        "values",
+        "exp",
+        "relative",
+        RELATIVE,
+        {torch.float32: 0.05, torch.float64: 1e-3, torch.float16: 5e-3, torch.bfloat16: 0.03},
+        mode="sizes",
+        note="evidence per element (issue 56; pooled, a small result was allowed the largest "
+        "one's error); float32/float64: the smallest results are near 1e-4, where the base "
+        "atol (1e-5, 1e-7) is what bounds the figure; half precision: the rounding check",
+    ),
+    Family(
+        "output scaled by 1+e",
+        "values",
+        "cumsum",
+        "relative",
+        RELATIVE,
+        {torch.float32: 1e-4, torch.float64: 1e-6, torch.float16: 5e-3, torch.bfloat16: 0.03},
+        mode="sizes",
+        note="a 65,537-element scan judged by CPU's own error against float64, dtype= "
+        "included (issue 56: it was CPU against itself)",
+    ),
+    Family(
         "bernoulli p + d",
         "values",
         "bernoulli_.float",
@@ -278,6 +301,23 @@ def install(state: Planted) -> None:
             out = flat.reshape(out.shape)
         return out.to(a.device)
 
+    def exp(a: torch.Tensor) -> torch.Tensor:
+        out = torch.ops.aten.exp.default(_host(a))
+        e = state.on("the smallest result scaled by 1+e")
+        if e and out.is_floating_point() and out.numel():
+            flat = out.reshape(-1).clone()
+            i = int(flat.abs().to(torch.float64).argmin())
+            flat[i : i + 1] = _rounded(flat[i : i + 1], 1 + e)
+            out = flat.reshape(out.shape)
+        return out.to(a.device)
+
+    def cumsum(a: torch.Tensor, dim: int, *, dtype: Any = None) -> torch.Tensor:
+        out = torch.ops.aten.cumsum.default(_host(a), dim, dtype=dtype)
+        e = state.on("output scaled by 1+e")
+        if e and out.is_floating_point():
+            out = _rounded(out, 1 + e)
+        return out.to(a.device)
+
     def drawn(self: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         self.copy_(values.to(self.dtype))
         return self
@@ -344,6 +384,8 @@ def install(state: Planted) -> None:
         warnings.simplefilter("ignore")
         lib.impl("mul.Tensor", mul)
         lib.impl("sqrt", sqrt)
+        lib.impl("exp", exp)
+        lib.impl("cumsum", cumsum)
         lib.impl("bernoulli_.float", bernoulli_)
         lib.impl("normal_", normal_)
         lib.impl("uniform_", uniform_)
