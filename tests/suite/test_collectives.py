@@ -95,28 +95,29 @@ def test_planted_bugs_are_caught_each_as_it_should_be(tmp_path):
     assert barrier["status"] == "failed" and "left the barrier" in barrier["message"], barrier
 
 
+def faulty_cases(tmp_path: Path, faults: str, *cases: str) -> dict[str, dict]:
+    """The records of `cases` (ids without the "-w2-sync" tail) on faulty_ccl with `faults`."""
+    picked = " or ".join(f"{case}-w2-sync" for case in cases)
+    proc, records, _ = collectives_run(
+        tmp_path, "--backend", "faulty_ccl", "--collectives", "faulty:cpu",
+        "--collectives-set", "default", "-k", picked, env={**BACKENDS, "FAULTY_CCL": faults},
+    )  # fmt: skip
+    assert len(records) == len(cases), (proc.stdout + proc.stderr)[-3000:]
+    return {case.removesuffix("-w2-sync"): row for case, row in records.items()}
+
+
 def test_an_out_of_place_collective_that_changes_its_input_fails(tmp_path):
     """Issue 56: a reduce_scatter_tensor or all_gather_into_tensor that zeroes the caller's
     input passed 51 of 58 cases: the family read outputs only. Inputs are checked now, as op
     cases check theirs; an in-place collective's input is its output, judged as such."""
-    picked = (
-        "reduce_scatter_tensor-SUM-float32-33-contiguous-w2-sync "
-        "or all_gather_into_tensor-none-float32-33-contiguous-w2-sync "
-        "or all_reduce-SUM-float32-33-contiguous-w2-sync"
-    )
-    proc, records, _ = collectives_run(
-        tmp_path, "--backend", "faulty_ccl", "--collectives", "faulty:cpu",
-        "--collectives-set", "default", "-k", picked,
-        env={**BACKENDS, "FAULTY_CCL": "zero_inputs"},
-    )  # fmt: skip
-    out = proc.stdout + proc.stderr
-    assert len(records) == 3, out[-3000:]
-    for case in ("reduce_scatter_tensor-SUM", "all_gather_into_tensor-none"):
-        row = records[f"{case}-float32-33-contiguous-w2-sync"]
+    cases = ("reduce_scatter_tensor-SUM", "all_gather_into_tensor-none", "all_reduce-SUM")
+    records = faulty_cases(tmp_path, "zero_inputs", *(f"{c}-float32-33-contiguous" for c in cases))
+    for case in cases[:2]:
+        row = records[f"{case}-float32-33-contiguous"]
         assert row["status"] == "failed", row
         assert "changed its input on rank 0" in row["message"], row["message"]
         assert "instead of" in row["message"] and "must leave its inputs alone" in row["message"]
-    assert records["all_reduce-SUM-float32-33-contiguous-w2-sync"]["status"] == "passed"
+    assert records["all_reduce-SUM-float32-33-contiguous"]["status"] == "passed"
 
 
 def test_a_half_precision_avg_that_flushes_small_means_fails(tmp_path):
@@ -124,18 +125,9 @@ def test_a_half_precision_avg_that_flushes_small_means_fails(tmp_path):
     never gave small means: a bfloat16 AVG returning 0 for every mean below 1 passed. The
     inputs now cancel (signs alternate across ranks), and the bound is relative to each
     element's own magnitude; the right AVG passes in every dtype."""
-    picked = (
-        "all_reduce-AVG-bfloat16-33-contiguous-w2-sync "
-        "or all_reduce-AVG-float16-33-contiguous-w2-sync"
-    )
+    cases = [f"all_reduce-AVG-{dtype}-33-contiguous" for dtype in ("bfloat16", "float16")]
     for faults, status in (("avg_small_zero", "failed"), ("", "passed")):
-        proc, records, _ = collectives_run(
-            tmp_path, "--backend", "faulty_ccl", "--collectives", "faulty:cpu",
-            "--collectives-set", "default", "-k", picked,
-            env={**BACKENDS, "FAULTY_CCL": faults},
-        )  # fmt: skip
-        assert len(records) == 2, (proc.stdout + proc.stderr)[-3000:]
-        for row in records.values():
+        for row in faulty_cases(tmp_path, faults, *cases).values():
             assert row["status"] == status, (faults, row)
             if status == "failed":
                 assert "wrong values on 2 of 2 ranks" in row["message"], row["message"]
@@ -147,26 +139,18 @@ def test_a_refusal_must_name_what_it_refuses(tmp_path):
     resources" on a bitwise all_reduce as NCCL's missing bitwise ops. An error that names no
     refused layout, dtype or op fails; one that does ("MAX is not supported") stays a refusal
     (failed here only because gloo computes it)."""
-    picked = (
-        "all_reduce-SUM-float32-33-transposed-w2-sync "
-        "or all_reduce-BAND-int32-33-contiguous-w2-sync "
-        "or all_reduce-MAX-float32-33-contiguous-w2-sync"
+    named = {
+        "all_reduce-SUM-float32-33-transposed": "its layout",
+        "all_reduce-BAND-int32-33-contiguous": "its layout, dtype or reduce op",
+    }
+    records = faulty_cases(
+        tmp_path, "opaque_refusals,refuse_max", *named, "all_reduce-MAX-float32-33-contiguous"
     )
-    proc, records, _ = collectives_run(
-        tmp_path, "--backend", "faulty_ccl", "--collectives", "faulty:cpu",
-        "--collectives-set", "default", "-k", picked,
-        env={**BACKENDS, "FAULTY_CCL": "opaque_refusals,refuse_max"},
-    )  # fmt: skip
-    out = proc.stdout + proc.stderr
-    assert len(records) == 3, out[-3000:]
-    for case, named in (
-        ("all_reduce-SUM-float32-33-transposed", "its layout"),
-        ("all_reduce-BAND-int32-33-contiguous", "its layout, dtype or reduce op"),
-    ):
-        row = records[f"{case}-w2-sync"]
+    for case, what in named.items():
+        row = records[case]
         assert row["status"] == "failed", row
-        assert f"every rank raised an error that names no refusal of {named}" in row["message"]
-    refused = records["all_reduce-MAX-float32-33-contiguous-w2-sync"]
+        assert f"every rank raised an error that names no refusal of {what}" in row["message"]
+    refused = records["all_reduce-MAX-float32-33-contiguous"]
     assert "refuses what gloo computes" in refused["message"], refused
 
 
