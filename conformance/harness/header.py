@@ -14,6 +14,7 @@ from conformance.engine.sample_run import checks_left_out
 from conformance.engine.transfer import RELIES_ON
 from conformance.harness.accounts import argument_lines, mode_lines
 from conformance.harness.collectives_plan import header_lines as collectives_header
+from conformance.samples.sizes import NOT_SIZED
 
 if TYPE_CHECKING:
     from conformance.harness.plan import Plan
@@ -145,7 +146,8 @@ def relies_on(suite: Suite) -> dict[str, str]:
         "sizes, arguments, models": "-sizes, -arguments and -models samples judged by CPU's own "
         "error against the call in float64 (engine/evidence.py), not the op's tolerance; "
         + (
-            f"-sizes extents: {suite.options.sizes} (samples/sizes.py)"
+            f"-sizes extents: {suite.options.sizes} (samples/sizes.py); not sized: "
+            + "; ".join(f"{name} ({why})" for name, why in NOT_SIZED.items())
             if "sizes" in suite.options.values and suite.options.sizes != "none"
             else "no -sizes cases"
         ),

@@ -10,8 +10,10 @@ sample here is grown along the extent that matters (`plan`), by tiling its own v
 - reductions, scans, softmax, sorts (a `dim` argument, or a result smaller than the input):
   the reduced or scanned dimension (every operand of the input's shape alike), or the whole
   input flattened for a full reduction (1 to 65,537 elements);
-- matrix products: the contracted dimension of both operands; normalisations: the normalised
-  extent (layer norm's last dimension, batch norm's batch); losses: the batch (input and target);
+- matrix products: the contracted dimension of both operands (mm, bmm, mv, dot: their other
+  dims cut to one, so 65,537 fits the budget); normalisations: the normalised extent (layer
+  norm's last dimension, batch norm's batch); losses: the batch (input and target: nll, cross
+  entropy, mse, bce, smooth l1, huber, l1, soft margin);
   pooling: the last spatial dimension; gathers: the number of indices gathered (gather and
   take_along_dim: the input and the index alike, along the dim).
 
@@ -23,6 +25,9 @@ larger than the dtype has distinct values for. Integer operands and pointwise op
 their tiled values (the op's domain). A call is kept where CPU accepts it, every output it returns
 holds elements (an empty output checks nothing), and it stays within `MAX_ELEMENTS` elements
 per tensor (other dimensions are cut to 1 first).
+
+Families no plan grows (group norm, convolution, SDPA: `NOT_SIZED`, with the reason) are
+named in the run's header.
 
 `--sizes` chooses the extents: `boundaries` (the default: one past each boundary, within the
 budget), `large` (both sides of every boundary and 2^20), `none` (no -sizes cases).
@@ -73,6 +78,9 @@ CONTRACTIONS: dict[str, tuple[tuple[int, int], ...]] = {
     "vdot": ((0, 0), (1, 0)),
     "linear": ((0, -1), (1, 1)),
 }
+# products whose other dims may be cut to one element (no operand the result must match in
+# shape, as addmm's self): so the contraction reaches 65,537 within the element budget
+FREE_DIMS_CUT = frozenset({"mm", "bmm", "mv", "dot", "vdot"})
 # the batch of normalisations and losses (reduced over it): (argument position, dim)
 BATCHES: dict[str, tuple[tuple[int, int], ...]] = {
     "native_batch_norm": ((0, 0),),
@@ -83,6 +91,17 @@ BATCHES: dict[str, tuple[tuple[int, int], ...]] = {
     "nll_loss2d_forward": ((0, -1), (1, -1)),
     "nll_loss": ((0, 0), (1, 0)),
     "cross_entropy_loss": ((0, 0), (1, 0)),
+    **{
+        loss: ((0, 0), (1, 0))
+        for loss in ("mse_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits")
+        + ("smooth_l1_loss", "huber_loss", "l1_loss", "soft_margin_loss")
+    },
+}
+# families the docs could be read to claim that no plan grows, and why (said in the header)
+NOT_SIZED = {
+    "native_group_norm": "its extent is three int arguments (N, C, HxW) kept in step",
+    "convolution": "the extent is a window over spatial dims: kernel and padding in step",
+    "_scaled_dot_product_*": "the sequence lengths of three operands and a mask in step",
 }
 # the indices a gather reads with: argument position (flattened), or (position, dim argument)
 GATHERS: dict[str, int] = {"index_select": 2, "embedding": 1, "take": 1}
@@ -171,7 +190,13 @@ def plan(overload: str, call: Call) -> Plan | None:
         return None
     if name in CONTRACTIONS:
         grow = [(p, d) for p, d in CONTRACTIONS[name] if p in tensors]
-        return Plan("extent", grow) if len(grow) == 2 else None
+        if len(grow) != 2:
+            return None
+        cut = {}
+        if name in FREE_DIMS_CUT:  # no operand the result must match: one row, one column
+            cut = {p: [i for i in range(call.args[p].dim()) if i != d % call.args[p].dim()]
+                   for p, d in grow}  # fmt: skip
+        return Plan("extent", grow, cut=cut)
     if name in BATCHES:
         grow = [(p, d) for p, d in BATCHES[name] if p in tensors]
         spatial = {grow[0][0]: list(range(2, call.args[grow[0][0]].dim()))} if grow else {}

@@ -101,3 +101,24 @@ def test_a_grown_call_whose_output_is_empty_is_no_sample():
     call = Call("index_select", (torch.randn(5, 3), 1, torch.tensor([], dtype=torch.long)))
     assert not sizes._accepted(call)
     assert sizes._accepted(Call("index_select", (torch.randn(5, 3), 1, torch.tensor([0]))))
+
+
+@pytest.mark.parametrize("overload", ["mm", "bmm", "mv"])
+def test_matrix_products_reach_65537_within_the_budget(overload):
+    """Issue 56: mm/bmm/mv stopped at 1,025 (their other dims kept the element budget), though
+    the docs say 65,537: their free dims are cut to one row and one column."""
+    made = _run_calls(overload)
+    assert made and max(c.args[1].shape[-1 if overload == "mv" else -2] for c in made) == 65537
+
+
+@pytest.mark.parametrize("overload", ["mse_loss", "binary_cross_entropy", "huber_loss"])
+def test_losses_grow_their_batch(overload):
+    """Issue 56: sizes.py says "losses: the batch", but only nll and cross entropy grew."""
+    made = _run_calls(overload)
+    assert [c.args[0].shape[0] for c in made][-1] == 65537
+    assert all(c.args[1].shape == c.args[0].shape for c in made)
+
+
+def test_the_families_no_plan_grows_are_named_with_the_reason():
+    assert {"native_group_norm", "convolution"} <= set(sizes.NOT_SIZED)
+    assert all(why for why in sizes.NOT_SIZED.values())
