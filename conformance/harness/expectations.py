@@ -212,7 +212,7 @@ def _line_of(text: str, pattern: str) -> int:
 
 def failure_key(head: str) -> str:
     """A failure's first line as entries pin it: numbers, shapes and addresses masked."""
-    from conformance.finding_keys import normalise_message
+    from conformance.findings import normalise_message
 
     return normalise_message(head)
 
