@@ -1,17 +1,21 @@
 """Fixtures of the contract cases: the device runtime (`rt`), and the skip of an item whose
-needs the device profile lacks (the profile's reason, said once in the run header)."""
+needs the device profile lacks (the profile's reason, said once in the run header). An item
+that tested a fence on a stream it could not make busy passes with "not observable: ..." in its
+record (user property `contract_unobserved`), counted in the summary."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 import torch
 
-from conformance.engine import streams
+from conformance.engine import busy
 from conformance.engine.backend import Backend
-from conformance.engine.runtime_contract import ContractItem, item_of_test
+from conformance.engine.runtime_contract import HELD_BY, UNOBSERVED, ContractItem, item_of_test
 from conformance.harness.session import run_of
 
 
@@ -25,6 +29,9 @@ class Runtime:
 
     backend: Backend
     item: ContractItem
+    unobserved: dict[str, list[str]] = field(default_factory=dict)  # why -> streams not seen
+    held_by: str = ""  # how its streams were held (busy.Hold.what)
+    properties: list[tuple[str, Any]] = field(default_factory=list)  # the case's user_properties
 
     @property
     def device(self) -> torch.device:
@@ -53,9 +60,42 @@ class Runtime:
         if not ok:
             raise self.broken(message)
 
-    def delays(self, settings: dict[Any, dict[str, float]]):
-        """Delay the work of these streams for a block (a no-op without the hook)."""
-        return streams.delays(self.backend.hook("set_delay"), settings)
+    @contextmanager
+    def busy(
+        self,
+        streams: dict[torch.Stream, float],
+        delays: dict[Any, dict[str, float]] | None = None,
+    ) -> Iterator[busy.Holds]:
+        """Hold each stream busy for about its milliseconds (queued in that order) for the
+        block (engine/busy.py: the set_delay hook, `_sleep` or calibrated work); the item calls
+        `holds.seen(stream)` before each fence, and what it could not see is noted."""
+        hook = self.backend.hook("set_delay")
+        hold = busy.LOADER.for_device(self.device, self.module, hook)
+        if not self.held_by:
+            self.held_by = hold.what or hold.why
+            self.properties.append((HELD_BY, self.held_by))
+        with busy.holding(hold, hook, streams, delays) as holds:
+            yield holds
+        missed = holds.unobserved()
+        if missed is not None:
+            self.note_unobserved(missed[1], missed[0])
+
+    def note_unobserved(self, why: str, streams: list[str] | None = None) -> None:
+        """Say that the item passed without observing what `why` names (on these streams)."""
+        seen = self.unobserved.setdefault(why, [])
+        seen += [s for s in streams or () if s not in seen]
+        text = busy.said(self.unobserved)
+        self.properties[:] = [p for p in self.properties if p[0] != UNOBSERVED]
+        self.properties.append((UNOBSERVED, text))
+
+    def pinned(self, t: torch.Tensor) -> torch.Tensor:
+        """A pinned copy of `t` (a device with streams pins memory: a refusal breaks the item)."""
+        try:
+            return t.pin_memory()
+        except Exception as exc:  # noqa: BLE001 - said as the item's failure
+            raise self.broken(
+                f"pin_memory() raised {type(exc).__name__}: {str(exc)[:160]}"
+            ) from None
 
     def idle(self) -> None:
         """Every stream of every device done before a case starts."""
@@ -71,7 +111,7 @@ def rt(request) -> Runtime:
     reason = suite.backend.profile.missing(item.needs)
     if reason is not None:
         pytest.skip(f"not applicable: {reason} (device profile)")
-    runtime = Runtime(suite.backend, item)
+    runtime = Runtime(suite.backend, item, properties=request.node.user_properties)
     if item.needs:
         runtime.idle()
     return runtime

@@ -1,26 +1,26 @@
 """Contract cases of host memory and copies: pinned memory, non_blocking copies in both
 directions with pinned and pageable memory, record_stream with the caching allocator
-(engine/runtime_contract.py)."""
+(engine/runtime_contract.py). The producer's stream is held busy first (engine/busy.py); a
+device->host copy is judged on what the host read at the fence, tail first."""
 
 from __future__ import annotations
 
 import torch
 
-from conformance.engine.streams import DELAY_MS, busy, current_stream, describe, side_stream
+from conformance.engine.streams import DELAY_MS, current_stream, describe, side_stream
 
 N = 1 << 14
+#: elements of the non_blocking copy into pinned memory: large enough (16 MiB) that a copy still
+#: running when the host reads is caught in its tail (a copy engine the stream does not wait for
+#: starts with the event: a race by microseconds on a small tensor); the other copies: 4 MiB
+N_D2H = 1 << 22
+N_OTHER = 1 << 20
+TAIL = 1024
 
 
 def _values() -> torch.Tensor:
     """Values no earlier case left in a reused block."""
     return torch.arange(N, dtype=torch.float32) + float(torch.randint(10, 10_000, ()).item())
-
-
-def _pinned(rt, t: torch.Tensor) -> torch.Tensor:
-    try:
-        return t.pin_memory()
-    except Exception as exc:  # noqa: BLE001 - a device with streams pins memory
-        raise rt.broken(f"pin_memory() raised {type(exc).__name__}: {str(exc)[:160]}") from None
 
 
 def _first_wrong(got: torch.Tensor, want: torch.Tensor) -> str:
@@ -36,7 +36,7 @@ def _first_wrong(got: torch.Tensor, want: torch.Tensor) -> str:
 
 def test_pinned_memory(rt):
     src = _values()
-    pinned = _pinned(rt, src)
+    pinned = rt.pinned(src)
     rt.check(pinned.is_pinned(), "pin_memory() returned a tensor whose is_pinned() is False")
     rt.check(torch.equal(pinned, src), "pin_memory() changed the values")
     rt.check(not src.is_pinned(), "a pageable tensor says is_pinned()")
@@ -47,13 +47,14 @@ def test_pinned_memory(rt):
 def test_nonblocking_h2d(rt):
     cur = current_stream(rt.device)
     want = _values()
-    pinned, pageable = _pinned(rt, want), want.clone()
-    with rt.delays({cur: {"h2d": DELAY_MS, "kernel": DELAY_MS}}):
+    pinned, pageable = rt.pinned(want), want.clone()
+    with rt.busy({cur: DELAY_MS}, delays={cur: {"h2d": DELAY_MS}}) as holds:
         a = pinned.to(rt.device, non_blocking=True)
         a2 = a * 2
         b = pageable.to(rt.device, non_blocking=True)
         pageable.fill_(-1.0)  # a pageable source may be reused once the call returns
         b2 = b * 2
+        holds.seen(cur)
     for name, got in (("pinned", a2.cpu()), ("pageable", b2.cpu())):
         rt.check(
             torch.equal(got, want * 2),
@@ -62,41 +63,58 @@ def test_nonblocking_h2d(rt):
         )
 
 
+def _judged(host: torch.Tensor) -> torch.Tensor:
+    """What the host holds now, its last elements read first (a late copy writes them last)."""
+    tail = host[-TAIL:].clone()
+    return torch.cat([host[:-TAIL].clone(), tail])
+
+
 def test_nonblocking_d2h(rt):
     cur = current_stream(rt.device)
-    want = _values()
+    want = torch.arange(N_D2H, dtype=torch.float32) + float(torch.randint(10, 10_000, ()).item())
     x = want.to(rt.device)
+    small, want_small = x[:N_OTHER], want[:N_OTHER]
     torch.accelerator.synchronize()
-    # the copies delayed on every stream: a runtime may run them on a copy engine of its own
-    with rt.delays({cur: {"kernel": DELAY_MS}, None: {"d2h": DELAY_MS}}):
+    # the copies also delayed on every stream (with the hook): a runtime may run them on a copy
+    # engine of its own; without it, the copy is large and its tail is read first
+    with rt.busy({cur: DELAY_MS}, delays={None: {"d2h": DELAY_MS}}) as holds:
         y = x * 2
-        host = _pinned(rt, torch.zeros(N))
+        host = rt.pinned(torch.zeros(N_D2H))
         host.copy_(y, non_blocking=True)
         done = torch.Event(device=rt.device)
         done.record(cur)
+        holds.seen(cur)
         done.synchronize()
+        seen = _judged(host)
         rt.check(
-            torch.equal(host, want * 2),
+            torch.equal(seen, want * 2),
             f"tensor y = x * 2 copied non_blocking into pinned memory on {describe(cur)}, then "
-            f"the event recorded after the copy synchronized: {_first_wrong(host, want * 2)}",
+            f"the event recorded after the copy synchronized; the pinned tensor read then: "
+            f"{_first_wrong(seen, want * 2)}",
         )
-        z = x + 1
+        holds.queue(cur, DELAY_MS)
+        z = small + 1
         moved = z.to("cpu", non_blocking=True)
         done = torch.Event(device=rt.device)
         done.record(cur)
+        holds.seen(cur)
         done.synchronize()
+        seen = _judged(moved)
         rt.check(
-            torch.equal(moved, want + 1),
+            torch.equal(seen, want_small + 1),
             f"tensor z = x + 1 moved by .to('cpu', non_blocking=True) on {describe(cur)}, then "
-            f"the event recorded after it synchronized: {_first_wrong(moved, want + 1)}",
+            f"the event recorded after it synchronized; the result read then: "
+            f"{_first_wrong(seen, want_small + 1)}",
         )
-        w = x * 3
-        pageable = torch.zeros(N)
+        holds.queue(cur, DELAY_MS)
+        w = small * 3
+        pageable = torch.zeros(N_OTHER)
         pageable.copy_(w, non_blocking=True)
+        seen = _judged(pageable)
         rt.check(
-            torch.equal(pageable, want * 3),
+            torch.equal(seen, want_small * 3),
             f"tensor w = x * 3 copied non_blocking into pageable memory on {describe(cur)}: "
-            f"not final when copy_ returned: {_first_wrong(pageable, want * 3)}",
+            f"not final when copy_ returned: {_first_wrong(seen, want_small * 3)}",
         )
 
 
@@ -105,10 +123,10 @@ def test_record_stream(rt):
     value = float(torch.randint(10, 10_000, ()).item())
     a = torch.full((N,), value, device=rt.device)
     side.wait_stream(cur)
-    with rt.delays({side: {"kernel": DELAY_MS}}):
+    with rt.busy({side: DELAY_MS}) as holds:
         with side:
             b = a * 2
-        queued = busy(side)
+        queued = holds.seen(side)
         a.record_stream(side)
         del a
         c = torch.full((N,), -1.0, device=rt.device)  # same size, same stream: a reusable block

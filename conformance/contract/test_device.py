@@ -82,18 +82,22 @@ def test_device_guard(rt):
     )
 
 
-def _draws(g: torch.Generator, device: torch.device) -> torch.Tensor | None:
-    """256 draws from `g`, or None where the device has no random kernel or its random ops
-    refuse its own generator (ops that run on CPU through the fallback): the op cases judge
-    draws; this item judges the generators' states."""
+def _draws(rt, g: torch.Generator | None, device: torch.device) -> torch.Tensor | None:
+    """256 draws from `g` (None: the device's default generator), or None, noted, where the
+    device has no random kernel or its random ops refuse its own generator (ops that run on CPU
+    through the fallback): the state checks still hold, the draws are not observable."""
     try:
         return torch.rand(256, device=device, generator=g).cpu()
-    except NotImplementedError:
-        return None
+    except NotImplementedError as exc:
+        why = f"NotImplementedError: {str(exc)[:120]}"
     except RuntimeError as exc:
-        if "generator" in str(exc):
-            return None
-        raise
+        if "generator" not in str(exc):
+            raise
+        why = f"RuntimeError: {str(exc)[:120]}"
+    rt.note_unobserved(
+        f"no device generator draws: torch.rand(generator=g) raised {why}", [str(device)]
+    )
+    return None
 
 
 def test_generator_state(rt):
@@ -112,22 +116,58 @@ def test_generator_state(rt):
         rt.check(not torch.equal(state, other), f"two seeds give one state on {device}")
         g.set_state(state)
         rt.check(torch.equal(g.get_state(), state), f"set_state then get_state on {device} differ")
-        first = _draws(g, device)
+        first = _draws(rt, g, device)
         if first is None:
             continue
-        after = g.get_state()
-        second = _draws(g, device)
+        g.manual_seed(1234)
+        rt.check(
+            torch.equal(_draws(rt, g, device), first),
+            f"manual_seed(1234) twice on {device}: the draws after each differ",
+        )
+        after = g.get_state()  # a state saved after draws, not after seeding
+        second = _draws(rt, g, device)
         rt.check(
             not torch.equal(first, second), f"two draws of one generator on {device} are equal"
         )
+        _draws(rt, g, device)
         g.set_state(after)
-        again = _draws(g, device)
+        again = _draws(rt, g, device)
+        restarted = " (they are the draws right after seeding: a restore that keeps the seed only)"
         rt.check(
-            torch.equal(again, second), f"get_state/set_state on {device} did not replay the draws"
+            torch.equal(again, second),
+            f"set_state of a state saved after draws on {device} did not resume there: the next "
+            f"draws differ from those made after the save"
+            + (restarted if torch.equal(again, first) else ""),
         )
+    _default_generator(rt, indices)
+
+
+def _default_generator(rt, indices: list[int]) -> None:
+    """The device module's default generator: seeding it, and its saved state, govern the
+    device's draws; each device keeps its own; fork_rng restores it."""
+    seed = getattr(rt.module, "manual_seed", None)
     get, put = (getattr(rt.module, n, None) for n in ("get_rng_state", "set_rng_state"))
+    if callable(seed):
+        seed(77)
+        first = _draws(rt, None, rt.device)
+        seed(77)
+        if first is not None:
+            rt.check(
+                torch.equal(_draws(rt, None, rt.device), first),
+                f"torch.{rt.device_type}.manual_seed(77) twice: the device's draws after each "
+                "differ (its random ops do not draw from the device's default generator)",
+            )
     if not (callable(get) and callable(put)):
         return
+    saved = get(0)
+    first = _draws(rt, None, rt.device)
+    put(saved, 0)
+    if first is not None:
+        rt.check(
+            torch.equal(_draws(rt, None, rt.device), first),
+            f"torch.{rt.device_type}.set_rng_state(get_rng_state()) did not replay the draws made "
+            "after the save",
+        )
     if len(indices) > 1:  # each device's default generator keeps its own state
         zero, one = get(0), get(indices[1])
         g = torch.Generator(device=rt.on(indices[1]))
@@ -147,49 +187,82 @@ def test_generator_state(rt):
     )
 
 
-def _memory_api(rt):
-    allocated = getattr(torch.accelerator, "memory_allocated", None) or getattr(
-        rt.module, "memory_allocated", None
-    )
-    reserved = getattr(torch.accelerator, "memory_reserved", None) or getattr(
-        rt.module, "memory_reserved", None
-    )
-    if not callable(allocated):
+#: bytes of the block the memory item allocates: its own segment in a caching allocator (CUDA's
+#: rounds allocations above 10 MiB to 2 MiB and never shares their segment)
+BLOCK = 64 << 20
+
+
+def _memory_apis(rt) -> dict[str, tuple]:
+    """name -> (memory_allocated, memory_reserved or None) of torch.accelerator and of the device
+    module, each where it has them and they answer."""
+    apis = {}
+    for name, owner in (
+        ("torch.accelerator", torch.accelerator),
+        (f"torch.{rt.device_type}", rt.module),
+    ):
+        allocated = getattr(owner, "memory_allocated", None)
+        if not callable(allocated):
+            continue
+        try:
+            allocated(0)
+        except Exception:  # noqa: BLE001 - this API keeps no statistics torch can read
+            continue
+        reserved = getattr(owner, "memory_reserved", None)
+        apis[name] = (allocated, reserved if callable(reserved) else None)
+    if not apis:
         pytest.skip(
-            "not applicable: neither torch.accelerator nor the device module has memory_allocated"
+            "not applicable: neither torch.accelerator nor the device module has a "
+            "memory_allocated that answers"
         )
-    try:
-        allocated(0)
-    except Exception as exc:  # noqa: BLE001 - the device keeps no statistics torch can read
-        pytest.skip(
-            f"not applicable: memory_allocated(0) raised {type(exc).__name__}: {str(exc)[:120]}"
+    return apis
+
+
+def _read(rt, apis: dict[str, tuple], when: str) -> tuple[int, int | None]:
+    """(allocated, reserved) now; where both APIs answer they must agree."""
+    seen = {
+        name: (allocated(0), reserved(0) if reserved else None)
+        for name, (allocated, reserved) in apis.items()
+    }
+    (first, (a, r)), *others = seen.items()
+    for name, (a2, r2) in others:
+        rt.check(
+            a2 == a and (r is None or r2 is None or r2 == r),
+            f"{when}: {first}.memory_allocated() {a} and memory_reserved() {r}, but "
+            f"{name}.memory_allocated() {a2} and memory_reserved() {r2}",
         )
-    return allocated, reserved
+    if r is None:
+        r = next((r2 for _, r2 in seen.values() if r2 is not None), None)
+    if r is not None:
+        rt.check(r >= a, f"{when}: memory_reserved {r} is below memory_allocated {a}")
+    return a, r
 
 
 def test_memory_stats(rt):
-    allocated, reserved = _memory_api(rt)
+    apis = _memory_apis(rt)
+    empty = getattr(torch.accelerator, "empty_cache", None) or getattr(
+        rt.module, "empty_cache", None
+    )
     rt.idle()
-    before = allocated(0)
-    x = torch.empty(1 << 20, device=rt.device)  # 4 MiB
-    grown = allocated(0)
+    if callable(empty):
+        empty()
+    before, _ = _read(rt, apis, "before allocating")
+    x = torch.empty(BLOCK // 4, device=rt.device)
+    grown, held = _read(rt, apis, f"with a {BLOCK >> 20} MiB block allocated")
     rt.check(
         grown - before >= x.nbytes,
         f"memory_allocated grew by {grown - before} bytes after allocating {x.nbytes}",
     )
-    if callable(reserved):
-        r = reserved(0)
-        rt.check(r >= grown, f"memory_reserved {r} is below memory_allocated {grown}")
     del x
-    after = allocated(0)
+    after, _ = _read(rt, apis, f"after freeing the {BLOCK >> 20} MiB block")
     rt.check(
-        after <= grown - (1 << 22),
-        f"memory_allocated is {after} after freeing 4 MiB ({grown} before the free)",
+        after <= grown - BLOCK,
+        f"memory_allocated is {after} after freeing {BLOCK >> 20} MiB ({grown} before the free)",
     )
-    empty = getattr(torch.accelerator, "empty_cache", None) or getattr(
-        rt.module, "empty_cache", None
-    )
-    if callable(empty) and callable(reserved):
+    if callable(empty) and held is not None:
         empty()
-        r, a = reserved(0), allocated(0)
-        rt.check(r >= a, f"after empty_cache memory_reserved {r} is below memory_allocated {a}")
+        _, now = _read(rt, apis, "after empty_cache")
+        rt.check(
+            now is not None and now <= held - BLOCK,
+            f"after freeing the {BLOCK >> 20} MiB block and empty_cache(), memory_reserved is "
+            f"{now} ({held} while the block was allocated): the freed block was not released",
+        )

@@ -1,6 +1,7 @@
 """Contract cases of streams and events: the current stream and its guard, synchronisation,
-events and their timing, priorities, waits across streams (engine/runtime_contract.py). Each
-producer whose fence is tested is delayed when the backend has a delay injector."""
+events and their timing, priorities, waits across streams (engine/runtime_contract.py). The
+stream whose work a fence orders is held busy first (engine/busy.py) and seen busy just before
+the fence is tested; what could not be seen is said in the record."""
 
 from __future__ import annotations
 
@@ -30,20 +31,58 @@ def test_current_stream(rt):
         rt.check(
             now == side, f"set_stream({describe(side)}) then current_stream() is {describe(now)}"
         )
-        with rt.delays({side: {"kernel": DELAY_MS}}):
-            y = torch.ones(N, device=rt.device) * 2
-            went_elsewhere = not busy(side) and busy(before)
-            rt.check(
-                not went_elsewhere,
-                f"work launched after set_stream({describe(side)}) was queued on "
-                f"{describe(before)}",
-            )
-            side.synchronize()
-        rt.check(bool((y.cpu() == 2).all()), "work on the set stream gave wrong values")
+        _runs_behind_the_set_stream(rt, side)
+        _runs_beside_the_former_stream(rt, before, side)
     finally:
         torch.accelerator.set_stream(before)
     after = current_stream(rt.device)
     rt.check(after == before, f"set_stream({describe(before)}) left {describe(after)} current")
+
+
+def _runs_behind_the_set_stream(rt, side: torch.Stream) -> None:
+    """The set stream busy, the former one idle: an op and a copy_ launched now must wait for
+    the set stream's earlier work (misrouted to the idle stream, they read the input early)."""
+    value = _value()
+    src = torch.zeros(N, device=rt.device)
+    side.synchronize()
+    with rt.busy({side: DELAY_MS}) as holds:
+        src.fill_(value)
+        op = src * 2
+        copied = torch.empty_like(src)
+        copied.copy_(src)
+        holds.seen(side)
+    torch.accelerator.synchronize()
+    for what, got, want in (("an op (x * 2)", op, 2 * value), ("a copy_", copied, value)):
+        got = got.cpu()
+        rt.check(
+            bool((got == want).all()),
+            f"{what} launched with {describe(side)} current read its input before the earlier "
+            f"work of that stream wrote it: {got[:3].tolist()}... instead of {want} (it ran on "
+            "another stream)",
+        )
+
+
+def _runs_beside_the_former_stream(rt, former: torch.Stream, side: torch.Stream) -> None:
+    """The former stream busy, the set one idle: an op and a non_blocking copy into pinned memory
+    launched now are done when the set stream's synchronize() returns (misrouted to the busy
+    stream, they are not)."""
+    value = _value()
+    x = torch.full((N,), value, device=rt.device)
+    host = rt.pinned(torch.zeros(N))
+    torch.accelerator.synchronize()
+    with rt.busy({former: DELAY_MS}) as holds:
+        y = x * 3
+        host.copy_(y, non_blocking=True)
+        side.synchronize()
+        holds.seen(former)
+        seen = host.clone()
+    rt.check(
+        bool((seen == 3 * value).all()),
+        f"an op (x * 3) and its non_blocking copy into pinned memory, launched with "
+        f"{describe(side)} current, were not done when {describe(side)}.synchronize() returned "
+        f"while {describe(former)} was busy: the pinned tensor read {seen[:3].tolist()}... "
+        f"instead of {3 * value} (they were queued on another stream)",
+    )
 
 
 def test_stream_guard(rt):
@@ -88,36 +127,50 @@ def test_stream_synchronize(rt):
     side = side_stream(rt.device)
     x = torch.full((N,), _value(), device=rt.device)
     side.wait_stream(current_stream(rt.device))
-    with rt.delays({side: {"kernel": DELAY_MS}}):
+    # with the hook, kernels are delayed on every stream: a runtime may run a side stream's
+    # kernels on a queue no stream object names (only the side stream's work is in the block)
+    with rt.busy({side: DELAY_MS}, delays={None: {"kernel": DELAY_MS}}) as holds:
         with side:
             y = x * 2
+        holds.seen(side)
         side.synchronize()
         rt.check(
             side.query(),
             f"{describe(side)}.synchronize() returned while query() is False (its kernel not done)",
         )
-    rt.check(torch.equal(y.cpu(), x.cpu() * 2), "the synchronized stream's result is wrong")
+        got = y.cpu()  # read on another stream: y must be final once its stream synchronized
+    want = x.cpu() * 2
+    rt.check(
+        torch.equal(got, want),
+        f"{describe(side)}.synchronize() returned before the kernel queued on it (y = x * 2) had "
+        f"written y: read {got[:3].tolist()}... instead of {want[:3].tolist()}...",
+    )
 
 
 def test_accelerator_synchronize(rt):
     cur, side = current_stream(rt.device), side_stream(rt.device)
     x = torch.full((N,), _value(), device=rt.device)
     side.wait_stream(cur)
-    with rt.delays({cur: {"kernel": DELAY_MS}, side: {"kernel": DELAY_MS}}):
+    # the stream that is not current is held longest and queued last: a synchronize that waits
+    # for the current stream only returns with it busy
+    with rt.busy({cur: DELAY_MS, side: 2 * DELAY_MS}) as holds:
+        z = x * 2
         with side:
             y = x * 3
-        z = x * 2
+        holds.seen(side)
         torch.accelerator.synchronize()
         left = [describe(s) for s in (cur, side) if busy(s)]
         rt.check(
             not left,
             f"torch.accelerator.synchronize() returned with work queued on {', '.join(left)}",
         )
-        sync = getattr(rt.module, "synchronize", None)
-        if callable(sync):
+    sync = getattr(rt.module, "synchronize", None)
+    if callable(sync):
+        with rt.busy({cur: DELAY_MS, side: 2 * DELAY_MS}) as holds:
             with side:
                 y = y + 1
             z = z + 1
+            holds.seen(side)
             sync()
             left = [describe(s) for s in (cur, side) if busy(s)]
             rt.check(
@@ -126,7 +179,8 @@ def test_accelerator_synchronize(rt):
                 f"{', '.join(left)}",
             )
     rt.check(
-        torch.equal(y.cpu(), x.cpu() * 3 + 1) and torch.equal(z.cpu(), x.cpu() * 2 + 1),
+        torch.equal(y.cpu(), x.cpu() * 3 + int(callable(sync)))
+        and torch.equal(z.cpu(), x.cpu() * 2 + int(callable(sync))),
         "results after synchronize are wrong",
     )
 
@@ -134,10 +188,11 @@ def test_accelerator_synchronize(rt):
 def test_event_synchronize(rt):
     cur = current_stream(rt.device)
     x = torch.full((N,), _value(), device=rt.device)
-    with rt.delays({cur: {"kernel": DELAY_MS}}):
+    with rt.busy({cur: DELAY_MS}) as holds:
         y = x * 2
         event = torch.Event(device=rt.device)
         event.record(cur)
+        holds.seen(cur)
         event.synchronize()
         rt.check(
             event.query(),
@@ -151,13 +206,15 @@ def test_event_elapsed_time(rt):
     cur = current_stream(rt.device)
     x = torch.full((N,), _value(), device=rt.device)
     a, b, c = (torch.Event(device=rt.device, enable_timing=True) for _ in range(3))
-    with rt.delays({cur: {"kernel": DELAY_MS}}) as delayed:
+    with rt.busy({cur: DELAY_MS}) as holds:
         a.record(cur)
+        holds.queue(cur, DELAY_MS)
         y = x * 2
         b.record(cur)
+        holds.queue(cur, DELAY_MS)
         y = y * 2
         c.record(cur)
-        queued = busy(cur)
+        queued = holds.seen(cur)
         c.synchronize()
         try:
             ab, bc, ac = a.elapsed_time(b), b.elapsed_time(c), a.elapsed_time(c)
@@ -173,10 +230,12 @@ def test_event_elapsed_time(rt):
         abs(ab + bc - ac) <= max(1.0, 0.05 * ac),
         f"a->b {ab:.3f} + b->c {bc:.3f} ms is not a->c {ac:.3f} ms",
     )
-    if delayed and queued:  # the kernels between the events each slept DELAY_MS
+    floor = holds.hold.floor_ms(DELAY_MS)  # what a held span must cover, where it is known
+    if queued and floor:
         rt.check(
-            ab >= 0.8 * DELAY_MS and bc >= 0.8 * DELAY_MS,
-            f"a->b {ab:.3f} and b->c {bc:.3f} ms do not cover a {DELAY_MS} ms kernel each",
+            ab >= floor and bc >= floor,
+            f"a->b {ab:.3f} and b->c {bc:.3f} ms do not cover the {floor:g} ms of work held "
+            f"between them by {holds.hold.what}",
         )
     rt.check(torch.equal(y.cpu(), x.cpu() * 4), "the timed work gave wrong values")
 
@@ -208,8 +267,9 @@ def test_stream_priority(rt):
 def test_wait_stream(rt):
     cur, side = current_stream(rt.device), side_stream(rt.device)
     value = _value()
-    with rt.delays({cur: {"kernel": DELAY_MS}}):
+    with rt.busy({cur: DELAY_MS}) as holds:
         src = torch.full((N,), value, device=rt.device)
+        holds.seen(cur)
         side.wait_stream(cur)
         with side:
             dst = src * 2
@@ -225,10 +285,11 @@ def test_wait_stream(rt):
 def test_wait_event(rt):
     cur, side = current_stream(rt.device), side_stream(rt.device)
     value = _value()
-    with rt.delays({cur: {"kernel": DELAY_MS}}):
+    with rt.busy({cur: DELAY_MS}) as holds:
         src = torch.full((N,), value, device=rt.device)
         ready = torch.Event(device=rt.device)
         ready.record(cur)
+        holds.seen(cur)
         side.wait_event(ready)
         with side:
             dst = src * 2

@@ -5,9 +5,10 @@ The items are checked by the contract cases (`conformance/contract/`, one test p
 `test_<item with _>`); this table is what the header, the records and docs/RUNTIME_CONTRACT.md
 agree on. An item's `needs` are names of `engine/profile.py` NEEDS: a device without one gets the
 item skipped with the profile's reason ("contract: streams: none (...): N cases not
-applicable"), never failed. The delay injector (the optional hook `set_delay`,
-engine/protocol.py) makes a missing fence fail every time; without it a race shows only by luck,
-and the header says so.
+applicable"), never failed. The producer of every fence tested is held busy first
+(engine/busy.py: the optional hook `set_delay`, else the device module's `_sleep`, else
+calibrated standard work) and seen busy before the fence is tested; the header says how, and an
+item that could not see it says "not observable".
 """
 
 from __future__ import annotations
@@ -15,6 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from conformance.engine.profile import DeviceProfile
+
+#: user properties of a contract case: what it could not observe (it passed without testing a
+#: fence on a busy stream), and how its streams were held (engine/busy.py)
+UNOBSERVED = "contract_unobserved"
+HELD_BY = "contract_held_by"
 
 ACCELERATOR_DOC = "docs/source/accelerator (torch.accelerator)"
 STREAM_DOC = "torch.Stream (docs/source/torch.rst, torch/_streambase; torch.cuda.Stream)"
@@ -204,11 +210,17 @@ def header_lines(profile: DeviceProfile, delay_hook: bool) -> list[str]:
             )
     if streams is None:
         lines.append(
-            "contract: delays: the backend's set_delay hook delays the work queued on streams "
-            "(a synchronous device queues none), so a missing fence fails every time"
+            "contract: busy streams: the backend's set_delay hook holds the producer of every "
+            "fence tested (its stream's kernels sleep)"
             if delay_hook
-            else "contract: delays: none (the backend has no set_delay hook): a missing fence "
-            "is caught only if the device happens to be slow at that moment"
+            else f"contract: busy streams: no set_delay hook: torch.{profile.device_type}._sleep "
+            "calibrated with timing events where it has one, else standard work (mul_, add, mm) "
+            "calibrated on the device in each runner (engine/busy.py)"
+        )
+        lines.append(
+            "contract: each ordering item proves its stream busy (query() False) before it "
+            "tests the fence; one that could not (a synchronous device, work the host keeps up "
+            "with) passes with 'not observable' and the reason, counted in the summary"
         )
     return lines
 

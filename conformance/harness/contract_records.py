@@ -1,7 +1,9 @@
 """The runtime contract cases (`conformance/contract`) as records: one per collected case, named
-after its contract item (engine/runtime_contract.py), with the PyTorch doc the item comes from;
-also for a case that hung, crashed or never ran (the item named in each). A manifest names an
-item as `contract:<item>` (xfail, skip, crash; strict)."""
+after its contract item (engine/runtime_contract.py), with the PyTorch doc the item comes from
+and how its streams were held (`held_by`); also for a case that hung, crashed or never ran (the
+item named in each). A case that passed without testing a fence on a busy stream says "not
+observable: ..." (`not_observable`), counted in the summary (`unobserved_lines`). A manifest
+names an item as `contract:<item>` (xfail, skip, crash; strict)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import torch
 
-from conformance.engine.runtime_contract import item_of_test
+from conformance.engine.modes.asynchronous import NOT_OBSERVABLE
+from conformance.engine.runtime_contract import HELD_BY, UNOBSERVED, item_of_test
 from conformance.harness.expectations import family_key
 from conformance.harness.family_expectations import (
     expect_family,
@@ -75,6 +78,13 @@ def contract_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) 
     entry = expected_by(suite, record, key)
     if unexpected_pass(record, entry, key, report, f"the contract item {record.overload}"):
         return record
+    properties = dict(report.user_properties)
+    if HELD_BY in properties:
+        record.extra["held_by"] = properties[HELD_BY]
+    if report.passed and UNOBSERVED in properties:
+        why = properties[UNOBSERVED]
+        record.extra["not_observable"] = why
+        record.message = f"[contract {record.overload}] not observable: {why}"
     if report.failed:
         record.check = CHECK
         contract = record.extra.get("contract_item", "?")
@@ -83,3 +93,37 @@ def contract_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) 
         elif message:  # an error of the device or of torch, not an observation
             record.message = f"[contract {contract}] {message}"
     return record
+
+
+def unobserved_lines(records: list[CaseRecord]) -> list[str]:
+    """The summary's lines of how the contract's streams were held, and of what passed without
+    being observed: contract items (each with its record's reason) and -asynchronous cases
+    whose streams were idle at the fences."""
+    held: dict[str, list[str]] = {}
+    unobserved = []
+    for r in records:
+        if r.extra.get("held_by"):
+            held.setdefault(str(r.extra["held_by"]), []).append(r.overload)
+        if r.extra.get("not_observable") and r.status is Status.PASSED:
+            unobserved.append(r.overload)
+    lines = [
+        f"conformance: contract: streams held busy by {how}: {len(names)} item(s)"
+        for how, names in held.items()
+    ]
+    if unobserved:
+        lines.append(
+            f"conformance: contract: {len(unobserved)} item(s) passed without being observed "
+            f"({', '.join(sorted(unobserved))}): each record says why (not_observable)"
+        )
+    modes = [
+        r
+        for r in records
+        if r.status is Status.PASSED
+        and any(str(n).startswith(NOT_OBSERVABLE) for n in r.extra.get("notes", ()))
+    ]
+    if modes:
+        lines.append(
+            f"conformance: -asynchronous: {len(modes)} case(s) passed without being observed "
+            "(their streams were idle at the fences: see each record's note)"
+        )
+    return lines

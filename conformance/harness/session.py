@@ -34,7 +34,11 @@ from conformance.harness.collective_records import (
     new_collective_record,
     refusals,
 )
-from conformance.harness.contract_records import expect_contract, new_contract_record
+from conformance.harness.contract_records import (
+    expect_contract,
+    new_contract_record,
+    unobserved_lines,
+)
 from conformance.harness.exiting import end_at_exit, interrupt_on_sigterm, is_command_line
 from conformance.harness.header import header_lines, key_header_lines
 from conformance.harness.isolation import WorkerIsolation, run_isolated
@@ -451,7 +455,7 @@ class ConformanceRun:
             ),
             unpinned=[e for e in suite.manifest.entries if e.status == "xfail" and not e.checks],
         )
-        summary.notes += refusals(records)
+        summary.notes += refusals(records) + unobserved_lines(records)
         note = self.accounting.start_failure_note()
         if note is not None:
             summary.notes.append(note)

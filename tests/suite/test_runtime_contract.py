@@ -1,7 +1,8 @@
 """The runtime contract cases (conformance/contract, engine/runtime_contract.py) and the
 -asynchronous mode (engine/modes/asynchronous.py) on echo_npu, synchronous and asynchronous
-with the delay injector on, and with each of the seven runtime faults; and on pyreg_npu, whose
-device module declares no streams: one header line, no failures (issue 46)."""
+with the delay injector on and hidden (streams held by calibrated work, engine/busy.py), and with
+each of the runtime faults; and on pyreg_npu, whose device module declares no streams: one
+header line, no failures (issues 46, 57)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,20 @@ FAULTS = {
     "set_stream_ignored": {"current-stream", "stream-guard"},
     "pinned_refused": {"pinned-memory"},
     "memory_stats_zero": {"memory-stats"},
+    "copy_on_default_stream": {"current-stream"},
+    "side_stream_early": {"stream-synchronize"},
+    "sync_current_stream_only": {"accelerator-synchronize"},
+    "stats_stale": {"memory-stats"},
+    "seed_only_restore": {"generator-state"},
 }
+#: the items that order work across a fence: on a synchronous device they cannot observe it
+ORDERING = {
+    "current-stream", "stream-synchronize", "accelerator-synchronize", "event-synchronize",
+    "event-elapsed-time", "wait-stream", "wait-event", "nonblocking-h2d", "nonblocking-d2h",
+    "record-stream",
+}  # fmt: skip
+HOOKLESS = {"PYTHONPATH": str(REPO / "tests" / "backends")}
+HOOKLESS_ARGS = ("--backend", "hookless_backend", "--device", "npu")
 RUNS = 10  # runs of each fault's items (tests/suite/contract_faults.py, one process)
 
 
@@ -44,19 +58,32 @@ def contract_run(tmp_path: Path, *args: str, env: dict[str, str] | None = None):
     return proc, {r["overload"]: r for r in rows}
 
 
-def test_echo_npu_synchronous_passes_every_item(tmp_path):
+def test_echo_npu_synchronous_passes_every_item_and_says_what_it_could_not_observe(tmp_path):
     proc, records = contract_run(tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert set(records) == set(BY_NAME), out[-2000:]
     assert {r["status"] for r in records.values()} == {"passed"}, records
-    assert "contract: delays: the backend's set_delay hook" in out
+    assert "contract: busy streams: the backend's set_delay hook" in out
+    unobserved = {name for name, r in records.items() if r.get("not_observable")}
+    assert unobserved == ORDERING, unobserved
+    for name in ORDERING:
+        assert records[name]["message"].startswith(f"[contract {name}] not observable: "), name
+        assert "(synchronous)" in records[name]["not_observable"], records[name]
+    assert f"contract: {len(ORDERING)} item(s) passed without being observed" in out, out[-2000:]
 
 
-def test_echo_npu_asynchronous_with_delays_passes_every_item(tmp_path):
-    proc, records = contract_run(tmp_path, env=ASYNC)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+@pytest.mark.parametrize("hook", ["set_delay", "hidden"])
+def test_echo_npu_asynchronous_passes_every_item_with_every_fence_observed(tmp_path, hook):
+    args, env = ((), ASYNC) if hook == "set_delay" else (HOOKLESS_ARGS, {**ASYNC, **HOOKLESS})
+    proc, records = contract_run(tmp_path, *args, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
     assert {r["status"] for r in records.values()} == {"passed"}, records
+    assert not [r for r in records.values() if r.get("not_observable")], records
+    held = {r.get("held_by", "")[:28] for name, r in records.items() if name in ORDERING}
+    want = "the backend's set_delay hook" if hook == "set_delay" else "calibrated work ("
+    assert {h[: len(want)] for h in held} == {want}, held
 
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))
@@ -77,12 +104,15 @@ def test_each_fault_fails_its_contract_item_with_a_record_naming_it(tmp_path, fa
         assert record["doc"] == BY_NAME[name].doc, record
 
 
-def test_each_fault_fails_its_items_ten_runs_out_of_ten():
-    """The delay injector makes every race lose: 10 runs of each fault's items, all failing
-    (and the same items without the fault, all passing)."""
+@pytest.mark.parametrize("hook", ["set_delay", "hidden"])
+def test_each_fault_fails_its_items_ten_runs_out_of_ten(hook):
+    """Held streams make every race lose, with the delay injector and without it (calibrated
+    work): 10 runs of each fault's items, all failing (and every item without a fault, all
+    passing with each fence observed)."""
     plan = [f"{fault}={','.join(sorted(names))}" for fault, names in FAULTS.items()]
+    hidden = ["--no-hook"] if hook == "hidden" else []
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.suite.contract_faults", str(RUNS), *plan],
+        [sys.executable, "-m", "tests.suite.contract_faults", *hidden, str(RUNS), *plan],
         cwd=REPO, env=clean_env({"ECHO_NPU_ASYNC": "1"}), capture_output=True, text=True,
         timeout=600,
     )  # fmt: skip
@@ -108,13 +138,18 @@ def test_a_device_without_streams_gets_one_line_not_failures(tmp_path):
     assert not [r for r in records.values() if r["status"] == "failed"]
 
 
-def _async_run(tmp_path: Path, fault: str | None):
-    results = tmp_path / f"async-{fault}"
-    env = {**ASYNC, **({"ECHO_NPU_FAULTS": fault} if fault else {})}
+def _async_run(tmp_path: Path, fault: str | None, hookless: bool = False):
+    results = tmp_path / f"async-{fault}-{hookless}"
+    env = {
+        **ASYNC,
+        **({"ECHO_NPU_FAULTS": fault} if fault else {}),
+        **(HOOKLESS if hookless else {}),
+    }
     proc = run_pytest(
         "conformance", "-p", "no:cacheprovider", "--modes", "asynchronous", "--values", "ordinary",
         "--fallback-ops", "none", "--ops", "add.Tensor,mul.Tensor,relu,sum.dim_IntList",
-        "-k", "asynchronous", "--results", str(results), env=env, timeout=600,
+        "-k", "asynchronous", "--results", str(results), *(HOOKLESS_ARGS if hookless else ()),
+        env=env, timeout=600,
     )  # fmt: skip
     rows = []
     for f in sorted(results.glob("cases-*.jsonl")) if results.exists() else []:
@@ -123,18 +158,45 @@ def _async_run(tmp_path: Path, fault: str | None):
 
 
 def test_async_mode_passes_on_a_right_device_and_names_a_missing_fence(tmp_path):
-    proc, cases = _async_run(tmp_path, None)
-    assert proc.returncode == 0 and cases, (proc.stdout + proc.stderr)[-3000:]
-    assert {r["status"] for r in cases} == {"passed"}
-    for fault in ("nonblocking_d2h_unfenced", "event_sync_early"):
-        proc, cases = _async_run(tmp_path, fault)
+    for hookless in (False, True):
+        proc, cases = _async_run(tmp_path, None, hookless)
+        assert proc.returncode == 0 and cases, (proc.stdout + proc.stderr)[-3000:]
+        assert {r["status"] for r in cases} == {"passed"}
+        assert not [r for r in cases if r.get("notes")], cases  # every fence observed
+    for fault, hookless in (
+        ("nonblocking_d2h_unfenced", False),
+        ("event_sync_early", False),
+        ("event_sync_early", True),
+    ):
+        proc, cases = _async_run(tmp_path, fault, hookless)
         failed = [r for r in cases if r["status"] == "failed"]
         assert failed and len(failed) == len(cases), (fault, cases)
         message = failed[0]["message"]
         assert failed[0]["check"] == "asynchronous" and "[contract nonblocking-d2h]" in message, (
             message
         )
-        assert "default stream 0 of npu:0" in message and "event recorded" in message, message
+        assert "stream 1 of npu:0" in message and "event recorded" in message, message
+    # the op runs with a side stream current: a stream guard that does nothing is named
+    proc, cases = _async_run(tmp_path, "set_stream_ignored")
+    assert cases and all("[contract current-stream]" in r["message"] for r in cases), cases
+
+
+def test_async_mode_on_a_synchronous_device_says_it_could_not_observe(tmp_path):
+    results = tmp_path / "sync"
+    proc = run_pytest(
+        "conformance", "-p", "no:cacheprovider", "--modes", "asynchronous", "--values", "ordinary",
+        "--fallback-ops", "none", "--ops", "add.Tensor,relu", "-k", "asynchronous",
+        "--results", str(results), timeout=600,
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    rows = [
+        json.loads(x) for f in results.glob("cases-*.jsonl") for x in f.read_text().split("\n") if x
+    ]
+    cases = [r for r in rows if r["id"].endswith("-asynchronous]")]
+    assert proc.returncode == 0 and len(cases) == 2, out[-3000:]
+    for r in cases:
+        assert r["status"] == "passed" and "asynchronous: not observable: " in r["message"], r
+    assert "-asynchronous: 2 case(s) passed without being observed" in out, out[-2000:]
 
 
 def test_a_manifest_expects_a_contract_item_strictly(tmp_path):

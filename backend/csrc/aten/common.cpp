@@ -25,7 +25,9 @@
 #include <sanitizer/asan_interface.h>
 #endif
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -387,6 +389,13 @@ void enqueue_work(int device, enpuStream_t stream, enpuWorkKind kind, std::funct
     check_runtime(enpu::enqueue(device, stream, kind, std::move(fn)));
     return;
   }
+  if (kind == enpuWorkKernel && stream != 0 && fault(Fault::SideStreamEarly)) {
+    // the fault: the kernel runs after the side stream's queued work, on a stream of its own
+    // that the side stream never waits for
+    const enpuStream_t engine = enpu::copyEngineStream(device);
+    order_after(device, engine, device);
+    stream = engine;
+  }
   check_runtime(enpu::enqueue(device, stream, kind, [fn = std::move(fn)] {
     try {
       fn();
@@ -400,6 +409,10 @@ void queue_failing_work(const std::string& message) {
   const int d = enpuGetDevice();
   enqueue_work(d, enpuGetStream(d), enpuWorkKernel, [message] { TORCH_CHECK(false, message); });
 }
+
+// The copy engine's bandwidth under the fault nonblocking_d2h_unfenced: 2 GB/s (a bus; 8 ms for
+// 16 MiB).
+constexpr int64_t kDmaBytesPerUs = 2000;
 
 void copy_any(const at::Tensor& dst, const at::Tensor& src, bool allow_offset_fault,
               bool non_blocking) {
@@ -431,18 +444,23 @@ void copy_any(const at::Tensor& dst, const at::Tensor& src, bool allow_offset_fa
   if (s.host.defined() && !(non_blocking && is_pinned_ptr(src.data_ptr()))) s.host = src.clone();
   const bool fence = d2h && !(non_blocking && is_pinned_ptr(dst.data_ptr()));
   const int dev = device_index(d2h ? src.device() : dst.device());
-  enpuStream_t stream = enpuGetStream(dev);
+  // the fault: every copy on the default stream, whatever stream is current
+  enpuStream_t stream = fault(Fault::CopyOnDefaultStream) ? 0 : enpuGetStream(dev);
   const bool peer = dst_dev && src_dev && dst.device() != src.device();
   if (peer) order_after(dev, stream, device_index(src.device()));  // the source's work first
   const enpuWorkKind kind = d2h ? enpuWorkD2H : (src_dev ? enpuWorkD2D : enpuWorkH2D);
+  int64_t dma_us = 0;  // the copy engine's transfer time (fault nonblocking_d2h_unfenced)
   if (d2h && !fence && fault(Fault::NonblockingD2hUnfenced)) {
     // the copy runs on the device's copy engine after the work queued so far, but the stream
-    // does not wait for it: an event recorded after it can be reached before the copy ran
+    // does not wait for it: an event recorded after it can be reached before the copy ran. The
+    // engine moves DMA_BYTES_PER_US, as a bus does (a host memmove would race the host's read)
     const enpuStream_t engine = enpu::copyEngineStream(dev);
     order_after(dev, engine, dev);
     stream = engine;
+    dma_us = 1 + static_cast<int64_t>(dst.numel() * dst.element_size()) / kDmaBytesPerUs;
   }
-  enqueue_work(dev, stream, kind, [d, s, plan] {
+  enqueue_work(dev, stream, kind, [d, s, plan, dma_us] {
+    if (dma_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(dma_us));
     run_copy(d.alias(/*write=*/true), s.alias(/*write=*/false), plan);
   });
   // the source's later work (and a reuse of its block) waits for the copy, as CUDA's

@@ -121,6 +121,14 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward_overrideable(
     at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
     at::IntArrayRef output_padding, int64_t groups, std::array<bool, 3> mask);
 
+// ---- random draws from the device's generators (random.cpp) ------------------------------
+Tensor& uniform_(Tensor& self, double from, double to, std::optional<at::Generator> gen);
+Tensor& normal_(Tensor& self, double mean, double std, std::optional<at::Generator> gen);
+Tensor& random_(Tensor& self, std::optional<at::Generator> gen);
+Tensor& random__from(Tensor& self, int64_t from, std::optional<int64_t> to,
+                     std::optional<at::Generator> gen);
+Tensor& random__to(Tensor& self, int64_t to, std::optional<at::Generator> gen);
+
 // ---- optimizers (optim.cpp) ----------------------------------------------------------------
 void _foreach_mul__Scalar(at::TensorList self, const Scalar& scalar);
 void _fused_sgd_(at::TensorList self, at::TensorList grads, at::TensorList momentum_buffer_list,

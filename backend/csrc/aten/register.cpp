@@ -128,6 +128,12 @@ void aten_kernels(torch::Library& m) {
   ENPU_KERNEL(m, "index_select", ops::index_select);
   ENPU_PRIMITIVE(m, "convolution_overrideable", ops::convolution_overrideable);
   ENPU_PRIMITIVE(m, "convolution_backward_overrideable", ops::convolution_backward_overrideable);
+  // random draws from the device's generators (random.cpp)
+  ENPU_KERNEL(m, "uniform_", ops::uniform_);
+  ENPU_KERNEL(m, "normal_", ops::normal_);
+  ENPU_KERNEL(m, "random_", ops::random_);
+  ENPU_KERNEL(m, "random_.from", ops::random__from);
+  ENPU_KERNEL(m, "random_.to", ops::random__to);
   // optimizers: torch.optim's foreach and fused paths (optim.cpp)
   ENPU_KERNEL(m, "_foreach_mul_.Scalar", ops::_foreach_mul__Scalar);
   ENPU_KERNEL(m, "_fused_sgd_", ops::_fused_sgd_);

@@ -222,8 +222,29 @@ void allocate_untracked(size_t nbytes) {
   stats().on_untracked(enpuGetDevice(), nbytes);
 }
 
+namespace {
+// The fault stats_stale: the device module's view of each device, taken once and refreshed only
+// by empty_cache() (release_cached).
+std::mutex g_stale_mu;
+std::map<int, DeviceCounters> g_stale;
+
+DeviceCounters module_view(int device) {
+  if (!fault(Fault::StatsStale)) return stats().get(device);
+  if (device < 0) device = enpuGetDevice();
+  std::lock_guard<std::mutex> lk(g_stale_mu);
+  auto it = g_stale.find(device);
+  if (it == g_stale.end()) it = g_stale.emplace(device, stats().get(device)).first;
+  return it->second;
+}
+
+void refresh_module_view() {
+  std::lock_guard<std::mutex> lk(g_stale_mu);
+  g_stale.clear();
+}
+}  // namespace
+
 std::map<std::string, int64_t> allocator_stats(int device) {
-  const DeviceCounters c = stats().get(device);
+  const DeviceCounters c = module_view(device);
   std::map<std::string, int64_t> out;
   auto put = [&](const std::string& name, const Counter& v) {
     out[name + ".current"] = v.current;
@@ -247,6 +268,7 @@ void record_stream(void* ptr, int64_t stream) {
 }
 
 void release_cached(int device) {
+  refresh_module_view();
   if (!enpuGetAsync()) return;
   drain(device);  // their work done (errors stay for the next synchronisation); blocks freed
                   // meanwhile, whose work is not reached yet, stay cached

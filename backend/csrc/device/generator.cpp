@@ -9,6 +9,7 @@
 #include <mutex>
 #include <vector>
 
+#include "../aten/registry.h"
 #include "../runtime/runtime.h"
 #include "device.h"
 #include "rng.h"
@@ -20,6 +21,11 @@ struct EnpuGenerator : public at::CPUGeneratorImpl {
   explicit EnpuGenerator(c10::DeviceIndex idx) {
     device_ = c10::Device(c10::DeviceType::PrivateUse1, idx);
     key_set_ = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1);
+  }
+  void set_state(const c10::TensorImpl& new_state) override {
+    at::CPUGeneratorImpl::set_state(new_state);
+    // the fault: only the seed survives a restore (the engine restarts from it)
+    if (fault(Fault::SeedOnlyRestore)) set_current_seed(current_seed());
   }
 };
 

@@ -83,7 +83,9 @@ struct EnpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     check(enpuStreamSynchronize(index_of(s.device_index()), s.id()));
   }
   void synchronizeDevice(const c10::DeviceIndex i) const ENPU_OVERRIDE_SINCE_2_6 {
-    check(enpuDeviceSynchronize(index_of(i)));
+    const int d = index_of(i);
+    if (fault(Fault::SyncCurrentStreamOnly)) return check(enpuStreamSynchronize(d, enpuGetStream(d)));
+    check(enpuDeviceSynchronize(d));
   }
   void recordDataPtrOnStream(const c10::DataPtr& p, const c10::Stream& s) const override {
     record_stream(p.get(), s.id());
@@ -148,6 +150,7 @@ int64_t exchange_stream(int device, int64_t stream) {
 }
 
 void synchronize(int device) {
+  if (device < 0 && fault(Fault::SyncCurrentStreamOnly)) device = enpuGetDevice();
   if (device < 0)
     check(enpuDeviceSynchronize(-1));
   else

@@ -1,13 +1,13 @@
 """-asynchronous cases: an op run as asynchronous code runs it. Each sample is first judged against
-CPU as the forward call is; then its inputs are poisoned on the current stream, produced again
-on a side stream by non_blocking copies from pinned memory (after side.wait_stream(current)),
-the current stream waits on an event recorded there (wait_event), the op runs on the current
-stream, and its results are copied non_blocking into pinned memory and read after an event
-recorded behind those copies is synchronized. With the backend's delay injector (hook
-`set_delay`) the side stream's copies and the current stream's kernels and device->host copies
-are delayed, so a missing fence reads poison or stale bytes every time; the values must equal a
-synchronous run of the same sample on the device bit for bit. A failure names the stream, the
-event and the tensor.
+CPU as the forward call is; then its inputs are poisoned, and produced again on the default
+stream, held busy first (engine/busy.py: the set_delay hook, `_sleep` or calibrated work), by
+non_blocking copies from pinned memory; a side stream is made current, waits on an event
+recorded behind those copies (wait_event), runs the op, and copies its results non_blocking
+into pinned memory, read after an event recorded behind those copies is synchronized. So the op
+runs with a non-default stream current, and a missing fence reads poison or stale bytes every
+time; the values must equal a synchronous run of the same sample on the device bit for bit. A
+failure names the stream, the event and the tensor; a case whose streams were idle at the
+fences (a synchronous device) passes with the note "not observable", counted in the summary.
 
 On by default for a bounded subset (contiguous, the first dtype, the native path, two samples)
 on a device whose profile has streams and events; a device without them gets none, said once.
@@ -20,19 +20,21 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten
 
-from conformance.engine import checks, sample_run
+from conformance.engine import busy, checks, sample_run
 from conformance.engine.checks import NotApplicable, Outcome
 from conformance.engine.compare import Mismatch
 from conformance.engine.modes.base import CaseMode, CaseRequest, ModeScope, register
 from conformance.engine.outcome import CaseOutcome, RunContext
 from conformance.engine.placing import Materialized, PlacedCall
-from conformance.engine.streams import current_stream, delays, describe, side_stream
+from conformance.engine.streams import current_stream, describe, side_stream
 from conformance.engine.transfer import read_back
 from conformance.record import CaseId
 
 MAX_SAMPLES = 2
 DELAY_MS = 2.0  # per delayed piece of work: a few per sample
-POISON = 0x5A  # the byte every input holds before its side-stream copy lands
+POISON = 0x5A  # the byte every input holds before its non_blocking copy lands
+#: the note of a case whose fences were tested on idle streams (counted in the summary)
+NOT_OBSERVABLE = "asynchronous: not observable: "
 
 
 def poison_of(t: torch.Tensor) -> torch.Tensor:
@@ -74,18 +76,26 @@ class AsyncMode(CaseMode):
         want = [read_back(x) if isinstance(x, torch.Tensor) else x for x in _leaves(reference, dev)]
         del dev
         compared = sample_run._compared_values(ctx.spec, reference)
-        self._pipeline(ctx, placed, want, compared)
+        self._pipeline(ctx, placed, want, compared, outcome)
         return raised, bug
 
-    def _pipeline(self, ctx: RunContext, placed: PlacedCall, want: list[Any], compared) -> None:
+    def _pipeline(
+        self,
+        ctx: RunContext,
+        placed: PlacedCall,
+        want: list[Any],
+        compared,
+        outcome: CaseOutcome,
+    ) -> None:
         device = ctx.backend.device
         cur, side = current_stream(device), side_stream(device)
         hook = ctx.backend.hook("set_delay")
-        slow = {
-            side: {"h2d": DELAY_MS, "kernel": DELAY_MS},
-            cur: {"kernel": DELAY_MS, "d2h": DELAY_MS},
-        }
-        with delays(hook, slow):
+        hold = busy.LOADER.for_device(device, ctx.backend.device_module, hook)
+        # the inputs are produced on the current (default) stream, which is held first; the op
+        # and its read-back run on the side stream, made current: a non-default stream
+        # device->host copies delayed on every stream: a runtime may run them on a copy engine
+        slow = {cur: {"h2d": DELAY_MS}, None: {"d2h": DELAY_MS}}
+        with busy.holding(hold, hook, {cur: DELAY_MS}, slow) as holds:
             dev, host = placed.materialize(device), placed.materialize("cpu")
             inputs = []
             for (leaf, base, _), (_, cpu_base, _) in zip(dev.bases, host.bases, strict=True):
@@ -94,39 +104,54 @@ class AsyncMode(CaseMode):
                 cpu_base = cpu_base.reshape(base.shape)  # a contiguous input is its own base
                 base.copy_(poison_of(cpu_base))
                 inputs.append((leaf.arg, base, cpu_base.pin_memory()))
-            side.wait_stream(cur)
-            with side:
-                for _, base, pinned in inputs:
-                    base.copy_(pinned, non_blocking=True)
+            side.wait_stream(cur)  # the poison lands before anything on the side stream
+            holds.queue(cur, DELAY_MS)
+            for _, base, pinned in inputs:
+                base.copy_(pinned, non_blocking=True)
             produced = torch.Event(device=device)
-            produced.record(side)
-            cur.wait_event(produced)
+            produced.record(cur)
+            holds.seen(cur)
+            with side:
+                ran_on = current_stream(device)
+                side.wait_event(produced)
+                with ctx.backend.routed_through_fallback(ctx.route):
+                    result = checks.invoke(ctx.op, dev, False)
+                if result.exc is not None:
+                    raise Mismatch(
+                        "asynchronous",
+                        f"the op raised on {describe(side)} after waiting on the inputs' "
+                        f"event, not when run synchronously: {result.exc!r}",
+                    )
+                leaves = _leaves(result, dev)
+                got: list[Any] = []
+                for x in leaves:
+                    if isinstance(x, torch.Tensor) and x.device.type != "cpu":
+                        h = poison_of(torch.empty(x.shape, dtype=x.dtype)).pin_memory()
+                        h.copy_(x, non_blocking=True)
+                        got.append(h)
+                    else:
+                        got.append(x)
+                done = torch.Event(device=device)
+                done.record(side)
             for _, base, _ in inputs:
                 base.record_stream(side)
-            with ctx.backend.routed_through_fallback(ctx.route):
-                result = checks.invoke(ctx.op, dev, False)
-            if result.exc is not None:
-                raise Mismatch(
-                    "asynchronous",
-                    f"the op raised on {describe(cur)} after waiting on the "
-                    f"side stream's inputs, not when run synchronously: {result.exc!r}",
-                )
-            leaves = _leaves(result, dev)
-            got: list[Any] = []
-            for x in leaves:
-                if isinstance(x, torch.Tensor) and x.device.type != "cpu":
-                    h = poison_of(torch.empty(x.shape, dtype=x.dtype)).pin_memory()
-                    h.copy_(x, non_blocking=True)
-                    got.append(h)
-                else:
-                    got.append(x)
-            done = torch.Event(device=device)
-            done.record(cur)
+            holds.seen(side)
             done.synchronize()
             got = [g.clone() if isinstance(g, torch.Tensor) else g for g in got]
+        why = holds.unobserved()
+        if why:
+            outcome.notes.append(f"{NOT_OBSERVABLE}{why}")
         difference = sample_run._first_difference(want, got, compared)
         if difference is None:
             return
+        if ran_on != side:
+            raise Mismatch(
+                "asynchronous",
+                f"[contract current-stream] the op and its copies were to run on {describe(side)} "
+                f"(`with` that stream), but current_stream() there was {describe(ran_on)}; the "
+                f"results read after the event recorded on {describe(side)} were not final "
+                f"({difference})",
+            )
         torch.accelerator.synchronize()
         late = [read_back(x) if isinstance(x, torch.Tensor) else x for x in leaves]
         names = ", ".join(f"'{name}'" for name, _, _ in inputs) or "none"
@@ -135,15 +160,15 @@ class AsyncMode(CaseMode):
             raise Mismatch(
                 "asynchronous",
                 f"[contract nonblocking-d2h] {where} of the op, copied non_blocking into pinned "
-                f"memory on {describe(cur)}: the event recorded on {describe(cur)} after that "
+                f"memory on {describe(side)}: the event recorded on {describe(side)} after that "
                 f"copy was synchronized, yet the pinned tensor was not final ({difference}; "
                 "right after torch.accelerator.synchronize())",
             )
         raise Mismatch(
             "asynchronous",
             f"[contract wait-event] {where} of the op differs from the synchronous run "
-            f"({difference}): the op ran on {describe(cur)} after wait_event on the event "
-            f"recorded on {describe(side)} behind the non_blocking copies of its inputs "
+            f"({difference}): the op ran on {describe(side)} (current) after wait_event on the "
+            f"event recorded on {describe(cur)} behind the non_blocking copies of its inputs "
             f"{names}, and read them before they landed (poison byte {POISON:#x})",
         )
 
@@ -169,17 +194,18 @@ class AsyncMode(CaseMode):
     def account_lines(self, account: dict[str, Any]) -> list[str]:
         if account["asynchronous_missing"]:
             return [f"modes: no -asynchronous cases: {account['asynchronous_missing']}"]
-        delayed = (
-            f"the backend's set_delay delays each side-stream copy and current-stream kernel "
-            f"and copy by {DELAY_MS:g} ms: a missing fence fails every time"
+        held = (
+            "the backend's set_delay hook holds the producing stream and delays the copies"
             if account["asynchronous_delays"]
-            else "no delay injector (hook set_delay): a missing fence shows only by luck"
+            else "the producing stream held by the device module's _sleep or calibrated work "
+            "(engine/busy.py)"
         )
         return [
             f"modes: -asynchronous cases for {len(account['asynchronous'])} overloads "
-            "(contiguous, one dtype, "
-            f"native path, {MAX_SAMPLES} samples: inputs by non_blocking copies on a side "
-            f"stream, wait_event, results through pinned memory and an event; {delayed})"
+            f"(contiguous, one dtype, native path, {MAX_SAMPLES} samples: inputs by non_blocking "
+            "copies on the default stream, the op on a side stream made current after "
+            f"wait_event, results through pinned memory and an event; {held}; a case whose "
+            "streams were idle at the fences says 'not observable')"
         ]
 
 
