@@ -144,7 +144,7 @@ def overhead(backend: str, rounds: int) -> None:
     import torch
 
     module = importlib.import_module(backend)
-    from conformance.engine import checks, consistency, runner
+    from conformance.engine import checks, consistency, runner, sample_run
     from conformance.engine.backend import Backend
     from conformance.engine.discovery import resolve
     from conformance.engine.layouts import LAYOUTS
@@ -204,7 +204,7 @@ def overhead(backend: str, rounds: int) -> None:
     timer = PhaseTimer()
     timer.wrap(PlacedCall, "materialize", "placing inputs (materialize)")
     timer.wrap(runner, "placed_calls", "choosing placements (per case)")
-    timer.wrap(runner, "invoke", "the op on CPU and device (invoke)")
+    timer.wrap(sample_run, "invoke", "the op on CPU and device (invoke)")
     timer.wrap(consistency, "layout_free", "CPU on contiguous copies (layout-free reference)")
     timer.wrap(consistency, "disagreement", "comparing CPU with itself")
     for check in list(checks.CHECKS):
@@ -347,7 +347,16 @@ def main() -> None:
     parser.add_argument(
         "--compile", action="store_true", help="also time the compiled axis (--modes compile)"
     )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="one round of the harness-overhead figure and its phases only (the self-test "
+        "tests/meta/test_bench_smoke.py: a renamed function fails it)",
+    )
     opts = parser.parse_args()
+    if opts.smoke:
+        overhead(opts.backend, 1)
+        return
     # as on a user's machine, the suite's bytecode is cached: with PYTHONDONTWRITEBYTECODE (set
     # on these machines) every process compiled the suite again, while torch's came from pip
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
