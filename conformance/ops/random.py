@@ -44,6 +44,8 @@ LARGE = {
     "random_.from": lambda d: (
         [Call("random_.from", (_draws(d), -3, 9))] if d not in (torch.bool, torch.uint8) else []
     ),
+    "random_": lambda d: [Call("random_", (_draws(d),))],
+    "random_.to": lambda d: [Call("random_.to", (_draws(d), 2 if d == torch.bool else 9))],
     "multinomial": _floats_only(
         lambda d: [
             Call("multinomial", (torch.tensor([[1.0, 2.0, 0.0, 5.0]] * 64).to(d), 64, True)),

@@ -75,6 +75,10 @@ ne.Tensor
 neg
 neg.out
 neg_
+normal_
+random_
+random_.from
+random_.to
 record_stream
 relu
 relu_
@@ -91,6 +95,7 @@ sub_.Tensor
 sum.dim_IntList
 tril
 triu
+uniform_
 view
 view_as_complex
 view_as_real
