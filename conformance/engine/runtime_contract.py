@@ -63,7 +63,8 @@ ITEMS: tuple[ContractItem, ...] = (
     ContractItem(
         "current-stream",
         "torch.accelerator.current_stream() is the default stream until set_stream(s); then it "
-        "is s, work goes to s, and setting the default stream back restores it",
+        "is s, ops and copies launched go to s (behind its earlier work, beside the former "
+        "stream's), and setting the default stream back restores it",
         f"{ACCELERATOR_DOC}: current_stream, set_stream",
         ("streams",),
     ),
@@ -77,7 +78,7 @@ ITEMS: tuple[ContractItem, ...] = (
     ContractItem(
         "stream-synchronize",
         "Stream.synchronize() returns after the stream's queued work: query() is then True and "
-        "a non_blocking copy queued on it holds its final values",
+        "the output of a kernel queued on it is final, read on any stream",
         f"{STREAM_DOC}: query, synchronize",
         ("streams",),
     ),
@@ -125,17 +126,18 @@ ITEMS: tuple[ContractItem, ...] = (
     ),
     ContractItem(
         "generator-state",
-        "a torch.Generator per device: the same seed gives the same draws, get_state/set_state "
-        "replays them, devices 0 and 1 keep their own states, fork_rng restores the device's "
-        "default generator",
+        "a torch.Generator per device: the same seed gives the same draws, a state saved after "
+        "draws and restored resumes there, the device module's seed and rng state govern the "
+        "draws, devices 0 and 1 keep their own states, fork_rng restores the device's default "
+        "generator",
         "torch.Generator (get_state, set_state, manual_seed); torch.random.fork_rng",
         ("generator",),
     ),
     ContractItem(
         "memory-stats",
         "torch.accelerator.memory_allocated grows by at least the bytes allocated and falls "
-        "back after they are freed; memory_reserved is never below it; empty_cache leaves "
-        "reserved equal to allocated",
+        "back after they are freed, as the device module's does; memory_reserved is never below "
+        "it; empty_cache releases a freed block",
         f"{ACCELERATOR_DOC}: memory_allocated, memory_reserved, empty_cache",
     ),
     ContractItem(
@@ -154,8 +156,8 @@ ITEMS: tuple[ContractItem, ...] = (
     ),
     ContractItem(
         "nonblocking-d2h",
-        "a non_blocking device->host copy into pinned memory holds its final values after an "
-        "event recorded after it is synchronized; into pageable memory it is final on return",
+        "a non_blocking device->host copy into pinned memory holds its final values the moment "
+        "an event recorded after it is synchronized; into pageable memory it is final on return",
         f"torch.Tensor.to(non_blocking=True), copy_; {NOTES_DOC}",
         ("streams", "events"),
     ),

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -161,6 +162,13 @@ def _entry_status(record: CaseRecord) -> str:
     if status == "hung":
         return "skip"
     return "unsupported" if record.check == "unsupported" else "xfail"
+
+
+def portable(text: str) -> str:
+    """`text` without this machine's paths: an absolute path into the repository's `matrices/`
+    becomes relative, any other absolute file path its file name (a reason is read elsewhere)."""
+    text = re.sub(r"(?<![\w./])(?:/[\w.+-]+)+/(matrices/[\w./<>-]+)", r"\1", text)
+    return re.sub(r"(?<![\w./])(?:/[\w.+-]+)+/([\w.+<>-]+\.\w+)", r"\1", text)
 
 
 def _reason(finding: Finding) -> str:
@@ -365,7 +373,7 @@ def _entry_text(placed: Placed) -> str:
     if g.status == "xfail" and failures:
         lines.append(f"failure = {_toml(failures)}")
     lines.append(f"category = {_toml(g.category)}")
-    lines.append(f"reason = {_toml(g.reason)}")
+    lines.append(f"reason = {_toml(portable(g.reason))}")
     if g.carried is not None and g.carried.link:
         lines.append(f"link = {_toml(g.carried.link)}")
     allocator = placed.allocator or (g.carried.allocator if g.carried else "")
