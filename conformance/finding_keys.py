@@ -239,3 +239,10 @@ def category_of(record: CaseRecord) -> str:
     if _text(record.check) == "unsupported" or record.status == "unsupported":
         return "unsupported"
     return "harness" if record.status == "error" else "backend-bug"
+
+
+def portable(text: str) -> str:
+    """`text` without this machine's paths: an absolute path into the repository's `matrices/`
+    becomes relative, any other absolute file path its file name (a reason is read elsewhere)."""
+    text = re.sub(r"(?<![\w./])(?:/[\w.+-]+)+/(matrices/[\w./<>-]+)", r"\1", text)
+    return re.sub(r"(?<![\w./])(?:/[\w.+-]+)+/([\w.+<>-]+\.\w+)", r"\1", text)

@@ -52,6 +52,7 @@ from conformance.finding_keys import (
     finding_key,
     lacks_kernel,
     normalise_message,
+    portable,
 )
 from conformance.record import FAILING, FOUNDATION_ORDER, CaseRecord, missing_kernel
 
@@ -65,6 +66,7 @@ __all__ = [
     "group_findings",
     "category_of",
     "normalise_message",
+    "portable",
     "unsupported_by_op",
 ]
 

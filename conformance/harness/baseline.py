@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,7 +31,7 @@ from typing import Any
 
 from conformance.engine.layout_names import LAYOUT_HELP
 from conformance.errors import ConformanceUsageError
-from conformance.findings import Finding, category_of, group_findings
+from conformance.findings import Finding, category_of, group_findings, portable
 from conformance.harness.case_patterns import DIMENSIONS, patterns_for
 from conformance.harness.expectations import (
     Entry,
@@ -162,13 +161,6 @@ def _entry_status(record: CaseRecord) -> str:
     if status == "hung":
         return "skip"
     return "unsupported" if record.check == "unsupported" else "xfail"
-
-
-def portable(text: str) -> str:
-    """`text` without this machine's paths: an absolute path into the repository's `matrices/`
-    becomes relative, any other absolute file path its file name (a reason is read elsewhere)."""
-    text = re.sub(r"(?<![\w./])(?:/[\w.+-]+)+/(matrices/[\w./<>-]+)", r"\1", text)
-    return re.sub(r"(?<![\w./])(?:/[\w.+-]+)+/([\w.+<>-]+\.\w+)", r"\1", text)
 
 
 def _reason(finding: Finding) -> str:

@@ -335,7 +335,7 @@ def test_an_entry_s_line_is_its_own_not_a_comment_naming_its_cases(tmp_path):
 def test_a_reason_never_carries_a_machine_path() -> None:
     """A reason quoting a message that names a manifest or a source file by its absolute path
     keeps the repository-relative path or the file name (issue 56: reasons read elsewhere)."""
-    from conformance.harness.baseline import portable
+    from conformance.findings import portable
 
     quoted = "the manifest entry 'abs-*' at /work/main/matrices/expectations/x/torch-2.9.toml:12"
     assert (
