@@ -35,8 +35,6 @@ import torch
 from conformance.engine.streams import busy, describe
 from conformance.engine.streams import delays as set_delays
 
-#: the longest a calibrated hold may take on the host (a device too slow for this is held less)
-MAX_HOLD_S = 2.0
 #: the most ops one calibrated hold queues (a device that keeps up with the host needs more)
 MAX_OPS = 4096
 
@@ -72,7 +70,6 @@ class Holds:
 
     hold: Hold
     missed: list[str] = field(default_factory=list)  # fences tested on an idle stream
-    seen_busy: int = 0
 
     def queue(self, stream: torch.Stream, ms: float) -> None:
         """Hold `stream` once more (between two events of a timing check)."""
@@ -81,7 +78,6 @@ class Holds:
     def seen(self, stream: torch.Stream) -> bool:
         """Whether `stream` is busy now (call it just before testing a fence on its work)."""
         if busy(stream):
-            self.seen_busy += 1
             self.hold.ever_busy = True
             return True
         self.missed.append(describe(stream))
@@ -94,7 +90,7 @@ class Holds:
         streams = list(dict.fromkeys(self.missed))
         if self.hold.how == "":
             return streams, f"never busy at the fence: {self.hold.why}"
-        if not self.seen_busy and not self.hold.ever_busy:
+        if not self.hold.ever_busy:
             return streams, (
                 f"idle at every fence although held by {self.hold.what}: no held stream was seen "
                 "busy in this process (synchronous)"
