@@ -145,8 +145,10 @@ class IsolatedRunner:
             limit = self.run.options.runner_cases
             if (limit and self.cases >= limit) or attempt.data == RETIRE:
                 self.close()  # a fresh runner for the next case (RETIRE: runtime broken)
-            elif self.turns is not None and self.turns.others_waiting():
-                self.close()  # the device is one process's at a time: another owner's turn
+            elif self.turns is not None:
+                self.turns.case_done()
+                if self.turns.should_hand_over():
+                    self.close()  # the device is one process's at a time: another owner's turn
         elif attempt.end == "hung":
             self._hung(item, process, attempt.started)
         elif attempt.end == "missing":

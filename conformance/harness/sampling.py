@@ -43,6 +43,7 @@ class RunSamples:
         self._calls: OrderedDict[tuple[str, torch.dtype, str], list] = OrderedDict()
         self._placed: OrderedDict[tuple[Any, ...], list[PlacedCall]] = OrderedDict()
         self._exact: dict[tuple[str, torch.dtype], Exactness | None] = {}
+        self._digests: dict[tuple[str, torch.dtype], str] = {}
         self.summary = SampleSummary(cache_dir)
         # overloads reached only through the boxed fallback get fewer samples (set once the
         # run's case list chose them)
@@ -167,13 +168,24 @@ class RunSamples:
             raise coverage.SampleError(answer)
         return answer
 
+    def _digest(self, overload: str, dtype: torch.dtype) -> str:
+        """The contents' digest of the ordinary samples of (overload, dtype), once a process."""
+        if (overload, dtype) not in self._digests:
+            self._digests[overload, dtype] = content_digest(self.calls(overload, dtype))
+        return self._digests[overload, dtype]
+
     def remember(
         self, overload: str, dtype: torch.dtype, what: str, compute: Callable[[str], Any]
     ) -> Any:
         """compute(overload)'s answer about the samples of (overload, dtype), from the summary on
-        disk when their sources are OpInfo's (an op spec's own samples are code: asked every
-        run). The key names what selects the samples: dtype and how many are kept."""
-        if spec_for(overload).samples is not None:
-            return compute(overload)
+        disk. The key names what selects the samples: dtype and how many are kept; for an op
+        spec's own samples (code, which may draw new values each run) also their contents, so
+        the same samples are asked once and new ones again (`pytest -k <op>` of a spec'd op
+        used to rebuild its -arguments calls on CPU every run)."""
         key = f"{overload}|{dtype_name(dtype)}|{self.limit(overload)}|{what}"
+        if spec_for(overload).samples is not None:
+            try:
+                key += f"|{self._digest(overload, dtype)}"
+            except Exception:  # noqa: BLE001 - no samples: compute says so, every time
+                return compute(overload)
         return self.summary.remember(key, lambda: compute(overload))

@@ -7,7 +7,8 @@ of 1,400 overloads, in the pytest process, every xdist worker and every spawned 
 answers are small JSON values kept in one file beside the captures (the folder already names the
 torch version); its name holds a digest of the sources that produce the answers (sample sources,
 op specs, placing, gradients), so editing any of them starts a new file. Answers for op specs
-with samples of their own (Python code, maybe random) are never remembered.
+with samples of their own (Python code, maybe random) are keyed by the samples' contents too
+(harness/sampling.py `RunSamples.remember`).
 
 Several processes of one run may write the file: each merges what is on disk with what it
 learned and replaces the file atomically; an answer lost in a race is computed again next time.

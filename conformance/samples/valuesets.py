@@ -105,9 +105,11 @@ def names() -> list[str]:
     return list(_table())
 
 
+@functools.cache
 def runs(overload: str, dtype: torch.dtype, name: str) -> bool:
     """Whether (overload, dtype) gets samples of the value set: its op spec compares values and
-    allows the set, and the set can say something about it (`applies`)."""
+    allows the set, and the set can say something about it (`applies`). Asked for every case
+    id a process builds (the -k filter, the items, the stale check), answered once."""
     spec = spec_for(overload)
     if not spec.check_values or (spec.value_sets is not None and name not in spec.value_sets):
         return False

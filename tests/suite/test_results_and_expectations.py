@@ -161,6 +161,7 @@ def test_skip_entries_and_stale_entries(run_suite, tmp_path):
 def test_stale_entries_are_reported_for_the_full_matrix(run_suite, tmp_path, xdist):
     path = tmp_path / "m.toml"
     path.write_text(
+        'unsupported_dtypes = ["int32"]\n\n'
         '[[entry]]\npattern = "abs-float32-*"\nstatus = "skip"\ncategory = "flaky"\n'
         'reason = "r"\n\n[[entry]]\npattern = "nothing-matches-this"\nstatus = "xfail"\n'
         'category = "flaky"\nreason = "r"\n\n[[entry]]\npattern = "abs-*-native-compile"\n'
@@ -172,6 +173,8 @@ def test_stale_entries_are_reported_for_the_full_matrix(run_suite, tmp_path, xdi
     assert "'abs-float32-*'" not in run.output
     # an entry for the -compile cases is not judged by a run without them (--modes)
     assert "'abs-*-native-compile'" not in run.output
+    # nor an unsupported_dtypes line by a run -k kept no case of that dtype from
+    assert "unsupported_dtypes 'int32'" not in run.output
 
 
 def test_a_backend_that_keeps_the_privateuseone_name(run_suite, tmp_path):
