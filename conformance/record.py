@@ -180,6 +180,14 @@ class CaseId:
         return cls(*parts)
 
 
+#: the family of the generated op cases (the report's grid holds them alone)
+OP_FAMILY = "ops"
+#: the family of a record whose results predate the `family` field, by its `path`
+FAMILY_OF_PATH = MappingProxyType(
+    {"scenario": "scenarios", "contract": "contract", "collectives": "collectives"}
+)
+
+
 @dataclass
 class CaseRecord:
     """One line of ``cases-<worker>.jsonl``: what one case measured (docs/RESULTS.md)."""
@@ -202,7 +210,12 @@ class CaseRecord:
     backend: str = ""
     allocator: str = ""
     blocked_by: str | None = None  # the foundation case whose failure this case depends on
+    family: str = ""  # the kind of case (harness/families): ops, scenarios, contract, collectives
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.family:  # a record of an older suite, or one built before its family said
+            self.family = FAMILY_OF_PATH.get(self.path, OP_FAMILY)
 
     @classmethod
     def for_case(cls, case: CaseId, status: Status, **values: Any) -> CaseRecord:

@@ -11,20 +11,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pytest
-import torch
 
-from conformance.harness.collective_records import new_collective_record
-from conformance.harness.contract_records import new_contract_record
-from conformance.harness.nodes import (
-    case_of,
-    is_collective_nodeid,
-    is_conformance_nodeid,
-    is_contract_nodeid,
-    is_family,
-    node_bases,
-    record_id,
-)
-from conformance.record import CaseId, CaseRecord, Status
+from conformance.harness.families import registry
+from conformance.harness.nodes import is_conformance_nodeid, node_bases, record_id
+from conformance.record import CaseRecord, Status
 
 if TYPE_CHECKING:
     from conformance.harness.suite import Suite
@@ -41,7 +31,8 @@ class Accounting:
         self.worker_start_failures: list[str] = []
 
     def items_collected(self, items: list[pytest.Item]) -> None:
-        self.collected = [i.nodeid for i in items if case_of(i) or is_family(i)]
+        families = registry()
+        self.collected = [i.nodeid for i in items if families.of_item(i) is not None]
 
     def worker_collected(self, config: pytest.Config, worker: str, ids: list[str]) -> None:
         """An xdist worker's collection (every worker collects the same items: the first
@@ -91,24 +82,7 @@ class Accounting:
 
 
 def not_run_record(suite: Suite, nodeid: str, reason: str) -> CaseRecord:
-    """The `not-run` record of a case, a scenario or a contract case."""
-    if is_contract_nodeid(nodeid):
-        return new_contract_record(suite, nodeid, Status.NOT_RUN, message=reason)
-    if is_collective_nodeid(nodeid):
-        plan = suite.collectives
-        return new_collective_record(suite, nodeid, Status.NOT_RUN, plan, message=reason)
-    try:
-        case = CaseId.parse(nodeid)
-    except ValueError:  # a scenario
-        return CaseRecord(
-            id=record_id(nodeid),
-            status=Status.NOT_RUN,
-            op="scenario",
-            overload=nodeid.rpartition("::")[2],
-            path="scenario",
-            message=reason,
-            torch=str(torch.__version__),
-            backend=suite.backend_name,
-            allocator=suite.allocator,
-        )
-    return suite.verdicts.new_record(case, Status.NOT_RUN, nodeid, message=reason)
+    """The `not-run` record of a case of any family (its family's record factory)."""
+    family = registry().of_nodeid(nodeid)
+    assert family is not None, nodeid  # collected: one of the suite's
+    return family.new_record(suite, nodeid, Status.NOT_RUN, message=reason)

@@ -254,12 +254,18 @@ class CaseList:
         return self._collected
 
     def shard_keeps(self, record_ids: list[str]) -> list[bool]:
-        """Which of these (the scenarios) this shard runs; all of them without --shard. Called
-        after the cases were assigned, so the loads of the cases count."""
+        """Which of these (the cases of the families) this shard runs; all of them without
+        --shard. Called after the cases were assigned, so the loads of the cases count; the
+        shard account counts them (`family_total`: a missing shard's unseen cases include
+        them)."""
         if self.shard is None or self.partition is None:
             return [True] * len(record_ids)
         self.collected_cases()
-        return [s == self.shard.index - 1 for s in self.partition.assign(record_ids)]
+        keeps = [s == self.shard.index - 1 for s in self.partition.assign(record_ids)]
+        if self._shard_account is not None:
+            account = self._shard_account
+            account["family_total"] = account.get("family_total", 0) + len(record_ids)
+        return keeps
 
     def shard_account(self) -> dict[str, Any] | None:
         """Which shard this run is (run.json `shard`; the report merges shards by it)."""

@@ -139,14 +139,3 @@ def refusals(records: list[CaseRecord]) -> list[str]:
         f"conformance: collectives: {'/'.join(c10d)} refuses (skipped; torch defines no result, "
         f"or NCCL or gloo refuses too): {'; '.join(parts)}"
     ]
-
-
-def family_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) -> CaseRecord:
-    """The record of a family item (a scenario, a contract case or a collectives case)."""
-    from conformance.harness.contract_records import contract_record
-    from conformance.harness.nodes import is_collective, is_scenario
-    from conformance.harness.scenario_records import scenario_record
-
-    if is_collective(item):
-        return collective_record(suite, suite.collectives, item, report)
-    return (scenario_record if is_scenario(item) else contract_record)(suite, item, report)

@@ -32,7 +32,8 @@ from conformance.engine.zygote import ZygoteGone
 from conformance.findings import crash_class
 from conformance.harness.culprit import Culprit, CulpritSearch, case_label
 from conformance.harness.device_turns import DeviceTurns
-from conformance.harness.nodes import RECORD_PROPERTY, case_of, is_family
+from conformance.harness.families import registry
+from conformance.harness.nodes import RECORD_PROPERTY
 from conformance.harness.options import Options
 from conformance.harness.plan import Plan
 from conformance.harness.rundir import RunDir
@@ -378,7 +379,7 @@ class WorkerIsolation:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
-        if case_of(item) is None and not is_family(item):
+        if registry().of_item(item) is None:
             return None
         if self.runner is None:
             self.runner = IsolatedRunner(item.session, self.run)

@@ -5,7 +5,7 @@ when it is a foundation whose probe failed, else fails as `unsupported` (undecla
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch
@@ -33,23 +33,37 @@ def expect_scenario(suite: Suite, item: pytest.Item) -> None:
     expect_family(suite, item, scenario_key(record_id(item.nodeid)))
 
 
-def scenario_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) -> CaseRecord:
-    """The result record of an end-to-end scenario (conformance/scenarios)."""
-    message = report_message(report)
-    record = CaseRecord(
-        id=item.nodeid.split("::", 1)[-1],
-        status=Status.PASSED,
+def new_scenario_record(
+    suite: Suite, nodeid: str, path: str, status: Status, **values: Any
+) -> CaseRecord:
+    """A record of the scenario `nodeid` (its test file at `path`; a hang, crash or not-run
+    passes its check and message)."""
+    return CaseRecord(
+        id=record_id(nodeid),
+        status=status,
         op="scenario",
-        overload=item.name,
+        overload=nodeid.rpartition("::")[2],
         dtype="-",
         layout="-",
         path="scenario",
-        check="scenario" if report.failed else None,
-        message=message,
-        repro=suite.repro_lines.repro(item.nodeid, str(item.path)),
+        repro=suite.repro_lines.repro(nodeid, path),
         torch=str(torch.__version__),
         backend=suite.backend_name,
         allocator=suite.allocator,
+        **values,
+    )
+
+
+def scenario_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) -> CaseRecord:
+    """The result record of an end-to-end scenario (conformance/scenarios)."""
+    message = report_message(report)
+    record = new_scenario_record(
+        suite,
+        item.nodeid,
+        str(item.path),
+        Status.PASSED,
+        check="scenario" if report.failed else None,
+        message=message,
     )
     key = scenario_key(record.id)
     entry = expected_by(suite, record, key)

@@ -6,7 +6,7 @@ process runs the cases in runner processes (forked or spawned, isolation.py) and
 results; under pytest-xdist each worker runs and writes its own cases and the controller only
 reports workers that died or hung; a runner only runs cases and sends its reports to its parent.
 The hooks stay thin: what they decide lives in the modules they call (header.py, accounting.py,
-watch.py, scenario_records.py, terminal.py).
+watch.py, families/, terminal.py).
 """
 
 from __future__ import annotations
@@ -28,27 +28,15 @@ from conformance.errors import ConformanceUsageError
 from conformance.findings import group_findings
 from conformance.harness.accounting import Accounting, not_run_record
 from conformance.harness.baseline import write_run_baseline
-from conformance.harness.collective_records import (
-    expect_collective,
-    family_record,
-    new_collective_record,
-    refusals,
-)
-from conformance.harness.contract_records import (
-    expect_contract,
-    new_contract_record,
-    unobserved_lines,
-)
+from conformance.harness.collective_records import refusals
+from conformance.harness.contract_records import unobserved_lines
 from conformance.harness.exiting import end_at_exit, interrupt_on_sigterm, is_command_line
+from conformance.harness.families import registry
 from conformance.harness.header import header_lines, key_header_lines
 from conformance.harness.isolation import WorkerIsolation, run_isolated
 from conformance.harness.nodes import (
     RECORD_PROPERTY,
     case_of,
-    is_collective,
-    is_contract,
-    is_family,
-    is_scenario,
     record_id,
     targets_collectives_only,
     targets_conformance,
@@ -61,11 +49,9 @@ from conformance.harness.roles import Role, role_of
 from conformance.harness.rundir import RunDir
 from conformance.harness.runinfo import finish_info, start_info
 from conformance.harness.runners import serve_spawned, spawned_profile
-from conformance.harness.scenario_records import expect_scenario
 from conformance.harness.stale import stale_expectations
 from conformance.harness.suite import Suite
 from conformance.harness.terminal import Summary, Terminal
-from conformance.harness.verdicts import reported_record
 from conformance.harness.watch import PROBE_KEY, CaseWatch, ControllerHooks
 from conformance.harness.zygotes import serve_zygote
 from conformance.record import CaseId, CaseRecord, Status
@@ -238,16 +224,19 @@ class ConformanceRun:
 
     # ---- records ----------------------------------------------------------------------------
     def record_for(self, item: pytest.Item, status: Status, **values: Any) -> CaseRecord | None:
-        """A fresh record for a conformance case item (None for other tests)."""
-        case = case_of(item)
-        if case is None:
-            if self.started and is_contract(item):
-                return new_contract_record(self.suite, item.nodeid, status, **values)
-            if self.started and is_collective(item):
-                plan = self.suite.collectives
-                return new_collective_record(self.suite, item.nodeid, status, plan, **values)
+        """A fresh record for a conformance case item of any family (None for other tests)."""
+        family = registry().of_item(item) if self.started else None
+        if family is None:
             return None
-        return self.new_record(case, status, item.nodeid, **values)
+        return family.new_record(self.suite, item.nodeid, status, **values)
+
+    def record_for_nodeid(self, nodeid: str, status: Status, **values: Any) -> CaseRecord | None:
+        """A fresh record for a conformance case named by its node id alone (an xdist
+        controller's crashed or hung case; None for other tests)."""
+        family = registry().of_nodeid(nodeid) if self.started else None
+        if family is None:
+            return None
+        return family.new_record(self.suite, nodeid, status, **values)
 
     def write(self, record: CaseRecord) -> None:
         if self.recorder is not None:
@@ -316,21 +305,23 @@ class ConformanceRun:
         if not self.started:
             return
 
+        families = registry()
+
         def rank(item: pytest.Item) -> int:
             case = case_of(item)
             if case is None:
-                return 3 if is_family(item) else 1
+                family = families.of_item(item)
+                return 3 if family is not None and family.folder is not None else 1
             rank = mode_of(case.values).collection_rank  # -grad: after every forward case
             return 0 if rank == 1 and case.overload in ORDER else rank
 
         # stable: foundations, the other forward cases, every -grad case, then the scenarios
         items.sort(key=rank)
-        scenarios = [item for item in items if is_family(item)]
+        scenarios = [item for item in items if rank(item) == 3]
         for item in scenarios:
-            if is_collective(item):
-                expect_collective(self.suite, self.suite.collectives, item)
-            else:
-                (expect_scenario if is_scenario(item) else expect_contract)(self.suite, item)
+            family = families.of_item(item)
+            assert family is not None
+            family.expect(self.suite, item)
         if self.suite.options.ops or self.suite.options.fallback_ops:
             dropped = scenarios
         else:  # --shard: each scenario runs in one shard
@@ -353,12 +344,10 @@ class ConformanceRun:
         report = outcome.get_result()
         if not (report.when == "call" or (report.when == "setup" and not report.passed)):
             return
-        if case_of(item) is None:
-            if self.started and is_family(item):
-                record = family_record(self.suite, item, report)
-                report.user_properties.append((RECORD_PROPERTY, record.to_json()))
+        family = registry().of_item(item) if self.started else None
+        if family is None:
             return
-        record = reported_record(self.suite.verdicts, item, report)
+        record = family.record_from_report(self.suite, item, report)
         report.user_properties.append((RECORD_PROPERTY, record.to_json()))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import pytest
 
-from conformance.record import TEST_NAME, CaseId, CaseRecord, Status
+from conformance.record import CaseRecord, Status
 
 WATCH_DIR_KEY = "conformance_watch_dir"  # xdist: where workers note the case they run
 PROBE_KEY = "conformance_probe"  # xdist: the controller's device probe (workers never probe)
@@ -69,10 +69,11 @@ class CaseWatch:
         self,
         crashitem: str,
         report: pytest.TestReport,
-        new_record: Callable[..., CaseRecord],
+        new_record: Callable[..., CaseRecord | None],
     ) -> CaseRecord | None:
         """xdist: a worker died (or was ended by the time limit) running `crashitem`: the
-        report's message, and the case's record (None for other tests)."""
+        report's message, and the case's record, of whichever family (None for other tests;
+        `new_record(nodeid, status, **values)`)."""
         worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "")
         limit = self.hung(crashitem, worker)
         if limit is not None:
@@ -84,12 +85,9 @@ class CaseWatch:
         else:
             status, check, message = Status.CRASHED, "crash", "[crash] " + str(report.longrepr)
         report.longrepr = message
-        if not crashitem.split("::")[-1].startswith(TEST_NAME + "["):
-            return None
-        record = new_record(
-            CaseId.parse(crashitem), status, crashitem, check=check, message=message
-        )
-        record.duration = round(report.duration, 6)
+        record = new_record(crashitem, status, check=check, message=message)
+        if record is not None:
+            record.duration = round(report.duration, 6)
         return record
 
     def remove(self) -> None:
@@ -111,9 +109,9 @@ class ControllerRun(Protocol):
 
     def log(self, record: CaseRecord) -> None: ...
 
-    def new_record(
-        self, case: CaseId, status: Status, nodeid: str, **values: Any
-    ) -> CaseRecord: ...
+    def record_for_nodeid(
+        self, nodeid: str, status: Status, **values: Any
+    ) -> CaseRecord | None: ...
 
 
 class ControllerHooks:
@@ -136,7 +134,7 @@ class ControllerHooks:
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched) -> None:
         """xdist: a worker died (or was ended by the time limit) running `crashitem`; its line
         is written here, by the controller."""
-        record = self.run.watch.crash_record(crashitem, report, self.run.new_record)
+        record = self.run.watch.crash_record(crashitem, report, self.run.record_for_nodeid)
         if record is not None and self.run.recorder is not None:
             self.run.log(record)
 

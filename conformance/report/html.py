@@ -95,7 +95,10 @@ def render_html(
         )
     failures = [_Failure(run.name, case) for run in runs for case in run.failures()]
     findings = [(run.name, run.label, run.findings(), run.unsupported_by_op()) for run in runs]
-    scenarios = [(run.name, case) for run in runs for case in run.scenarios()]
+    families: dict[str, list[tuple[str, Case]]] = {}  # the sections besides the grid
+    for run in runs:
+        for family, cases in run.family_cases().items():
+            families.setdefault(family, []).extend((run.name, case) for case in cases)
     template = _environment().get_template("report.html.j2")
     return template.render(
         title=title,
@@ -107,7 +110,7 @@ def render_html(
         layouts=ordered((x for v in views for x in v.grid.layouts), _first(views, "layouts")),
         failures=failures,
         findings=findings,
-        scenarios=scenarios,
+        families=families,
         total_cases=sum(v.total for v in views),
     )
 

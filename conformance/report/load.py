@@ -27,6 +27,7 @@ from conformance.errors import ConformanceUsageError
 from conformance.findings import Finding, group_findings, unsupported_by_op
 from conformance.record import (
     FAILING,
+    OP_FAMILY,
     STATUS_ORDER,
     CaseRecord,
     status_rank,
@@ -112,7 +113,12 @@ class Run:
             reasons.append("the run did not finish (crash, kill or still running)")
         missing = self.shard.get("missing") or []
         if missing:
-            unseen = int(self.shard.get("total") or 0) - len(self.op_cases())
+            total, seen = int(self.shard.get("total") or 0), len(self.cases)
+            if "family_total" in self.shard:  # the families' cases are in the shards too
+                total += int(self.shard["family_total"])
+            else:  # a suite that counted its op cases alone
+                seen = len(self.op_cases())
+            unseen = total - seen
             reasons.append(
                 f"shard(s) {', '.join(map(str, missing))} of {self.shard.get('count')} missing: "
                 f"{max(unseen, 0)} case(s) never seen"
@@ -146,13 +152,18 @@ class Run:
     def unsupported_by_op(self) -> dict[str, int]:
         return unsupported_by_op(self.cases)
 
-    def scenarios(self) -> list[Case]:
-        """The end-to-end scenarios of the run (not op cases: not in the grid)."""
-        return [c for c in self.cases if c.path == "scenario"]
+    def family_cases(self) -> dict[str, list[Case]]:
+        """The cases of every family but the op cases (scenarios, the runtime contract,
+        collectives: not in the grid), by family, in the order the run recorded them."""
+        out: dict[str, list[Case]] = {}
+        for c in self.cases:
+            if c.family != OP_FAMILY:
+                out.setdefault(c.family, []).append(c)
+        return out
 
     def op_cases(self) -> list[Case]:
-        """The op cases (the grid), without the scenarios."""
-        return [c for c in self.cases if c.path != "scenario"]
+        """The op cases (the grid), without the other families."""
+        return [c for c in self.cases if c.family == OP_FAMILY]
 
     def failures(self) -> list[Case]:
         """Cases needing attention (crashed, error, failed, xpassed), worst first, then by id."""

@@ -32,6 +32,8 @@ COLUMNS: tuple[str, ...] = (
     "not-run",
     "skipped",
 )
+#: a family's section lists every case up to this many, else those that did not pass
+MAX_FAMILY_ROWS = 100
 _ICONS = {
     "crashed": "💥",
     "hung": "⏳",
@@ -190,22 +192,31 @@ def _findings_section(runs: Sequence[Run]) -> list[str]:
     return out
 
 
-def _scenarios_section(runs: Sequence[Run]) -> list[str]:
-    rows = [(run, c) for run in runs for c in run.scenarios()]
-    if not rows:
-        return []
-    out = [
-        "## Scenarios",
-        "",
-        "| session | scenario | status | message |",
-        "| --- | --- | --- | --- |",
-    ]
-    for run, c in rows:
-        icon = _ICONS.get(c.status, "")
-        out.append(
-            f"| {_cell(run.name)} | {_code(c.overload)} | {icon} {c.status} | {_cell(c.message)} |"
-        )
-    return [*out, ""]
+def _family_sections(runs: Sequence[Run]) -> list[str]:
+    """A section per family besides the op cases (scenarios, the runtime contract,
+    collectives): every case, or, past MAX_FAMILY_ROWS, those that did not pass."""
+    rows: dict[str, list[tuple[Run, Case]]] = {}
+    for run in runs:
+        for family, cases in run.family_cases().items():
+            rows.setdefault(family, []).extend((run, c) for c in cases)
+    out: list[str] = []
+    for family, found in rows.items():
+        shown = found
+        if len(found) > MAX_FAMILY_ROWS:
+            shown = [(run, c) for run, c in found if c.status.value != "passed"]
+        out += [f"## {family.capitalize()} ({len(found)})", ""]
+        if len(shown) < len(found):
+            out += [f"{len(found) - len(shown)} passed case(s) not listed.", ""]
+        if not shown:
+            continue
+        out += ["| session | case | status | message |", "| --- | --- | --- | --- |"]
+        for run, c in shown:
+            icon = _ICONS.get(c.status, "")
+            out.append(
+                f"| {_cell(run.name)} | {_code(c.id)} | {icon} {c.status} | {_cell(c.message)} |"
+            )
+        out.append("")
+    return out
 
 
 def render_markdown(
@@ -242,7 +253,7 @@ def render_markdown(
     out += ["", f"**{verdict}** ({sum(total.values())} cases in {len(runs)} session(s))", ""]
 
     out += _findings_section(runs)
-    out += _scenarios_section(runs)
+    out += _family_sections(runs)
     out += ["## Failures", ""]
     any_failure = False
     for run in runs:

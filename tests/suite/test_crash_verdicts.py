@@ -207,11 +207,12 @@ def test_cases_not_run_are_recorded_and_fail_the_run(run_suite):
 @XDIST
 def test_the_first_failure_names_the_faulty_op_not_a_scenario(run_suite, xdist):
     """Op cases run before the end-to-end scenarios: with -x the first failure is masked_fill_
-    (whose fault also breaks the attention-mask scenarios). A few ops besides it, not all: every
-    scenario, contract and collectives case is still collected after them."""
-    ops = "abs,add.Tensor,masked_fill_.Scalar,masked_fill_.Tensor,mul.Tensor"
+    (whose fault also breaks the attention-mask scenarios). A few op cases besides it, not all,
+    and every scenario (-k; --ops would leave the scenarios out)."""
+    keep = "abs-float32 or masked_fill or scenarios"
     env = {"ECHO_NPU_FAULTS": "masked_fill_overflow", "ECHO_NPU_ALLOCATOR": "guard"}
-    run = run_suite("-x", "--ops", ops, *xdist, env=env)
+    run = run_suite("-x", "-k", keep, *xdist, env=env)
+    assert any(r["path"] == "scenario" for r in run.results), "no scenario was collected"
     first = [r for r in run.results if r["status"] in ("failed", "crashed", "blocked")]
     assert first, run.output[-3000:]
     assert first[0]["op"] == "masked_fill_", first[0]["id"]

@@ -1,0 +1,81 @@
+"""What a kind of case ("family") is to the harness: the items and node ids it owns, and one
+record factory for every outcome of its cases (passed, failed, crashed, hung, not-run, xfail,
+unexpected pass, skipped), so a crash, a hang and a not-run are built the same way for every
+family, in a runner's owner, an xdist controller and at the end of a run.
+
+A family is one module of this package that defines `FAMILY` (families/__init__.py finds it);
+the harness asks the registry, never a folder name or a test-name prefix.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from conformance.harness.nodes import PACKAGE_DIR
+from conformance.record import CaseRecord, Status
+
+if TYPE_CHECKING:
+    from conformance.harness.suite import Suite
+
+
+class Family:
+    """One kind of case. Subclasses set the class attributes and the two record methods."""
+
+    name: str = ""  # the record's `family`, e.g. "scenarios"
+    folder: str | None = None  # its tests' folder in the package (None: the generated op cases)
+    rank: int = 0  # run order: lower first (op cases before the families, scenarios last)
+
+    def owns_item(self, item: pytest.Item) -> bool:
+        """Whether `item` is one of this family's cases."""
+        assert self.folder is not None
+        root = os.path.realpath(os.path.join(PACKAGE_DIR, self.folder)) + os.sep
+        return os.path.realpath(str(item.path)).startswith(root)
+
+    def owns_nodeid(self, nodeid: str) -> bool:
+        """Whether the node id names one of this family's cases (an xdist controller has no
+        items): its file is in a folder named as the family's, or, where pytest's rootdir was
+        that folder (no folder in the id), a file of that name is in it."""
+        assert self.folder is not None
+        file, _, name = nodeid.partition("::")
+        if not name:
+            return False
+        folder = os.path.basename(os.path.dirname(file))
+        if folder:
+            return folder == self.folder
+        return os.path.isfile(os.path.join(PACKAGE_DIR, self.folder, file))
+
+    def new_record(self, suite: Suite, nodeid: str, status: Status, **values: Any) -> CaseRecord:
+        """The record of the case `nodeid` with `status` (a crash, a hang or a not-run passes
+        its check and message): every field that names the case filled in, and its repro."""
+        record = self.build_record(suite, nodeid, status, **values)
+        record.family = self.name
+        return record
+
+    def record_from_report(
+        self, suite: Suite, item: pytest.Item, report: pytest.TestReport
+    ) -> CaseRecord:
+        """The record of a case that ran, from its pytest report (expectations applied)."""
+        record = self.report_record(suite, item, report)
+        record.family = self.name
+        return record
+
+    # ---- what a family module defines -------------------------------------------------------
+    def build_record(self, suite: Suite, nodeid: str, status: Status, **values: Any) -> CaseRecord:
+        raise NotImplementedError
+
+    def report_record(
+        self, suite: Suite, item: pytest.Item, report: pytest.TestReport
+    ) -> CaseRecord:
+        raise NotImplementedError
+
+    def expect(self, suite: Suite, item: pytest.Item) -> None:
+        """Apply the manifest's entries naming this case to its item before it runs (xfail,
+        skip, crash); the op cases apply theirs when they run (harness/verdicts.py)."""
+
+    def test_file(self, nodeid: str) -> str:
+        """The test file of a node id of this family, as a path inside the package."""
+        assert self.folder is not None
+        return os.path.join(PACKAGE_DIR, self.folder, os.path.basename(nodeid.partition("::")[0]))

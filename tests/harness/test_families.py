@@ -1,0 +1,104 @@
+"""The families of cases as plug-ins (harness/families): every registered family is driven
+through every outcome along each path a record is made on (a runner's owner for a case its
+runner could not report, an xdist controller for a dead or hung worker, the end-of-run
+accounting for a case that never ran, the case's own report), with fake items. Each record names
+its family and its case, keeps its status and message, and carries a repro line.
+
+Before the families were one concept, a scenario that crashed or hung in a runner got no record
+there (`not-run` at the end, its crash lost), and an xdist controller made a crash record for
+op cases only."""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+import pytest
+
+from conformance.harness.accounting import not_run_record
+from conformance.harness.families import registry
+from conformance.harness.nodes import CASE_PARAM, PACKAGE_DIR, record_id
+from conformance.harness.session import ConformanceRun
+from conformance.harness.watch import CaseWatch
+from conformance.record import CaseId, CaseRecord, Status
+from tests.harness.test_cases import make_suite
+
+NODE_IDS = {
+    "ops": "conformance/test_conformance.py::test_matches_cpu[abs-float32-contiguous-native]",
+    "scenarios": "conformance/scenarios/test_attention_masks.py::test_attention_mask_pipeline[x]",
+    "contract": "conformance/contract/test_streams.py::test_stream_synchronize",
+    "collectives": "conformance/collectives/test_collectives.py::"
+    "test_collective[all_reduce-AVG-float32-33-contiguous-w2-sync]",
+}
+OUTCOMES = [
+    Status.PASSED,
+    Status.FAILED,
+    Status.CRASHED,
+    Status.HUNG,
+    Status.NOT_RUN,
+    Status.XFAILED,
+    Status.XPASSED,
+    Status.SKIPPED,
+]
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory):
+    return make_suite(tmp_path_factory.mktemp("families"), ops="abs", dtypes="float32")
+
+
+def fake_item(nodeid: str) -> SimpleNamespace:
+    """What the harness reads of a collected item: its node id, file and case parameter."""
+    file = nodeid.partition("::")[0]
+    path = os.path.join(os.path.dirname(PACKAGE_DIR), file)
+    params = {}
+    if "test_matches_cpu[" in nodeid:
+        params[CASE_PARAM] = CaseId.parse(nodeid)
+    return SimpleNamespace(nodeid=nodeid, path=path, callspec=SimpleNamespace(params=params))
+
+
+def check(record: CaseRecord | None, family: str, status: Status, message: str) -> None:
+    assert record is not None, f"{family}: no record"
+    assert record.family == family
+    assert record.id == record_id(NODE_IDS[family])
+    assert record.status is status and record.message.endswith(message)
+    assert record.repro, f"{family}: no repro line"
+    assert CaseRecord.from_json(record.to_json()).family == family
+
+
+def test_every_family_is_registered_and_owns_its_ids():
+    families = registry()
+    assert [f.name for f in families.members] == ["ops", "contract", "collectives", "scenarios"]
+    for name, nodeid in NODE_IDS.items():
+        assert families.of_nodeid(nodeid).name == name
+        assert families.of_item(fake_item(nodeid)).name == name
+        # pytest's rootdir inside the family's folder: no folder in the id
+        bare = nodeid.split("/")[-1]
+        assert families.of_nodeid(bare).name == name
+    assert families.of_nodeid("tests/suite/test_streams.py::test_x") is None
+
+
+@pytest.mark.parametrize("status", OUTCOMES, ids=[s.value for s in OUTCOMES])
+@pytest.mark.parametrize("family", list(NODE_IDS))
+def test_every_family_gets_one_record_of_every_outcome_on_every_path(suite, family, status):
+    nodeid = NODE_IDS[family]
+    message = f"[{status.value}] what happened"
+    run = SimpleNamespace(started=True, suite=suite)
+    # a runner's owner: a case its runner could not report (crash, hang, harness)
+    owner = ConformanceRun.record_for(run, fake_item(nodeid), status, message=message)
+    check(owner, family, status, message)
+    # an xdist controller: a worker died running it (the message is the report's)
+    report = SimpleNamespace(longrepr=message, duration=1.5, node=None)
+    new = ConformanceRun.record_for_nodeid.__get__(run)
+    controller = CaseWatch(SimpleNamespace(), "gw0").crash_record(nodeid, report, new)
+    check(controller, family, Status.CRASHED, message)
+    assert controller.duration == 1.5
+    # the end of the run: a case without a record
+    check(not_run_record(suite, nodeid, message), family, Status.NOT_RUN, message)
+
+
+def test_an_old_record_without_a_family_gets_it_from_its_path():
+    old = {"id": "test_x", "status": "passed", "path": "scenario"}
+    assert CaseRecord.from_json(old).family == "scenarios"
+    assert CaseRecord.from_json({**old, "path": "native"}).family == "ops"
+    assert CaseRecord.from_json({**old, "path": "collectives"}).family == "collectives"
