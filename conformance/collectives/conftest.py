@@ -11,7 +11,7 @@ import pytest
 from conformance.engine.collectives.spec import CollectiveCase
 from conformance.engine.collectives.world import Setup, Worlds
 from conformance.errors import ConformanceUsageError
-from conformance.harness.collectives_plan import CollectivesPlan
+from conformance.harness.families.collectives_plan import CollectivesPlan
 from conformance.harness.session import run_of
 
 CASE = "collective_case"

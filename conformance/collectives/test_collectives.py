@@ -1,6 +1,6 @@
 """The collectives cases: one per case of the run's selection, each run by every rank of its
 world and judged against the oracle (engine/collectives/judge.py); the verdict is left on the
-item for its record (harness/collective_records.py)."""
+item for its record (harness/families/collectives.py)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from conformance.harness.families import registry
-from conformance.harness.nodes import is_conformance_nodeid, node_bases, record_id
+from conformance.harness.nodes import record_id
 from conformance.record import CaseRecord, Status
 
 if TYPE_CHECKING:
@@ -39,8 +39,8 @@ class Accounting:
         counts)."""
         self.started_workers.add(worker)
         if not self.collected:
-            bases = node_bases(config)
-            self.collected = [i for i in ids if is_conformance_nodeid(i, bases)]
+            ours = registry().nodeid_judge(config)
+            self.collected = [i for i in ids if ours(i)]
 
     def worker_down(self, worker: str) -> bool:
         """An xdist worker died; True if it never collected (it would fail again)."""

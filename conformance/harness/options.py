@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     import torch
 
 from conformance.engine.layout_names import LAYOUT_HELP, parse_layouts
-from conformance.engine.mode_names import MODES
+from conformance.engine.mode_names import MODES, modes_help
 from conformance.errors import ConformanceUsageError
 from conformance.sharding import Shard
 
@@ -255,17 +255,7 @@ class Options:
         parse=lambda v: _choice("--sizes", v, SIZE_SETS),
     )
     modes: list[str] = option(
-        "comma-separated execution modes beyond the forward call, or none: grad (gradients "
-        "against cpu: backward with grad_outputs in several layouts, .grad accumulation and "
-        "layout, for floating dtypes on the contiguous and transposed layouts; ids end in "
-        "-grad) and inference (in-place, out= and view overloads on inference tensors inside "
-        "torch.inference_mode(), one dtype, contiguous; ids end in -inference) and sync (on a "
-        "lazy device only: results read back after the runtime's sync, a save of a subset and a "
-        "step, a torch.save/load round trip and .item(), and no recompilation of the same call; "
-        "one dtype, contiguous; ids end in -sync) and compile (not by default: torch.compile "
-        "on the device, with its Inductor backend where it has one, else aot_eager, against "
-        "cpu and the device's eager result; one dtype, contiguous, 2 samples; ids end in "
-        f"-compile); modes here: {', '.join(MODES)} (a module each in engine/modes/)",
+        modes_help(DEFAULT_MODES),
         default=",".join(DEFAULT_MODES),
         parse=parse_modes,
     )

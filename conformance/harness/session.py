@@ -28,8 +28,6 @@ from conformance.errors import ConformanceUsageError
 from conformance.findings import group_findings
 from conformance.harness.accounting import Accounting, not_run_record
 from conformance.harness.baseline import write_run_baseline
-from conformance.harness.collective_records import refusals
-from conformance.harness.contract_records import unobserved_lines
 from conformance.harness.exiting import end_at_exit, interrupt_on_sigterm, is_command_line
 from conformance.harness.families import registry
 from conformance.harness.header import header_lines, key_header_lines
@@ -38,9 +36,7 @@ from conformance.harness.nodes import (
     RECORD_PROPERTY,
     case_of,
     record_id,
-    targets_collectives_only,
     targets_conformance,
-    targets_families_only,
 )
 from conformance.harness.options import Options, read_options
 from conformance.harness.plan import Plan, plan_isolation
@@ -135,9 +131,9 @@ class ConformanceRun:
                     run_dir=self.run_dir,
                     invocation_dir=str(self.config.invocation_params.dir),
                     with_coverage=self.role not in (Role.SPAWNED_RUNNER, Role.ZYGOTE)
-                    and not targets_families_only(self.config),
+                    and not registry().targets_only(self.config),
                     keyword=self.config.option.keyword,
-                    collectives_only=targets_collectives_only(self.config),
+                    collectives_only=registry().targets_only(self.config, "collectives"),
                 )
             except ConformanceUsageError as exc:
                 raise pytest.UsageError(str(exc)) from None
@@ -440,11 +436,11 @@ class ConformanceRun:
                 self.records,
                 suite.allocator,
                 bool(self.config.option.keyword or self.config.option.markexpr),
-                families_only=targets_families_only(self.config),
+                families_only=registry().targets_only(self.config),
             ),
             unpinned=[e for e in suite.manifest.entries if e.status == "xfail" and not e.checks],
         )
-        summary.notes += refusals(records) + unobserved_lines(records)
+        summary.notes += [line for f in registry().members for line in f.end_notes(records)]
         note = self.accounting.start_failure_note()
         if note is not None:
             summary.notes.append(note)

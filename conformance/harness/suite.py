@@ -19,13 +19,13 @@ from conformance.engine.foundations import Foundations, Probe
 from conformance.engine.probing import probe_isolated
 from conformance.harness.accounts import argument_account, coverage_account, mode_account
 from conformance.harness.cases import CaseList
-from conformance.harness.collectives_plan import CollectivesPlan, collectives_plan
 from conformance.harness.expectations import (
     Expectations,
     Manifest,
     default_manifest_paths,
     load_manifest,
 )
+from conformance.harness.families.collectives_plan import CollectivesPlan, collectives_plan
 from conformance.harness.keyword import keyword_filter
 from conformance.harness.options import Options
 from conformance.harness.repro_lines import ReproLines
@@ -128,7 +128,7 @@ class Suite:
 
     @functools.cached_property
     def collectives(self) -> CollectivesPlan:
-        """What the collectives family judges in this run (harness/collectives_plan.py)."""
+        """What the collectives family judges in this run (harness/families/collectives_plan.py)."""
         return collectives_plan(self.options, self.backend, self.collectives_only)
 
     def mode_account(self) -> dict[str, Any]:

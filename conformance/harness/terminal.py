@@ -103,15 +103,15 @@ class Terminal:
     def pytest_terminal_summary(self, terminalreporter) -> None:
         """After pytest's FAILURES/XFAILURES sections, before its short summary: hide the
         skipped and xfailed reports of conformance items, unless -r asked for them."""
-        from conformance.harness.nodes import is_conformance_nodeid, node_bases
+        from conformance.harness.families import registry
 
         stats = terminalreporter.stats
-        bases = node_bases(terminalreporter.config)
+        judge = registry().nodeid_judge(terminalreporter.config)
         for char, key in FOLDED:
             if not self.folds(char) or key not in stats:
                 continue
             reports = stats[key]
-            ours = [r for r in reports if is_conformance_nodeid(getattr(r, "nodeid", ""), bases)]
+            ours = [r for r in reports if judge(getattr(r, "nodeid", ""))]
             if ours:
                 self.hidden[key] = ours
                 stats[key] = [r for r in reports if r not in ours]

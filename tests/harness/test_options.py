@@ -85,3 +85,16 @@ def test_given_keeps_the_raw_text_of_what_the_user_set(monkeypatch: pytest.Monke
         "--dtypes=int64",
         "--isolate=spawn",
     ]
+
+
+def test_the_modes_help_names_every_mode_with_what_it_does():
+    """--modes help is generated from the modes' modules (it was written by hand and missed
+    repeat and asynchronous)."""
+    from conformance.engine.mode_names import MODES, summary
+    from conformance.harness.options import option_fields
+
+    (field,) = [f for f in option_fields() if f.name == "modes"]
+    text = field.metadata["help"]
+    for mode in MODES:
+        assert summary(mode), f"engine/modes/{mode}.py declares no summary"
+        assert f"{mode} ({summary(mode)})" in text

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 import pkgutil
+from collections.abc import Callable
 
 import pytest
 
 from conformance.harness.families.base import Family
+from conformance.harness.nodes import PACKAGE_DIR, is_conformance_nodeid, node_bases, targets_only
 
 
 class Families:
@@ -31,9 +34,22 @@ class Families:
     def named(self, name: str) -> Family:
         return self.by_name[name]
 
-    def folders(self) -> list[str]:
-        """The families' test folders inside the package."""
-        return [f.folder for f in self.members if f.folder is not None]
+    def folders(self, *names: str) -> list[str]:
+        """The test folders (absolute paths) of the families (those named, else all)."""
+        chosen = [f for f in self.members if not names or f.name in names]
+        return [os.path.join(PACKAGE_DIR, f.folder) for f in chosen if f.folder is not None]
+
+    def nodeid_judge(self, config: pytest.Config) -> Callable[[str], bool]:
+        """Whether a node id names a case of any family (from the id alone, however pytest
+        spelled it: harness/nodes.py), for this session."""
+        folders = self.folders()
+        bases = node_bases(config, folders)
+        return lambda nodeid: is_conformance_nodeid(nodeid, bases, folders)
+
+    def targets_only(self, config: pytest.Config, *names: str) -> bool:
+        """Whether the command line names nothing but the folders of these families (of every
+        family but the op cases when none is named): such a run has no op case."""
+        return targets_only(config, self.folders(*names))
 
 
 @functools.cache

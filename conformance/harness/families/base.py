@@ -75,6 +75,14 @@ class Family:
         """Apply the manifest's entries naming this case to its item before it runs (xfail,
         skip, crash); the op cases apply theirs when they run (harness/verdicts.py)."""
 
+    def header_lines(self, suite: Suite) -> list[str]:
+        """The family's lines of the run header (what it judges in this run)."""
+        return []
+
+    def end_notes(self, records: list[CaseRecord]) -> list[str]:
+        """The family's lines at the end of the run's summary (what it could not judge)."""
+        return []
+
     def test_file(self, nodeid: str) -> str:
         """The test file of a node id of this family, as a path inside the package."""
         assert self.folder is not None

@@ -1,22 +1,100 @@
-"""The end-to-end scenarios (`conformance/scenarios`): records and expectations in
-harness/scenario_records.py."""
+"""The end-to-end scenarios (`conformance/scenarios`) as records: a scenario's verdict from its
+pytest report, the manifest's expectations of it (`scenario:<name>` patterns: xfail, skip, crash,
+unsupported; strict), and blame: a scenario that needs a kernel the device lacks is blocked by it
+when it is a foundation whose probe failed, else fails as `unsupported` (undeclared)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import torch
 
+from conformance.engine.foundations import Blame
+from conformance.harness.expectations import scenario_key
 from conformance.harness.families.base import Family
-from conformance.harness.scenario_records import (
-    expect_scenario,
-    new_scenario_record,
-    scenario_record,
+from conformance.harness.families.expectations import (
+    expect_family,
+    expected_by,
+    report_message,
+    unexpected_pass,
 )
-from conformance.record import CaseRecord, Status
+from conformance.harness.nodes import record_id
+from conformance.harness.verdicts import undeclared
+from conformance.record import CaseRecord, Status, missing_kernel
 
 if TYPE_CHECKING:
     from conformance.harness.suite import Suite
+
+
+def expect_scenario(suite: Suite, item: pytest.Item) -> None:
+    """A manifest entry naming a scenario: xfail (strict: a pass fails with "remove this
+    entry"), skip and crash skip it; unsupported lets it skip when the device lacks a kernel it
+    needs (scenarios/conftest.py)."""
+    expect_family(suite, item, scenario_key(record_id(item.nodeid)))
+
+
+def new_scenario_record(
+    suite: Suite, nodeid: str, path: str, status: Status, **values: Any
+) -> CaseRecord:
+    """A record of the scenario `nodeid` (its test file at `path`; a hang, crash or not-run
+    passes its check and message)."""
+    return CaseRecord(
+        id=record_id(nodeid),
+        status=status,
+        op="scenario",
+        overload=nodeid.rpartition("::")[2],
+        dtype="-",
+        layout="-",
+        path="scenario",
+        repro=suite.repro_lines.repro(nodeid, path),
+        torch=str(torch.__version__),
+        backend=suite.backend_name,
+        allocator=suite.allocator,
+        **values,
+    )
+
+
+def scenario_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) -> CaseRecord:
+    """The result record of an end-to-end scenario (conformance/scenarios)."""
+    message = report_message(report)
+    record = new_scenario_record(
+        suite,
+        item.nodeid,
+        str(item.path),
+        Status.PASSED,
+        check="scenario" if report.failed else None,
+        message=message,
+    )
+    key = scenario_key(record.id)
+    entry = expected_by(suite, record, key)
+    if unexpected_pass(record, entry, key, report, f"the scenario {record.id}"):
+        return record
+    if report.skipped and (message or "").startswith("unsupported"):
+        record.status = Status.UNSUPPORTED
+    try:
+        found = suite.foundations.scenario_blame(message or "") if report.failed else Blame()
+    except Exception as exc:  # noqa: BLE001 - blame annotates; the record stays
+        found = Blame()
+        record.extra["blame"] = f"blame could not be computed: {type(exc).__name__}: {exc}"
+    missing = missing_kernel(message) if report.failed else None
+    if missing is not None and found.blocked_by is None:
+        record.check = "unsupported"
+        record.message = undeclared(
+            f"[unsupported] the device has no kernel for {missing}, which this scenario "
+            f"needs ({message})"
+        )
+    probe = found.blocked_by
+    if found.related is not None:
+        record.extra["related_foundation"] = found.related.case
+        record.message = f"{message}\n  might be related: {found.related.describe()} is broken"
+    if probe is not None:  # a scenario reads every result back through _copy_from
+        record.status = Status.BLOCKED
+        record.blocked_by = probe.case
+        record.extra["blocked_by_message"] = f"{probe.what}: {probe.message}"
+        record.extra["blocked_by_probe"] = probe.message
+        record.message = f"[blocked] {probe.headline()}; own failure: {message}"
+    return record
 
 
 class Scenarios(Family):
