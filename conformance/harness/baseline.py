@@ -24,14 +24,14 @@ import os
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import date
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from conformance.engine.layout_names import LAYOUT_HELP
 from conformance.errors import ConformanceUsageError
-from conformance.findings import Finding, category_of, group_findings, portable
+from conformance.findings import Finding, category_of, group_findings
+from conformance.harness.baseline_contexts import Context, case_id, contexts_of
+from conformance.harness.baseline_text import entry_text, manifest_header
 from conformance.harness.case_patterns import DIMENSIONS, patterns_for
 from conformance.harness.expectations import (
     Entry,
@@ -39,95 +39,13 @@ from conformance.harness.expectations import (
     failure_head,
     failure_key,
     family_of,
-    record_key,
 )
-from conformance.harness.options import DEFAULT_DTYPES, DEFAULT_MODES, PATHS, VALUE_SETS
 from conformance.record import CaseId, CaseRecord, missing_kernel
 
 __all__ = ("Baseline", "Context", "baseline", "contexts_of", "write")
 
 #: a dtype unsupported in this many ops gets a hint to declare it in one line
 DTYPE_HINT_OPS = 5
-
-
-@dataclass
-class Context:
-    """The cases of one torch minor and allocator mode (one or several runs: shards, sanitizer
-    builds), by case id (the part in [...])."""
-
-    minor: str
-    allocator: str
-    records: dict[str, CaseRecord] = field(default_factory=dict)
-    differing: set[str] = field(default_factory=set)  # statuses differ between its runs
-    complete: frozenset[int] = frozenset(DIMENSIONS)  # dimensions no run of it narrowed
-
-    @property
-    def universe(self) -> set[str]:
-        return set(self.records)
-
-
-def complete_dimensions(meta: Mapping[str, Any]) -> frozenset[int]:
-    """The dimensions of a case id a run collected in full (run.json "selection"): those its
-    options did not narrow below the default (--dtypes, --layouts, --paths, --values/--modes),
-    none after a -k. A pattern may say `*` only there: elsewhere a fuller run would collect
-    cases the run never saw. Results without a selection (an older suite) count as full."""
-    sel = meta.get("selection")
-    if not isinstance(sel, Mapping):
-        return frozenset(DIMENSIONS)
-    if sel.get("keyword"):
-        return frozenset()
-    full = {
-        1: set(DEFAULT_DTYPES.split(",")),
-        2: set(LAYOUT_HELP),
-        3: set(PATHS),
-        4: {*VALUE_SETS, *DEFAULT_MODES},  # --modes compile is on request only
-    }
-    chosen = {
-        1: sel.get("dtypes"),
-        2: sel.get("layouts"),
-        3: sel.get("paths"),
-        4: [*(sel.get("values") or []), *(sel.get("modes") or [])],
-    }
-    return frozenset(d for d in DIMENSIONS if full[d] <= set(chosen[d] or ()))
-
-
-def _minor(version: str) -> str:
-    return ".".join(str(version).split("+")[0].split(".")[:2]) or "?"
-
-
-def _case_id(record: CaseRecord) -> str | None:
-    """The case id of a record (`scenario:<name>`, `contract:<item>` for a family's case), None
-    if it has none."""
-    key = record_key(record.path, {"id": record.id, "overload": record.overload})
-    if key is not None or family_of(f"{record.path}:") is not None:
-        return key
-    try:
-        return str(CaseId.parse(record.id))
-    except ValueError:
-        return None
-
-
-def contexts_of(
-    runs: Iterable[tuple[Mapping[str, Any], Iterable[CaseRecord]]],
-) -> list[Context]:
-    """Merge runs (run.json meta, case records) by (torch minor, allocator); a case recorded by
-    two runs of one context with different statuses is left out of the baseline (warned)."""
-    found: dict[tuple[str, str], Context] = {}
-    for meta, records in runs:
-        complete = complete_dimensions(meta)
-        for record in records:
-            case = _case_id(record)
-            if case is None:
-                continue
-            minor = _minor(str(record.torch or meta.get("torch") or "?"))
-            allocator = str(record.allocator or meta.get("allocator") or "")
-            ctx = found.setdefault((minor, allocator), Context(minor, allocator))
-            ctx.complete &= complete
-            seen = ctx.records.get(case)
-            if seen is not None and seen.status != record.status:
-                ctx.differing.add(case)
-            ctx.records[case] = record
-    return sorted(found.values(), key=lambda c: (c.minor, c.allocator))
 
 
 # ---- groups: what one entry stands for ---------------------------------------------------------
@@ -199,7 +117,7 @@ def _finding_groups(ctx: Context, groups: dict[tuple[str, ...], Group]) -> None:
                 group = groups[key] = Group(
                     key, status, category_of(record), reason, _comment(finding)
                 )
-            case = _case_id(record)
+            case = case_id(record)
             culprit = record.culprit
             if status == "crash" and culprit:  # skip what corrupted memory, not its victims
                 case = str(CaseId.parse(culprit))
@@ -338,42 +256,6 @@ def _entries(group: Group, placed, universes) -> list[Placed]:
     return out
 
 
-# ---- the manifest text -------------------------------------------------------------------------
-def _toml(value: Any) -> str:
-    """A TOML value: JSON's string escapes are TOML's basic-string escapes."""
-    if isinstance(value, list | tuple):
-        if len(value) == 1:
-            return _toml(value[0])
-        return "[\n" + "".join(f"  {_toml(v)},\n" for v in value) + "]"
-    return json.dumps(value)
-
-
-def _entry_text(placed: Placed) -> str:
-    g = placed.group
-    lines = [f"# {line}" for line in g.comment.splitlines()] if g.comment else []
-    lines.append("[[entry]]")
-    lines.append(f"pattern = {_toml(placed.patterns)}")
-    lines.append(f"status = {_toml(g.status)}")
-    checks = sorted(g.checks)
-    if g.carried is not None and g.carried.checks:
-        checks = list(g.carried.checks)
-    if g.status == "xfail" and checks:
-        lines.append(f"check = {_toml(checks)}")
-    failures = sorted(g.failures)
-    if g.carried is not None and g.carried.failures:
-        failures = list(g.carried.failures)
-    if g.status == "xfail" and failures:
-        lines.append(f"failure = {_toml(failures)}")
-    lines.append(f"category = {_toml(g.category)}")
-    lines.append(f"reason = {_toml(portable(g.reason))}")
-    if g.carried is not None and g.carried.link:
-        lines.append(f"link = {_toml(g.carried.link)}")
-    allocator = placed.allocator or (g.carried.allocator if g.carried else "")
-    if allocator:
-        lines.append(f"allocator = {_toml(allocator)}")
-    return "\n".join(lines) + "\n"
-
-
 @dataclass
 class Baseline:
     """The manifests to write ({file name: text}; "" is the single file) and what they hold."""
@@ -391,7 +273,7 @@ class Baseline:
         )
 
 
-def _dtype_hints(groups: Iterable[Group]) -> list[str]:
+def dtype_hints(groups: Iterable[Group]) -> list[str]:
     """A hint per dtype that many ops lack: one line declares a whole dtype."""
     ops: dict[str, set[str]] = {}
     for g in groups:
@@ -437,14 +319,18 @@ def baseline(
     texts: dict[str, list[str]] = {}
     for key in sorted(groups, key=lambda k: (k[0] != "carried", k)):
         for name, entries in _place(groups[key], contexts, split).items():
-            texts.setdefault(name, []).extend(_entry_text(p) for p in entries)
+            texts.setdefault(name, []).extend(
+                entry_text(p.group, p.patterns, p.allocator) for p in entries
+            )
     warnings = [
         f"torch {c.minor} ({c.allocator}): {len(c.differing)} case(s) recorded with different "
         "statuses by runs of one torch and allocator (flaky, or a sanitizer build): not written"
         for c in contexts
         if c.differing
     ]
-    header = _header(contexts, source, groups.values())
+    header = manifest_header(
+        [(c.minor, c.allocator) for c in contexts], source, dtype_hints(groups.values())
+    )
     files = {}
     names = set(texts) | ({"common.toml"} if split else {""})
     for name in sorted(names):
@@ -460,20 +346,6 @@ def baseline(
         carried=len({k[1] for k in groups if k[0] == "carried"}),
         warnings=warnings,
     )
-
-
-def _header(contexts: Sequence[Context], source: str, groups: Iterable[Group]) -> str:
-    runs = ", ".join(f"torch {c.minor} ({c.allocator or '?'})" for c in contexts) or "no cases"
-    lines = [
-        f"# Expected failures written by the conformance baseline on {date.today()} from "
-        f"{source or 'a run'}: {runs}.",
-        "# One entry per root cause (finding) or group of unsupported cases; each reason is the",
-        '# finding\'s title: replace it with what you know (link = "..." to your tracker).',
-        '# Strict: a fixed bug fails the run with "remove this entry"; an unsupported kernel',
-        "# that appears fails it too. Format: conformance/harness/expectations.py.",
-        *_dtype_hints(groups),
-    ]
-    return "\n".join(lines) + "\n"
 
 
 def write(result: Baseline, output: str | None, directory: str | None) -> list[str]:
