@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import os
+import pickle
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import pytest
+from filelock import FileLock
 
 REPO = Path(__file__).resolve().parents[1]
 # variables a user's shell may carry that would change what a self-test's run does
@@ -38,3 +44,22 @@ def write_baseline(results: Path, manifest: Path) -> str:
         capture_output=True,
     )
     return manifest.read_text()
+
+
+def once_per_run(factory: pytest.TempPathFactory, name: str, make: Callable[[Path], Any]) -> Any:
+    """`make(folder)` computed once for every xdist worker of this pytest run, as pytest-xdist's
+    documentation shows for fixtures that must run once: a file lock in the temporary root the
+    workers share; the others read the pickled result (a module fixture of an expensive run of
+    the suite was computed by each worker that got one of its tests). Without xdist: once."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return make(factory.mktemp(name))
+    root = factory.getbasetemp().parent  # the run's root, shared by its workers
+    done = root / f"{name}.pickle"
+    with FileLock(str(done) + ".lock"):
+        if done.exists():
+            return pickle.loads(done.read_bytes())
+        folder = root / name
+        folder.mkdir()
+        result = make(folder)
+        done.write_bytes(pickle.dumps(result))
+        return result

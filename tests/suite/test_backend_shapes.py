@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import clean_env, write_baseline
+from tests.helpers import clean_env, once_per_run, write_baseline
 
 REPO = Path(__file__).resolve().parents[2]
 BACKENDS = str(REPO / "tests" / "backends")
@@ -60,16 +60,20 @@ def pytest_in(folder: Path, *args: str, env: dict[str, str], timeout: int = 600)
 
 @pytest.fixture(scope="module")
 def recipe(tmp_path_factory):
-    """One run of the README's own-backend recipe on pyreg_npu: (process, results folder)."""
-    tmp = tmp_path_factory.mktemp("shapes")
-    results = tmp / "elsewhere" / "results"
-    proc = pytest_in(
-        tmp / "user",
-        "--pyargs", "conformance", "-n", "2", "--backend", BACKEND,
-        "-k", SELECTION, "--results", str(results),
-        env=user_env(tmp),
-    )  # fmt: skip
-    return proc, results, tmp
+    """One run of the README's own-backend recipe on pyreg_npu: (process, results folder),
+    shared by the xdist workers that run this module's tests."""
+
+    def run(tmp: Path) -> tuple[subprocess.CompletedProcess, Path, Path]:
+        results = tmp / "elsewhere" / "results"
+        proc = pytest_in(
+            tmp / "user",
+            "--pyargs", "conformance", "-n", "2", "--backend", BACKEND,
+            "-k", SELECTION, "--results", str(results),
+            env=user_env(tmp),
+        )  # fmt: skip
+        return proc, results, tmp
+
+    return once_per_run(tmp_path_factory, "shapes", run)
 
 
 def findings(results: Path) -> list[dict]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import clean_env
+from tests.helpers import clean_env, once_per_run
 
 REPO = Path(__file__).resolve().parents[2]
 BACKEND = "lazy_backend:register"
@@ -53,7 +53,7 @@ def _run(
 
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory):
-    return _run(tmp_path_factory.mktemp("lazy"))
+    return once_per_run(tmp_path_factory, "lazy", _run)
 
 
 def test_every_case_is_recorded_and_the_header_says_storage_is_not_observable(clean):
