@@ -32,12 +32,12 @@ class DeviceTurns:
         self.folder = folder
         self.lock = FileLock(os.path.join(folder, "device.lock"))
         self.marker = os.path.join(folder, f"device.wanted.{os.getpid()}")
-        self.taken = 0.0  # when this owner last asked for the turn (monotonic)
+        self.taken = 0.0  # when this owner last got the turn (monotonic)
         self.ready: float | None = None  # when its runner ended its first case on the turn
 
     def take(self) -> DeviceTurns:
         """Wait for the turn (blocks while another owner's runner has the device)."""
-        self.taken, self.ready = time.monotonic(), None
+        self.ready = None
         with open(self.marker, "w"):
             pass
         try:

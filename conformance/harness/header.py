@@ -50,7 +50,7 @@ def header_lines(suite: Suite, plan: Plan | None) -> list[str]:
     if suite.case_list.coverage is not None:
         lines += suite.case_list.coverage.header_lines()
     lines += contract_lines(b)
-    lines += [line for f in registry().members for line in f.header_lines(suite)]
+    lines += registry().header_lines(suite)
     lines += mode_lines(suite.mode_account())
     lines += argument_lines(suite.arguments)
     lines.append(f"expectations: {files}; results: {suite.options.results or 'off'}")
@@ -78,7 +78,7 @@ def key_header_lines(suite: Suite, plan: Plan | None) -> list[str]:
     if suite.case_list.coverage is not None:
         lines.append(suite.case_list.coverage.header_lines()[0])
     lines += contract_lines(b)[1:]  # what the profile leaves out, whether races show
-    lines += [line for f in registry().members for line in f.header_lines(suite)]
+    lines += registry().header_lines(suite)
     files = ", ".join(suite.manifest.files) or "none"
     lines.append(f"expectations: {files}; results: {suite.options.results or 'off'}")
     return ["conformance: " + line for line in lines]

@@ -50,7 +50,7 @@ from conformance.harness.suite import Suite
 from conformance.harness.terminal import Summary, Terminal
 from conformance.harness.watch import PROBE_KEY, CaseWatch, ControllerHooks
 from conformance.harness.zygotes import serve_zygote
-from conformance.record import CaseId, CaseRecord, Status
+from conformance.record import CaseRecord, Status
 
 PLUGIN_NAME = "conformance-run"
 # statuses a case's record decides itself; any other comes from pytest's outcome
@@ -162,9 +162,6 @@ class ConformanceRun:
     @property
     def backend(self) -> Backend:
         return self.suite.backend
-
-    def new_record(self, case: CaseId, status: Status, nodeid: str, **values: Any) -> CaseRecord:
-        return self.suite.verdicts.new_record(case, status, nodeid, **values)
 
     def _watch_heap(self) -> None:
         """The heap red zones in this process where the probe saw the device's memory go
@@ -302,22 +299,24 @@ class ConformanceRun:
             return
 
         families = registry()
+        owners = {}  # the items of the families besides the op cases -> their family
+        for item in items:
+            family = families.of_item(item) if case_of(item) is None else None
+            if family is not None:
+                owners[item] = family
 
         def rank(item: pytest.Item) -> int:
             case = case_of(item)
             if case is None:
-                family = families.of_item(item)
-                return 3 if family is not None and family.folder is not None else 1
+                return 3 if item in owners else 1
             rank = mode_of(case.values).collection_rank  # -grad: after every forward case
             return 0 if rank == 1 and case.overload in ORDER else rank
 
         # stable: foundations, the other forward cases, every -grad case, then the scenarios
         items.sort(key=rank)
-        scenarios = [item for item in items if rank(item) == 3]
+        scenarios = [item for item in items if item in owners]
         for item in scenarios:
-            family = families.of_item(item)
-            assert family is not None
-            family.expect(self.suite, item)
+            owners[item].expect(self.suite, item)
         if self.suite.options.ops or self.suite.options.fallback_ops:
             dropped = scenarios
         else:  # --shard: each scenario runs in one shard
@@ -440,7 +439,7 @@ class ConformanceRun:
             ),
             unpinned=[e for e in suite.manifest.entries if e.status == "xfail" and not e.checks],
         )
-        summary.notes += [line for f in registry().members for line in f.end_notes(records)]
+        summary.notes += registry().end_notes(records)
         note = self.accounting.start_failure_note()
         if note is not None:
             summary.notes.append(note)

@@ -15,7 +15,7 @@ from pathlib import Path
 import jinja2
 
 from conformance.report.load import STATUSES, Case, Run
-from conformance.report.summary import Grid, GridCell, build_grid, ordered
+from conformance.report.summary import Grid, GridCell, build_grid, family_rows, ordered
 
 __all__ = ["TEMPLATE_DIR", "render_html"]
 
@@ -95,10 +95,7 @@ def render_html(
         )
     failures = [_Failure(run.name, case) for run in runs for case in run.failures()]
     findings = [(run.name, run.label, run.findings(), run.unsupported_by_op()) for run in runs]
-    families: dict[str, list[tuple[str, Case]]] = {}  # the sections besides the grid
-    for run in runs:
-        for family, cases in run.family_cases().items():
-            families.setdefault(family, []).extend((run.name, case) for case in cases)
+    families = {f: [(run.name, c) for run, c in rows] for f, rows in family_rows(runs).items()}
     template = _environment().get_template("report.html.j2")
     return template.render(
         title=title,

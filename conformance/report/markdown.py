@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from conformance.report.load import FAILING, STATUSES, Case, Run
-from conformance.report.summary import counts_by
+from conformance.report.summary import counts_by, family_rows
 
 __all__ = ["coverage_lines", "render_markdown"]
 
@@ -195,12 +195,8 @@ def _findings_section(runs: Sequence[Run]) -> list[str]:
 def _family_sections(runs: Sequence[Run]) -> list[str]:
     """A section per family besides the op cases (scenarios, the runtime contract,
     collectives): every case, or, past MAX_FAMILY_ROWS, those that did not pass."""
-    rows: dict[str, list[tuple[Run, Case]]] = {}
-    for run in runs:
-        for family, cases in run.family_cases().items():
-            rows.setdefault(family, []).extend((run, c) for c in cases)
     out: list[str] = []
-    for family, found in rows.items():
+    for family, found in family_rows(runs).items():
         shown = found
         if len(found) > MAX_FAMILY_ROWS:
             shown = [(run, c) for run, c in found if c.status.value != "passed"]

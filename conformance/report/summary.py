@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from conformance.report.load import FAILING, Case, Run, status_rank, worst_status
@@ -46,6 +46,16 @@ def counts_by(cases: Iterable[Case], key: str) -> dict[str, Counter[str]]:
         return (0 if bad else 1, name)
 
     return dict(sorted(table.items(), key=rank))
+
+
+def family_rows(runs: Sequence[Run]) -> dict[str, list[tuple[Run, Case]]]:
+    """The cases of each family besides the op cases, across the runs, in order: the report's
+    sections besides the grid."""
+    rows: dict[str, list[tuple[Run, Case]]] = {}
+    for run in runs:
+        for family, cases in run.family_cases().items():
+            rows.setdefault(family, []).extend((run, c) for c in cases)
+    return rows
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,16 @@ import importlib
 import os
 import pkgutil
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pytest
 
 from conformance.harness.families.base import Family
 from conformance.harness.nodes import PACKAGE_DIR, is_conformance_nodeid, node_bases, targets_only
+from conformance.record import CaseRecord
+
+if TYPE_CHECKING:
+    from conformance.harness.suite import Suite
 
 
 class Families:
@@ -21,7 +26,6 @@ class Families:
 
     def __init__(self, members: list[Family]) -> None:
         self.members: tuple[Family, ...] = tuple(sorted(members, key=lambda f: f.rank))
-        self.by_name = {f.name: f for f in self.members}
 
     def of_item(self, item: pytest.Item) -> Family | None:
         """The family of a collected item (None: not a conformance case)."""
@@ -31,8 +35,13 @@ class Families:
         """The family of a node id alone (an xdist controller, the end-of-run accounting)."""
         return next((f for f in self.members if f.owns_nodeid(nodeid)), None)
 
-    def named(self, name: str) -> Family:
-        return self.by_name[name]
+    def header_lines(self, suite: Suite) -> list[str]:
+        """Every family's lines of the run header, in the registry's order."""
+        return [line for f in self.members for line in f.header_lines(suite)]
+
+    def end_notes(self, records: list[CaseRecord]) -> list[str]:
+        """Every family's lines at the end of the run's summary, in the registry's order."""
+        return [line for f in self.members for line in f.end_notes(records)]
 
     def folders(self, *names: str) -> list[str]:
         """The test folders (absolute paths) of the families (those named, else all)."""

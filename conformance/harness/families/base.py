@@ -26,7 +26,7 @@ class Family:
 
     name: str = ""  # the record's `family`, e.g. "scenarios"
     folder: str | None = None  # its tests' folder in the package (None: the generated op cases)
-    rank: int = 0  # run order: lower first (op cases before the families, scenarios last)
+    rank: int = 0  # the registry's order (header lines, end-of-run notes): lower first
 
     def owns_item(self, item: pytest.Item) -> bool:
         """Whether `item` is one of this family's cases."""

@@ -100,7 +100,7 @@ def scenario_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) 
 class Scenarios(Family):
     name = "scenarios"
     folder = "scenarios"
-    rank = 30  # last: a scenario's failure is named by the op cases that ran before it
+    rank = 30
 
     def build_record(self, suite: Suite, nodeid: str, status: Status, **values: Any) -> CaseRecord:
         return new_scenario_record(suite, nodeid, self.test_file(nodeid), status, **values)
