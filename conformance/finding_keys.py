@@ -11,8 +11,13 @@ A :class:`FindingKey` is what the cases of one root cause share:
   abort; sanitizer report kind and the first frame of its stack that is not the sanitizer's own:
   `crash_signature`) and, when the culprit search named one, the op of the case that corrupted
   memory: a crash is keyed by its cause, not by the case that happened to notice it;
-- ``blocked_by``: the foundation a case depends on (`findings.py` keys a broken foundation's
+- ``blocked_by``: the foundation a case depends on (`root_keys` keys a broken foundation's
   blocked cases and its own failures together).
+
+Some keys need the other failing records: a broken foundation's (`root_keys`: one key per way
+its probe failed, `probe_message`, carrying the foundation's own first failure, the simplest
+case by `representative_rank`) and a collectives case's kind (`collective_kind`: async where the
+blocking call of the same case passed, else reduces or moves).
 
 Also a record's manifest category (`category_of`) and whether it fails for a kernel the device
 lacks (`lacks_kernel`). Pure Python (no torch, no pytest); records are `CaseRecord`s.
@@ -22,9 +27,10 @@ from __future__ import annotations
 
 import functools
 import re
+from collections import Counter
 from typing import Any, NamedTuple
 
-from conformance.record import CaseRecord, missing_kernel
+from conformance.record import OP_FAMILY, CaseRecord, missing_kernel
 
 __all__ = [
     "FindingKey",
@@ -32,12 +38,16 @@ __all__ = [
     "UNSUPPORTED_MESSAGE",
     "blocking_op",
     "category_of",
+    "collective_kind",
     "crash_class",
     "crash_signature",
     "device_error",
     "finding_key",
     "lacks_kernel",
     "normalise_message",
+    "probe_message",
+    "representative_rank",
+    "root_keys",
 ]
 
 _DTYPES = (
@@ -168,7 +178,7 @@ def finding_key(record: CaseRecord) -> FindingKey:
     cases of a broken foundation, which share one key)."""
     crash = crash_signature(record)
     message = normalise_message(_text(record.message), record)
-    raised = device_error(record.first_line, record.path == "scenario")
+    raised = device_error(record.first_line, record.family != OP_FAMILY)
     raised = None if crash else raised
     if raised is not None and not record.blocked_by:
         return FindingKey(check="error", message=raised, crash="", blocked_by="")
@@ -203,13 +213,14 @@ _OP_AFTER = re.compile(r"\b(in|for|of) [a-z_][a-z0-9_]*\b")
 _RAISED = re.compile(r"^(?:E\s+)?(\w*(?:Error|Exception))(?: \[\w+\])?: (.+)")
 
 
-def device_error(message: str, scenario: bool = False) -> str | None:
+def device_error(message: str, raised_by_test: bool = False) -> str | None:
     """``device raised <Type>: <text>`` with the text normalised (op names, numbers, shapes
-    masked), when `message` quotes an error the device raised (or, for a scenario, is an
-    exception other than the scenario's own AssertionError): the same error raised by one
-    backend in many ops and scenarios is one code path, one cause, whatever cpu did."""
+    masked), when `message` quotes an error the device raised (or, for a family's case whose
+    message is what its test raised, is an exception other than the test's own
+    AssertionError): the same error raised by one backend in many ops and scenarios is one
+    code path, one cause, whatever cpu did."""
     match = _DEVICE_RAISED.search(message)
-    if match is None and scenario:
+    if match is None and raised_by_test:
         match = _RAISED.match(message.strip())
         if match is not None and match.group(1) in ("AssertionError", "Failed"):
             match = None
@@ -246,3 +257,64 @@ def portable(text: str) -> str:
     becomes relative, any other absolute file path its file name (a reason is read elsewhere)."""
     text = re.sub(r"(?<![\w./])(?:/[\w.+-]+)+/(matrices/[\w./<>-]+)", r"\1", text)
     return re.sub(r"(?<![\w./])(?:/[\w.+-]+)+/([\w.+<>-]+\.\w+)", r"\1", text)
+
+
+# ---- the keys that need the other failing records ---------------------------------------------
+def representative_rank(record: CaseRecord) -> tuple[object, ...]:
+    """A failure of its own before a blocked case, then the simplest case first: a forward case
+    (a backward runs other ops' kernels), an op's case before another family's (a scenario),
+    contiguous, native, float32, short id."""
+    return (
+        bool(record.blocked_by),
+        record.value_set == "grad",
+        record.family != OP_FAMILY,
+        record.layout != "contiguous",
+        record.path != "native",
+        record.dtype != "float32",
+        len(record.id),
+        record.id,
+    )
+
+
+def collective_kind(record: CaseRecord, failing_ids: set[str]) -> str:
+    """What a failing collectives case's finding is keyed by besides its message (whose
+    collective, reduce op and mode are masked: one bug spans them): `async` where the same case
+    run by the blocking call did not fail (the asynchronous path is wrong: a Work that completes
+    early), else `reduces` or `moves` (a bug of the reduction or of moving data: two such bugs
+    stay two findings)."""
+    mode = str(record.extra["mode"])
+    if mode != "sync" and record.id.replace(f"-{mode}]", "-sync]") not in failing_ids:
+        return "async"
+    return "moves" if record.extra["reduce_op"] in (None, "none") else "reduces"
+
+
+def probe_message(record: CaseRecord) -> str:
+    """How the blocking foundation's probe failed, normalised and without which layout or
+    direction it probed: two different failures of one foundation are two root causes."""
+    probe = _text(record.extra.get("blocked_by_probe"))
+    if not probe:  # results of an older suite: "what: message"
+        probe = _text(record.extra.get("blocked_by_message")).partition(": ")[2]
+    return normalise_message(probe)
+
+
+def root_keys(failing: list[CaseRecord]) -> dict[tuple[str, str], FindingKey]:
+    """{(foundation op, how its probe failed): the one key of its finding} for every failure a
+    failing case is blocked by. The key carries the foundation's own first failure when the op
+    failed one way only (else, or if its cases did not run, what the probe saw)."""
+    roots: dict[tuple[str, str], FindingKey] = {}
+    for record in failing:
+        blocked_by = _text(record.blocked_by)
+        if blocked_by:
+            roots.setdefault(
+                (blocking_op(blocked_by), probe_message(record)), FindingKey("", "", "", "")
+            )
+    ways = Counter(op for op, _ in roots)
+    for op, probe in roots:
+        own = [r for r in failing if r.op_name == op and not r.blocked_by]
+        if own and ways[op] == 1:
+            first = min(own, key=representative_rank)
+            key = finding_key(first)
+            roots[(op, probe)] = FindingKey(key.check, key.message, key.crash, op, key.culprit)
+        else:
+            roots[(op, probe)] = FindingKey("foundation", probe, "", op)
+    return roots

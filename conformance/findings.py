@@ -47,12 +47,16 @@ from conformance.finding_keys import (
     FindingKey,
     blocking_op,
     category_of,
+    collective_kind,
     crash_class,
     crash_signature,
     finding_key,
     lacks_kernel,
     normalise_message,
     portable,
+    probe_message,
+    representative_rank,
+    root_keys,
 )
 from conformance.record import FAILING, FOUNDATION_ORDER, CaseRecord, missing_kernel
 
@@ -79,22 +83,6 @@ def _text(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _representative_rank(record: CaseRecord) -> tuple[object, ...]:
-    """A failure of its own before a blocked case, then the simplest case first: a forward case
-    (a backward runs other ops' kernels), an op's case before a scenario, contiguous, native,
-    float32, short id."""
-    return (
-        bool(record.blocked_by),
-        record.value_set == "grad",
-        record.path == "scenario",
-        record.layout != "contiguous",
-        record.path != "native",
-        record.dtype != "float32",
-        len(record.id),
-        record.id,
-    )
-
-
 @dataclass
 class Finding:
     """Failing cases with one :class:`FindingKey`; ``cases`` are the records as given."""
@@ -116,7 +104,7 @@ class Finding:
     @property
     def representative(self) -> CaseRecord:
         """The simplest case of the finding (its ``repro`` is the one to run first)."""
-        return min(self.cases, key=_representative_rank)
+        return min(self.cases, key=representative_rank)
 
     @property
     def ops(self) -> list[str]:
@@ -264,18 +252,6 @@ def collective_extent(cases: list[CaseRecord]) -> str:
     return f" [{ops}sizes {sizes}{where}; {dtypes}; world {worlds}{modes}]"
 
 
-def _collective_kind(record: CaseRecord, failing_ids: set[str]) -> str:
-    """What a failing collectives case's finding is keyed by besides its message (whose
-    collective, reduce op and mode are masked: one bug spans them): `async` where the same case
-    run by the blocking call did not fail (the asynchronous path is wrong: a Work that completes
-    early), else `reduces` or `moves` (a bug of the reduction or of moving data: two such bugs
-    stay two findings)."""
-    mode = str(record.extra["mode"])
-    if mode != "sync" and record.id.replace(f"-{mode}]", "-sync]") not in failing_ids:
-        return "async"
-    return "moves" if record.extra["reduce_op"] in (None, "none") else "reduces"
-
-
 def group_findings(
     records: Iterable[CaseRecord], statuses: Iterable[str] = FAILING
 ) -> list[Finding]:
@@ -284,14 +260,14 @@ def group_findings(
     records = list(records)
     wanted = frozenset(statuses)
     failing = [r for r in records if r.status in wanted]
-    roots = _root_keys(failing)
+    roots = root_keys(failing)
     groups: dict[FindingKey, Finding] = {}
     failing_ids = {r.id for r in failing}
     for record in failing:
         blocked_by = _text(record.blocked_by)
         own = [k for (op, _), k in roots.items() if op == record.op_name]
         if blocked_by:
-            key = roots[(blocking_op(blocked_by), _probe_message(record))]
+            key = roots[(blocking_op(blocked_by), probe_message(record))]
         elif len(own) == 1:
             key = own[0]
         elif lacks_kernel(record):
@@ -300,7 +276,7 @@ def group_findings(
             key = finding_key(record)
             if "mode" in record.extra and "reduce_op" in record.extra:  # a collectives case
                 key = key._replace(
-                    message=f"[{_collective_kind(record, failing_ids)}] {key.message}"
+                    message=f"[{collective_kind(record, failing_ids)}] {key.message}"
                 )
         groups.setdefault(key, Finding(key)).cases.append(record)
     passing = [r for r in records if r.status == "passed"]
@@ -420,38 +396,6 @@ def _own_crash(finding: Finding) -> bool:
 def _heap(record: CaseRecord) -> bool:
     cls = crash_class(_text(record.message)) if record.status == "crashed" else ""
     return cls == "heap corruption" or cls.startswith("AddressSanitizer")
-
-
-def _probe_message(record: CaseRecord) -> str:
-    """How the blocking foundation's probe failed, normalised and without which layout or
-    direction it probed: two different failures of one foundation are two root causes."""
-    probe = _text(record.extra.get("blocked_by_probe"))
-    if not probe:  # results of an older suite: "what: message"
-        probe = _text(record.extra.get("blocked_by_message")).partition(": ")[2]
-    return normalise_message(probe)
-
-
-def _root_keys(failing: list[CaseRecord]) -> dict[tuple[str, str], FindingKey]:
-    """{(foundation op, how its probe failed): the one key of its finding} for every failure a
-    failing case is blocked by. The key carries the foundation's own first failure when the op
-    failed one way only (else, or if its cases did not run, what the probe saw)."""
-    roots: dict[tuple[str, str], FindingKey] = {}
-    for record in failing:
-        blocked_by = _text(record.blocked_by)
-        if blocked_by:
-            roots.setdefault(
-                (blocking_op(blocked_by), _probe_message(record)), FindingKey("", "", "", "")
-            )
-    ways = Counter(op for op, _ in roots)
-    for op, probe in roots:
-        own = [r for r in failing if r.op_name == op and not r.blocked_by]
-        if own and ways[op] == 1:
-            first = min(own, key=_representative_rank)
-            key = finding_key(first)
-            roots[(op, probe)] = FindingKey(key.check, key.message, key.crash, op, key.culprit)
-        else:
-            roots[(op, probe)] = FindingKey("foundation", probe, "", op)
-    return roots
 
 
 def unsupported_by_op(records: Iterable[CaseRecord]) -> dict[str, int]:

@@ -11,6 +11,7 @@ import pytest
 from conformance.engine.collectives.spec import CollectiveCase
 from conformance.engine.collectives.world import Setup, Worlds
 from conformance.errors import ConformanceUsageError
+from conformance.harness.families.collectives import FAMILY
 from conformance.harness.families.collectives_plan import CollectivesPlan
 from conformance.harness.session import run_of
 
@@ -18,7 +19,7 @@ CASE = "collective_case"
 
 
 def _plan(config: pytest.Config) -> CollectivesPlan:
-    return run_of(config).suite.collectives
+    return FAMILY.plan(run_of(config).suite)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from conformance.engine.collectives.judge import evaluate
 from conformance.engine.collectives.spec import CollectiveCase
+from conformance.harness.families.collectives import FAMILY
 from conformance.harness.session import run_of
 
 
@@ -15,7 +16,7 @@ def test_collective(
     request: pytest.FixtureRequest, collective_case: CollectiveCase, collective_worlds
 ):
     if collective_worlds is None:
-        plan = run_of(request.config).suite.collectives
+        plan = FAMILY.plan(run_of(request.config).suite)
         pytest.skip(f"not applicable: {plan.missing or 'no c10d backend (--collectives none)'}")
     verdict = evaluate(collective_worlds, collective_case)
     request.node.collective_verdict = verdict

@@ -11,7 +11,8 @@ such device the import gave kernels, or `--device TYPE` (`Backend.dispatch_key`)
 
 Which module: `--backend` when given (`MODULE`, or `MODULE:FUNCTION` for a package whose device
 is registered by a function its users call); else the backend that `import torch` already
-registered (PyTorch's `torch.backends` entry points, "autoload"); else echo_npu.
+registered (PyTorch's `torch.backends` entry points, "autoload": `registration.py`); else
+echo_npu.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from importlib import metadata
 from types import ModuleType
 from typing import Any
 
@@ -42,10 +42,15 @@ from conformance.engine.device_keys import (
 from conformance.engine.lazy import LazyRuntime, runtime_for
 from conformance.engine.profile import DeviceProfile, Fact
 from conformance.engine.protocol import HOOK_NAMES, HOOKS
+from conformance.engine.registration import (
+    entry_point_of,
+    owner_of,
+    registered_device,
+    top_level,
+)
 from conformance.errors import ConformanceUsageError
 
 DEFAULT_BACKEND = "echo_npu"
-ENTRY_POINT_GROUP = "torch.backends"
 
 
 @dataclass
@@ -194,64 +199,6 @@ class Backend:
         return [h.name for h in HOOKS if self.hook(h.name) is not None]
 
 
-# ---- what `import torch` registered -------------------------------------------------------------
-def registered_device() -> str | None:
-    """The PrivateUse1 device registered in this process (renamed or not), or None.
-
-    A backend that keeps the name `privateuseone` is seen by what it registered: a device
-    module `torch.privateuseone`, a boxed fallback or any aten kernel for PrivateUse1 (a bare
-    torch has none of them)."""
-    name = torch._C._get_privateuse1_backend_name()
-    if name != "privateuseone" or hasattr(torch, name):
-        return name
-    key = torch._C.DispatchKey.PrivateUse1
-    if torch._C._dispatch_has_backend_fallback(key):
-        return name
-    for qualified in torch._C._dispatch_get_registrations_for_dispatch_key("PrivateUse1"):
-        if qualified.startswith("aten::") and torch._C._dispatch_has_kernel_for_dispatch_key(
-            qualified, "PrivateUse1"
-        ):
-            return name
-    return None
-
-
-def entry_points() -> list[metadata.EntryPoint]:
-    """PyTorch's device autoload entry points (group `torch.backends`) installed here."""
-    try:
-        return list(metadata.entry_points(group=ENTRY_POINT_GROUP))
-    except Exception:  # noqa: BLE001 - broken metadata of an unrelated distribution
-        return []
-
-
-def _top(module: str) -> str:
-    return module.split(".")[0]
-
-
-def _entry_point_of(module: str) -> metadata.EntryPoint | None:
-    for ep in entry_points():
-        if _top(ep.value.split(":")[0]) == _top(module):
-            return ep
-    return None
-
-
-def owner_of(device: str) -> str | None:
-    """The module that registered `device`: its device module's package, else the only
-    `torch.backends` entry point whose package is imported."""
-    device_module = getattr(torch, device, None)
-    name = getattr(device_module, "__name__", None) or getattr(
-        type(device_module), "__module__", None
-    )
-    if name and _top(name) != "torch":
-        return _top(name)
-    imported = {_top(ep.value.split(":")[0]) for ep in entry_points()} & set(sys.modules)
-    return imported.pop() if len(imported) == 1 else None
-
-
-def autoload_enabled() -> bool:
-    fn = getattr(torch, "_is_device_backend_autoload_enabled", None)
-    return bool(fn()) if fn is not None else False
-
-
 # ---- loading ------------------------------------------------------------------------------------
 #: CUDA's is_available()/device_count() ask NVML instead of initialising the driver (a process
 #: whose driver is initialised may not fork: engine/forking.py)
@@ -282,7 +229,7 @@ def _load_backend(spec: str | None, device: str | None) -> Backend:
                     f"import torch registered a PrivateUse1 device '{already}' but its module "
                     "is unknown; pass --backend MODULE (the module that registers it)"
                 )
-            ep = _entry_point_of(owner)
+            ep = entry_point_of(owner)
             how = (
                 f"registered by import torch (torch.backends entry point '{ep.name} = {ep.value}')"
                 if ep
@@ -291,7 +238,9 @@ def _load_backend(spec: str | None, device: str | None) -> Backend:
             return _backend(owner, device, how)
         module_name = DEFAULT_BACKEND
     if already is not None and not register:
-        if _top(module_name) in sys.modules and (owner is None or owner == _top(module_name)):
+        if top_level(module_name) in sys.modules and (
+            owner is None or owner == top_level(module_name)
+        ):
             return _backend(module_name, device, "registered by import torch (autoload)")
         raise ConformanceUsageError(
             f"--backend {module_name}: import torch already registered the PrivateUse1 backend "
@@ -306,7 +255,7 @@ def _load_backend(spec: str | None, device: str | None) -> Backend:
         _call_register(module, module_name, register)
         how = f"imported, then {module_name}.{register}() called"
     if registered_device() is None:
-        ep = _entry_point_of(module_name)
+        ep = entry_point_of(module_name)
         if ep is not None:  # registration lives in the entry point (autoload is off)
             try:
                 ep.load()()

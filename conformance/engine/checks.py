@@ -2,9 +2,11 @@
 
 Every check is one function registered with `@sample_check`, in the order they run; `runner.py`
 runs each that applies to a `Sample` (when one side raised, only the checks marked `on_error`).
-Adding a check is adding one decorated function here. Two outcomes are not failures: the device
-raised "not implemented" (`Unsupported`), or the sample says nothing about this layout or dtype
-(`NotApplicable`: CPU's kernel has a layout precondition or lacks the dtype).
+Adding a check is adding one decorated function here, or in the module of its concern
+(error_checks.py, alias_checks.py, write_checks.py, bits.py: sample_run.py imports them, which
+registers their checks). Two outcomes are not failures: the device raised "not implemented"
+(`Unsupported`), or the sample says nothing about this layout or dtype (`NotApplicable`: CPU's
+kernel has a layout precondition or lacks the dtype).
 
 Device values are read with `transfer.read_back` (whole storage, one contiguous copy), never
 with the backend's strided copies; views are checked on their metadata, never written with a
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten
 
 from conformance.engine import errorclass, oracles
 from conformance.engine.backend import Backend
@@ -30,7 +32,6 @@ from conformance.engine.compare import (
     Scale,
     tolerance,
 )
-from conformance.engine.discovery import resolve
 from conformance.engine.exactness import Exactness
 from conformance.engine.lazy import LazyRuntime
 from conformance.engine.placing import Materialized, PlacedCall
@@ -149,7 +150,8 @@ class SampleCheck:
 
 CHECKS: list[SampleCheck] = []
 #: the order checks run in (the first failure is the sample's verdict), whichever module
-#: registers them (this one, write_checks.py, bits.py); a check not named runs after these
+#: registers them (this one, error_checks.py, alias_checks.py, write_checks.py, bits.py); a check
+#: not named runs after these
 # fmt: off
 ORDER = (
     "path", "error", "identity", "aliasing", "subnormal", "rounding", "outputs",
@@ -212,74 +214,6 @@ def check_path(s: Sample) -> None:
         raise Mismatch("path", f"the native path of {overload} went through cpu_fallback")
 
 
-@sample_check(
-    "error",
-    "where CPU raises, the device raises an error of the same class (dtype, shape, device, index, "
-    "value, ...); a device 'not implemented' is unsupported, never a pass",
-    on_error=True,
-)
-def check_errors(s: Sample) -> None:
-    expected, actual = s.expected.exc, s.actual.exc
-    want = errorclass.classify(expected) if expected is not None else None
-    got = errorclass.classify(actual) if actual is not None else None
-    if want is not None and want.kind == errorclass.NOT_IMPLEMENTED:
-        raise NotApplicable(f"cpu has no kernel for this sample ({want.describe()})")
-    if want is not None and want.kind == errorclass.LAYOUT and not s.strict_errors:
-        raise NotApplicable(
-            f"not applicable to the {s.placed.layout} layout: cpu's kernel requires another "
-            f"layout ({want.text}); --strict-errors compares it"
-        )
-    if got is not None and got.kind == errorclass.NOT_IMPLEMENTED:
-        where = f"cpu raised {want.describe()}" if want else "cpu computes"
-        raise Unsupported(f"device raised {got.describe()} where {where}", want is None)
-    if want is not None and not s.backend.profile.storage.value:
-        if errorclass.about_memory_format(want):
-            raise NotApplicable(
-                f"cpu raised {want.describe()}: a memory-format precondition, which a device "
-                "without observable storage has no memory to apply to"
-            )
-    if want is not None and got is None:
-        raise Mismatch("error", f"cpu raised {want.describe()}; the device returned normally")
-    if want is None and got is not None:
-        raise Mismatch("error", f"device raised {got.describe()}; cpu returned normally")
-    assert want is not None and got is not None
-    if errorclass.same_class(want, got):
-        return
-    meta = _meta_error(s)  # an input wrong in two ways: torch's meta kernel may check the other
-    if meta is not None and errorclass.same_class(meta, got):
-        return
-    if errorclass.both_refused(want, got):
-        s.notes.append(
-            f"message quality: the device stopped at an internal check ({got.describe()}) "
-            f"where cpu raised {want.describe()}: both refused the input, the check stating "
-            f"a {errorclass.cause(got.text)} cause as cpu's error does"
-        )
-        return
-    raise Mismatch(
-        "error",
-        f"device raised {got.describe()}, cpu raised {want.describe()} (a different class)"
-        + errorclass.opaque_hint(want, got),
-    )
-
-
-def _meta_error(s: Sample) -> errorclass.ErrorClass | None:
-    """The error class torch's meta kernel raises on the sample (None if it raises nothing)."""
-
-    def to_meta(x: Any) -> Any:
-        if isinstance(x, torch.Tensor):
-            return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
-        return x
-
-    cpu = s.placed.materialize("cpu")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            resolve(s.overload)(*tree_map(to_meta, cpu.args), **tree_map(to_meta, cpu.kwargs))
-    except Exception as exc:  # noqa: BLE001 - the error is what we want
-        return errorclass.classify(exc)
-    return None
-
-
 def returned(schema: Any, result: Any) -> Iterator[tuple[int, torch.Tensor, Any]]:
     """(flat index, tensor, alias info of the schema return it belongs to) for each returned
     tensor; the tensors of a list return (`Tensor(a)[]`, e.g. unbind) share that return's info."""
@@ -296,85 +230,6 @@ def returned(schema: Any, result: Any) -> Iterator[tuple[int, torch.Tensor, Any]
             if isinstance(leaf, torch.Tensor):
                 yield index, leaf, ret.alias_info
             index += 1
-
-
-def _writes(schema: Any) -> bool:
-    return any(r.alias_info is not None and r.alias_info.is_write for r in schema.returns)
-
-
-@sample_check(
-    "identity",
-    "in-place and out= overloads return the very tensor they wrote: to the caller (on "
-    "inference tensors inside torch.inference_mode() ADInplaceOrView does not replace the "
-    "kernel's return) and called below autograd (where ADInplaceOrView cannot return self)",
-)
-def check_identity(s: Sample) -> None:
-    if not s.spec.check_aliasing or not _writes(s.schema):
-        return
-    inference = any(view.is_inference() for _, _, view in s.dev.bases)
-    where = "on inference tensors inside torch.inference_mode()" if inference else "to the caller"
-    _returns_written(s, s.actual.result, s.dev, where)
-    below = getattr(torch._C, "_AutoDispatchBelowADInplaceOrView", None)
-    if below is None:
-        return  # torch without the guard: the run header says so
-    dev = s.placed.materialize(s.backend.device)
-    try:
-        with s.backend.routed_through_fallback(s.route), below(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            result = s.op(*dev.args, **dev.kwargs)
-        if s.backend.lazy is not None:
-            s.backend.lazy.sync()  # a lazy device raises at its sync point
-    except Exception as exc:  # the first call returned (this check runs only then)
-        raise Mismatch(
-            "error",
-            f"called below autograd (as a compiled or functionalized graph calls it) the kernel "
-            f"raised {type(exc).__name__}: {first_line(exc)}; the first call returned normally",
-        ) from None
-    _returns_written(s, result, dev, "called below autograd")
-
-
-def _returns_written(s: Sample, result: Any, dev: Materialized, where: str) -> None:
-    written = [view for leaf, _, view in dev.bases if leaf.written]
-    is_out = any(leaf.arg == "out" for leaf, _, _ in dev.bases if leaf.written)
-    for _, t, info in returned(s.schema, result):
-        if info is not None and info.is_write and not any(t is w for w in written):
-            what, kind = ("out= tensor", "out") if is_out else ("self", "inplace")
-            raise Mismatch(
-                kind,
-                f"returned a new tensor instead of the {what} it wrote ({where}; "
-                f"returned {_describe(t)}, {what} is {_describe(written[0]) if written else '?'})",
-            )
-
-
-def _describe(t: torch.Tensor) -> str:
-    return f"{list(t.shape)} at data_ptr {t.data_ptr():#x}"
-
-
-@sample_check(
-    "aliasing",
-    "views share storage with their input, functional outputs do not",
-    needs=("storage",),
-)
-def check_aliasing(s: Sample) -> None:
-    if not s.spec.check_aliasing:
-        return
-    dev = s.dev
-    inputs = [view for _, _, view in dev.bases]
-    for _, t, info in returned(s.schema, s.actual.result):
-        if info is not None and info.is_write:
-            continue  # the identity check covers these
-        if info is not None:
-            if t.numel() and not any(same_storage(t, x) for x in inputs):
-                raise Mismatch(
-                    "view", "view op returned a tensor that does not share storage with its input"
-                )
-        elif t.numel():
-            for x in inputs:
-                if x.numel() and same_storage(t, x):
-                    raise Mismatch(
-                        "aliasing",
-                        "output shares storage with input (a functional op must return new memory)",
-                    )
 
 
 def redrawn(s: Sample, pick: Callable[[Redraw], tuple[Any, Any]]) -> Iterator[oracles.Draws]:
@@ -489,9 +344,3 @@ def _compare_scalar(name: str, a: Any, e: Any, dtype: torch.dtype | None, scale:
         if abs(a - e) <= atol + rtol * abs(e):
             return
     raise Mismatch("values", f"{name}: device returned {a!r}, cpu {e!r}")
-
-
-def same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.device != b.device or a.layout != torch.strided or b.layout != torch.strided:
-        return False
-    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()

@@ -11,7 +11,7 @@ per compared value (each output, each written argument: never pooled across them
 element (pointwise ops) or per region of `REGION` neighbours (reductions, scans, products),
 and the device may differ from CPU there by the dtype's base tolerance plus `OWN_ERROR` times
 that error (a kernel as accurate as CPU's, erring the other way), as the gradient check does
-for float16/bfloat16 gradients (engine/gradients.py). A small exp beside a large one, a saved
+for float16/bfloat16 gradients (engine/grad_compare.py). A small exp beside a large one, a saved
 mean beside an inverse std, keeps its own allowance. The op's own multiplier is not used: a large
 reduction is judged as tightly as CPU is accurate. Where the float64 run fails, the op's
 tolerance stands.

@@ -14,7 +14,7 @@ a double free fail the case whose sample made them, naming the block's size, the
 and the library that allocated it.
 
 Where the device's memory goes through those libraries is measured by the device probe
-(engine/probe.py: a 1 KiB tensor allocated through them, or not), and the run header says it.
+(engine/device_probe.py: a 1 KiB tensor allocated through them, or not), and the run header says it.
 The first installation happens in the probe's own process, so a layer that cannot patch a
 library crashes the probe, never a case.
 

@@ -2,10 +2,10 @@
 
 Leaks are seen through every source the backend offers, standard ones first: a memory counter
 of torch (`torch.accelerator.memory_allocated()`, else the device module's
-`torch.<device>.memory_allocated()`; `engine/probe.py` keeps the first one that counts a probe
-tensor) and the optional hook `live_blocks`, which also names the leaked blocks. Red zones need the
-hooks `check_memory`/`clear_memory_errors` (docs/BACKEND_PROTOCOL.md). `sources()` says which
-source each check uses, for the run header.
+`torch.<device>.memory_allocated()`; `engine/device_probe.py` keeps the first one that counts a
+probe tensor) and the optional hook `live_blocks`, which also names the leaked blocks. Red zones
+need the hooks `check_memory`/`clear_memory_errors` (docs/BACKEND_PROTOCOL.md). `sources()` says
+which source each check uses, for the run header.
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ conformance.engine.probe`, `QUIET`: one thread), which answers three questions i
 3. if the forked child could not use the device (or the fresh process had threads, so it may
    not fork), the fresh process probes in itself and a second fresh process opens the device.
 Every answer has a deadline (`PROBE_TIMEOUT` in all, under 30 s), and every probe process ends
-with `os._exit`, so a device whose teardown blocks costs nothing.
+with `os._exit`, so a device whose teardown blocks costs nothing. What each probe asks of the
+device, in the process it runs in: `device_probe.py`.
 """
 
 from __future__ import annotations
@@ -24,72 +25,19 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 
 import torch
 
-from conformance.engine import forking, heap, interpreter
+from conformance.engine import forking, interpreter
 from conformance.engine.backend import PROBE_ENVIRONMENT, Backend, load_backend
+from conformance.engine.device_probe import Probe, error_line, probe_here, probe_runtime
 from conformance.engine.diagnosis import describe_status
-from conformance.engine.memory import counters
-from conformance.engine.profile import Fact
-from conformance.engine.transfer import has_storage
 
-PROBE_ELEMENTS = 256  # float32: 1 KiB, enough for any allocator to count
 PROBE_TIMEOUT = 28.0  # the whole probe, interpreter start included
 CHILD_TIMEOUT = 16.0  # the forked child's probe (a slow driver initialises within it)
 OPEN_TIMEOUT = 6.0  # a second process opening the device
 RELEASE_TIMEOUT = 3.0  # the forked child's exit once released
-
-
-@dataclass
-class Probe:
-    """What one probe found."""
-
-    usable: bool
-    where: str  # "forked child", "fresh process", "in-process"
-    error: str = ""  # why the device was not usable
-    memory_counter: str | None = None  # the first counter of memory.counters that saw the tensor
-    # a non-empty tensor's storage has bytes and a data pointer (a lazy device's, as torch_xla's,
-    # has none: strides, offsets and memory around views cannot be observed)
-    storage: bool = True
-    # the suite's heap red zones (engine/heap.py): what was installed, or why nothing was, and
-    # whether the probe's device tensor was allocated through them
-    heap: str = ""
-    heap_seen: bool = False
-    device_count: int | None = None  # the device module's device_count(), asked in the probe
-    # a forked child of a clean process used the device (None: not tried) and how that was found
-    fork: list = field(default_factory=lambda: [None, "not probed in a forked child"])
-    # a second process could not open the device while the probe held it (None: not tried)
-    exclusive: list = field(default_factory=lambda: [None, "not probed"])
-    # the runtime around kernels (streams, events, pinned memory, generator): {fact: [value,
-    # how]}, probed after the facts above (a probe that crashes here loses only these)
-    runtime: dict[str, list] = field(default_factory=dict)
-
-    def facts(self, where: str | None = None) -> dict[str, Fact]:
-        """The probe's facts as device-profile facts (engine/profile.py)."""
-        at = f"probed in a {where or self.where}"
-        if not self.usable:
-            return {"usable": Fact(False, f"{at}: {self.error}")}
-        found = {
-            "usable": Fact(True, f"{at}: a {PROBE_ELEMENTS}-element float32 tensor allocated"),
-            "storage": Fact(self.storage, f"{at}: untyped_storage() has bytes and a data pointer"),
-            "memory_counter": Fact(
-                self.memory_counter, f"{at}: the first counter that saw the allocation"
-            ),
-            "fork_safe": Fact(*self.fork),
-            "exclusive": Fact(*self.exclusive),
-            "heap_zones": Fact(self.heap_seen, self.heap or at),
-        }
-        if self.device_count is not None:
-            how = f"{at}: the device module's device_count()"
-            found["device_count"] = Fact(self.device_count, how)
-            second = self.device_count - 1 if self.device_count > 1 else None
-            found["second_index"] = Fact(second, how)
-        for name, (value, how) in self.runtime.items():
-            found[name] = Fact(value, f"{at}: {how}")
-        return found
 
 
 def initialised(backend: Backend) -> bool:
@@ -100,106 +48,6 @@ def initialised(backend: Backend) -> bool:
         return bool(fn()) if callable(fn) else False
     except Exception:  # noqa: BLE001
         return False
-
-
-def probe_here(
-    backend: Backend, where: str = "in-process", at: Callable[[str], None] = lambda s: None
-) -> Probe:
-    """Allocate on the device in this process; find which memory counter sees the tensor
-    (`at(stage)` is told each stage before it starts: a probe that hangs says where)."""
-    in_bad_fork = backend.device_function("_is_in_bad_fork")
-    try:
-        if in_bad_fork is not None and in_bad_fork():
-            return Probe(False, where, f"torch.{backend.device_type}._is_in_bad_fork() is True")
-    except Exception:  # noqa: BLE001 - a broken query is not a verdict on the device
-        pass
-    candidates = counters(backend)
-    at("installing the heap red zones")
-    zones, how = heap.watch(backend.module, backend.heap_zones, backend.heap_cache)
-    try:
-        at("reading the memory counters")
-        before = {name: _read(fn) for name, fn in candidates}
-        heap_before = zones.stats() if zones is not None else None
-        at("allocating the first tensor on the device (initialising it)")
-        tensor = torch.empty(PROBE_ELEMENTS, dtype=torch.float32, device=backend.device)
-        after = {name: _read(fn) for name, fn in candidates}
-        heap_after = zones.stats() if zones is not None else None
-        storage = has_storage(tensor)
-        del tensor
-    except Exception as exc:  # noqa: BLE001 - any failure means: not usable here
-        text = _first_line(exc)
-        return Probe(False, where, text)
-    heap_seen = bool(
-        heap_before
-        and heap_after
-        and heap_after[0] > heap_before[0]
-        and heap_after[3] >= 4 * PROBE_ELEMENTS
-    )
-    if zones is not None and not heap_seen:
-        how += "; the device's memory is not allocated through them (a pool of its own)"
-    backend.heap = zones if heap_seen else None  # the process runs cases: it keeps them
-    seen = None
-    for name, _ in candidates:
-        if (
-            None not in (before[name], after[name])
-            and after[name] - before[name] >= 4 * PROBE_ELEMENTS
-        ):
-            seen = name
-            break
-    probe = Probe(True, where, memory_counter=seen, storage=storage, heap=how, heap_seen=heap_seen)
-    at("asking the device count")
-    probe.device_count = backend.device_count()
-    return probe
-
-
-def probe_runtime(device: torch.device) -> dict[str, list]:
-    """The runtime around kernels, each probed on its own: {fact: [value, how]}."""
-
-    def stream() -> bool:
-        module = getattr(torch, device.type, None)
-        if not callable(getattr(module, "current_stream", None)):
-            raise LookupError(
-                f"torch.{device.type} has no current_stream(): its device module declares no "
-                "streams"
-            )
-        s = torch.Stream(device=device)
-        s.query()
-        s.synchronize()
-        return True
-
-    def event() -> bool:
-        s = torch.Stream(device=device)
-        e = torch.Event(device=device)
-        e.record(s)
-        e.synchronize()
-        e.query()  # what it answers is the contract cases' to judge (event-synchronize)
-        return True
-
-    def generator() -> bool:
-        g = torch.Generator(device=device)
-        g.manual_seed(1)
-        return g.get_state().numel() > 0
-
-    asks = {
-        "streams": (
-            stream,
-            f"torch.{device.type}.current_stream() exists; torch.Stream(device) created, "
-            "queried, synchronized",
-        ),
-        "events": (event, "torch.Event(device) recorded on a stream, synchronized, queried"),
-        "pinned_memory": (
-            lambda: bool(torch.empty(8).pin_memory().is_pinned()),
-            "torch.empty(8).pin_memory().is_pinned()",
-        ),
-        "generator": (generator, "torch.Generator(device) seeded, its state read"),
-    }
-    found: dict[str, list] = {}
-    for name, (ask, how) in asks.items():
-        try:
-            found[name] = [ask(), how]
-        except Exception as exc:  # noqa: BLE001 - the device lacks it: say how it refused
-            found[name] = [False, f"{how}: {type(exc).__name__}: {_first_line(exc)[:120]}"]
-    return found
 
 
 def probe_isolated(backend: Backend) -> Probe:
@@ -392,7 +240,7 @@ def _open_once(backend: Backend) -> str:
         torch.ones(4, device=backend.device).cpu()
         return "ok"
     except Exception as exc:  # noqa: BLE001 - the refusal is the answer
-        return f"error: {_first_line(exc)[:300]}"
+        return f"error: {error_line(exc)[:300]}"
 
 
 def _exclusive(lines: list[str] | None) -> list:
@@ -436,18 +284,6 @@ def _parse(lines: list[str], died: str) -> Probe:
     return probe
 
 
-def _read(fn) -> int | None:
-    try:
-        return int(fn())
-    except Exception:  # noqa: BLE001 - a counter that raises is not usable
-        return None
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def main(argv: list[str]) -> None:
     """`python -m conformance.engine.probe MODULE[:FUNCTION] DEVICE [HEAP_ZONES CACHE]`: print
     the probe as JSON lines; `--open MODULE DEVICE`: allocate once and print ok or the error.
@@ -466,7 +302,7 @@ def main(argv: list[str]) -> None:
             if result.usable:
                 print(json.dumps(runtime), flush=True)
     except BaseException as exc:  # noqa: BLE001 - one line for the asking process
-        print(f"probe failed: {type(exc).__name__}: {_first_line(exc)}", file=sys.stderr)
+        print(f"probe failed: {type(exc).__name__}: {error_line(exc)}", file=sys.stderr)
         code = 2
     sys.stdout.flush()
     sys.stderr.flush()

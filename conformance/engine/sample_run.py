@@ -15,10 +15,12 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten
 
-from conformance.engine import (  # noqa: F401 - bits and write_checks register their checks
+from conformance.engine import (  # noqa: F401 - these *_checks and bits register their checks
+    alias_checks,
     bits,
     checks,
     consistency,
+    error_checks,
     evidence,
     memory,
     unvectorised,

@@ -128,7 +128,7 @@ def argument_lines(account: dict[str, dict[str, str]]) -> list[str]:
     ordinary, derived = hows.count("ordinary"), hows.count("derived")
     left: dict[str, list[str]] = {}
     for overload, classes in sorted(account.items()):
-        for label, how in classes.items():
+        for label, how in sorted(classes.items()):  # cached or computed: one order
             if how not in REACHED:
                 left.setdefault(how, []).append(f"{overload} {label}")
     lines = [

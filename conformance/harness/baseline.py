@@ -38,8 +38,8 @@ from conformance.harness.expectations import (
     Manifest,
     failure_head,
     failure_key,
-    family_of,
 )
+from conformance.harness.families import registry
 from conformance.record import CaseId, CaseRecord, missing_kernel
 
 __all__ = ("Baseline", "Context", "baseline", "contexts_of", "write")
@@ -280,7 +280,7 @@ def dtype_hints(groups: Iterable[Group]) -> list[str]:
         if g.status != "unsupported":
             continue
         for case in set().union(*g.members.values()):
-            if family_of(case) is not None:
+            if registry().of_key(case) is not None:
                 continue
             c = CaseId.parse(case)
             kernel = g.key[3] if g.key[0] == "finding" and len(g.key) > 3 else c.overload

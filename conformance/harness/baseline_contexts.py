@@ -10,9 +10,9 @@ from typing import Any
 
 from conformance.engine.layout_names import LAYOUT_HELP
 from conformance.harness.case_patterns import DIMENSIONS
-from conformance.harness.expectations import family_of, record_key
+from conformance.harness.families import registry
 from conformance.harness.options import DEFAULT_DTYPES, DEFAULT_MODES, PATHS, VALUE_SETS
-from conformance.record import CaseId, CaseRecord
+from conformance.record import OP_FAMILY, CaseId, CaseRecord
 
 
 @dataclass
@@ -63,9 +63,8 @@ def _minor(version: str) -> str:
 def case_id(record: CaseRecord) -> str | None:
     """The case id of a record (`scenario:<name>`, `contract:<item>` for a family's case), None
     if it has none."""
-    key = record_key(record.path, {"id": record.id, "overload": record.overload})
-    if key is not None or family_of(f"{record.path}:") is not None:
-        return key
+    if record.family != OP_FAMILY:
+        return registry().record_key(record)
     try:
         return str(CaseId.parse(record.id))
     except ValueError:

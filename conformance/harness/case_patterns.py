@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from fnmatch import fnmatchcase
 from typing import Any
 
-from conformance.harness.expectations import family_of
+from conformance.harness.families import registry
 from conformance.record import CaseId
 
 __all__ = ("DIMENSIONS", "patterns_for")
@@ -95,9 +95,9 @@ def patterns_for(
     """Narrow patterns covering `wanted`, per overload (see `_cover`); only the dimensions
     `dims` may become `*`."""
     by_overload: dict[str, set[str]] = {}
-    out = sorted(c for c in wanted if family_of(c) is not None)  # a family's case: as it is
+    out = sorted(c for c in wanted if registry().of_key(c) is not None)  # a family's case: as it is
     for case in wanted:
-        if family_of(case) is None:
+        if registry().of_key(case) is None:
             by_overload.setdefault(CaseId.parse(case).overload, set()).add(case)
     for overload, cases in sorted(by_overload.items()):
         prefix = overload + "-"

@@ -7,10 +7,10 @@
     [[entry]]
     pattern = "sum.dim_IntList-float16-*"   # fnmatch over the case id (the part in [...]),
                                             # or a list of them: one entry, one root cause;
-                                            # a scenario: "scenario:<its name>", e.g.
-                                            # "scenario:test_cnn_training" (matched as written,
-                                            # [...] included, or as a glob); a runtime
-                                            # contract item: "contract:pinned-memory"
+                                            # a case of a family (harness/families) by its
+                                            # prefix and name, e.g. scenario:test_cnn_training
+                                            # (matched as written, [...] included, or as a
+                                            # glob), contract:pinned-memory
     status = "xfail"                        # xfail | unsupported | skip | crash
     category = "backend-bug"  # backend-bug | torch-bug | unsupported | flaky | harness
     reason = "accumulates in half precision"
@@ -52,7 +52,6 @@ from __future__ import annotations
 import fnmatch
 import os
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import tomllib
@@ -65,12 +64,6 @@ if TYPE_CHECKING:
     from conformance.engine.precision import DtypePolicy
 
 STATUSES = ("xfail", "unsupported", "skip", "crash")
-#: the suite's families besides op cases, by their records' `path`: a pattern names a case of one
-#: as "<family>:<name>", the name being the record field given here (a scenario's test name, a
-#: contract case's item)
-FAMILIES = MappingProxyType(
-    {"scenario": "id", "contract": "overload", "collectives": "collective_key"}
-)
 CATEGORIES = ("backend-bug", "torch-bug", "unsupported", "flaky", "harness")
 KEYS = frozenset(
     {"pattern", "status", "category", "reason", "link", "allocator", "check", "failure"}
@@ -124,30 +117,6 @@ class Entry:
         return f"{self.category}: {self.reason}{link} [{self.source}]"
 
 
-def scenario_key(record_id: str) -> str:
-    """What manifest patterns are matched against for a scenario (its record id)."""
-    return family_key("scenario", record_id)
-
-
-def family_key(family: str, name: str) -> str:
-    """What manifest patterns are matched against for a case of a family (`contract:<item>`)."""
-    return f"{family}:{name}"
-
-
-def family_of(key: str) -> str | None:
-    """The family a manifest pattern or key names (`scenario`, `contract`), None for op cases."""
-    family, colon, _ = key.partition(":")
-    return family if colon and family in FAMILIES else None
-
-
-def record_key(path: str, values: dict[str, str]) -> str | None:
-    """The manifest key of a family's record (its `path` and fields), None for an op case."""
-    field_name = FAMILIES.get(path)
-    if field_name is None or not values.get(field_name):
-        return None
-    return family_key(path, values[field_name])
-
-
 @dataclass
 class Manifest:
     entries: list[Entry] = field(default_factory=list)
@@ -185,12 +154,8 @@ class Expectations:
     def expectation(self, case: CaseId) -> Entry | None:
         return self.manifest.match(str(case), self.allocator)
 
-    def scenario_expectation(self, record_id: str) -> Entry | None:
-        """The manifest entry of a scenario (a pattern `scenario:<name>`), if any."""
-        return self.family_expectation(scenario_key(record_id))
-
     def family_expectation(self, key: str) -> Entry | None:
-        """The manifest entry of a family's case (`scenario:<name>`, `contract:<item>`)."""
+        """The manifest entry of a family's case, by its key (Family.manifest_key)."""
         return self.manifest.match(key, self.allocator)
 
     def declared_unsupported(self, case: CaseId, entry: Entry | None) -> str:

@@ -11,13 +11,8 @@ from dataclasses import asdict, dataclass
 import pytest
 
 from conformance.engine.backend import Backend
-from conformance.engine.probe import (
-    Probe,
-    initialised,
-    probe_here,
-    probe_isolated,
-    probe_runtime,
-)
+from conformance.engine.device_probe import Probe, probe_here, probe_runtime
+from conformance.engine.probe import initialised, probe_isolated
 from conformance.harness.options import Options
 from conformance.harness.roles import Role
 

@@ -37,7 +37,7 @@ class ReproLines:
         """The environment a case depends on (repros, run.json): the variables of the backend
         module and of the module that registered the device module (`ECHO_NPU_*` for echo_npu
         and wrappers of it), and whether torch autoloads backends."""
-        from conformance.engine.backend import owner_of
+        from conformance.engine.registration import owner_of
 
         name = self.backend.module_name
         modules = {name, owner_of(self.backend.device_type) or name}

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from conformance import samples
-from conformance.engine import coverage, exactness, ieee, oracles
+from conformance.engine import coverage, exactness, exactness_measure, ieee, oracles
 from conformance.engine.calls import Call, content_digest
 from conformance.engine.discovery import resolve
 from conformance.engine.exactness import Exactness
@@ -96,7 +96,7 @@ class RunSamples:
     def _exactness(self, overload: str, dtype: torch.dtype) -> Exactness | None:
         spec, op = spec_for(overload), resolve(overload)
         kind = ieee.kind(overload)
-        if dtype not in exactness.FLOATS + exactness.MEASURED or not spec.check_values:
+        if dtype not in exactness.FLOATS + exactness_measure.MEASURED or not spec.check_values:
             return None
         if spec.exact is False or (not dtype.is_floating_point and kind == ieee.EXACT):
             return None  # integer inputs: only pointwise ops give a float result per element
@@ -117,12 +117,14 @@ class RunSamples:
             # by the samples' contents: an op spec's own samples too are measured once
             key = f"{overload}|{dtype_name(d)}|exact|{content_digest(calls)}"
             found = self.summary.remember(
-                key, lambda: exactness.measure(op, calls, d, data, functional).to_json(), save=True
+                key,
+                lambda: exactness_measure.measure(op, calls, d, data, functional).to_json(),
+                save=True,
             )
             return exactness.Measured.from_json(found)
 
         float32 = measured(torch.float32) if dtype.is_floating_point else None
-        own = measured(dtype) if dtype in exactness.MEASURED[1:] else None
+        own = measured(dtype) if dtype in exactness_measure.MEASURED[1:] else None
         return exactness.judge(kind, own, float32, dtype, overload)
 
     def arguments(self, overload: str, dtype: torch.dtype, derive: bool = True) -> dict[str, str]:

@@ -6,7 +6,7 @@ process runs the cases in runner processes (forked or spawned, isolation.py) and
 results; under pytest-xdist each worker runs and writes its own cases and the controller only
 reports workers that died or hung; a runner only runs cases and sends its reports to its parent.
 The hooks stay thin: what they decide lives in the modules they call (header.py, accounting.py,
-watch.py, families/, terminal.py).
+watch.py, families/, ordering.py, case_reports.py, terminal.py).
 """
 
 from __future__ import annotations
@@ -21,24 +21,20 @@ import torch
 
 from conformance.engine import heap
 from conformance.engine.backend import Backend, load_backend
-from conformance.engine.foundations import ORDER
-from conformance.engine.modes import mode_of, selected
+from conformance.engine.modes import selected
 from conformance.engine.profile import DeviceProfile
 from conformance.errors import ConformanceUsageError
 from conformance.findings import group_findings
 from conformance.harness.accounting import Accounting, not_run_record
 from conformance.harness.baseline import write_run_baseline
+from conformance.harness.case_reports import attach_record, ends_case, logged_record
 from conformance.harness.exiting import end_at_exit, interrupt_on_sigterm, is_command_line
 from conformance.harness.families import registry
 from conformance.harness.header import header_lines, key_header_lines
 from conformance.harness.isolation import WorkerIsolation, run_isolated
-from conformance.harness.nodes import (
-    RECORD_PROPERTY,
-    case_of,
-    record_id,
-    targets_conformance,
-)
+from conformance.harness.nodes import targets_conformance
 from conformance.harness.options import Options, read_options
+from conformance.harness.ordering import order_items
 from conformance.harness.plan import Plan, plan_isolation
 from conformance.harness.recorder import Recorder
 from conformance.harness.roles import Role, role_of
@@ -53,18 +49,6 @@ from conformance.harness.zygotes import serve_zygote
 from conformance.record import CaseRecord, Status
 
 PLUGIN_NAME = "conformance-run"
-# statuses a case's record decides itself; any other comes from pytest's outcome
-_DECIDED = frozenset(
-    {
-        Status.XPASSED,
-        Status.CRASHED,
-        Status.HUNG,
-        Status.UNSUPPORTED,
-        Status.ERROR,
-        Status.BLOCKED,
-        Status.TORCH_BUG,
-    }
-)
 # torch warns at every torch.manual_seed when the device module lacks manual_seed_all: the run
 # header says it once instead
 SEED_WARNING = r"Set seed for `?\w+`? device does not take effect"
@@ -133,7 +117,7 @@ class ConformanceRun:
                     with_coverage=self.role not in (Role.SPAWNED_RUNNER, Role.ZYGOTE)
                     and not registry().targets_only(self.config),
                     keyword=self.config.option.keyword,
-                    collectives_only=registry().targets_only(self.config, "collectives"),
+                    alone=registry().named_alone(self.config),
                 )
             except ConformanceUsageError as exc:
                 raise pytest.UsageError(str(exc)) from None
@@ -291,40 +275,12 @@ class ConformanceRun:
         return True
 
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]):
-        """Foundation cases run first, -grad cases after every forward case, the contract cases
-        and the scenarios last (so the first failure of a run names the op that is wrong);
-        --ops/--fallback-ops name the overloads to test: the scenarios and the contract cases
-        then stay out; with --shard each runs in one shard."""
+        """Foundation cases first, -grad cases after every forward case, the contract cases and
+        the scenarios last; --ops/--fallback-ops or --shard leave some of them out
+        (ordering.py)."""
         if not self.started:
             return
-
-        families = registry()
-        owners = {}  # the items of the families besides the op cases -> their family
-        for item in items:
-            family = families.of_item(item) if case_of(item) is None else None
-            if family is not None:
-                owners[item] = family
-
-        def rank(item: pytest.Item) -> int:
-            case = case_of(item)
-            if case is None:
-                return 3 if item in owners else 1
-            rank = mode_of(case.values).collection_rank  # -grad: after every forward case
-            return 0 if rank == 1 and case.overload in ORDER else rank
-
-        # stable: foundations, the other forward cases, every -grad case, then the scenarios
-        items.sort(key=rank)
-        scenarios = [item for item in items if item in owners]
-        for item in scenarios:
-            owners[item].expect(self.suite, item)
-        if self.suite.options.ops or self.suite.options.fallback_ops:
-            dropped = scenarios
-        else:  # --shard: each scenario runs in one shard
-            keeps = self.suite.case_list.shard_keeps([record_id(item.nodeid) for item in scenarios])
-            dropped = [item for item, keep in zip(scenarios, keeps, strict=True) if not keep]
-        if dropped:
-            config.hook.pytest_deselected(items=dropped)
-            items[:] = [item for item in items if item not in dropped]
+        order_items(self.suite, config, items)
 
     def pytest_report_header(self, config: pytest.Config) -> list[str] | None:
         if not self.started:
@@ -337,29 +293,23 @@ class ConformanceRun:
         controller or from a forked child to its parent)."""
         outcome = yield
         report = outcome.get_result()
-        if not (report.when == "call" or (report.when == "setup" and not report.passed)):
+        if not ends_case(report):
             return
         family = registry().of_item(item) if self.started else None
         if family is None:
             return
-        record = family.record_from_report(self.suite, item, report)
-        report.user_properties.append((RECORD_PROPERTY, record.to_json()))
+        attach_record(report, family.record_from_report(self.suite, item, report))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Write the case's line, once per case, in the process that ran it; every process but
         a forked child keeps the records for the findings of the terminal summary."""
         if self.role is Role.FORKED_CHILD:
             return
-        if not (report.when == "call" or (report.when == "setup" and not report.passed)):
+        if not ends_case(report):
             return
-        data = dict(report.user_properties).get(RECORD_PROPERTY)
-        if data is None:
+        record = logged_record(report)  # its status decided (case_reports.py)
+        if record is None:
             return
-        record = CaseRecord.from_json(data)
-        record.status = outcome_status(report, record)
-        if record.status is Status.ERROR:
-            record.check = record.check or "harness"
-        record.duration = round(report.duration, 6)
         self.records.append(record)
         if self.role is not Role.XDIST_CONTROLLER and self.recorder is not None:
             self.write(record)
@@ -465,14 +415,3 @@ class ConformanceRun:
         if self.role is not Role.FORKED_CHILD:
             self.run_dir.remove()
         self.watch.remove()
-
-
-def outcome_status(report: pytest.TestReport, record: CaseRecord) -> Status:
-    """The case's status: decided by its record (crashed, xpassed, ...) or by pytest's outcome."""
-    if record.status in _DECIDED:
-        return record.status
-    if report.when == "setup" and report.failed:
-        return Status.ERROR
-    if hasattr(report, "wasxfail"):
-        return Status.XFAILED if report.skipped else Status.XPASSED
-    return Status(report.outcome)

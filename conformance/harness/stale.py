@@ -9,7 +9,8 @@ import fnmatch
 
 from conformance.engine.layout_names import LAYOUT_HELP
 from conformance.harness.cases import CaseList
-from conformance.harness.expectations import Entry, Manifest, family_of, record_key
+from conformance.harness.expectations import Entry, Manifest
+from conformance.harness.families import registry
 from conformance.harness.options import DEFAULT_DTYPES, MODES, PATHS, parse_dtypes
 from conformance.harness.sampling import dtype_name
 from conformance.record import CaseRecord, Status
@@ -57,19 +58,17 @@ def stale_expectations(
         return not any(fnmatch.fnmatchcase(r, op) for r in reachable)
 
     # -k/-m: the scenarios and contract cases left out are not known here: no entry is judged
+    families = registry()
     ran: dict[str, list[str]] = {}  # family -> the keys of its records
     for r in [] if selected_by_keyword else records:
-        fields = {k: str(v) for k, v in r.extra.items()}
-        key = record_key(r.path, {**fields, "id": r.id, "overload": r.overload})
+        key = families.record_key(r)
         if key is not None:
-            ran.setdefault(r.path, []).append(key)
+            ran.setdefault(r.family, []).append(key)
 
     def matches_none(entry: Entry, pattern: str) -> bool:
-        family = family_of(pattern)
+        family = families.of_key(pattern)
         if family is not None:  # judged when the family ran
-            keys = ran.get(family, [])
-            if family == "collectives":  # judged against the same c10d backend's cases only
-                keys = [k for k in keys if k.split(":")[1] == pattern.split(":")[1]]
+            keys = family.judged_keys(pattern, ran.get(family.name, []))
             return bool(keys) and not any(entry.matching(i) for i in keys)
         return judged(pattern) and not any(fnmatch.fnmatchcase(i, pattern) for i in ids)
 

@@ -7,7 +7,6 @@ the pytest hooks live in `session.py`."""
 
 from __future__ import annotations
 
-import functools
 import os
 from dataclasses import asdict
 from typing import Any
@@ -25,7 +24,6 @@ from conformance.harness.expectations import (
     default_manifest_paths,
     load_manifest,
 )
-from conformance.harness.families.collectives_plan import CollectivesPlan, collectives_plan
 from conformance.harness.keyword import keyword_filter
 from conformance.harness.options import Options
 from conformance.harness.repro_lines import ReproLines
@@ -51,10 +49,11 @@ class Suite:
         invocation_dir: str = ".",
         with_coverage: bool = True,
         keyword: str | None = None,
-        collectives_only: bool = False,
+        alone: str | None = None,
     ) -> None:
         self.options = options
-        self.collectives_only = collectives_only  # the command line names the family alone
+        self.alone = alone  # the family whose folder is all the command line names, if one is
+        self.family_plans: dict[str, Any] = {}  # family -> what it judges (Family.plan)
         self.keyword = keyword or ""
         self.cache_dir = cache_dir
         self.worker = worker
@@ -125,11 +124,6 @@ class Suite:
 
         found = self.run_dir.shared(f"foundation-{name}.json", compute) if self.run_dir else None
         return [Probe(**p) for p in (found if found is not None else compute())]
-
-    @functools.cached_property
-    def collectives(self) -> CollectivesPlan:
-        """What the collectives family judges in this run (harness/families/collectives_plan.py)."""
-        return collectives_plan(self.options, self.backend, self.collectives_only)
 
     def mode_account(self) -> dict[str, Any]:
         """Which overloads have the cases of each mode, and why not (computed once)."""

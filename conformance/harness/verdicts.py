@@ -239,7 +239,7 @@ class CaseVerdicts:
 
     def _record(self, case: CaseId, outcome: CaseOutcome, nodeid: str) -> CaseRecord:
         """The case's result record; its status is set from pytest's outcome when logged
-        (or here, for the statuses pytest has no outcome for: see session._DECIDED)."""
+        (or here, for the statuses pytest has no outcome for: see case_reports._DECIDED)."""
         failure = outcome.failure
         if failure is not None or outcome.unsupported:
             message: str | None = self.failure_message(case, outcome, nodeid)

@@ -5,14 +5,14 @@
     python -m conformance.measure.power --write docs/POWER.md  # the table the docs publish
     python -m conformance.measure.power --quick --check        # each target and a control only
 
-The faults and their kernels are `planted_faults.py` (the families table: what each check must
-catch, per dtype). The real case of a family's overload runs through the engine as a run runs it
-(harness/casework.py: its samples, every check, contiguous layout, native path) at each
-magnitude of a descending grid until one passes; the smallest magnitude caught, the largest
-missed and the target are printed per family and dtype. Magnitude 0 (the right kernel with the
-fault's machinery) is the control and must pass: a check that fires on it is a false alarm. A
-fault smaller than the dtype's resolution does not exist: the perturbed result is rounded to the
-dtype, so a bfloat16 output cannot be off by less than its ulp (0.4-0.8 %).
+The faults are `fault_families.py` (the families table: what each check must catch, per dtype) and
+their kernels `planted_faults.py`. The real case of a family's overload runs through the engine as a
+run runs it (harness/casework.py: its samples, every check, contiguous layout, native path) at each
+magnitude of a descending grid until one passes; the smallest magnitude caught, the largest missed
+and the target are printed per family and dtype. Magnitude 0 (the right kernel with the fault's
+machinery) is the control and must pass: a check that fires on it is a false alarm. A fault smaller
+than the dtype's resolution does not exist: the perturbed result is rounded to the dtype, so a
+bfloat16 output cannot be off by less than its ulp (0.4-0.8 %).
 
 The kernels stay overridden for the life of the process: run it as its own process (the
 self-test does, tests/measure/test_power.py). Needs echo_npu.
@@ -29,7 +29,8 @@ from dataclasses import dataclass, replace
 import torch
 
 from conformance.engine import discovery
-from conformance.measure.planted_faults import FAMILIES, Family, Planted, dtype_name, install
+from conformance.measure.fault_families import FAMILIES, Family, dtype_name
+from conformance.measure.planted_faults import Planted, install
 
 __all__ = ["FAMILIES", "Bench", "Power", "main", "measure_all", "render"]
 

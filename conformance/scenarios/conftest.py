@@ -8,6 +8,7 @@ import pytest
 
 from conformance.engine.compare import Mismatch
 from conformance.engine.memory import MemoryWatch
+from conformance.harness.families.scenarios import FAMILY
 from conformance.harness.session import run_of
 from conformance.scenarios._helpers import last_step, missing_op, reset_steps
 
@@ -19,7 +20,8 @@ def _unsupported(item: pytest.Item, exc: BaseException) -> None:
     suite = run_of(item.config).suite
     backend = suite.backend
     op = missing_op(exc, backend.device_type)
-    entry = suite.expectations.scenario_expectation(item.nodeid.split("::", 1)[-1])
+    key = FAMILY.manifest_key(item.nodeid.split("::", 1)[-1])
+    entry = suite.expectations.family_expectation(key)
     if op is not None and entry is not None and entry.status == "unsupported":
         step = f" (step: {last_step()})" if last_step() else ""
         pytest.skip(

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from conformance.engine import errorclass, evidence, oracles
-from conformance.engine.checks import NotApplicable, check_errors
+from conformance.engine.checks import NotApplicable
 from conformance.engine.compare import ErrorStats, Mismatch, compare_values
+from conformance.engine.error_checks import check_errors
 from conformance.engine.profile import Fact
 from conformance.harness.casework import lacks_dtype
 
@@ -135,7 +136,7 @@ def test_compile_time_is_the_runtimes_own_metric():
 def test_a_backward_that_fails_where_its_graph_runs_is_a_grad_finding(monkeypatch):
     """torch_xla: cumprod's and svd's backward fail to lower only when the gradient is read
     (its graph runs then); that was "[harness] the suite failed while checking this sample"."""
-    from conformance.engine import gradients, transfer
+    from conformance.engine import grad_compare, transfer
 
     def lowering_fails(t):
         raise RuntimeError("Error while lowering: [] aten::cumprod_backward")
@@ -143,7 +144,7 @@ def test_a_backward_that_fails_where_its_graph_runs_is_a_grad_finding(monkeypatc
     monkeypatch.setattr(transfer, "has_storage", lambda t: False)
     monkeypatch.setattr(transfer, "read_back", lowering_fails)
     with pytest.raises(Mismatch) as info:
-        gradients._settled("grad of self (grad_output contiguous)", torch.ones(3))
+        grad_compare._settled("grad of self (grad_output contiguous)", torch.ones(3))
     assert info.value.check == "grad"
     assert "Error while lowering" in info.value.message
     assert "grad of self (grad_output contiguous), when its graph ran" in info.value.message

@@ -1,14 +1,15 @@
 """CPU's exactness is decided by evidence and by what IEEE 754 asks of the op
-(engine/exactness.py, engine/ieee.py): single IEEE operations are exact, transcendentals and
-reductions are not; half precision is measured on its own, exhaustively for a 16-bit input;
-integer-input true division is judged too; a function IEEE only recommends correct rounding for
-is held to one ulp, never to the bit; a small sample proves nothing."""
+(engine/exactness.py, engine/exactness_measure.py, engine/ieee.py): single IEEE operations are
+exact, transcendentals and reductions are not; half precision is measured on its own,
+exhaustively for a 16-bit input; integer-input true division is judged too; a function IEEE
+only recommends correct rounding for is held to one ulp, never to the bit; a small sample
+proves nothing."""
 
 from __future__ import annotations
 
 import torch
 
-from conformance.engine import exactness, ieee
+from conformance.engine import exactness, exactness_measure, ieee
 from conformance.engine.calls import Call
 from conformance.engine.exactness import BITS, ULP, Exactness, Measured
 
@@ -22,7 +23,9 @@ def _calls(overload: str, dtype: torch.dtype, arity: int, shape=(8, 8)) -> list[
 
 
 def _measure(op, overload: str, dtype: torch.dtype, arity: int, shape=(8, 8)) -> Measured:
-    return exactness.measure(op, _calls(overload, dtype, arity, shape), dtype, set(range(arity)))
+    return exactness_measure.measure(
+        op, _calls(overload, dtype, arity, shape), dtype, set(range(arity))
+    )
 
 
 def _judged(overload: str, dtype: torch.dtype, arity: int = 1) -> Exactness:
@@ -91,8 +94,8 @@ def test_integer_true_division_is_judged_by_its_float_result():
         Call("div.Tensor", (torch.randint(-99, 99, (8, 8), generator=g, dtype=torch.int32),
                             torch.randint(1, 99, (8, 8), generator=g, dtype=torch.int32)))
     ]  # fmt: skip
-    measured = exactness.measure(div, calls, torch.int32, {0, 1})
-    assert measured.elements >= exactness.TARGET_ELEMENTS and not measured.wrong, measured
+    measured = exactness_measure.measure(div, calls, torch.int32, {0, 1})
+    assert measured.elements >= exactness_measure.TARGET_ELEMENTS and not measured.wrong, measured
     found = exactness.judge(ieee.kind("div.Tensor"), measured, None, torch.int32)
     assert found.exact and found.rule == BITS, found
 
@@ -105,7 +108,7 @@ def test_float64_is_inferred_from_float32_where_that_is_exact():
 
 def test_too_few_elements_prove_nothing():
     calls = [Call("mul", (torch.ones(4), torch.ones(4)))]
-    found = exactness.measure(torch.ops.aten.mul.Tensor, calls, torch.float32, set())
+    found = exactness_measure.measure(torch.ops.aten.mul.Tensor, calls, torch.float32, set())
     assert found.failed == "only 4 result elements to compare"
     assert not exactness.judge(ieee.CORRECTLY_ROUNDED, None, found, torch.float32).exact
 
@@ -124,7 +127,10 @@ def test_an_op_that_accumulates_is_not_exact_even_where_cpu_rounds_it_correctly(
     g = torch.Generator().manual_seed(0)
     calls = [Call("cumsum", (torch.randn(8, 8, generator=g), 1)) for _ in range(3)]
     found = exactness.judge(
-        ieee.EXACT, None, exactness.measure(cumsum, calls, torch.float32, {0}), torch.float32
+        ieee.EXACT,
+        None,
+        exactness_measure.measure(cumsum, calls, torch.float32, {0}),
+        torch.float32,
     )
     assert not found.exact and found.why.startswith("accumulates: a result element depends on 8")
 
@@ -163,12 +169,12 @@ def test_linspace_with_dtype_is_measured_against_float64_not_against_itself():
     from conformance.samples import opinfo
 
     op = torch.ops.aten.linspace.default
-    float32 = exactness.measure(
+    float32 = exactness_measure.measure(
         op, opinfo.captured_calls("linspace", torch.float32, (), None), torch.float32, set()
     )
     for dtype in (torch.float16, torch.bfloat16, torch.float32):
         calls = opinfo.captured_calls("linspace", dtype, (), None)
         assert all(c.kwargs.get("dtype") == dtype for c in calls)
-        own = exactness.measure(op, calls, dtype, set()) if dtype != torch.float32 else None
+        own = exactness_measure.measure(op, calls, dtype, set()) if dtype != torch.float32 else None
         found = exactness.judge(ieee.kind("linspace"), own, float32, dtype, "linspace")
         assert not found.exact and "not correctly rounded on" in found.why, (dtype, found)

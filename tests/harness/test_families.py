@@ -102,3 +102,59 @@ def test_an_old_record_without_a_family_gets_it_from_its_path():
     assert CaseRecord.from_json(old).family == "scenarios"
     assert CaseRecord.from_json({**old, "path": "native"}).family == "ops"
     assert CaseRecord.from_json({**old, "path": "collectives"}).family == "collectives"
+
+
+def test_manifest_keys_are_each_family_s_and_found_back_from_a_pattern(suite):
+    """A family's records key the manifest by its prefix (the stale-entry check, the baseline
+    writer and the expectations all read them through the registry); an op case has no key."""
+    families = registry()
+    keys = {}
+    for family, nodeid in NODE_IDS.items():
+        record = families.of_nodeid(nodeid).new_record(suite, nodeid, Status.FAILED)
+        keys[family] = families.record_key(record)
+    assert keys["ops"] is None
+    assert keys["scenarios"] == "scenario:test_attention_mask_pipeline[x]"
+    assert keys["contract"] == "contract:stream-synchronize"
+    # no c10d backend on this device: the collectives case names none
+    assert keys["collectives"] is None or keys["collectives"].startswith("collectives:")
+    for prefix, name in (("scenario", "scenarios"), ("contract", "contract")):
+        assert families.of_key(f"{prefix}:anything*").name == name
+    assert families.of_key("collectives:gloo:all_reduce-*").name == "collectives"
+    assert families.of_key("abs-float32-*") is None and families.of_key("nofamily:x") is None
+
+
+def test_a_collectives_pattern_is_judged_against_its_own_c10d_backend_only():
+    collectives = registry().named("collectives")
+    keys = ["collectives:gloo:all_reduce-x", "collectives:echo:all_reduce-x"]
+    assert collectives.judged_keys("collectives:gloo:*", keys) == keys[:1]
+    assert registry().named("contract").judged_keys("contract:*", keys) == keys
+
+
+def test_a_family_s_plan_is_made_once_per_run(suite):
+    """What a family judges in the run (the collectives' c10d backend and cases) is made on
+    first use and kept by the run (Family.plan); the op cases have none."""
+    collectives = registry().named("collectives")
+    plan = collectives.plan(suite)
+    assert plan is collectives.plan(suite) and suite.family_plans["collectives"] is plan
+    assert registry().named("ops").plan(suite) is None
+
+
+@pytest.mark.parametrize(
+    ("args", "alone"),
+    [
+        (["conformance/collectives"], "collectives"),
+        (["conformance/collectives/test_collectives.py::test_collective"], "collectives"),
+        (["conformance/contract", "conformance/contract/test_streams.py"], "contract"),
+        (["conformance/collectives", "conformance/contract"], None),
+        (["conformance"], None),
+        ([], None),
+    ],
+)
+def test_the_family_a_command_line_names_alone(args, alone):
+    """`--collectives-set auto` means the default selection where a run is that family's alone
+    (Family.make_plan reads Suite.alone)."""
+    root = os.path.dirname(PACKAGE_DIR)
+    config = SimpleNamespace(
+        args=[os.path.join(root, a) for a in args], option=SimpleNamespace(pyargs=False)
+    )
+    assert registry().named_alone(config) == alone

@@ -346,3 +346,34 @@ def test_a_reason_never_carries_a_machine_path() -> None:
         'INTERNAL ASSERT FAILED at "Copy.cpp":7'
     )
     assert portable("3/5 elements, shape [2, 3]") == "3/5 elements, shape [2, 3]"
+
+
+def test_a_failing_case_of_every_family_gets_its_entry_and_the_next_run_expects_it(tmp_path):
+    """A scenario, a contract item and a collectives case (keyed `collectives:<c10d>:<case>`:
+    the baseline once dropped those, so the next run failed on them) each get an entry whose
+    pattern the manifest matches against the family's key, as the next run will."""
+    from conformance.harness.families import registry
+
+    ops = _run({}, _universe(("abs",)))
+    family_rows = [
+        {"id": "test_cnn_training", "op": "scenario", "overload": "test_cnn_training",
+         "path": "scenario"},
+        {"id": "test_event_elapsed_time", "op": "contract", "overload": "event-elapsed-time",
+         "path": "contract"},
+        {"id": "test_collective[all_reduce-SUM-float32-33-contiguous-w2-sync]",
+         "op": "all_reduce", "overload": "SUM", "path": "collectives",
+         "collective_key": "gloo:all_reduce-SUM-float32-33-contiguous-w2-sync"},
+    ]  # fmt: skip
+    for row in family_rows:
+        row.update(status="failed", check="x", message="[x] wrong", repro="pytest ...",
+                   torch="2.13.0", allocator="malloc")  # fmt: skip
+    result = baseline([({}, ops + family_rows)], source="test")
+    manifest = _load(tmp_path, result.files[""])
+    keys = [registry().record_key(CaseRecord.from_json(r)) for r in family_rows]
+    assert keys == [
+        "scenario:test_cnn_training",
+        "contract:event-elapsed-time",
+        "collectives:gloo:all_reduce-SUM-float32-33-contiguous-w2-sync",
+    ]
+    assert all(manifest.match(k, "malloc") is not None for k in keys), result.files[""]
+    assert {p for e in manifest.entries for p in e.patterns} == set(keys)

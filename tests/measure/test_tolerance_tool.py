@@ -1,5 +1,5 @@
-"""The tolerance-measuring tool (conformance/measure/tolerances.py): figures, report, usage
-errors, a crashing CPU kernel."""
+"""The tolerance-measuring tool (conformance/measure/tolerances.py, its figures and report in
+tolerance_figures.py): figures, report, usage errors, a crashing CPU kernel."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import torch
 
 from conformance.engine.compare import TOLERANCES
 from conformance.measure import tolerances as tool
+from conformance.measure.tolerance_figures import measure
 from tests.helpers import clean_env
 
 BF16 = torch.bfloat16
@@ -23,11 +24,11 @@ def cache(tmp_path_factory) -> str:
 
 def test_measure_gives_the_multiplier_of_the_base_tolerance():
     e = torch.tensor([1.0, 100.0], dtype=BF16)
-    figures = tool.measure(e * 1.2, e, TOLERANCES[BF16])
+    figures = measure(e * 1.2, e, TOLERANCES[BF16])
     assert figures.max_rel == pytest.approx(0.2, rel=0.02)
     assert figures.x == pytest.approx(0.2 * 100 / (1e-5 + 1.6e-2 * 100), rel=0.02)
     assert figures.over == pytest.approx(figures.x)
-    assert tool.measure(e, e, TOLERANCES[BF16]).x == 0
+    assert measure(e, e, TOLERANCES[BF16]).x == 0
 
 
 def test_tool_reports_each_dtype_and_what_the_spec_allows(capsys, cache):

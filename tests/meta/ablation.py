@@ -62,7 +62,7 @@ def _off(module: str, attr: str) -> Callable[[], None]:
 
 def _subclass_errors() -> None:
     """The error check as it was: any subclass of CPU's exception type passes."""
-    from conformance.engine import checks
+    from conformance.engine import checks, error_checks  # noqa: F401 - registers the error check
     from conformance.engine.compare import Mismatch
 
     def old(s) -> None:
@@ -122,7 +122,7 @@ def _error_check_gives(outcome: str) -> Callable[[], None]:
     """unsupported / not applicable: a failed error check becomes that status instead."""
 
     def permissive() -> None:
-        from conformance.engine import checks
+        from conformance.engine import checks, error_checks  # noqa: F401 - registers it
         from conformance.engine.compare import Mismatch
 
         def wrap(run):
@@ -220,7 +220,7 @@ ABLATIONS: dict[str, Callable[[], None]] = {
     "error-classes": _subclass_errors,
     "memory": _off("conformance.engine.memory", "MemoryWatch.check_after"),
     "leak": _off("conformance.engine.memory", "MemoryWatch.check_leaks"),
-    "old-contents": _off("conformance.engine.checks", "_compare_old_contents"),
+    "old-contents": _off("conformance.engine.write_checks", "_compare_old_contents"),
     "layout-free-reference": _off("conformance.engine.consistency", "layout_free"),
     "random-properties": _off("conformance.engine.oracles", "distribution_problem"),
     "random-redraw": _patch(
@@ -271,7 +271,7 @@ ABLATIONS: dict[str, Callable[[], None]] = {
         "conformance.engine.modes.inference", "inference_context", lambda f: contextlib.nullcontext
     ),
     "identity-first-call": _patch(
-        "conformance.engine.checks",
+        "conformance.engine.alias_checks",
         "_returns_written",
         lambda f: (
             lambda s, result, dev, where: (
@@ -281,7 +281,7 @@ ABLATIONS: dict[str, Callable[[], None]] = {
     ),
     # power and determinism (issue 32)
     "random-parametric": _off("conformance.engine.parametric", "check"),
-    "grad-measured-allowance": _off("conformance.engine.gradients", "_truth"),
+    "grad-measured-allowance": _off("conformance.engine.grad_compare", "float64_truth"),
     "nondeterministic-reference": _off("conformance.engine.sample_run", "_unstable_reference"),
     "culprit-unconfirmed": _patch(
         "conformance.harness.culprit",

@@ -12,6 +12,7 @@ that error, without starting again.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -68,7 +69,11 @@ class World:
         self.log_path = os.path.join(self.folder, "ranks.log")
         self.procs: list[subprocess.Popen] = []
         self.conns: list[Connection] = []
-        self._start()
+        try:
+            self._start()
+        except BaseException:
+            self.discard()  # its failure carries the log's tail already
+            raise
 
     def _start(self) -> None:
         log = open(self.log_path, "ab")  # noqa: SIM115 - the ranks write it until they end
@@ -193,6 +198,12 @@ class World:
             conn.close()
         self.procs, self.conns = [], []
 
+    def discard(self) -> None:
+        """Stop every rank and remove the world's folder (its ranks' log and store): a world
+        is discarded when it is replaced or its process's worlds are closed."""
+        self.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
 
 def _how(returncode: int | None) -> str:
     """How a rank ended, from its Popen return code."""
@@ -229,9 +240,11 @@ class Worlds:
             raise self.start_failures[size]
         world = self.worlds.pop(size, None)
         if world is None or not world.alive:
+            if world is not None:
+                world.discard()
             while len(self.worlds) >= MAX_WORLDS:
                 oldest = next(iter(self.worlds))
-                self.worlds.pop(oldest).close()
+                self.worlds.pop(oldest).discard()
             try:
                 world = World(size, self.setup)
             except WorldFailure as exc:
@@ -249,14 +262,16 @@ class Worlds:
         try:
             answers = world.run(case, reference)
         except WorldFailure:
-            self.worlds.pop(case.world, None)
+            failed = self.worlds.pop(case.world, None)
+            if failed is not None:  # stopped already; its failure holds the log's tail
+                failed.discard()
             raise
         raised = sum(a.kind == "raised" for a in answers)
         if raised and (case.collective in P2P or raised < len(answers)):
-            self.worlds.pop(case.world).close()
+            self.worlds.pop(case.world).discard()
         return answers
 
     def close(self) -> None:
         for world in self.worlds.values():
-            world.close()
+            world.discard()
         self.worlds = {}

@@ -35,6 +35,21 @@ class Families:
         """The family of a node id alone (an xdist controller, the end-of-run accounting)."""
         return next((f for f in self.members if f.owns_nodeid(nodeid)), None)
 
+    def of_key(self, key: str) -> Family | None:
+        """The family a manifest pattern or key names (`contract:<item>`), None for an op
+        case's id or pattern."""
+        prefix, colon, _ = key.partition(":")
+        return next((f for f in self.members if colon and f.manifest_prefix == prefix), None)
+
+    def record_key(self, record: CaseRecord) -> str | None:
+        """The manifest key of a family's record (`scenario:<name>`), None for an op case."""
+        family = self.named(record.family)
+        return family.record_key(record) if family is not None else None
+
+    def named(self, name: str) -> Family | None:
+        """The family of that name (a record's `family`)."""
+        return next((f for f in self.members if f.name == name), None)
+
     def header_lines(self, suite: Suite) -> list[str]:
         """Every family's lines of the run header, in the registry's order."""
         return [line for f in self.members for line in f.header_lines(suite)]
@@ -59,6 +74,11 @@ class Families:
         """Whether the command line names nothing but the folders of these families (of every
         family but the op cases when none is named): such a run has no op case."""
         return targets_only(config, self.folders(*names))
+
+    def named_alone(self, config: pytest.Config) -> str | None:
+        """The family whose folder is all the command line names, if one is."""
+        alone = [f.name for f in self.members if f.folder and self.targets_only(config, f.name)]
+        return alone[0] if len(alone) == 1 else None
 
 
 @functools.cache

@@ -27,6 +27,11 @@ class Family:
     name: str = ""  # the record's `family`, e.g. "scenarios"
     folder: str | None = None  # its tests' folder in the package (None: the generated op cases)
     rank: int = 0  # the registry's order (header lines, end-of-run notes): lower first
+    # a manifest pattern names a case of the family as "<manifest_prefix>:<name>", the name
+    # being the record's field `manifest_field` (or that key of its `extra`); None: the op
+    # cases, named by their case ids
+    manifest_prefix: str | None = None
+    manifest_field: str = "id"
 
     def owns_item(self, item: pytest.Item) -> bool:
         """Whether `item` is one of this family's cases."""
@@ -62,6 +67,29 @@ class Family:
         record.family = self.name
         return record
 
+    def manifest_key(self, name: str) -> str:
+        """What manifest patterns are matched against for the case `name` (`contract:<item>`)."""
+        assert self.manifest_prefix is not None
+        return f"{self.manifest_prefix}:{name}"
+
+    def record_key(self, record: CaseRecord) -> str | None:
+        """The manifest key of one of the family's records (None: it names no case)."""
+        if self.manifest_prefix is None:
+            return None
+        name = getattr(record, self.manifest_field, None) or record.extra.get(self.manifest_field)
+        return self.manifest_key(str(name)) if name else None
+
+    def judged_keys(self, pattern: str, keys: list[str]) -> list[str]:
+        """The keys of the run's records a manifest pattern of the family is judged against
+        when the stale-entry check asks whether it matches any (all of them, by default)."""
+        return keys
+
+    def plan(self, suite: Suite) -> Any:
+        """What the family judges in this run (`make_plan`), made once per run."""
+        if self.name not in suite.family_plans:
+            suite.family_plans[self.name] = self.make_plan(suite)
+        return suite.family_plans[self.name]
+
     # ---- what a family module defines -------------------------------------------------------
     def build_record(self, suite: Suite, nodeid: str, status: Status, **values: Any) -> CaseRecord:
         raise NotImplementedError
@@ -70,6 +98,11 @@ class Family:
         self, suite: Suite, item: pytest.Item, report: pytest.TestReport
     ) -> CaseRecord:
         raise NotImplementedError
+
+    def make_plan(self, suite: Suite) -> Any:
+        """What the family judges in this run, from the options and the device profile (the
+        collectives' c10d backend and world sizes); None where it has nothing to choose."""
+        return None
 
     def expect(self, suite: Suite, item: pytest.Item) -> None:
         """Apply the manifest's entries naming this case to its item before it runs (xfail,

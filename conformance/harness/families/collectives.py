@@ -15,9 +15,8 @@ from conformance.engine.collectives.judge import key_masks
 from conformance.engine.collectives.spec import CollectiveCase
 from conformance.harness.families.base import Family
 from conformance.harness.families.collectives_plan import (
-    PREFIX,
     CollectivesPlan,
-    manifest_key,
+    collectives_plan,
 )
 from conformance.harness.families.collectives_plan import header_lines as collectives_header
 from conformance.harness.families.expectations import (
@@ -34,6 +33,11 @@ if TYPE_CHECKING:
 
 CHECK = "collectives"  # the check of a collectives case with a wrong answer
 _STATUS = MappingProxyType({"hung": (Status.HUNG, "hang"), "crashed": (Status.CRASHED, "crash")})
+
+
+def manifest_key(plan: CollectivesPlan, case_id: str) -> str:
+    """What manifest patterns are matched against: `collectives:<c10d>:<case id>`."""
+    return FAMILY.manifest_key(f"{plan.c10d}:{case_id}")
 
 
 def expect_collective(suite: Suite, plan: CollectivesPlan, item: pytest.Item) -> None:
@@ -85,9 +89,8 @@ def new_collective_record(
             f"python -m conformance.engine.collectives {case_id} --c10d {plan.c10d} "
             f"--device {plan.device}{backend}"
         )
-        key = manifest_key(plan, case_id)
-        record.extra["collective_key"] = key.removeprefix(PREFIX)
-        expected_by(suite, record, key)
+        record.extra["collective_key"] = f"{plan.c10d}:{case_id}"
+        expected_by(suite, record, manifest_key(plan, case_id))
     return record
 
 
@@ -149,20 +152,31 @@ class Collectives(Family):
     name = "collectives"
     folder = "collectives"
     rank = 20
+    manifest_prefix = "collectives"
+    manifest_field = "collective_key"  # `<c10d>:<case id>`
 
     def build_record(self, suite: Suite, nodeid: str, status: Status, **values: Any) -> CaseRecord:
-        return new_collective_record(suite, nodeid, status, suite.collectives, **values)
+        return new_collective_record(suite, nodeid, status, self.plan(suite), **values)
 
     def report_record(
         self, suite: Suite, item: pytest.Item, report: pytest.TestReport
     ) -> CaseRecord:
-        return collective_record(suite, suite.collectives, item, report)
+        return collective_record(suite, self.plan(suite), item, report)
+
+    def make_plan(self, suite: Suite) -> CollectivesPlan:
+        # `--collectives-set auto` is the default selection where the run is this family's alone
+        return collectives_plan(suite.options, suite.backend, suite.alone == self.name)
+
+    def judged_keys(self, pattern: str, keys: list[str]) -> list[str]:
+        # a pattern is judged against the cases of its own c10d backend only
+        c10d = pattern.split(":")[1]
+        return [k for k in keys if k.split(":")[1] == c10d]
 
     def expect(self, suite: Suite, item: pytest.Item) -> None:
-        expect_collective(suite, suite.collectives, item)
+        expect_collective(suite, self.plan(suite), item)
 
     def header_lines(self, suite: Suite) -> list[str]:
-        return collectives_header(suite.collectives)
+        return collectives_header(self.plan(suite))
 
     def end_notes(self, records: list[CaseRecord]) -> list[str]:
         return refusals(records)

@@ -11,8 +11,6 @@ from conformance.engine.collectives.spec import CollectiveCase, parse_worlds, se
 from conformance.errors import ConformanceUsageError
 from conformance.harness.options import Options
 
-PREFIX = "collectives:"  # how a manifest pattern names a collectives case
-
 
 @dataclass(frozen=True)
 class CollectivesPlan:
@@ -92,8 +90,3 @@ def header_lines(plan: CollectivesPlan) -> list[str]:
         f"silent for {plan.timeout:g} s is a hang (--collective-timeout); a refusal is skipped "
         "where torch defines no result or NCCL or gloo refuses it too (docs/COLLECTIVES.md)"
     ]
-
-
-def manifest_key(plan: CollectivesPlan, case_id: str) -> str:
-    """What manifest patterns are matched against: `collectives:<c10d>:<case id>`."""
-    return f"{PREFIX}{plan.c10d}:{case_id}"

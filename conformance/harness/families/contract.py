@@ -14,7 +14,6 @@ import torch
 
 from conformance.engine.modes.asynchronous import NOT_OBSERVABLE
 from conformance.engine.runtime_contract import HELD_BY, UNOBSERVED, item_of_test
-from conformance.harness.expectations import family_key
 from conformance.harness.families.base import Family
 from conformance.harness.families.expectations import (
     expect_family,
@@ -58,7 +57,7 @@ def contract_key(nodeid: str) -> str:
     """What manifest patterns are matched against for a contract case (`contract:<item>`)."""
     name = record_id(nodeid)
     item = item_of_test(name)
-    return family_key("contract", item.name if item is not None else name)
+    return FAMILY.manifest_key(item.name if item is not None else name)
 
 
 def expect_contract(suite: Suite, item: pytest.Item) -> None:
@@ -129,6 +128,8 @@ class Contract(Family):
     name = "contract"
     folder = "contract"
     rank = 10
+    manifest_prefix = "contract"  # `contract:<item>`
+    manifest_field = "overload"  # the contract item
 
     def build_record(self, suite: Suite, nodeid: str, status: Status, **values: Any) -> CaseRecord:
         return new_contract_record(suite, nodeid, status, **values)

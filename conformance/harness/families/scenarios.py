@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from conformance.engine.foundations import Blame
-from conformance.harness.expectations import scenario_key
 from conformance.harness.families.base import Family
 from conformance.harness.families.expectations import (
     expect_family,
@@ -31,7 +30,7 @@ def expect_scenario(suite: Suite, item: pytest.Item) -> None:
     """A manifest entry naming a scenario: xfail (strict: a pass fails with "remove this
     entry"), skip and crash skip it; unsupported lets it skip when the device lacks a kernel it
     needs (scenarios/conftest.py)."""
-    expect_family(suite, item, scenario_key(record_id(item.nodeid)))
+    expect_family(suite, item, FAMILY.manifest_key(record_id(item.nodeid)))
 
 
 def new_scenario_record(
@@ -66,7 +65,7 @@ def scenario_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) 
         check="scenario" if report.failed else None,
         message=message,
     )
-    key = scenario_key(record.id)
+    key = FAMILY.manifest_key(record.id)
     entry = expected_by(suite, record, key)
     if unexpected_pass(record, entry, key, report, f"the scenario {record.id}"):
         return record
@@ -101,6 +100,7 @@ class Scenarios(Family):
     name = "scenarios"
     folder = "scenarios"
     rank = 30
+    manifest_prefix = "scenario"  # `scenario:<test name>`
 
     def build_record(self, suite: Suite, nodeid: str, status: Status, **values: Any) -> CaseRecord:
         return new_scenario_record(suite, nodeid, self.test_file(nodeid), status, **values)

@@ -1,0 +1,100 @@
+"""The checks of what a result is, registered with checks.py's: `identity` (an in-place or out=
+overload returns the very tensor it wrote, also called below autograd) and `aliasing` (a view
+shares its input's storage, a functional output does not)."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+
+from conformance.engine.checks import Sample, returned, sample_check
+from conformance.engine.compare import Mismatch
+from conformance.engine.errorclass import first_line
+from conformance.engine.placing import Materialized
+
+
+def _writes(schema: Any) -> bool:
+    return any(r.alias_info is not None and r.alias_info.is_write for r in schema.returns)
+
+
+@sample_check(
+    "identity",
+    "in-place and out= overloads return the very tensor they wrote: to the caller (on "
+    "inference tensors inside torch.inference_mode() ADInplaceOrView does not replace the "
+    "kernel's return) and called below autograd (where ADInplaceOrView cannot return self)",
+)
+def check_identity(s: Sample) -> None:
+    if not s.spec.check_aliasing or not _writes(s.schema):
+        return
+    inference = any(view.is_inference() for _, _, view in s.dev.bases)
+    where = "on inference tensors inside torch.inference_mode()" if inference else "to the caller"
+    _returns_written(s, s.actual.result, s.dev, where)
+    below = getattr(torch._C, "_AutoDispatchBelowADInplaceOrView", None)
+    if below is None:
+        return  # torch without the guard: the run header says so
+    dev = s.placed.materialize(s.backend.device)
+    try:
+        with s.backend.routed_through_fallback(s.route), below(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = s.op(*dev.args, **dev.kwargs)
+        if s.backend.lazy is not None:
+            s.backend.lazy.sync()  # a lazy device raises at its sync point
+    except Exception as exc:  # the first call returned (this check runs only then)
+        raise Mismatch(
+            "error",
+            f"called below autograd (as a compiled or functionalized graph calls it) the kernel "
+            f"raised {type(exc).__name__}: {first_line(exc)}; the first call returned normally",
+        ) from None
+    _returns_written(s, result, dev, "called below autograd")
+
+
+def _returns_written(s: Sample, result: Any, dev: Materialized, where: str) -> None:
+    written = [view for leaf, _, view in dev.bases if leaf.written]
+    is_out = any(leaf.arg == "out" for leaf, _, _ in dev.bases if leaf.written)
+    for _, t, info in returned(s.schema, result):
+        if info is not None and info.is_write and not any(t is w for w in written):
+            what, kind = ("out= tensor", "out") if is_out else ("self", "inplace")
+            raise Mismatch(
+                kind,
+                f"returned a new tensor instead of the {what} it wrote ({where}; "
+                f"returned {_describe(t)}, {what} is {_describe(written[0]) if written else '?'})",
+            )
+
+
+def _describe(t: torch.Tensor) -> str:
+    return f"{list(t.shape)} at data_ptr {t.data_ptr():#x}"
+
+
+@sample_check(
+    "aliasing",
+    "views share storage with their input, functional outputs do not",
+    needs=("storage",),
+)
+def check_aliasing(s: Sample) -> None:
+    if not s.spec.check_aliasing:
+        return
+    dev = s.dev
+    inputs = [view for _, _, view in dev.bases]
+    for _, t, info in returned(s.schema, s.actual.result):
+        if info is not None and info.is_write:
+            continue  # the identity check covers these
+        if info is not None:
+            if t.numel() and not any(same_storage(t, x) for x in inputs):
+                raise Mismatch(
+                    "view", "view op returned a tensor that does not share storage with its input"
+                )
+        elif t.numel():
+            for x in inputs:
+                if x.numel() and same_storage(t, x):
+                    raise Mismatch(
+                        "aliasing",
+                        "output shares storage with input (a functional op must return new memory)",
+                    )
+
+
+def same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.device != b.device or a.layout != torch.strided or b.layout != torch.strided:
+        return False
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
