@@ -114,7 +114,7 @@ def worst_status(statuses: Iterable[str | Status]) -> Status:
 
 #: Check names a result can carry besides those of the engine's per-sample checks
 #: (conformance.engine.checks.CHECKS): failures of the process or the harness, a missing kernel
-#: (set by the harness from the manifest), a scenario.
+#: (set by the harness from the manifest); a family's own check is its Family's (harness/families).
 HARNESS_CHECKS = MappingProxyType(
     {
         "unsupported": "the device raised 'not implemented' where CPU computes (status "
@@ -122,12 +122,6 @@ HARNESS_CHECKS = MappingProxyType(
         "crash": "the process died while running the case",
         "hang": "the case ran past its time limit",
         "harness": "the suite itself failed while building inputs or checking (not the backend)",
-        "scenario": "an end-to-end scenario failed (conformance/scenarios)",
-        "contract": "a runtime contract case failed (conformance/contract; the message names the "
-        "item: `[contract <item>]`)",
-        "collectives": "a collectives case failed (conformance/collectives: a rank's outputs "
-        "differ from the oracle, the backend refuses what gloo computes, a Work or barrier "
-        "returns early; the message starts `[collectives] <collective> <op>`)",
         "asynchronous": "an -asynchronous case read values other than its synchronous run's (a "
         "missing fence; the message names the contract item, the stream, the event and the "
         "tensor)",

@@ -106,6 +106,7 @@ class CaseList:
         self.partition = self._partition() if sharded else None
         self._collected: list[CaseId] | None = None
         self._shard_account: dict[str, Any] | None = None  # set with the collected cases
+        self._kept: dict[tuple[tuple[str, ...], bool], list[str]] = {}  # kept_by_keyword's
 
     def _unregistered_path(self, overload: str) -> str:
         """The path of an overload this backend registered no kernel for: "fallback" when the
@@ -120,19 +121,22 @@ class CaseList:
         keep = self.keep
         if keep is None:
             return list(overloads)
-        return [
-            o
-            for o in overloads
-            if any(
-                keep(str(c))
-                for c in self._cases_of(
-                    o,
-                    self.dtypes(o, fallback_only),
-                    [self._unregistered_path(o)] if fallback_only else list(self.options.paths),
-                    probe=False,
+        key = (tuple(overloads), fallback_only)  # asked by each account: built once a run
+        if key not in self._kept:
+            self._kept[key] = [
+                o
+                for o in overloads
+                if any(
+                    keep(str(c))
+                    for c in self._cases_of(
+                        o,
+                        self.dtypes(o, fallback_only),
+                        [self._unregistered_path(o)] if fallback_only else list(self.options.paths),
+                        probe=False,
+                    )
                 )
-            )
-        ]
+            ]
+        return list(self._kept[key])
 
     def selected_overloads(self) -> list[str]:
         wanted = self.options.ops

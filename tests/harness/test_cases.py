@@ -18,6 +18,16 @@ def make_suite(tmp_path, **given: str) -> Suite:
     return Suite(read_options(FakeConfig(**given)), str(tmp_path), "main")
 
 
+@pytest.fixture
+def samples_cache(tmp_path_factory: pytest.TempPathFactory):
+    """A sample cache shared by the tests that build the case list of every overload (25-30 s
+    cold each): the suite shares its cache between runs and xdist workers the same way; a test
+    about what is built or cached keeps its own (tmp_path)."""
+    folder = tmp_path_factory.getbasetemp().parent / "shared-samples-cache"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
 def test_cases_are_the_product_of_the_axes(tmp_path) -> None:
     suite = make_suite(
         tmp_path,
@@ -98,8 +108,8 @@ def test_value_sets_add_contiguous_cases_where_the_schema_allows(tmp_path) -> No
     assert CaseId.parse("add.Tensor-float32-contiguous-native-special").values == "special"
 
 
-def test_default_run_adds_the_model_derived_fallback_set(tmp_path) -> None:
-    suite = make_suite(tmp_path, dtypes="float32", layouts="contiguous", values="ordinary")
+def test_default_run_adds_the_model_derived_fallback_set(samples_cache) -> None:
+    suite = make_suite(samples_cache, dtypes="float32", layouts="contiguous", values="ordinary")
     fallback = {
         c.overload for c in suite.case_list.cases() if c.overload in suite.case_list.fallback_only
     }
@@ -108,22 +118,22 @@ def test_default_run_adds_the_model_derived_fallback_set(tmp_path) -> None:
     assert not set(suite.case_list.excluded) & fallback  # left out with a recorded reason
     assert not set(suite.case_list.registered) & fallback
     # --ops narrows the run to what it names; 'none' switches the set off
-    assert make_suite(tmp_path, ops="abs").case_list.fallback_only == []
-    assert make_suite(tmp_path, fallback_ops="none").case_list.fallback_only == []
+    assert make_suite(samples_cache, ops="abs").case_list.fallback_only == []
+    assert make_suite(samples_cache, fallback_ops="none").case_list.fallback_only == []
 
 
-def test_fallback_only_dtypes_follow_their_opinfo(tmp_path) -> None:
-    suite = make_suite(tmp_path, fallback_ops="bitwise_and.Tensor_out", layouts="contiguous")
+def test_fallback_only_dtypes_follow_their_opinfo(samples_cache) -> None:
+    suite = make_suite(samples_cache, fallback_ops="bitwise_and.Tensor_out", layouts="contiguous")
     dtypes = {c.dtype for c in suite.case_list.cases() if c.overload == "bitwise_and.Tensor_out"}
     assert "int64" in dtypes and "float32" not in dtypes  # OpInfo: integers and bool only
 
 
-def test_every_registered_overload_has_samples(tmp_path) -> None:
+def test_every_registered_overload_has_samples(samples_cache) -> None:
     """Every overload echo_npu registers is tested, but the calls into its runtime, which have
     no CPU result to compare (their reason named)."""
     from conformance.ops import RUNTIME_CALLS
 
-    suite = make_suite(tmp_path, ops="*")
+    suite = make_suite(samples_cache, ops="*")
     untested = suite.case_list.coverage.untested
     assert untested == {o: RUNTIME_CALLS[o] for o in untested}, untested
     n = len(suite.case_list.registered)
@@ -163,12 +173,12 @@ def test_a_keyword_run_accounts_for_and_probes_only_the_overloads_it_keeps(tmp_p
     assert suite.mode_account() is account
 
 
-def test_fallback_ops_all_keeps_the_grad_cases_of_the_models_decompositions(tmp_path) -> None:
+def test_fallback_ops_all_keeps_the_grad_cases_of_the_models_decompositions(samples_cache) -> None:
     """--fallback-ops all (the nightly) is a superset of the default run: the decompositions the
     models call keep their -grad cases (they are served by no fallback, so 'all' adds none)."""
     options = read_options(
         FakeConfig(expectations="none", results="none", dtypes="float32", fallback_ops="all")
     )
-    suite = Suite(options, str(tmp_path), "main", keyword="gelu and grad")
+    suite = Suite(options, str(samples_cache), "main", keyword="gelu and grad")
     assert "gelu" in suite.case_list.grad_only
     assert "gelu-float32-contiguous-native-grad" in [str(c) for c in suite.case_list.cases()]

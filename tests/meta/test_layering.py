@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from conformance.harness.families import registry
+
 ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "conformance"
 PYTEST_FREE = [PKG / "engine", PKG / "ops", PKG / "record.py", PKG / "errors.py"]
@@ -99,10 +101,12 @@ def test_results_doc_names_every_check_and_status() -> None:
     from conformance.engine.checks import CHECKS
     from conformance.engine.gradients import GRAD_CHECKS
     from conformance.engine.sample_run import checks_left_out  # noqa: F401 - registers them all
+    from conformance.harness.families import registry
     from conformance.record import HARNESS_CHECKS, Status
 
     doc = (ROOT / "docs" / "RESULTS.md").read_text()
     names = [c.name for c in CHECKS] + list(HARNESS_CHECKS) + list(GRAD_CHECKS)
+    names += [f.check for f in registry().members if f.check is not None]
     names += ["memory", "leak"]
     missing = [n for n in names if not re.search(rf"`{re.escape(n)}`", doc)]
     missing += [s.value for s in Status if f"`{s.value}`" not in doc]
@@ -139,10 +143,7 @@ ROOM_MAY_IMPORT: dict[str, set[str]] = {
     "bisect": {"ci", "report", "engine", "record", "errors", "sharding"},
     "measure": {"harness", "report", "samples", "ops", "engine", "findings", "record", "errors"},
     "ci": {"engine", "sharding", "errors"},
-    # the run: scenarios, the pytest plumbing, the reports it writes
-    "scenarios": {"harness", "engine", "record"},
-    "contract": {"harness", "engine", "record"},
-    "collectives": {"harness", "engine", "errors"},
+    # the run: the families' test folders (below), the pytest plumbing, the reports it writes
     "harness": {"report", "samples", "ops", "engine", "findings", "sharding", "record", "errors"},
     "report": {"findings", "sharding", "record", "errors"},
     # one case: its samples, the op specs, the engine that judges it
@@ -157,6 +158,12 @@ ROOM_MAY_IMPORT: dict[str, set[str]] = {
     "errors": set(),
     "": {"engine"},  # the package's face
 }
+#: a family's test folder (scenarios, contract, collectives, ...: harness/families) is a room of
+#: its own above the harness, found by the registry
+FAMILY_ROOM = frozenset({"harness", "engine", "record", "errors"})
+ROOM_MAY_IMPORT.update(
+    {f.folder: set(FAMILY_ROOM) for f in registry().members if f.folder is not None}
+)
 
 
 def _modules(root: Path) -> dict[str, Path]:

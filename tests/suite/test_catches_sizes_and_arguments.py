@@ -39,7 +39,7 @@ CONTIGUOUS = ("--layouts", "contiguous")
 
 def test_echo_npu_without_faults_passes_the_sizes_arguments_and_models_cases(run_suite):
     run = run_suite(
-        "--ops", "sum.dim_IntList,exp,cumsum,sqrt,add_.Tensor", *CONTIGUOUS, "-n", "2"
+        "--ops", "sum.dim_IntList,exp,cumsum,sqrt,add_.Tensor", *CONTIGUOUS
     )  # fmt: skip
     assert run.returncode == 0 and not run.failed(), run.output
     passed = {r["id"] for r in run.results if r["status"] == "passed"}
@@ -56,7 +56,7 @@ def test_echo_npu_without_faults_passes_the_sizes_arguments_and_models_cases(run
 
 
 def test_each_fault_at_size_or_argument_fails_as_one_finding_naming_it(run_suite):
-    run = run_suite(*PLANTED, *CONTIGUOUS, "-n", "2", env={"ECHO_NPU_FAULTS": ",".join(FAULTS)})
+    run = run_suite(*PLANTED, *CONTIGUOUS, env={"ECHO_NPU_FAULTS": ",".join(FAULTS)})
     assert run.returncode == 1, run.output
     findings = run.info["findings"]
     for fault, (op, value_sets, text) in FAULTS.items():

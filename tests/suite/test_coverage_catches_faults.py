@@ -1,6 +1,9 @@
 """The default run sees what a backend runs through its boxed fallback, and the values axis sees
 kernels that mishandle NaN or type promotion: a fault planted in echo_npu fails the default run
 in the case that names the wrong op, with the right check, and the same cases pass without it.
+
+One process each (no xdist: tests/suite/test_catches_faults.py and others run the same cases under
+it): a run of a few cases with `-n 2` costs nine CPU seconds of worker start-up more.
 """
 
 from __future__ import annotations
@@ -41,11 +44,11 @@ def _require(fault: str) -> None:
 def test_default_run_catches_the_fault_in_the_right_case(run_suite, fault):
     _require(fault)
     keyword, case, check, text = FAULTS[fault]
-    clean = run_suite("-k", keyword, "-n", "2")
+    clean = run_suite("-k", keyword)
     assert clean.returncode == 0, clean.output[-3000:]
     assert clean.case(case)["status"] == "passed"
 
-    run = run_suite("-k", keyword, "-n", "2", env={"ECHO_NPU_FAULTS": fault})
+    run = run_suite("-k", keyword, env={"ECHO_NPU_FAULTS": fault})
     assert run.returncode == 1, run.output[-3000:]
     row = run.case(case)
     assert row["status"] == "failed" and row["check"] == check, row
@@ -57,7 +60,7 @@ def test_default_run_catches_the_fault_in_the_right_case(run_suite, fault):
 
 def test_fallback_fault_fails_only_the_fallback_path(run_suite):
     _require("fallback_addmm_drops_bias")
-    run = run_suite("-k", "addmm", "-n", "2", env={"ECHO_NPU_FAULTS": "fallback_addmm_drops_bias"})
+    run = run_suite("-k", "addmm", env={"ECHO_NPU_FAULTS": "fallback_addmm_drops_bias"})
     failed = run.failed()
     assert failed and {r["path"] for r in failed} == {"fallback"}
     assert {r["op"] + "." + r["overload"] for r in failed} == {"addmm.out"}

@@ -32,6 +32,9 @@ class Family:
     # cases, named by their case ids
     manifest_prefix: str | None = None
     manifest_field: str = "id"
+    # the check a failing case of the family carries (docs/RESULTS.md must describe it: a meta
+    # test insists); None: the op cases, whose checks are the engine's
+    check: str | None = None
 
     def owns_item(self, item: pytest.Item) -> bool:
         """Whether `item` is one of this family's cases."""

@@ -31,7 +31,6 @@ from conformance.record import CaseRecord, Status
 if TYPE_CHECKING:
     from conformance.harness.suite import Suite
 
-CHECK = "collectives"  # the check of a collectives case with a wrong answer
 _STATUS = MappingProxyType({"hung": (Status.HUNG, "hang"), "crashed": (Status.CRASHED, "crash")})
 
 
@@ -107,7 +106,7 @@ def collective_record(
     if verdict is not None and verdict.status in _STATUS:
         record.status, record.check = _STATUS[verdict.status]
     elif report.failed:
-        record.check = CHECK
+        record.check = FAMILY.check
     if verdict is not None and verdict.ranks:
         record.extra["ranks"] = {str(r): e[:32] for r, e in verdict.ranks.items()}
     if plan.c10d is not None:
@@ -154,6 +153,7 @@ class Collectives(Family):
     rank = 20
     manifest_prefix = "collectives"
     manifest_field = "collective_key"  # `<c10d>:<case id>`
+    check = "collectives"
 
     def build_record(self, suite: Suite, nodeid: str, status: Status, **values: Any) -> CaseRecord:
         return new_collective_record(suite, nodeid, status, self.plan(suite), **values)

@@ -27,8 +27,6 @@ from conformance.record import CaseRecord, Status
 if TYPE_CHECKING:
     from conformance.harness.suite import Suite
 
-CHECK = "contract"  # the check of a failing contract case
-
 
 def new_contract_record(suite: Suite, nodeid: str, status: Status, **values: Any) -> CaseRecord:
     """A record of the contract case `nodeid` (a hang, crash or not-run passes its message)."""
@@ -81,7 +79,7 @@ def contract_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) 
         record.extra["not_observable"] = why
         record.message = f"[contract {record.overload}] not observable: {why}"
     if report.failed:
-        record.check = CHECK
+        record.check = FAMILY.check
         contract = record.extra.get("contract_item", "?")
         if message and "[contract " in message:  # ContractBroken: the observation alone
             record.message = message[message.index("[contract ") :]
@@ -130,6 +128,7 @@ class Contract(Family):
     rank = 10
     manifest_prefix = "contract"  # `contract:<item>`
     manifest_field = "overload"  # the contract item
+    check = "contract"
 
     def build_record(self, suite: Suite, nodeid: str, status: Status, **values: Any) -> CaseRecord:
         return new_contract_record(suite, nodeid, status, **values)

@@ -62,7 +62,7 @@ def scenario_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) 
         item.nodeid,
         str(item.path),
         Status.PASSED,
-        check="scenario" if report.failed else None,
+        check=FAMILY.check if report.failed else None,
         message=message,
     )
     key = FAMILY.manifest_key(record.id)
@@ -101,6 +101,7 @@ class Scenarios(Family):
     folder = "scenarios"
     rank = 30
     manifest_prefix = "scenario"  # `scenario:<test name>`
+    check = "scenario"
 
     def build_record(self, suite: Suite, nodeid: str, status: Status, **values: Any) -> CaseRecord:
         return new_scenario_record(suite, nodeid, self.test_file(nodeid), status, **values)
