@@ -73,6 +73,10 @@ _GLIBC = re.compile(
 _FRAME = re.compile(r"#\d+ 0x[0-9a-fA-F]+ in (\S+)")
 #: the message of the one finding of the kernels the device lacks, not declared
 UNSUPPORTED_MESSAGE = "kernels the device lacks where cpu computes, not declared"
+#: the families whose failing message is the exception their test raised, the test body
+#: calling the device itself (a scenario; a contract or collectives case's message is the
+#: harness's observation, and an exception of its test is the harness's)
+RAISED_ON_THE_DEVICE = frozenset({"scenarios"})
 
 
 class FindingKey(NamedTuple):
@@ -178,7 +182,7 @@ def finding_key(record: CaseRecord) -> FindingKey:
     cases of a broken foundation, which share one key)."""
     crash = crash_signature(record)
     message = normalise_message(_text(record.message), record)
-    raised = device_error(record.first_line, record.family != OP_FAMILY)
+    raised = device_error(record.first_line, record.family in RAISED_ON_THE_DEVICE)
     raised = None if crash else raised
     if raised is not None and not record.blocked_by:
         return FindingKey(check="error", message=raised, crash="", blocked_by="")

@@ -97,8 +97,9 @@ class CaseList:
         self.fallback_only = self.selected_fallback_overloads()
         self.fallback_only_set = frozenset(self.fallback_only)
         self.grad_only = self.selected_grad_only_overloads()
+        self._kept: dict[tuple[tuple[str, ...], bool], list[str]] = {}  # kept_by_keyword's
         # (overload, dtype) pairs without samples (set with the coverage account; None: all have)
-        self.coverage: coverage.Coverage | None = None
+        self.coverage = None
         # whether (overload, dtype) has derived -arguments calls (None: assume so)
         self.derived: Callable[[str, torch.dtype], bool] | None = None
         # --shard: a spawned runner collects every case (its parent chose which ones run)
@@ -106,7 +107,16 @@ class CaseList:
         self.partition = self._partition() if sharded else None
         self._collected: list[CaseId] | None = None
         self._shard_account: dict[str, Any] | None = None  # set with the collected cases
-        self._kept: dict[tuple[tuple[str, ...], bool], list[str]] = {}  # kept_by_keyword's
+
+    @property
+    def coverage(self) -> coverage.Coverage | None:
+        """Which (overload, dtype) pairs have no samples (None: not known yet, all have)."""
+        return self._coverage
+
+    @coverage.setter
+    def coverage(self, value: coverage.Coverage | None) -> None:
+        self._coverage = value
+        self._kept.clear()  # dtypes without samples have no case: what -k keeps is asked anew
 
     def _unregistered_path(self, overload: str) -> str:
         """The path of an overload this backend registered no kernel for: "fallback" when the
@@ -121,7 +131,7 @@ class CaseList:
         keep = self.keep
         if keep is None:
             return list(overloads)
-        key = (tuple(overloads), fallback_only)  # asked by each account: built once a run
+        key = (tuple(overloads), fallback_only)  # asked by each account: built once
         if key not in self._kept:
             self._kept[key] = [
                 o

@@ -3,6 +3,8 @@ expectations; checked in-process against echo_npu with narrowed options."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from conformance.errors import ConformanceUsageError
@@ -23,7 +25,11 @@ def samples_cache(tmp_path_factory: pytest.TempPathFactory):
     """A sample cache shared by the tests that build the case list of every overload (25-30 s
     cold each): the suite shares its cache between runs and xdist workers the same way; a test
     about what is built or cached keeps its own (tmp_path)."""
-    folder = tmp_path_factory.getbasetemp().parent / "shared-samples-cache"
+    base = tmp_path_factory.getbasetemp()
+    # this run's own: the root its xdist workers share, else its base (never a folder that
+    # outlives the run, whose answers older code would have cached)
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder = root / "shared-samples-cache"
     folder.mkdir(exist_ok=True)
     return folder
 
@@ -182,3 +188,26 @@ def test_fallback_ops_all_keeps_the_grad_cases_of_the_models_decompositions(samp
     suite = Suite(options, str(samples_cache), "main", keyword="gelu and grad")
     assert "gelu" in suite.case_list.grad_only
     assert "gelu-float32-contiguous-native-grad" in [str(c) for c in suite.case_list.cases()]
+
+
+def test_what_k_keeps_is_asked_again_once_the_coverage_is_known(tmp_path) -> None:
+    """The accounts ask which overloads -k keeps (remembered); once the coverage account says a
+    dtype has no samples, an overload whose only kept cases are of that dtype is kept no more
+    (the mode and argument accounts, asked after it, must not name it)."""
+    from types import SimpleNamespace
+
+    options = read_options(
+        FakeConfig(
+            expectations="none",
+            results="none",
+            dtypes="float32,float16",
+            ops="abs,neg",
+            modes="none",
+        )
+    )
+    suite = Suite(options, str(tmp_path), "main", keyword="abs and float16")
+    cases = suite.case_list
+    cases.coverage = None  # not known yet: every dtype has samples
+    assert cases.kept_by_keyword(["abs", "neg"], False) == ["abs"]
+    cases.coverage = SimpleNamespace(missing=lambda overload, dtype: dtype == "float16")
+    assert cases.kept_by_keyword(["abs", "neg"], False) == []

@@ -72,7 +72,7 @@ class World:
         try:
             self._start()
         except BaseException:
-            self.discard()  # its failure carries the log's tail already
+            self.discard()  # a rank that hung or died: its failure carries the log's tail
             raise
 
     def _start(self) -> None:
