@@ -42,16 +42,16 @@ def order_items(suite: Suite, config: pytest.Config, items: list[pytest.Item]) -
         rank = mode_of(case.values).collection_rank  # -grad: after every forward case
         return 0 if rank == 1 and case.overload in ORDER else rank
 
-    # stable: foundations, the other forward cases, every -grad case, then the scenarios
+    # stable: foundations, the other forward cases, every -grad case, then the other families
     items.sort(key=rank)
-    scenarios = [item for item in items if item in owners]
-    for item in scenarios:
+    family_items = [item for item in items if item in owners]
+    for item in family_items:
         owners[item].expect(suite, item)
     if suite.options.ops or suite.options.fallback_ops:
-        dropped = scenarios
-    else:  # --shard: each scenario runs in one shard
-        keeps = suite.case_list.shard_keeps([record_id(item.nodeid) for item in scenarios])
-        dropped = [item for item, keep in zip(scenarios, keeps, strict=True) if not keep]
+        dropped = family_items
+    else:  # --shard: each family item runs in one shard
+        keeps = suite.case_list.shard_keeps([record_id(item.nodeid) for item in family_items])
+        dropped = [item for item, keep in zip(family_items, keeps, strict=True) if not keep]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = [item for item in items if item not in dropped]

@@ -8,7 +8,7 @@ import pytest
 
 from conformance.engine.compare import Mismatch
 from conformance.engine.memory import MemoryWatch
-from conformance.harness.families.scenarios import FAMILY
+from conformance.harness.families.scenarios import scenario_key
 from conformance.harness.session import run_of
 from conformance.scenarios._helpers import last_step, missing_op, reset_steps
 
@@ -20,8 +20,7 @@ def _unsupported(item: pytest.Item, exc: BaseException) -> None:
     suite = run_of(item.config).suite
     backend = suite.backend
     op = missing_op(exc, backend.device_type)
-    key = FAMILY.manifest_key(item.nodeid.split("::", 1)[-1])
-    entry = suite.expectations.family_expectation(key)
+    entry = suite.expectations.family_expectation(scenario_key(item.nodeid))
     if op is not None and entry is not None and entry.status == "unsupported":
         step = f" (step: {last_step()})" if last_step() else ""
         pytest.skip(

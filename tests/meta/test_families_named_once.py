@@ -7,9 +7,11 @@ may name them (they document the families that exist)."""
 from __future__ import annotations
 
 import ast
+import pkgutil
 import re
 from pathlib import Path
 
+from conformance.harness import families
 from conformance.harness.families import registry
 
 HARNESS = Path(__file__).resolve().parents[2] / "conformance" / "harness"
@@ -24,9 +26,10 @@ def _words() -> re.Pattern[str]:
 
 
 def _family_modules() -> re.Pattern[str]:
-    modules = {f.__class__.__module__ for f in registry().members}
-    package = "conformance.harness.families."
-    modules |= {package + "collectives_plan"}  # a family's helper module is its own too
+    """Every module of the families package but `base` (a family's module, a family's helper
+    such as collectives_plan, the expectations they share): the harness asks the registry."""
+    names = {m.name for m in pkgutil.iter_modules(families.__path__)} - {"base"}
+    modules = {f"{families.__name__}.{name}" for name in names}
     return re.compile(rf"^({'|'.join(sorted(map(re.escape, modules)))})$")
 
 

@@ -36,7 +36,12 @@ _STATUS = MappingProxyType({"hung": (Status.HUNG, "hang"), "crashed": (Status.CR
 
 def manifest_key(plan: CollectivesPlan, case_id: str) -> str:
     """What manifest patterns are matched against: `collectives:<c10d>:<case id>`."""
-    return FAMILY.manifest_key(f"{plan.c10d}:{case_id}")
+    return FAMILY.manifest_key(collective_name(plan, case_id))
+
+
+def collective_name(plan: CollectivesPlan, case_id: str) -> str:
+    """A case's name in its manifest key and record (`collective_key`): `<c10d>:<case id>`."""
+    return f"{plan.c10d}:{case_id}"
 
 
 def expect_collective(suite: Suite, plan: CollectivesPlan, item: pytest.Item) -> None:
@@ -88,7 +93,7 @@ def new_collective_record(
             f"python -m conformance.engine.collectives {case_id} --c10d {plan.c10d} "
             f"--device {plan.device}{backend}"
         )
-        record.extra["collective_key"] = f"{plan.c10d}:{case_id}"
+        record.extra["collective_key"] = collective_name(plan, case_id)
         expected_by(suite, record, manifest_key(plan, case_id))
     return record
 

@@ -30,7 +30,13 @@ def expect_scenario(suite: Suite, item: pytest.Item) -> None:
     """A manifest entry naming a scenario: xfail (strict: a pass fails with "remove this
     entry"), skip and crash skip it; unsupported lets it skip when the device lacks a kernel it
     needs (scenarios/conftest.py)."""
-    expect_family(suite, item, FAMILY.manifest_key(record_id(item.nodeid)))
+    expect_family(suite, item, scenario_key(item.nodeid))
+
+
+def scenario_key(nodeid: str) -> str:
+    """What manifest patterns are matched against for the scenario `nodeid`
+    (`scenario:<its name>`)."""
+    return FAMILY.manifest_key(record_id(nodeid))
 
 
 def new_scenario_record(
