@@ -84,6 +84,20 @@ def collectives(session: nox.Session) -> None:
     )
 
 
+@nox.session(python=PYTHON, default=False)
+def modules(session: nox.Session) -> None:
+    """The modules family alone, its full selection (docs/MODULES.md: every ModuleInfo of torch's
+    module_db in every dtype it lists within --dtypes, train and eval, every sample, channels_last
+    where the input is 4-d or 5-d; about 12,000 cases, minutes). The default run has its core
+    selection only (float32, two samples per module)."""
+    install_and_build(session, MATRIX.cell(""))
+    session.chdir(ROOT)
+    session.run(
+        "python", "-m", "pytest", "conformance/modules", "-n", "2", "--results", "results/modules",
+        *session.posargs,
+    )  # fmt: skip
+
+
 @nox.session(python=PYTHON)
 def power(session: nox.Session) -> None:
     """The power table: graded faults planted in echo_npu, the smallest each check catches

@@ -72,9 +72,9 @@ def measured_scale(
     for name, cpu, exact in zip(names, results, truth, strict=True):
         if cpu.shape != exact.shape:
             return None
-        error = _element_errors(cpu, exact)
+        error = element_errors(cpu, exact)
         own[cpu.dtype] = max(own.get(cpu.dtype, 0.0), float(error.max()) if error.numel() else 0.0)
-        elements[name] = OWN_ERROR * (error if pointwise else _regions(error))
+        elements[name] = OWN_ERROR * (error if pointwise else regions(error))
     pooled = {d: (1.0, 1.0 + OWN_ERROR * e / TOLERANCES[d][1]) for d, e in own.items()}
     return Evidence(pooled, elements)
 
@@ -97,7 +97,7 @@ class Evidence(dict):
 REGION = 32
 
 
-def _element_errors(cpu: torch.Tensor, exact: torch.Tensor) -> torch.Tensor:
+def element_errors(cpu: torch.Tensor, exact: torch.Tensor) -> torch.Tensor:
     """|cpu - exact| per element (float64), 0 where either is not finite."""
     a, b = (t.to_dense() if t.layout != torch.strided else t for t in (cpu, exact))
     a64, b64 = a.detach().to(torch.float64), b.detach().to(torch.float64)
@@ -105,7 +105,7 @@ def _element_errors(cpu: torch.Tensor, exact: torch.Tensor) -> torch.Tensor:
     return torch.where(both, (a64 - b64).abs(), torch.zeros_like(a64))
 
 
-def _regions(error: torch.Tensor) -> torch.Tensor:
+def regions(error: torch.Tensor) -> torch.Tensor:
     """Each element's largest error within `REGION` elements of it (flattened order)."""
     if error.numel() <= 1:
         return error

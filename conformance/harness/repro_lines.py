@@ -81,10 +81,12 @@ class ReproLines:
         override: dict[str, str | None] = dict.fromkeys(
             ("results", "repro_dir", "shard", "shard_durations", "write_expectations")
         )
-        try:
-            case = CaseId.parse(nodeid)
-        except ValueError:
-            case = None  # a scenario: its options as given
+        case = None  # a family's case (its test file is `path`): its options as given
+        if path is None:  # a generated op case
+            try:
+                case = CaseId.parse(nodeid)
+            except ValueError:
+                case = None
         if case is not None and case.overload in self.cases.grad_only:
             override["ops"] = override["fallback_ops"] = None  # a decomposition the models call
         elif case is not None:

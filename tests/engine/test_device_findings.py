@@ -64,7 +64,7 @@ def test_data_read_back_with_another_shape_is_a_shape_finding():
 def test_sparse_results_are_measured_dense():
     """_embedding_bag_backward(sparse=True) in -arguments: CPU's sparse kernels lack isfinite."""
     dense = torch.tensor([[0.0, 1.5], [2.0, 0.0]])
-    errors = evidence._element_errors(dense.to_sparse(), dense + 0.25)
+    errors = evidence.element_errors(dense.to_sparse(), dense + 0.25)
     assert float(errors.max()) == pytest.approx(0.25) and errors.shape == dense.shape
 
 

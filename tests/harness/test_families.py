@@ -29,6 +29,8 @@ NODE_IDS = {
     "contract": "conformance/contract/test_streams.py::test_stream_synchronize",
     "collectives": "conformance/collectives/test_collectives.py::"
     "test_collective[all_reduce-AVG-float32-33-contiguous-w2-sync]",
+    "modules": "conformance/modules/test_modules.py::"
+    "test_module[nn.BatchNorm2d-float32-train-channels_last-0]",
 }
 OUTCOMES = [
     Status.PASSED,
@@ -68,7 +70,13 @@ def check(record: CaseRecord | None, family: str, status: Status, message: str) 
 
 def test_every_family_is_registered_and_owns_its_ids():
     families = registry()
-    assert [f.name for f in families.members] == ["ops", "contract", "collectives", "scenarios"]
+    assert [f.name for f in families.members] == [
+        "ops",
+        "contract",
+        "collectives",
+        "modules",
+        "scenarios",
+    ]
     for name, nodeid in NODE_IDS.items():
         assert families.of_nodeid(nodeid).name == name
         assert families.of_item(fake_item(nodeid)).name == name

@@ -152,7 +152,12 @@ void move_outputs(const c10::OperatorHandle& op, torch::jit::Stack& stack, c10::
 // The CPU op is handed CPU copies of them (cpu_fallback leaves CPU tensors as they are); after
 // it, each is copied back into its device tensor with the device's copy. (_native_batch_norm_legit
 // and _batch_norm_with_update mark them `Tensor(a!)`: cpu_fallback copies those back itself.)
-using RunningStats = std::vector<std::pair<at::Tensor, at::Tensor>>;  // (device, CPU copy)
+struct RunningStats {
+  std::vector<std::pair<at::Tensor, at::Tensor>> copies;  // (device, CPU copy)
+  at::Tensor var_before;  // bn_running_var_biased: running_var before the update (CPU)
+  double momentum = 0.0;
+  int64_t per_channel = 0;  // elements a channel's batch statistics are taken over
+};
 
 RunningStats bn_running_stats(const std::string& name, const c10::OperatorHandle& op,
                               torch::jit::Stack& stack) {
@@ -164,10 +169,31 @@ RunningStats bn_running_stats(const std::string& name, const c10::OperatorHandle
     if (!stack[i].isTensor()) continue;          // None
     const at::Tensor t = stack[i].toTensor();
     if (!t.defined() || !t.device().is_privateuseone()) continue;
-    stats.emplace_back(t, t.cpu());
-    stack[i] = c10::IValue(stats.back().second);
+    stats.copies.emplace_back(t, t.cpu());
+    stack[i] = c10::IValue(stats.copies.back().second);
+    if (i == first + 4 && fault(Fault::BnRunningVarBiased)) {
+      const at::Tensor input = stack[first].toTensor();
+      stats.var_before = stats.copies.back().second.clone();
+      stats.momentum = stack[first + 6].toDouble();
+      stats.per_channel = input.dim() > 1 ? input.numel() / input.size(1) : input.numel();
+    }
   }
   return stats;
+}
+
+// bn_running_var_biased: running_var = (1 - m) * before + m * unbiased becomes
+// (1 - m) * before + m * unbiased * (n - 1) / n, the biased batch variance's update.
+void write_back_running_stats(const RunningStats& stats) {
+  for (size_t i = 0; i < stats.copies.size(); ++i) {
+    const auto& [dev, cpu] = stats.copies[i];
+    if (i + 1 == stats.copies.size() && stats.var_before.defined() && stats.per_channel > 1) {
+      const double m = stats.momentum, n = static_cast<double>(stats.per_channel);
+      const at::Tensor kept = stats.var_before.mul(1.0 - m);
+      dev.copy_(cpu.sub(kept).mul((n - 1.0) / n).add(kept));
+    } else {
+      dev.copy_(cpu);
+    }
+  }
 }
 
 }  // namespace
@@ -194,7 +220,7 @@ void fallback_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::optional<c10::Device> out_device = device_for_outputs(op, *stack);
   const RunningStats stats = bn_running_stats(name, op, *stack);
   at::native::cpu_fallback(op, stack);
-  for (const auto& [dev, cpu] : stats) dev.copy_(cpu);
+  write_back_running_stats(stats);
   if (out_device) move_outputs(op, *stack, *out_device);
   if (nll) nll_divide_by_count(*nll, *stack);
 }

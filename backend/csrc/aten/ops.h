@@ -136,6 +136,20 @@ void _fused_sgd_(at::TensorList self, at::TensorList grads, at::TensorList momen
                  bool maximize, bool is_first_step, const std::optional<Tensor>& grad_scale,
                  const std::optional<Tensor>& found_inf);
 
+// ---- fused RNN cells (rnn.cpp): what LSTMCell/GRUCell call on the device -------------------
+std::tuple<Tensor, Tensor, Tensor> _thnn_fused_lstm_cell(
+    const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& cx,
+    const std::optional<Tensor>& input_bias, const std::optional<Tensor>& hidden_bias);
+std::tuple<Tensor, Tensor, Tensor> _thnn_fused_lstm_cell_backward_impl(
+    const std::optional<Tensor>& grad_hy, const std::optional<Tensor>& grad_cy, const Tensor& cx,
+    const Tensor& cy, const Tensor& workspace, bool has_bias);
+std::tuple<Tensor, Tensor> _thnn_fused_gru_cell(const Tensor& input_gates,
+                                                const Tensor& hidden_gates, const Tensor& hx,
+                                                const std::optional<Tensor>& input_bias,
+                                                const std::optional<Tensor>& hidden_bias);
+std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> _thnn_fused_gru_cell_backward(
+    const Tensor& grad_hy, const Tensor& workspace, bool has_bias);
+
 // ---- autocast (autocast.cpp): AutocastPrivateUse1 policies --------------------------------
 void autocast_kernels(torch::Library& m);
 // echo_npu's own autograd kernels (AutogradPrivateUse1), as NPU backends write for fused ops

@@ -128,6 +128,11 @@ void aten_kernels(torch::Library& m) {
   ENPU_KERNEL(m, "index_select", ops::index_select);
   ENPU_PRIMITIVE(m, "convolution_overrideable", ops::convolution_overrideable);
   ENPU_PRIMITIVE(m, "convolution_backward_overrideable", ops::convolution_backward_overrideable);
+  // fused RNN cells: LSTM and GRU on the device (rnn.cpp; CPU has none: not routable)
+  ENPU_PRIMITIVE(m, "_thnn_fused_lstm_cell", ops::_thnn_fused_lstm_cell);
+  ENPU_PRIMITIVE(m, "_thnn_fused_lstm_cell_backward_impl", ops::_thnn_fused_lstm_cell_backward_impl);
+  ENPU_PRIMITIVE(m, "_thnn_fused_gru_cell", ops::_thnn_fused_gru_cell);
+  ENPU_PRIMITIVE(m, "_thnn_fused_gru_cell_backward", ops::_thnn_fused_gru_cell_backward);
   // random draws from the device's generators (random.cpp)
   ENPU_KERNEL(m, "uniform_", ops::uniform_);
   ENPU_KERNEL(m, "normal_", ops::normal_);

@@ -1,0 +1,115 @@
+"""Which op of a failed module case diverged first: the device's step runs again (a fresh build,
+the same seeds) under a dispatch mode that runs each aten op that touches the device a second
+time on CPU, on the values its device inputs held before the call, and compares what came out:
+its outputs, and every tensor argument after the call (an op that updates an argument its schema
+does not mark as written, as `native_batch_norm` does with the running statistics, is caught
+too). The first op whose result differs beyond `OP_SCALE` times its dtype's base tolerance is
+named. Random and uninitialised ops are run, not compared.
+
+It runs after the case's verdict and only on a failed case; whatever goes wrong in it is reported
+as "not found", never as the case's failure.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+from conformance.engine.compare import ErrorStats, Mismatch, compare_values
+from conformance.engine.modules.step import Prepared, run_step
+from conformance.engine.transfer import read_back
+
+OP_SCALE = 8.0  # one op against CPU on the same inputs: its dtype's base tolerance, times this
+UNCOMPARED_TAGS = ("nondeterministic_seeded", "nondeterministic_bitwise")
+UNINITIALISED = ("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided")
+
+
+class FirstDivergence(TorchDispatchMode):
+    """Runs each device op on CPU too and keeps the first that differs (`found`)."""
+
+    def __init__(self, device_type: str) -> None:
+        super().__init__()
+        self.device_type = device_type
+        self.found: str | None = None
+        self.compared = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.found is not None or not self._compared(func, args, kwargs):
+            return func(*args, **kwargs)
+        cpu_args, cpu_kwargs = tree_map(self._to_cpu, (args, kwargs))
+        out = func(*args, **kwargs)
+        try:
+            expected = func(*cpu_args, **cpu_kwargs)
+        except Exception:  # noqa: BLE001 - CPU refuses these inputs: nothing to compare
+            return out
+        self.compared += 1
+        self.found = self._difference(func, (out, args, kwargs), (expected, cpu_args, cpu_kwargs))
+        return out
+
+    def _compared(self, func: Any, args: Any, kwargs: Any) -> bool:
+        if func.__name__.split(".")[0] in UNINITIALISED:
+            return False
+        if any(getattr(torch.Tag, t, None) in func.tags for t in UNCOMPARED_TAGS):
+            return False
+        return any(self._on_device(t) for t in tree_flatten((args, kwargs))[0])
+
+    def _on_device(self, t: Any) -> bool:
+        return isinstance(t, torch.Tensor) and t.device.type == self.device_type
+
+    def _to_cpu(self, value: Any) -> Any:
+        if self._on_device(value):
+            return read_back(value.detach()).clone()
+        if isinstance(value, torch.device) and value.type == self.device_type:
+            return torch.device("cpu")
+        return value
+
+    def _difference(self, func: Any, got: Any, want: Any) -> str | None:
+        for name, d, c in _named_values(func, got, want):
+            if not (isinstance(d, torch.Tensor) and isinstance(c, torch.Tensor)):
+                continue
+            if d.shape != c.shape or d.dtype != c.dtype:
+                return (
+                    f"{func}: {name} is {d.dtype} {list(d.shape)}, CPU's {c.dtype} {list(c.shape)}"
+                )
+            try:
+                compare_values(name, read_back(d.detach()), c, OP_SCALE, ErrorStats())
+            except Mismatch as exc:
+                return f"{func}: {exc.message}"
+        return None
+
+
+def _named_values(func: Any, got: Any, want: Any) -> list[tuple[str, Any, Any]]:
+    """(name, device value, CPU value) of an op's outputs ("output 0") and, after the call, of
+    its tensor arguments (by schema name: "running_var after the call")."""
+    (out, args, kwargs), (expected, cpu_args, cpu_kwargs) = got, want
+    outs, cpu_outs = tree_flatten(out)[0], tree_flatten(expected)[0]
+    found = [(f"output {i}", d, c) for i, (d, c) in enumerate(zip(outs, cpu_outs, strict=False))]
+    for i, arg in enumerate(func._schema.arguments):
+        if i < len(args):
+            pair = (args[i], cpu_args[i])
+        elif arg.name in kwargs:
+            pair = (kwargs[arg.name], cpu_kwargs[arg.name])
+        else:
+            continue
+        devs, cpus = tree_flatten(pair[0])[0], tree_flatten(pair[1])[0]
+        for j, (d, c) in enumerate(zip(devs, cpus, strict=False)):
+            suffix = f"[{j}]" if len(devs) > 1 else ""
+            found.append((f"{arg.name}{suffix} after the call", d, c))
+    return found
+
+
+def first_divergence(prepared: Prepared, device: torch.device | str, seeds: list) -> str | None:
+    """The first op of the case's device step whose result differs from CPU's on the same
+    inputs ("aten.native_batch_norm.default: running_var after the call: 3/3 elements differ
+    ..."), None if none does or the search failed."""
+    mode = FirstDivergence(torch.device(device).type)
+    try:
+        with mode:
+            run_step(prepared, device, seeds)
+    except Exception:  # noqa: BLE001 - a diagnostic: the verdict stands
+        return mode.found
+    return mode.found

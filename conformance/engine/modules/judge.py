@@ -1,0 +1,221 @@
+"""The verdict of one module case: the device's step (engine/modules/step.py) against CPU's,
+value by value: every output, every gradient (inputs and parameters) and the module's state after
+the step (parameters and buffers); then a `state_dict` round trip (device -> CPU -> a fresh device
+module -> CPU, bit for bit).
+
+Tolerances are the op cases' rules for a result of many kernels: the dtype's base tolerance plus
+an allowance measured on this sample (engine/evidence.py), `OWN_ERROR` times CPU's own distance
+from the same step run in float64 (each value's region of `REGION` neighbours); a float64 case, or
+one whose float64 step fails, is judged with `NO_TRUTH_SCALE` times the base. A value outside
+that allowance of CPU's passes where it is as close to the float64 truth as CPU's (within the
+same allowance): a kernel more accurate than CPU's is no failure; or within the tolerance
+torch's own ModuleInfo declares for its CPU/GPU parity test in that dtype (the record notes it).
+Integer values and the round trip are exact. Exactness itself is owed per op and judged by the
+op cases, not again for a composition. A module that is random in its mode (CPU gives other
+values from another seed: dropout in training) is compared in dtype and shape only, and the
+record says so.
+
+A failing case names the first op that diverged where one can be found (engine/modules/
+divergence.py), a diagnostic that runs after the verdict is made.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from conformance.engine.compare import TOLERANCES, ErrorStats, Mismatch, compare_values
+from conformance.engine.evidence import OWN_ERROR, Evidence, element_errors, regions
+from conformance.engine.modules.cases import ModuleCase
+from conformance.engine.modules.step import (
+    SEED,
+    Prepared,
+    StepResult,
+    build,
+    host,
+    prepare,
+    run_step,
+)
+
+NO_TRUTH_SCALE = 4.0  # times the base tolerance, where no float64 step measured CPU's own error
+
+
+class NotComparable(Exception):
+    """CPU's own step of the case raises: there is no reference (the case is not applicable)."""
+
+
+@dataclass
+class ModuleVerdict:
+    """A case's verdict: `check` names what differed (None: passed), `notes` what the record
+    should say besides (random values not compared, no float64 truth)."""
+
+    check: str | None = None
+    message: str = ""
+    notes: list[str] = field(default_factory=list)
+    diverged: str | None = None  # the first op that diverged (divergence.py), if found
+
+
+def judge(case: ModuleCase, device: torch.device | str) -> ModuleVerdict:
+    """Run the case on CPU and on `device` and compare (errors of the device propagate;
+    NotComparable where CPU's own step raises)."""
+    prepared = prepare(case)
+    try:
+        cpu, seeds = run_step(prepared, "cpu")
+    except Exception as exc:  # noqa: BLE001 - torch's own CPU kernels refuse the sample
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise NotComparable(f"CPU's own step raises {type(exc).__name__}: {first}") from None
+    verdict = ModuleVerdict()
+    random = _random(prepared, cpu, seeds)
+    if random:
+        verdict.notes.append(
+            "random in this mode (CPU gives other values from another seed): dtypes and shapes "
+            "compared, values not"
+        )
+    truth = None if random else _truth(prepared, seeds, verdict)
+    dev, _ = run_step(prepared, device, seeds)
+    try:
+        verdict.notes += compare_steps(dev, cpu, truth, not random, prepared.upstream)
+        round_trip(prepared, dev, device)
+    except Mismatch as exc:
+        verdict.check, verdict.message = exc.check, exc.message
+        if exc.check in ("output", "grad", "state"):
+            from conformance.engine.modules.divergence import first_divergence
+
+            verdict.diverged = first_divergence(prepared, device, seeds)
+    return verdict
+
+
+def _random(prepared: Prepared, cpu: StepResult, seeds: list) -> bool:
+    again, _ = run_step(prepared, "cpu", seeds, seed=SEED + 1)
+    return any(
+        isinstance(a, torch.Tensor) and not torch.equal(a, b)
+        for a, b in zip(cpu.outputs, again.outputs, strict=True)
+        if isinstance(b, torch.Tensor) and a.shape == b.shape and not a.isnan().any()
+    )
+
+
+def _truth(prepared: Prepared, seeds: list, verdict: ModuleVerdict) -> StepResult | None:
+    """The step in float64 on CPU (None: the case is float64 already, or the float64 step
+    failed: then the base tolerance times NO_TRUTH_SCALE judges, and the record says so)."""
+    dtype = prepared.case.torch_dtype
+    if not dtype.is_floating_point or dtype == torch.float64:
+        return None
+    try:
+        truth, _ = run_step(prepared, "cpu", seeds, dtype=torch.float64)
+    except Exception as exc:  # noqa: BLE001 - no measured allowance: the scale stands
+        verdict.notes.append(
+            f"no float64 step ({type(exc).__name__}): judged with {NO_TRUTH_SCALE:g}x the base "
+            "tolerance"
+        )
+        return None
+    return truth
+
+
+def compare_steps(
+    dev: StepResult,
+    cpu: StepResult,
+    truth: StepResult | None,
+    values: bool = True,
+    upstream: tuple[float, float] | None = None,
+) -> list[str]:
+    """Raise Mismatch (check "output", "grad" or "state") at the first value that differs;
+    the notes of values passed only within torch's own tolerance (`upstream`)."""
+    compared: list[tuple[str, str, Any, Any, Any]] = []
+    for i, (d, c) in enumerate(zip(dev.outputs, cpu.outputs, strict=True)):
+        name = f"output {i}" if len(cpu.outputs) > 1 else "output"
+        compared.append(("output", name, d, c, truth.outputs[i] if truth else None))
+    for name, c in cpu.grads.items():
+        d, what = dev.grads.get(name), f"gradient of {name}"
+        if (c is None) != (d is None):
+            missing = "none" if d is None else "one"
+            raise Mismatch("grad", f"{what}: the device gives {missing}, CPU does not")
+        compared.append(("grad", what, d, c, truth.grads.get(name) if truth else None))
+    for name, c in cpu.state.items():
+        t = truth.state.get(name) if truth is not None else None
+        compared.append(("state", f"{name} after the step", dev.state.get(name), c, t))
+    notes = []
+    for check, name, d, c, t in compared:
+        if not compare_value(check, name, d, c, t, values, upstream):
+            notes.append(
+                f"{name}: within torch's own tolerance for this module (rtol, atol "
+                f"{upstream}), not the measured one"
+            )
+    return notes
+
+
+def compare_value(
+    check: str,
+    name: str,
+    actual: Any,
+    expected: Any,
+    truth: Any,
+    values: bool,
+    upstream: tuple[float, float] | None = None,
+) -> bool:
+    """One value against CPU's, with the allowance CPU's own error measured (see the module);
+    False where it passed only within torch's own declared tolerance (`upstream`)."""
+    if not isinstance(expected, torch.Tensor):
+        if actual != expected:
+            raise Mismatch(check, f"{name}: the device gives {actual!r}, CPU {expected!r}")
+        return True
+    if not isinstance(actual, torch.Tensor):
+        raise Mismatch(check, f"{name}: the device gives {type(actual).__name__}, CPU a tensor")
+    if actual.dtype != expected.dtype or actual.shape != expected.shape:
+        raise Mismatch(
+            check,
+            f"{name}: the device gives {actual.dtype} {list(actual.shape)}, CPU "
+            f"{expected.dtype} {list(expected.shape)}",
+        )
+    if not values:
+        return True
+    scale: Any = NO_TRUTH_SCALE
+    has_truth = isinstance(truth, torch.Tensor) and truth.shape == expected.shape
+    if has_truth:
+        scale = Evidence({}, {name: OWN_ERROR * regions(element_errors(expected, truth))})
+    try:
+        compare_values(name, actual, expected, scale, ErrorStats())
+    except Mismatch as exc:
+        if has_truth and _as_accurate(actual, expected, truth):
+            return True
+        if upstream is not None and torch.allclose(
+            actual, expected, rtol=upstream[0], atol=upstream[1], equal_nan=True
+        ):
+            return False
+        raise Mismatch(check, exc.message, exc.max_abs, exc.max_rel) from None
+    return True
+
+
+def _as_accurate(actual: torch.Tensor, expected: torch.Tensor, truth: torch.Tensor) -> bool:
+    """Whether the device's value is as close to the float64 truth as CPU's, element by element
+    (within the dtype's base tolerance plus `OWN_ERROR` times CPU's own error in the region): a
+    kernel more accurate than CPU's (a float16 product accumulated in float32) is no failure."""
+    if not expected.is_floating_point() or expected.dtype not in TOLERANCES:
+        return False
+    rtol, atol = TOLERANCES[expected.dtype]
+    own = element_errors(actual, truth)
+    bound = atol + OWN_ERROR * regions(element_errors(expected, truth))
+    bound = bound + rtol * truth.detach().to(torch.float64).abs()
+    finite = torch.isfinite(actual) == torch.isfinite(expected)
+    return bool(((own <= bound) & finite).all())
+
+
+def round_trip(prepared: Prepared, dev: StepResult, device: torch.device | str) -> None:
+    """The device module's state_dict, read to CPU and loaded into a fresh device module, reads
+    back bit for bit (Mismatch "state_dict" where it does not)."""
+    assert dev.module is not None
+    saved = {k: host(v) for k, v in dev.module.state_dict().items()}
+    fresh, _, _ = build(prepared, device)
+    fresh.load_state_dict(saved)
+    for name, value in fresh.state_dict().items():
+        back = host(value)
+        same = back.shape == saved[name].shape and back.dtype == saved[name].dtype
+        if same and not torch.equal(back, saved[name]):
+            same = bool(((back == saved[name]) | (back.isnan() & saved[name].isnan())).all())
+        if not same:
+            raise Mismatch(
+                "state_dict",
+                f"state_dict round trip: {name} read from the device, loaded into a fresh "
+                "device module with load_state_dict, reads back different",
+            )

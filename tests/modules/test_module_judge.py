@@ -1,0 +1,119 @@
+"""The modules family's engine (conformance/engine/modules): a case id names one case; clean
+echo_npu passes a BatchNorm, an LSTM and a GRU case in train mode; the BatchNorm fault fails the
+state comparison and the search names native_batch_norm; a device less accurate than CPU beyond
+the measured allowance fails, one as accurate as CPU passes; the state_dict round trip fails
+when loading loses the state; a random module's values are not compared."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conformance.engine.compare import Mismatch
+from conformance.engine.modules import judge as judging
+from conformance.engine.modules.cases import ModuleCase, enumerate_cases
+from conformance.engine.modules.step import prepare, run_step
+
+BN = "nn.BatchNorm2d-float32-train-contiguous-0"
+
+
+@pytest.fixture(scope="module")
+def npu():
+    import echo_npu
+
+    return echo_npu
+
+
+@pytest.fixture
+def faults(npu):
+    yield npu.set_faults
+    npu.set_faults([])
+
+
+def test_case_ids_name_one_case():
+    case = ModuleCase.parse("nn.BatchNorm2d-float32-train-channels_last-3")
+    assert (case.module, case.dtype, case.training, case.memory_format, case.sample) == (
+        "nn.BatchNorm2d", "float32", True, "channels_last", 3,
+    )  # fmt: skip
+    assert str(case) == "nn.BatchNorm2d-float32-train-channels_last-3"
+    for bad in ("nn.ReLU-float32-train", "nn.ReLU-float32-sometimes-contiguous-0",
+                "nn.ReLU-float32-eval-strided-0"):  # fmt: skip
+        with pytest.raises(ValueError):
+            ModuleCase.parse(bad)
+
+
+def test_core_selection_covers_every_module_in_float32():
+    cases, without = enumerate_cases("core", [torch.float32])
+    assert without == {}
+    assert {c.dtype for c in cases} == {"float32"} and {c.training for c in cases} == {True, False}
+    assert "channels_last" in {c.memory_format for c in cases}
+    assert len({c.module for c in cases}) > 100
+
+
+@pytest.mark.parametrize("case", [BN, "nn.LSTM-float32-train-contiguous-0",
+                                  "nn.GRU-float32-train-contiguous-1"])  # fmt: skip
+def test_clean_echo_npu_passes(npu, case):
+    verdict = judging.judge(ModuleCase.parse(case), "npu")
+    assert verdict.check is None, verdict.message
+
+
+def test_biased_running_var_fails_the_state_and_names_the_op(npu, faults):
+    faults(["bn_running_var_biased"])
+    verdict = judging.judge(ModuleCase.parse(BN), "npu")
+    assert verdict.check == "state" and verdict.message.startswith("running_var after the step")
+    assert verdict.diverged is not None
+    assert verdict.diverged.startswith("aten.native_batch_norm.default: running_var after the call")
+
+
+def test_eval_mode_does_not_update_the_state(npu, faults):
+    faults(["bn_running_var_biased"])  # the fault is in the training update only
+    verdict = judging.judge(ModuleCase.parse(BN.replace("train", "eval")), "npu")
+    assert verdict.check is None, verdict.message
+
+
+def _values(shift: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    truth = torch.linspace(0.01, 0.015, 64, dtype=torch.float64)  # float16's ulp: ~7.6e-6
+    cpu = (truth + 1e-4).to(torch.float16)  # CPU's own error: ~1e-4
+    return (truth + shift).to(torch.float16), cpu, truth
+
+
+def test_less_accurate_than_cpu_beyond_the_allowance_fails():
+    device, cpu, truth = _values(2e-3)
+    with pytest.raises(Mismatch) as err:
+        judging.compare_value("output", "output", device, cpu, truth, True)
+    assert err.value.check == "output"
+
+
+def test_as_accurate_as_cpu_passes():
+    device, cpu, truth = _values(-1.5e-4)  # off from CPU beyond 2x its error, as close to the truth
+    with pytest.raises(Mismatch):
+        judging.compare_value("output", "output", device, cpu, None, True)  # no truth: fails
+    assert judging.compare_value("output", "output", device, cpu, truth, True)
+
+
+def test_torch_declared_tolerance_passes_with_a_note():
+    device, cpu, truth = _values(2e-3)
+    assert not judging.compare_value("grad", "g", device, cpu, truth, True, upstream=(0.3, 0.04))
+
+
+def test_state_dict_round_trip_fails_when_loading_loses_state(npu, monkeypatch):
+    prepared = prepare(ModuleCase.parse(BN))
+    _, seeds = run_step(prepared, "cpu")
+    dev, _ = run_step(prepared, "npu", seeds)
+    judging.round_trip(prepared, dev, "npu")  # clean: passes
+    monkeypatch.setattr(torch.nn.Module, "load_state_dict", lambda self, sd, strict=True: None)
+    with pytest.raises(Mismatch) as err:
+        judging.round_trip(prepared, dev, "npu")
+    assert err.value.check == "state_dict" and "running_mean" in err.value.message
+
+
+def test_random_module_values_are_not_compared(npu):
+    case = next(
+        c for c in enumerate_cases("core", [torch.float32])[0]
+        if c.module == "nn.TransformerEncoderLayer" and c.training
+    )  # fmt: skip
+    prepared = prepare(case)
+    cpu, seeds = run_step(prepared, "cpu")
+    assert judging._random(prepared, cpu, seeds) == any(
+        m.p > 0 for m in prepared.module.modules() if isinstance(m, torch.nn.Dropout)
+    )
