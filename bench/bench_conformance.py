@@ -295,6 +295,18 @@ def collectives_selection(env: dict[str, str]) -> None:
     )
 
 
+def new_families_ratio(env: dict[str, str], default_cpu: float) -> None:
+    """What the modules (core selection) and autocast families add to the default run: the
+    default run's CPU seconds against the same run without their folders."""
+    ignored = ["--ignore", "conformance/modules", "--ignore", "conformance/autocast"]
+    _, without, _ = run(pytest_cmd("-n", "2", *ignored), env)
+    ratio = default_cpu / without
+    print(
+        f"modules (core) + autocast families: the default run costs {ratio:.2f}x the run "
+        f"without them (CPU seconds; target <= 1.15x: {verdict(ratio, 1.15)}) [{load()}]"
+    )
+
+
 def compile_axis(env: dict[str, str], default_cpu: float | None) -> None:
     """The -compile cases and compiled-path scenarios, cold then warm Inductor caches (a fresh
     cache folder of this run), against the default run's CPU seconds."""
@@ -379,6 +391,7 @@ def main() -> None:
         value_sets_ratio(env, default_cpu)
         heap_zones_ratio(env, default_cpu)
         runtime_ratio(env, default_cpu)
+        new_families_ratio(env, default_cpu)
         collectives_selection(env)
     if opts.compile:
         compile_axis(env, default_cpu)

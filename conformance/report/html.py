@@ -15,7 +15,14 @@ from pathlib import Path
 import jinja2
 
 from conformance.report.load import STATUSES, Case, Run
-from conformance.report.summary import Grid, GridCell, build_grid, family_rows, ordered
+from conformance.report.summary import (
+    Grid,
+    GridCell,
+    build_grid,
+    family_rows,
+    family_tables,
+    ordered,
+)
 
 __all__ = ["TEMPLATE_DIR", "render_html"]
 
@@ -96,6 +103,10 @@ def render_html(
     failures = [_Failure(run.name, case) for run in runs for case in run.failures()]
     findings = [(run.name, run.label, run.findings(), run.unsupported_by_op()) for run in runs]
     families = {f: [(run.name, c) for run, c in rows] for f, rows in family_rows(runs).items()}
+    tables = {
+        f: (columns, [(run.name, row) for run, row in rows])
+        for f, (columns, rows) in family_tables(runs).items()
+    }
     template = _environment().get_template("report.html.j2")
     return template.render(
         title=title,
@@ -106,6 +117,7 @@ def render_html(
         dtypes=ordered((d for v in views for d in v.grid.dtypes), _first(views, "dtypes")),
         layouts=ordered((x for v in views for x in v.grid.layouts), _first(views, "layouts")),
         failures=failures,
+        tables=tables,
         findings=findings,
         families=families,
         total_cases=sum(v.total for v in views),

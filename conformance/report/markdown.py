@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from conformance.report.load import FAILING, STATUSES, Case, Run
-from conformance.report.summary import counts_by, family_rows
+from conformance.report.summary import counts_by, family_rows, family_tables
 
 __all__ = ["coverage_lines", "render_markdown"]
 
@@ -194,13 +194,28 @@ def _findings_section(runs: Sequence[Run]) -> list[str]:
 
 def _family_sections(runs: Sequence[Run]) -> list[str]:
     """A section per family besides the op cases (scenarios, the runtime contract,
-    collectives): every case, or, past MAX_FAMILY_ROWS, those that did not pass."""
+    collectives): the table its cases carry, if any (every row), then every case, or, past
+    MAX_FAMILY_ROWS, those that did not pass."""
     out: list[str] = []
+    tables = family_tables(runs)
     for family, found in family_rows(runs).items():
         shown = found
         if len(found) > MAX_FAMILY_ROWS:
             shown = [(run, c) for run, c in found if c.status.value != "passed"]
         out += [f"## {family.capitalize()} ({len(found)})", ""]
+        if family in tables:  # the table its cases carry, every row
+            columns, rows = tables[family]
+            out += [
+                "| " + " | ".join(["session", *columns]) + " |",
+                "| " + " | ".join(["---"] * (len(columns) + 1)) + " |",
+            ]
+            out += [
+                "| "
+                + " | ".join([_cell(run.name), *(_cell(str(r.get(k, ""))) for k in columns)])
+                + " |"
+                for run, r in rows
+            ]
+            out.append("")
         if len(shown) < len(found):
             out += [f"{len(found) - len(shown)} passed case(s) not listed.", ""]
         if not shown:

@@ -58,6 +58,19 @@ def family_rows(runs: Sequence[Run]) -> dict[str, list[tuple[Run, Case]]]:
     return rows
 
 
+def family_tables(runs: Sequence[Run]) -> dict[str, tuple[list[str], list[tuple[Run, dict]]]]:
+    """The table a family's cases carry, one row each (`extra["table"]`: the autocast policy
+    table), by family: (its columns, in the first row's order; (run, row) for every case)."""
+    tables: dict[str, tuple[list[str], list[tuple[Run, dict]]]] = {}
+    for family, found in family_rows(runs).items():
+        rows = [
+            (run, c.extra["table"]) for run, c in found if isinstance(c.extra.get("table"), dict)
+        ]
+        if rows:
+            tables[family] = (list(rows[0][1]), rows)
+    return tables
+
+
 @dataclass(frozen=True)
 class GridCell:
     """One (op, dtype, layout) of the grid: the worst status over its paths and its cases."""

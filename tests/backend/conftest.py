@@ -27,11 +27,3 @@ def _run(code: str, timeout: float = 120, **env: str) -> subprocess.CompletedPro
 def run_py():
     """``run_py(code, **env)`` -> CompletedProcess of a fresh interpreter."""
     return _run
-
-
-@pytest.fixture(scope="session")
-def npu():
-    """The echo_npu module imported in-process with default settings (malloc mode)."""
-    import echo_npu
-
-    return echo_npu

@@ -42,13 +42,6 @@ def test_segfault_empty_really_crashes(run_py):
     assert ok.returncode == 0 and "tensor([0., 0., 0.])" in ok.stdout, ok.stderr
 
 
-@pytest.fixture
-def faults(npu):
-    """Set faults in-process and always switch them off again."""
-    yield npu.set_faults
-    npu.set_faults([])
-
-
 def test_copy_ignores_offset(npu, faults):
     x = torch.arange(10.0)
     d = x.to("npu")
@@ -269,6 +262,30 @@ def test_fallback_bn_legit_drops_var_only_on_the_decomposed_op(npu, faults):
     assert not torch.allclose(got, expected[0])  # normalized by 1, not by 4
     eager = torch.nn.functional.batch_norm(*on[:1], on[3], on[4], on[1], on[2]).cpu()
     assert torch.allclose(eager, expected[0], atol=1e-5)  # eager BatchNorm: native_batch_norm
+
+
+def test_bn_running_var_biased_changes_only_the_running_variance(npu, faults):
+    torch.manual_seed(0)
+    x = torch.randn(4, 3, 5, 5)
+    cpu = torch.nn.BatchNorm2d(3)
+    expected = cpu(x)
+    faults(["bn_running_var_biased"])
+    dev = torch.nn.BatchNorm2d(3).to("npu")
+    got = dev(x.to("npu")).cpu()
+    assert torch.allclose(got, expected, atol=1e-5)  # the output is right
+    assert torch.allclose(dev.running_mean.cpu(), cpu.running_mean)
+    n = x.numel() // 3  # the biased update: (1 - m) * 1 + m * var * (n - 1) / n
+    biased = 0.9 + (cpu.running_var - 0.9) * (n - 1) / n
+    assert torch.allclose(dev.running_var.cpu(), biased, atol=1e-6)
+    assert not torch.allclose(dev.running_var.cpu(), cpu.running_var, atol=1e-4)
+    dev.eval()
+    assert torch.allclose(
+        dev(x.to("npu")).cpu(),
+        torch.nn.functional.batch_norm(
+            x, cpu.running_mean, biased, dev.weight.detach().cpu(), dev.bias.detach().cpu()
+        ),
+        atol=1e-4,
+    )  # the next eval pass normalizes with the drifted statistics
 
 
 def test_resize_segfault_crashes_only_when_growing(run_py):

@@ -25,6 +25,10 @@ _fused_sgd_
 _local_scalar_dense
 _reshape_alias
 _softmax
+_thnn_fused_gru_cell
+_thnn_fused_gru_cell_backward
+_thnn_fused_lstm_cell
+_thnn_fused_lstm_cell_backward_impl
 abs
 abs.out
 abs_

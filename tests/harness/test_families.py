@@ -29,6 +29,7 @@ NODE_IDS = {
     "contract": "conformance/contract/test_streams.py::test_stream_synchronize",
     "collectives": "conformance/collectives/test_collectives.py::"
     "test_collective[all_reduce-AVG-float32-33-contiguous-w2-sync]",
+    "autocast": "conformance/autocast/test_autocast.py::test_autocast_policy[mm]",
     "modules": "conformance/modules/test_modules.py::"
     "test_module[nn.BatchNorm2d-float32-train-channels_last-0]",
 }
@@ -75,6 +76,7 @@ def test_every_family_is_registered_and_owns_its_ids():
         "contract",
         "collectives",
         "modules",
+        "autocast",
         "scenarios",
     ]
     for name, nodeid in NODE_IDS.items():

@@ -10,24 +10,12 @@ import pytest
 import torch
 
 from conformance.engine.compare import Mismatch
+from conformance.engine.measured import compare_value
 from conformance.engine.modules import judge as judging
 from conformance.engine.modules.cases import ModuleCase, enumerate_cases
 from conformance.engine.modules.step import prepare, run_step
 
 BN = "nn.BatchNorm2d-float32-train-contiguous-0"
-
-
-@pytest.fixture(scope="module")
-def npu():
-    import echo_npu
-
-    return echo_npu
-
-
-@pytest.fixture
-def faults(npu):
-    yield npu.set_faults
-    npu.set_faults([])
 
 
 def test_case_ids_name_one_case():
@@ -80,20 +68,20 @@ def _values(shift: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 def test_less_accurate_than_cpu_beyond_the_allowance_fails():
     device, cpu, truth = _values(2e-3)
     with pytest.raises(Mismatch) as err:
-        judging.compare_value("output", "output", device, cpu, truth, True)
+        compare_value("output", "output", device, cpu, truth, True)
     assert err.value.check == "output"
 
 
 def test_as_accurate_as_cpu_passes():
     device, cpu, truth = _values(-1.5e-4)  # off from CPU beyond 2x its error, as close to the truth
     with pytest.raises(Mismatch):
-        judging.compare_value("output", "output", device, cpu, None, True)  # no truth: fails
-    assert judging.compare_value("output", "output", device, cpu, truth, True)
+        compare_value("output", "output", device, cpu, None, True)  # no truth: fails
+    assert compare_value("output", "output", device, cpu, truth, True)
 
 
 def test_torch_declared_tolerance_passes_with_a_note():
     device, cpu, truth = _values(2e-3)
-    assert not judging.compare_value("grad", "g", device, cpu, truth, True, upstream=(0.3, 0.04))
+    assert not compare_value("grad", "g", device, cpu, truth, True, declared=(0.3, 0.04))
 
 
 def test_state_dict_round_trip_fails_when_loading_loses_state(npu, monkeypatch):

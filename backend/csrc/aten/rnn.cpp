@@ -3,8 +3,9 @@
 // a PrivateUse1 input, as on CUDA and XPU, and their backward formulas the fused backward
 // kernels. CPU has none of the four, so the boxed cpu_fallback cannot serve them: a backend
 // without them fails every LSTM and GRU. Here they are composed of ATen ops on the device; the
-// workspace is ours (LSTM: the activated gates i, f, g, o; GRU: r, z, n, the hidden part of n's
-// gate, hx), read only by our backward kernels.
+// workspace is laid out as CUDA's kernels lay it out (aten/src/ATen/native/cuda/RNN.cu; LSTM:
+// the activated gates i, f, g, o; GRU: r, z, n, hx, and the hidden part of n's gate with its
+// bias), so the op cases can hand the backward kernels a workspace of their own.
 #include <ATen/ops/cat.h>
 #include <ATen/ops/zeros_like.h>
 
@@ -58,13 +59,13 @@ std::tuple<Tensor, Tensor> _thnn_fused_gru_cell(const Tensor& input_gates,
   const auto b = with_bias(hidden_gates, hidden_bias).chunk(3, 1);
   const Tensor r = a[0].add(b[0]).sigmoid(), z = a[1].add(b[1]).sigmoid();
   const Tensor n = a[2].add(r.mul(b[2])).tanh();
-  return {n.add(z.mul(hx.sub(n))), at::cat({r, z, n, b[2], hx}, 1)};
+  return {n.add(z.mul(hx.sub(n))), at::cat({r, z, n, hx, b[2]}, 1)};
 }
 
 std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> _thnn_fused_gru_cell_backward(
     const Tensor& grad_hy, const Tensor& workspace, bool has_bias) {
   const auto w = workspace.chunk(5, 1);
-  const Tensor &r = w[0], &z = w[1], &n = w[2], &hn = w[3], &hx = w[4];
+  const Tensor &r = w[0], &z = w[1], &n = w[2], &hx = w[3], &hn = w[4];
   const Tensor gz = grad_hy.mul(hx.sub(n)).mul(z.mul(one_minus(z)));
   const Tensor gn = grad_hy.mul(one_minus(z)).mul(one_minus(n.mul(n)));
   const Tensor gr = gn.mul(hn).mul(r.mul(one_minus(r)));

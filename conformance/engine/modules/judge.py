@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 
-from conformance.engine.compare import TOLERANCES, ErrorStats, Mismatch, compare_values
-from conformance.engine.evidence import OWN_ERROR, Evidence, element_errors, regions
+from conformance.engine.compare import Mismatch
+from conformance.engine.measured import NO_TRUTH_SCALE, compare_value
 from conformance.engine.modules.cases import ModuleCase
 from conformance.engine.modules.step import (
     SEED,
@@ -38,8 +38,6 @@ from conformance.engine.modules.step import (
     prepare,
     run_step,
 )
-
-NO_TRUTH_SCALE = 4.0  # times the base tolerance, where no float64 step measured CPU's own error
 
 
 class NotComparable(Exception):
@@ -143,62 +141,6 @@ def compare_steps(
                 f"{upstream}), not the measured one"
             )
     return notes
-
-
-def compare_value(
-    check: str,
-    name: str,
-    actual: Any,
-    expected: Any,
-    truth: Any,
-    values: bool,
-    upstream: tuple[float, float] | None = None,
-) -> bool:
-    """One value against CPU's, with the allowance CPU's own error measured (see the module);
-    False where it passed only within torch's own declared tolerance (`upstream`)."""
-    if not isinstance(expected, torch.Tensor):
-        if actual != expected:
-            raise Mismatch(check, f"{name}: the device gives {actual!r}, CPU {expected!r}")
-        return True
-    if not isinstance(actual, torch.Tensor):
-        raise Mismatch(check, f"{name}: the device gives {type(actual).__name__}, CPU a tensor")
-    if actual.dtype != expected.dtype or actual.shape != expected.shape:
-        raise Mismatch(
-            check,
-            f"{name}: the device gives {actual.dtype} {list(actual.shape)}, CPU "
-            f"{expected.dtype} {list(expected.shape)}",
-        )
-    if not values:
-        return True
-    scale: Any = NO_TRUTH_SCALE
-    has_truth = isinstance(truth, torch.Tensor) and truth.shape == expected.shape
-    if has_truth:
-        scale = Evidence({}, {name: OWN_ERROR * regions(element_errors(expected, truth))})
-    try:
-        compare_values(name, actual, expected, scale, ErrorStats())
-    except Mismatch as exc:
-        if has_truth and _as_accurate(actual, expected, truth):
-            return True
-        if upstream is not None and torch.allclose(
-            actual, expected, rtol=upstream[0], atol=upstream[1], equal_nan=True
-        ):
-            return False
-        raise Mismatch(check, exc.message, exc.max_abs, exc.max_rel) from None
-    return True
-
-
-def _as_accurate(actual: torch.Tensor, expected: torch.Tensor, truth: torch.Tensor) -> bool:
-    """Whether the device's value is as close to the float64 truth as CPU's, element by element
-    (within the dtype's base tolerance plus `OWN_ERROR` times CPU's own error in the region): a
-    kernel more accurate than CPU's (a float16 product accumulated in float32) is no failure."""
-    if not expected.is_floating_point() or expected.dtype not in TOLERANCES:
-        return False
-    rtol, atol = TOLERANCES[expected.dtype]
-    own = element_errors(actual, truth)
-    bound = atol + OWN_ERROR * regions(element_errors(expected, truth))
-    bound = bound + rtol * truth.detach().to(torch.float64).abs()
-    finite = torch.isfinite(actual) == torch.isfinite(expected)
-    return bool(((own <= bound) & finite).all())
 
 
 def round_trip(prepared: Prepared, dev: StepResult, device: torch.device | str) -> None:

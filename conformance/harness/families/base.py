@@ -13,8 +13,9 @@ import os
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import torch
 
-from conformance.harness.nodes import PACKAGE_DIR
+from conformance.harness.nodes import PACKAGE_DIR, record_id
 from conformance.record import CaseRecord, Status
 
 if TYPE_CHECKING:
@@ -60,6 +61,27 @@ class Family:
         its check and message): every field that names the case filled in, and its repro."""
         record = self.build_record(suite, nodeid, status, **values)
         record.family = self.name
+        return record
+
+    def case_record(
+        self, suite: Suite, nodeid: str, status: Status, name: str, **fields: Any
+    ) -> CaseRecord:
+        """A record of the case `nodeid`, whose manifest name is `name` (kept in the record's
+        `manifest_field` of `extra`), with `fields` (op, overload, dtype, ...): the run's torch,
+        backend, allocator and the case's repro filled in, and a hang's or a crash's message
+        prefixed `[<manifest prefix> <name>]`."""
+        record = CaseRecord(
+            id=record_id(nodeid),
+            status=status,
+            torch=str(torch.__version__),
+            backend=suite.backend_name,
+            allocator=suite.allocator,
+            repro=suite.repro_lines.repro(nodeid, self.test_file(nodeid)),
+            **fields,
+        )
+        record.extra[self.manifest_field] = name
+        if record.message and status in (Status.HUNG, Status.CRASHED):
+            record.message = f"[{self.manifest_prefix} {name}] {record.message}"
         return record
 
     def record_from_report(

@@ -13,7 +13,6 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import pytest
-import torch
 
 from conformance.engine.modules.cases import CORE_SAMPLES, ModuleCase, cached_cases
 from conformance.harness.families.base import Family
@@ -60,24 +59,18 @@ def new_module_record(suite: Suite, nodeid: str, status: Status, **values: Any) 
         case: ModuleCase | None = ModuleCase.parse(name)
     except ValueError:
         case = None
-    record = CaseRecord(
-        id=record_id(nodeid),
-        status=status,
+    return FAMILY.case_record(
+        suite,
+        nodeid,
+        status,
+        name,
         op="module",
         overload=case.module if case else name,
         dtype=case.dtype if case else "-",
         layout=case.memory_format if case else "-",
         path=("train" if case.training else "eval") if case else "module",
-        torch=str(torch.__version__),
-        backend=suite.backend_name,
-        allocator=suite.allocator,
-        repro=suite.repro_lines.repro(nodeid, FAMILY.test_file(nodeid)),
         **values,
     )
-    record.extra["module_case"] = name
-    if record.message and status in (Status.HUNG, Status.CRASHED):
-        record.message = f"[module {name}] {record.message}"
-    return record
 
 
 def module_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) -> CaseRecord:

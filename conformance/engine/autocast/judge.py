@@ -1,0 +1,201 @@
+"""The verdict of one autocast case: an op with an autocast kernel on a reference device (CUDA,
+CPU, XPU), its policy observed on CUDA, CPU and the device under test (engine/autocast/policy.py)
+from one sample of its OpInfo, and the device's class against CUDA's (an op only CPU or XPU
+registers is observed for the policy table, not judged). Where the device's region gives the
+dtype CPU's region gives (CPU run with the device's lower precision), the values are compared
+too, by evidence (engine/measured.py: CPU's own error against the op in float64 on the same
+rounded inputs).
+
+The op's samples come from torch's OpInfo database, matched by name or aten name; an op with
+none is not judged (the run header lists it)."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_flatten
+
+from conformance.engine.autocast import policy
+from conformance.engine.compare import Mismatch
+from conformance.engine.measured import compare_value
+from conformance.engine.transfer import read_back
+
+CHECK = "autocast"
+
+
+@dataclass
+class AutocastVerdict:
+    """What one case found: the class per device (`policies`), the reference it was judged
+    against, and the failure (`message`; "" when it passed: the first line is one per class,
+    the evidence on the next)."""
+
+    op: str
+    policies: dict[str, str] = field(default_factory=dict)  # device -> class
+    details: dict[str, str] = field(default_factory=dict)  # device -> evidence
+    reference: str = ""
+    message: str = ""
+    values: str = ""  # how the values compared ("" when they were not)
+
+
+@functools.cache
+def _opinfos() -> dict[str, list[Any]]:
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    found: dict[str, list[Any]] = {}
+    for info in op_db:
+        for name in {info.name, info.aten_name}:
+            if name:
+                found.setdefault(name, []).append(info)
+    return found
+
+
+def sample_of(op: str) -> tuple[Any, Any] | None:
+    """(OpInfo, its first float32 sample that runs on CPU without autocast), None if none."""
+    for info in _opinfos().get(op, []):
+        torch.manual_seed(0)
+        try:
+            for sample in info.sample_inputs("cpu", torch.float32):
+                try:
+                    policy.run(info.op, sample, policy.cpu_regime(torch.bfloat16), [], False)
+                except Exception:  # noqa: BLE001 - CPU refuses this sample: the next one
+                    continue
+                return info, sample
+        except Exception:  # noqa: BLE001 - the OpInfo's sample function fails here
+            continue
+    return None
+
+
+def has_sample(op: str) -> bool:
+    return sample_of(op) is not None
+
+
+def judge(
+    op: str,
+    device: torch.device,
+    lower: torch.dtype,
+    device_key: str | None,
+    device_kernels: int,
+    cuda_registers: bool = True,
+) -> AutocastVerdict:
+    """The case of `op` on `device`, whose autocast dtype is `lower` and whose autocast key
+    (`device_key`) has `device_kernels` kernels: its class against CUDA's, CPU's shown beside
+    it. An op CUDA does not register (`cuda_registers` off: CPU's or XPU's own) is observed,
+    not judged (`judged` off): CUDA has no policy for it, and what fake CUDA tensors show of
+    its decomposition is not what a GPU runs (the fake mode decomposes it below autocast)."""
+    found = sample_of(op)
+    verdict = AutocastVerdict(op, reference="cuda")
+    if found is None:
+        return verdict
+    info, sample = found
+    regimes = {
+        "cuda": policy.cuda_regime(),
+        "cpu": policy.cpu_regime(lower),
+        device.type: policy.device_regime(device, lower),
+    }
+    refused = region_refusal(device.type, lower, device_key, device_kernels)
+    if refused:
+        verdict.message = refused
+        return verdict
+    for name, regime in regimes.items():
+        seen = policy.observe(info.op, sample, regime)
+        verdict.policies[name], verdict.details[name] = seen.policy, seen.detail
+    verdict.judged = cuda_registers
+    want, got = verdict.policies["cuda"], verdict.policies[device.type]
+    if not cuda_registers:
+        return verdict
+    if got != want:
+        evidence = (
+            f"\n  on the device: {verdict.details[device.type]}; on cuda: "
+            f"{verdict.details['cuda']}; on cpu: {verdict.details['cpu']}"
+        )
+        if not device_kernels:
+            verdict.message = (
+                f"[autocast] the device registers no autocast kernel ({device_key} has none): "
+                f"{op} runs in a torch.autocast region as without it, where CUDA's policy casts"
+                + evidence
+            )
+            return verdict
+        like_cpu = " (CPU's policy)" if got == verdict.policies["cpu"] else ""
+        verdict.message = (
+            f"[autocast {want}] {op}: CUDA's policy is {policy.DESCRIBED[want]}, the device's "
+            f"{policy.DESCRIBED[got]}{like_cpu}" + evidence
+        )
+        return verdict
+    _compare_values(verdict, info, sample, regimes["cpu"], regimes[device.type])
+    return verdict
+
+
+def region_refusal(device_type: str, lower: torch.dtype, key: str | None, kernels: int) -> str:
+    """The first line every autocast case of a device fails with when entering its region
+    raises ("" when it does not): torch.autocast refuses the device (a PrivateUse1 module
+    without get_amp_supported_dtype, a dtype it does not list); the same line for every case,
+    so it is one finding."""
+    try:
+        with torch.autocast(device_type, dtype=lower):
+            pass
+    except Exception as exc:  # noqa: BLE001 - the refusal is the verdict
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        none = "" if kernels else f"the device registers no autocast kernel ({key} has none), and "
+        return (
+            f"[autocast] {none}torch.autocast(device_type='{device_type}') raises "
+            f"{type(exc).__name__}: {first}"
+        )
+    return ""
+
+
+def _compare_values(verdict: AutocastVerdict, info: Any, sample: Any, cpu: Any, dev: Any) -> None:
+    """The device's region against CPU's with float32 inputs, where both give the same dtype."""
+    n = sum(1 for t in tree_flatten((sample.input, sample.args, sample.kwargs))[0] if _float(t))
+    try:
+        expected = policy.run(info.op, sample, cpu, [torch.float32] * n, True)
+    except Exception:  # noqa: BLE001 - CPU's region refuses: nothing to compare against
+        return
+    got = policy.run(info.op, sample, dev, [torch.float32] * n, True)
+    want_leaves, got_leaves = tree_flatten(expected)[0], tree_flatten(got)[0]
+    kinds = [(t.dtype if isinstance(t, torch.Tensor) else type(t)) for t in want_leaves]
+    if kinds != [(t.dtype if isinstance(t, torch.Tensor) else type(t)) for t in got_leaves]:
+        verdict.values = "not compared: the device's region gives other dtypes than CPU's"
+        return
+    truth = _truth(info, sample, n, want_leaves)
+    for i, (d, c) in enumerate(zip(got_leaves, want_leaves, strict=True)):
+        if not isinstance(c, torch.Tensor) or c.is_complex():
+            continue
+        name = f"output {i}" if len(want_leaves) > 1 else "output"
+        t = truth[i] if truth is not None else None
+        try:
+            compare_value(CHECK, name, read_back(d.detach()), c.detach(), t)
+        except Mismatch as exc:
+            verdict.message = (
+                f"[autocast values] {verdict.op}: in the device's autocast region {exc.message} "
+                f"(CPU's region in {dev.lower})"
+            )
+            return
+    verdict.values = f"compared with CPU's region in {str(dev.lower).removeprefix('torch.')}"
+
+
+def _float(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and t.is_floating_point()
+
+
+def _truth(info: Any, sample: Any, n: int, leaves: list) -> list | None:
+    """The op in float64 on the inputs as CPU's region rounded them (to the lower precision
+    where its result is in it), per output leaf; None where that fails."""
+    first = next((t for t in leaves if _float(t)), None)
+    if first is None:
+        return None
+    cpu = policy.cpu_regime(torch.float64)
+    rounded = sample
+    if first.dtype != torch.float32:
+        cast = policy.cast_floats(
+            (sample.input, sample.args, sample.kwargs), iter([first.dtype] * n)
+        )
+        rounded = SimpleNamespace(input=cast[0], args=cast[1], kwargs=cast[2])
+    try:
+        wide = tree_flatten(policy.run(info.op, rounded, cpu, [torch.float64] * n, False))[0]
+    except Exception:  # noqa: BLE001 - no float64 run: the base tolerance judges
+        return None
+    return wide if len(wide) == len(leaves) else None
