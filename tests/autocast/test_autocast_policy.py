@@ -10,6 +10,7 @@ import contextlib
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from conformance.engine.autocast import policy
 from conformance.engine.autocast.judge import judge, sample_of
@@ -76,12 +77,33 @@ def test_no_kernel_under_the_key_is_one_message(npu, monkeypatch):
     }, firsts
 
 
+class MmOff(TorchDispatchMode):
+    """mm's results 1 % off: the device computes wrong inside the region only."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        return out * 1.01 if func is torch.ops.aten.mm.default else out
+
+
 def test_region_values_differ_when_the_device_computes_wrong(npu, monkeypatch):
-    def off(device, lower):  # the device's inputs 1 % off: its results are wrong, not its dtypes
+    def off(device, lower):
         real = device_regime(device, lower)
-        return policy.Regime(real.device, lower, lambda t: real.place(t * 1.01), real.region)
+
+        @contextlib.contextmanager
+        def region():
+            with real.region(), MmOff():
+                yield
+
+        return policy.Regime(real.device, lower, real.place, region)
 
     monkeypatch.setattr(policy, "device_regime", off)
     verdict = judge("mm", torch.device(NPU), torch.float16, "AutocastPrivateUse1", 1)
     assert verdict.message.startswith("[autocast values] mm: in the device's autocast region")
+    assert "outside autocast, on the same inputs, the device agrees with CPU" in verdict.message
     assert verdict.policies["npu"] == "lower"
+
+
+def test_an_op_wrong_outside_autocast_too_is_left_to_its_op_cases(npu, faults):
+    faults(["fallback_addmm_drops_bias"])  # addmm is wrong on the device, region or not
+    verdict = judge("addmm", torch.device(NPU), torch.float16, "AutocastPrivateUse1", 1)
+    assert verdict.message == "" and verdict.values.startswith("not judged: addmm differs")

@@ -13,6 +13,7 @@ from conformance.engine.compare import Mismatch
 from conformance.engine.measured import compare_value
 from conformance.engine.modules import judge as judging
 from conformance.engine.modules.cases import ModuleCase, enumerate_cases
+from conformance.engine.modules.divergence import ChildSearches, first_divergence
 from conformance.engine.modules.step import prepare, run_step
 
 BN = "nn.BatchNorm2d-float32-train-contiguous-0"
@@ -49,8 +50,25 @@ def test_biased_running_var_fails_the_state_and_names_the_op(npu, faults):
     faults(["bn_running_var_biased"])
     verdict = judging.judge(ModuleCase.parse(BN), "npu")
     assert verdict.check == "state" and verdict.message.startswith("running_var after the step")
-    assert verdict.diverged is not None
-    assert verdict.diverged.startswith("aten.native_batch_norm.default: running_var after the call")
+    assert verdict.searched and verdict.diverged is None  # the harness searches, in a child
+    prepared = prepare(ModuleCase.parse(BN))
+    _, seeds = run_step(prepared, "cpu")
+    found = first_divergence(prepared, "npu", seeds)
+    assert found is not None
+    assert found.startswith("aten.native_batch_norm.default: running_var after the call"), found
+
+
+def test_the_search_runs_in_a_child_and_its_failure_is_its_own(npu):
+    searches = ChildSearches(limit=2)
+    env = {"ECHO_NPU_FAULTS": "bn_running_var_biased"}
+    with pytest.MonkeyPatch.context() as m:
+        for name, value in env.items():
+            m.setenv(name, value)
+        found = searches.search(BN, "echo_npu", "npu")
+    assert found is not None and found.startswith("aten.native_batch_norm.default"), found
+    broken = searches.search(BN, "no_such_backend_module", "npu")  # the child cannot start
+    assert broken.startswith("not found: the search's process ended with 1"), broken
+    assert searches.search(BN, "echo_npu", "npu").startswith("not searched: ")
 
 
 def test_eval_mode_does_not_update_the_state(npu, faults):

@@ -72,6 +72,13 @@ def test_a_device_without_autocast_kernels_is_one_finding(tmp_path):
     assert proc.returncode != 0, out[-3000:]
     policy = [r for c, r in records.items() if r["status"] == "failed" and r["op"] != "autocast"]
     assert policy and all("registers no autocast kernel" in r["message"] for r in policy), policy
+    # the policy table shows CUDA's and CPU's classes beside the refusal
+    assert records["mm"]["table"] == {
+        "op": "mm",
+        "cuda": "lower",
+        "cpu": "lower",
+        "device": "refused",
+    }
     amp = records["test_amp_supported_dtype"]
     assert amp["status"] == "failed" and "get_amp_supported_dtype" in amp["message"], amp
     titles = [f["title"] for f in info["findings"] if "registers no autocast kernel" in f["title"]]

@@ -97,10 +97,11 @@ def judge(
         device.type: policy.device_regime(device, lower),
     }
     refused = region_refusal(device.type, lower, device_key, device_kernels)
-    if refused:
-        verdict.message = refused
-        return verdict
     for name, regime in regimes.items():
+        if refused and name == device.type:  # the table still shows CUDA's and CPU's
+            verdict.policies[name], verdict.details[name] = "refused", refused
+            verdict.message = refused
+            return verdict
         seen = policy.observe(info.op, sample, regime)
         verdict.policies[name], verdict.details[name] = seen.policy, seen.detail
     verdict.judged = cuda_registers
@@ -161,20 +162,51 @@ def _compare_values(verdict: AutocastVerdict, info: Any, sample: Any, cpu: Any, 
         verdict.values = "not compared: the device's region gives other dtypes than CPU's"
         return
     truth = _truth(info, sample, n, want_leaves)
-    for i, (d, c) in enumerate(zip(got_leaves, want_leaves, strict=True)):
-        if not isinstance(c, torch.Tensor) or c.is_complex():
+    problem = _first_difference(got_leaves, want_leaves, truth)
+    lower = str(dev.lower).removeprefix("torch.")
+    if problem is None:
+        verdict.values = f"compared with CPU's region in {lower}"
+        return
+    outside = _outside(info, sample, n, cpu, dev, want_leaves, truth)
+    if outside is not None:  # the op's own bug, not its region's: its op cases name it
+        verdict.values = (
+            f"not judged: {verdict.op} differs from CPU outside autocast too ({outside}): the "
+            "op cases judge it"
+        )
+        return
+    verdict.message = (
+        f"[autocast values] {verdict.op}: in the device's autocast region {problem} (CPU's "
+        f"region in {lower}; outside autocast, on the same inputs, the device agrees with CPU)"
+    )
+
+
+def _first_difference(got: list, want: list, truth: list | None) -> str | None:
+    """What the first compared value that differs says, None if none does."""
+    for i, (d, c) in enumerate(zip(got, want, strict=True)):
+        if not isinstance(c, torch.Tensor) or c.is_complex() or not isinstance(d, torch.Tensor):
             continue
-        name = f"output {i}" if len(want_leaves) > 1 else "output"
+        name = f"output {i}" if len(want) > 1 else "output"
         t = truth[i] if truth is not None else None
         try:
             compare_value(CHECK, name, read_back(d.detach()), c.detach(), t)
         except Mismatch as exc:
-            verdict.message = (
-                f"[autocast values] {verdict.op}: in the device's autocast region {exc.message} "
-                f"(CPU's region in {dev.lower})"
-            )
-            return
-    verdict.values = f"compared with CPU's region in {str(dev.lower).removeprefix('torch.')}"
+            return exc.message
+    return None
+
+
+def _outside(info: Any, sample: Any, n: int, cpu: Any, dev: Any, want: list, truth: Any):
+    """Whether the op, outside autocast, on the inputs as the region cast them, differs from
+    CPU's too (what differs; None where it agrees or cannot run)."""
+    first = next((t for t in want if _float(t)), None)
+    cast = first.dtype if first is not None and first.dtype == dev.lower else torch.float32
+    try:
+        on_cpu = tree_flatten(policy.run(info.op, sample, cpu, [cast] * n, False))[0]
+        on_dev = tree_flatten(policy.run(info.op, sample, dev, [cast] * n, False))[0]
+    except Exception:  # noqa: BLE001 - the op outside autocast refuses: the region's failure
+        return None
+    if len(on_cpu) != len(on_dev):
+        return None
+    return _first_difference(on_dev, on_cpu, truth)
 
 
 def _float(t: Any) -> bool:

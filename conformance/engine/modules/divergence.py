@@ -6,22 +6,30 @@ does not mark as written, as `native_batch_norm` does with the running statistic
 too). The first op whose result differs beyond `OP_SCALE` times its dtype's base tolerance is
 named. Random and uninitialised ops are run, not compared.
 
-It runs after the case's verdict and only on a failed case; whatever goes wrong in it is reported
-as "not found", never as the case's failure.
+It runs after the case's verdict, only on a failed case, and in a child process of its own
+(`search_in_child`: `python -m conformance.engine.modules <case> --diverged`), so a crash or a
+hang of the search (a dispatch mode over a lazy device's tensors can bring the process down) is
+reported as the search's, never as the case's verdict; at most `SEARCHES` per process.
 """
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
+from conformance.engine import interpreter
 from conformance.engine.compare import ErrorStats, Mismatch, compare_values
 from conformance.engine.modules.step import Prepared, run_step
 from conformance.engine.transfer import read_back
 
+SEARCHES = 16  # searches a process makes (each a child: import torch, the backend, module_db)
+SEARCH_TIMEOUT = 120.0  # seconds a search has
 OP_SCALE = 8.0  # one op against CPU on the same inputs: its dtype's base tolerance, times this
 UNCOMPARED_TAGS = ("nondeterministic_seeded", "nondeterministic_bitwise")
 UNINITIALISED = ("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided")
@@ -113,3 +121,40 @@ def first_divergence(prepared: Prepared, device: torch.device | str, seeds: list
     except Exception:  # noqa: BLE001 - a diagnostic: the verdict stands
         return mode.found
     return mode.found
+
+
+class ChildSearches:
+    """The searches of one process, each in a child process (their number capped)."""
+
+    def __init__(self, limit: int = SEARCHES) -> None:
+        self.left = limit
+
+    def search(self, case: str, backend: str, device: str) -> str | None:
+        """The first op that diverged in the case `case`, found by a child that loads the
+        backend `backend` (Backend.spec) on `device`; what went wrong with the search when it
+        did (a crash, a hang), prefixed "not found:"; None when it found none."""
+        if self.left <= 0:
+            return f"not searched: {SEARCHES} searches were made in this process"
+        self.left -= 1
+        cmd = [*interpreter.python(), "-m", "conformance.engine.modules", case, "--diverged"]
+        cmd += ["--backend", backend, "--device", device] if backend else ["--device", device]
+        try:
+            done = subprocess.run(
+                cmd,
+                env=interpreter.environment(),
+                capture_output=True,
+                text=True,
+                timeout=SEARCH_TIMEOUT,
+            )
+        except subprocess.TimeoutExpired:
+            return f"not found: the search did not finish in {SEARCH_TIMEOUT:g} s"
+        lines = [line for line in done.stdout.splitlines() if line.startswith('{"diverged"')]
+        if done.returncode != 0 or not lines:
+            last = (done.stderr.strip().splitlines() or [""])[-1][:160]
+            how = str(done.returncode)
+            if done.returncode < 0:
+                how = signal.Signals(-done.returncode).name
+            return f"not found: the search's process ended with {how}" + (
+                f" ({last})" if last else ""
+            )
+        return json.loads(lines[-1])["diverged"]

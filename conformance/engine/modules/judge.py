@@ -16,7 +16,7 @@ values from another seed: dropout in training) is compared in dtype and shape on
 record says so.
 
 A failing case names the first op that diverged where one can be found (engine/modules/
-divergence.py), a diagnostic that runs after the verdict is made.
+divergence.py), a diagnostic the harness runs after the verdict, in a child process.
 """
 
 from __future__ import annotations
@@ -52,7 +52,12 @@ class ModuleVerdict:
     check: str | None = None
     message: str = ""
     notes: list[str] = field(default_factory=list)
-    diverged: str | None = None  # the first op that diverged (divergence.py), if found
+    diverged: str | None = None  # the first op that diverged (divergence.py), if searched
+
+    @property
+    def searched(self) -> bool:
+        """Whether a search for the op that diverged applies (a value differed)."""
+        return self.check in ("output", "grad", "state")
 
 
 def judge(case: ModuleCase, device: torch.device | str) -> ModuleVerdict:
@@ -78,10 +83,6 @@ def judge(case: ModuleCase, device: torch.device | str) -> ModuleVerdict:
         round_trip(prepared, dev, device)
     except Mismatch as exc:
         verdict.check, verdict.message = exc.check, exc.message
-        if exc.check in ("output", "grad", "state"):
-            from conformance.engine.modules.divergence import first_divergence
-
-            verdict.diverged = first_divergence(prepared, device, seeds)
     return verdict
 
 

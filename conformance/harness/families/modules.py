@@ -59,7 +59,7 @@ def new_module_record(suite: Suite, nodeid: str, status: Status, **values: Any) 
         case: ModuleCase | None = ModuleCase.parse(name)
     except ValueError:
         case = None
-    return FAMILY.case_record(
+    record = FAMILY.case_record(
         suite,
         nodeid,
         status,
@@ -71,6 +71,9 @@ def new_module_record(suite: Suite, nodeid: str, status: Status, **values: Any) 
         path=("train" if case.training else "eval") if case else "module",
         **values,
     )
+    backend = f" --backend {suite.backend.spec}" if suite.backend.spec else ""
+    record.extra["script"] = f"python -m conformance.engine.modules {name}{backend}"
+    return record
 
 
 def module_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) -> CaseRecord:
@@ -94,10 +97,10 @@ def module_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) ->
     if verdict is not None and verdict.check:
         record.extra["differs"] = verdict.check  # output, grad, state, state_dict
         record.message = f"[module {record.overload}] {verdict.message}"
-        if verdict.diverged:
+        if verdict.diverged:  # the op, or why the search found none ("not found: ...")
             record.extra["diverged"] = verdict.diverged
             record.message += f"\n  first op that diverged: {verdict.diverged}"
-        elif verdict.check != "state_dict":
+        elif verdict.searched:
             record.message += "\n  no single op diverged from CPU on its own inputs"
         return record
     missing = missing_kernel(message)
