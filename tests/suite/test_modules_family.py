@@ -13,6 +13,7 @@ from tests.helpers import run_pytest
 
 FAMILY = "conformance/modules"
 PICKED = "BatchNorm2d and contiguous-0"
+NORMS = "Norm and float32 and contiguous-0"  # Batch-, Instance-, Group-, Layer-, RMSNorm
 
 
 def modules_run(tmp_path: Path, *args: str, env: dict[str, str] | None = None):
@@ -38,19 +39,29 @@ def test_clean_run_passes_and_the_header_names_the_selection(tmp_path):
 
 def test_biased_running_var_is_one_finding_naming_the_op(tmp_path):
     proc, records, info = modules_run(
-        tmp_path, "-k", PICKED, env={"ECHO_NPU_FAULTS": "bn_running_var_biased"}
+        tmp_path, "-k", NORMS, env={"ECHO_NPU_FAULTS": "bn_running_var_biased"}
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-3000:]
     failed = {c: r for c, r in records.items() if r["status"] == "failed"}
-    assert failed and all("-train-" in c for c in failed), sorted(failed)
+    modules = {r["overload"] for r in failed.values()}
+    assert {"nn.BatchNorm1d", "nn.BatchNorm2d", "nn.BatchNorm3d"} <= modules, modules
+    assert all("-train-" in c for c in failed), sorted(failed)
     assert all(r["status"] == "passed" for c, r in records.items() if "-eval-" in c)
+    assert all(r["status"] == "passed" for r in records.values() if "LayerNorm" in r["overload"])
     for r in failed.values():
         assert r["check"] == "module" and r["differs"] == "state", r
         assert r["diverged"].startswith("aten.native_batch_norm.default: running_var"), r
-        assert "first op that diverged: aten.native_batch_norm" in r["message"]
+        first, second = r["message"].splitlines()[:2]
+        assert first.startswith("[module] aten.native_batch_norm.default: running_var"), first
+        assert second.startswith(f"  in {r['overload']}: running_var after the step"), second
         assert r["repro"].startswith("ECHO_NPU_FAULTS=bn_running_var_biased pytest ")
         assert "conformance/modules/test_modules.py::test_module[" in r["repro"]
+        assert (
+            r["script"]
+            == f"python -m conformance.engine.modules {r['module_case']} --backend echo_npu"
+        )
+    # one root cause, however many modules it breaks: one finding
     findings = [f for f in info["findings"] if f["count"]]
     assert len(findings) == 1 and findings[0]["count"] == len(failed), findings
 

@@ -96,10 +96,9 @@ def module_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) ->
     record.check = FAMILY.check
     if verdict is not None and verdict.check:
         record.extra["differs"] = verdict.check  # output, grad, state, state_dict
-        record.message = f"[module {record.overload}] {verdict.message}"
-        if verdict.diverged:  # the op, or why the search found none ("not found: ...")
+        record.message = failure_message(record.overload, verdict.message, verdict.diverged)
+        if verdict.diverged:
             record.extra["diverged"] = verdict.diverged
-            record.message += f"\n  first op that diverged: {verdict.diverged}"
         elif verdict.searched:
             record.message += "\n  no single op diverged from CPU on its own inputs"
         return record
@@ -111,6 +110,17 @@ def module_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) ->
             f"{record.overload} needs ({message})"
         )
     return record
+
+
+def failure_message(module: str, differs: str, diverged: str | None) -> str:
+    """A failed case's message. Its first line, which keys its finding, is the op that diverged
+    where the search found one (`[module] aten.native_batch_norm.default: running_var after the
+    call ...`: every module that op breaks is one finding), else the module and what differed;
+    the next lines say the other."""
+    if diverged and not diverged.startswith(("not found", "not searched")):
+        return f"[module] {diverged}\n  in {module}: {differs}"
+    searched = f"\n  first op that diverged: {diverged}" if diverged else ""
+    return f"[module {module}] {differs}{searched}"
 
 
 def unsupported_skip(suite: Suite, nodeid: str, exc: BaseException) -> str | None:
