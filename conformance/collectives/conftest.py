@@ -11,6 +11,7 @@ import pytest
 from conformance.engine.collectives.spec import CollectiveCase
 from conformance.engine.collectives.world import Setup, Worlds
 from conformance.errors import ConformanceUsageError
+from conformance.harness.families.base import deselect_empty_parameter_set
 from conformance.harness.families.collectives import FAMILY
 from conformance.harness.families.collectives_plan import CollectivesPlan
 from conformance.harness.session import run_of
@@ -47,16 +48,5 @@ def collective_worlds(request: pytest.FixtureRequest) -> Iterator[Worlds | None]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """No collectives case at all (`--collectives none`): no item either (pytest would make
-    one skipped `[NOTSET]` item of the empty parameter set)."""
-    empty = [
-        item
-        for item in items
-        if item.originalname == "test_collective"
-        and not isinstance(
-            getattr(getattr(item, "callspec", None), "params", {}).get(CASE), CollectiveCase
-        )
-    ]
-    if empty:
-        config.hook.pytest_deselected(items=empty)
-        items[:] = [item for item in items if item not in empty]
+    """No collectives case at all (`--collectives none`): no item either."""
+    deselect_empty_parameter_set(config, items, "test_collective", CASE, CollectiveCase)

@@ -10,6 +10,7 @@ from conformance.engine.compare import Mismatch
 from conformance.engine.memory import MemoryWatch
 from conformance.engine.modules.cases import ModuleCase
 from conformance.errors import ConformanceUsageError
+from conformance.harness.families.base import deselect_empty_parameter_set
 from conformance.harness.families.modules import FAMILY, unsupported_skip
 from conformance.harness.session import run_of
 
@@ -27,19 +28,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """No module case at all (a torch without module_db samples): no item either (pytest
-    would make one skipped `[NOTSET]` item of the empty parameter set)."""
-    empty = [
-        item
-        for item in items
-        if item.originalname == "test_module"
-        and not isinstance(
-            getattr(getattr(item, "callspec", None), "params", {}).get(CASE), ModuleCase
-        )
-    ]
-    if empty:
-        config.hook.pytest_deselected(items=empty)
-        items[:] = [item for item in items if item not in empty]
+    """No module case at all (a torch without module_db samples): no item either."""
+    deselect_empty_parameter_set(config, items, "test_module", CASE, ModuleCase)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -113,6 +113,22 @@ def test_state_dict_round_trip_fails_when_loading_loses_state(npu, monkeypatch):
     assert err.value.check == "state_dict" and "running_mean" in err.value.message
 
 
+def test_state_dict_round_trip_is_bit_for_bit(npu, monkeypatch):
+    prepared = prepare(ModuleCase.parse(BN))
+    _, seeds = run_step(prepared, "cpu")
+    dev, _ = run_step(prepared, "npu", seeds)
+    load = torch.nn.Module.load_state_dict
+
+    def flipping(self, state, strict=True):  # every 0.0 loaded as -0.0: equal, not the same
+        flipped = {k: v.where(v != 0, -v) if v.is_floating_point() else v for k, v in state.items()}
+        return load(self, flipped, strict)
+
+    monkeypatch.setattr(torch.nn.Module, "load_state_dict", flipping)
+    with pytest.raises(Mismatch) as err:
+        judging.round_trip(prepared, dev, "npu")
+    assert err.value.check == "state_dict" and "bias" in err.value.message
+
+
 def test_random_module_values_are_not_compared(npu):
     case = next(
         c for c in enumerate_cases("core", [torch.float32])[0]

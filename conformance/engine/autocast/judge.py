@@ -29,14 +29,13 @@ CHECK = "autocast"
 
 @dataclass
 class AutocastVerdict:
-    """What one case found: the class per device (`policies`), the reference it was judged
-    against, and the failure (`message`; "" when it passed: the first line is one per class,
-    the evidence on the next)."""
+    """What one case found: the class per device (`policies`), whether it was judged against
+    CUDA's (`judged`), and the failure (`message`; "" when it passed: the first line is one per
+    class, the evidence on the next)."""
 
     op: str
     policies: dict[str, str] = field(default_factory=dict)  # device -> class
     details: dict[str, str] = field(default_factory=dict)  # device -> evidence
-    reference: str = ""
     message: str = ""
     values: str = ""  # how the values compared ("" when they were not)
 
@@ -69,10 +68,6 @@ def sample_of(op: str) -> tuple[Any, Any] | None:
     return None
 
 
-def has_sample(op: str) -> bool:
-    return sample_of(op) is not None
-
-
 def judge(
     op: str,
     device: torch.device,
@@ -87,7 +82,7 @@ def judge(
     not judged (`judged` off): CUDA has no policy for it, and what fake CUDA tensors show of
     its decomposition is not what a GPU runs (the fake mode decomposes it below autocast)."""
     found = sample_of(op)
-    verdict = AutocastVerdict(op, reference="cuda")
+    verdict = AutocastVerdict(op)
     if found is None:
         return verdict
     info, sample = found
@@ -150,7 +145,7 @@ def region_refusal(device_type: str, lower: torch.dtype, key: str | None, kernel
 
 def _compare_values(verdict: AutocastVerdict, info: Any, sample: Any, cpu: Any, dev: Any) -> None:
     """The device's region against CPU's with float32 inputs, where both give the same dtype."""
-    n = sum(1 for t in tree_flatten((sample.input, sample.args, sample.kwargs))[0] if _float(t))
+    n = policy.floating_inputs(sample)
     try:
         expected = policy.run(info.op, sample, cpu, [torch.float32] * n, True)
     except Exception:  # noqa: BLE001 - CPU's region refuses: nothing to compare against
@@ -197,7 +192,7 @@ def _first_difference(got: list, want: list, truth: list | None) -> str | None:
 def _outside(info: Any, sample: Any, n: int, cpu: Any, dev: Any, want: list, truth: Any):
     """Whether the op, outside autocast, on the inputs as the region cast them, differs from
     CPU's too (what differs; None where it agrees or cannot run)."""
-    first = next((t for t in want if _float(t)), None)
+    first = next((t for t in want if policy.floating(t)), None)
     cast = first.dtype if first is not None and first.dtype == dev.lower else torch.float32
     try:
         on_cpu = tree_flatten(policy.run(info.op, sample, cpu, [cast] * n, False))[0]
@@ -209,22 +204,16 @@ def _outside(info: Any, sample: Any, n: int, cpu: Any, dev: Any, want: list, tru
     return _first_difference(on_dev, on_cpu, truth)
 
 
-def _float(t: Any) -> bool:
-    return isinstance(t, torch.Tensor) and t.is_floating_point()
-
-
 def _truth(info: Any, sample: Any, n: int, leaves: list) -> list | None:
     """The op in float64 on the inputs as CPU's region rounded them (to the lower precision
     where its result is in it), per output leaf; None where that fails."""
-    first = next((t for t in leaves if _float(t)), None)
+    first = next((t for t in leaves if policy.floating(t)), None)
     if first is None:
         return None
     cpu = policy.cpu_regime(torch.float64)
     rounded = sample
     if first.dtype != torch.float32:
-        cast = policy.cast_floats(
-            (sample.input, sample.args, sample.kwargs), iter([first.dtype] * n)
-        )
+        cast = policy.cast_floats(policy.inputs_of(sample), [first.dtype] * n)
         rounded = SimpleNamespace(input=cast[0], args=cast[1], kwargs=cast[2])
     try:
         wide = tree_flatten(policy.run(info.op, rounded, cpu, [torch.float64] * n, False))[0]

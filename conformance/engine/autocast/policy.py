@@ -18,6 +18,7 @@ device under test (torch.autocast(device_type=...), its tensors placed by engine
 from __future__ import annotations
 
 import contextlib
+import itertools
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -28,7 +29,6 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from conformance.engine.transfer import to_device
 
-CLASSES = ("lower", "fp32", "promote", "none", "error")
 DESCRIBED = {
     "lower": "lower precision (float32 inputs cast down)",
     "fp32": "float32 (lower-precision inputs cast up)",
@@ -44,7 +44,6 @@ class Observed:
 
     policy: str
     detail: str
-    output: Any = None  # the region's result with float32 inputs (CPU values), for values
 
 
 @dataclass(frozen=True)
@@ -101,34 +100,42 @@ def _cuda_autocast(lower: torch.dtype) -> Iterator[None]:
         torch.set_autocast_dtype("cuda", dtype)
 
 
-def _floating(t: Any) -> bool:
+def floating(t: Any) -> bool:
     return isinstance(t, torch.Tensor) and t.is_floating_point()
 
 
-def _inputs(sample: Any) -> tuple[Any, tuple, dict]:
+def inputs_of(sample: Any) -> tuple[Any, tuple, dict]:
+    """An OpInfo sample's (input, args, kwargs)."""
     return sample.input, tuple(sample.args), dict(sample.kwargs)
 
 
-def cast_floats(values: Any, dtypes: Iterator[torch.dtype | None]) -> Any:
-    """`values` with each floating tensor converted to the next dtype of `dtypes` (None: kept)."""
+def floating_inputs(sample: Any) -> int:
+    """How many floating tensors a sample passes (what `run`'s dtypes convert, in order)."""
+    return sum(1 for t in tree_flatten(inputs_of(sample))[0] if floating(t))
+
+
+def cast_floats(values: Any, dtypes: list[torch.dtype]) -> Any:
+    """`values` with each floating tensor converted to the next dtype of `dtypes`, in order
+    (kept as they are past its end)."""
+    next_dtype = itertools.chain(dtypes, itertools.repeat(None)).__next__
 
     def convert(t: Any) -> Any:
-        if not _floating(t):
+        if not floating(t):
             return t
-        to = next(dtypes)
+        to = next_dtype()
         return t.detach().to(to) if to is not None else t.detach()
 
     return tree_map(convert, values)
 
 
 def _first_float(out: Any) -> torch.Tensor | None:
-    return next((t for t in tree_flatten(out)[0] if _floating(t)), None)
+    return next((t for t in tree_flatten(out)[0] if floating(t)), None)
 
 
 def run(op: Callable, sample: Any, regime: Regime, dtypes: list, autocast: bool) -> Any:
     """The op on the sample in `regime`, floating inputs converted to `dtypes` (in order),
     inside its autocast region or not: the result (on the regime's device)."""
-    values = cast_floats(_inputs(sample), iter(dtypes + [None] * 64))
+    values = cast_floats(inputs_of(sample), dtypes)
     with regime.outer():
         placed = tree_map(lambda t: regime.place(t) if isinstance(t, torch.Tensor) else t, values)
         x, args, kwargs = placed
@@ -149,7 +156,7 @@ def _dtype(op: Callable, sample: Any, regime: Regime, dtypes: list, autocast: bo
 
 def observe(op: Callable, sample: Any, regime: Regime) -> Observed:
     """The policy `regime`'s device shows for `op` on `sample` (see the module)."""
-    n = sum(1 for t in tree_flatten(_inputs(sample))[0] if _floating(t))
+    n = floating_inputs(sample)
     f32, low = "float32", str(regime.lower).removeprefix("torch.")
     plain = _dtype(op, sample, regime, [torch.float32] * n, False)
     fp = _dtype(op, sample, regime, [torch.float32] * n, True)

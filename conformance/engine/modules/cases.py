@@ -12,6 +12,7 @@ torch version is cached (a narrow `-k` run reads it and imports nothing).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -62,8 +63,9 @@ class ModuleCase:
         return cls(module, dtype, mode == "train", memory_format, int(sample))
 
 
+@functools.cache
 def module_infos() -> dict[str, Any]:
-    """torch's ModuleInfos by name (imports module_db: seconds)."""
+    """torch's ModuleInfos by name (imports module_db: seconds), once per process."""
     from torch.testing._internal.common_modules import module_db
 
     return {info.name: info for info in module_db}

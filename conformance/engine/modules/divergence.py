@@ -26,13 +26,13 @@ from torch.utils._pytree import tree_flatten, tree_map
 from conformance.engine import interpreter
 from conformance.engine.compare import ErrorStats, Mismatch, compare_values
 from conformance.engine.modules.step import Prepared, run_step
+from conformance.engine.oracles import is_nondeterministic
 from conformance.engine.transfer import read_back
+from conformance.engine.workload_calls import UNINITIALIZED
 
 SEARCHES = 16  # searches a process makes (each a child: import torch, the backend, module_db)
 SEARCH_TIMEOUT = 120.0  # seconds a search has
 OP_SCALE = 8.0  # one op against CPU on the same inputs: its dtype's base tolerance, times this
-UNCOMPARED_TAGS = ("nondeterministic_seeded", "nondeterministic_bitwise")
-UNINITIALISED = ("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided")
 
 
 class FirstDivergence(TorchDispatchMode):
@@ -42,7 +42,6 @@ class FirstDivergence(TorchDispatchMode):
         super().__init__()
         self.device_type = device_type
         self.found: str | None = None
-        self.compared = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -54,14 +53,13 @@ class FirstDivergence(TorchDispatchMode):
             expected = func(*cpu_args, **cpu_kwargs)
         except Exception:  # noqa: BLE001 - CPU refuses these inputs: nothing to compare
             return out
-        self.compared += 1
         self.found = self._difference(func, (out, args, kwargs), (expected, cpu_args, cpu_kwargs))
         return out
 
     def _compared(self, func: Any, args: Any, kwargs: Any) -> bool:
-        if func.__name__.split(".")[0] in UNINITIALISED:
-            return False
-        if any(getattr(torch.Tag, t, None) in func.tags for t in UNCOMPARED_TAGS):
+        """A device op with values to compare: not a random draw (oracles.py, as the op cases
+        tell them) nor uninitialised memory (workload_calls.UNINITIALIZED)."""
+        if func.__name__.split(".")[0] in UNINITIALIZED or is_nondeterministic(func):
             return False
         return any(self._on_device(t) for t in tree_flatten((args, kwargs))[0])
 
@@ -118,8 +116,8 @@ def first_divergence(prepared: Prepared, device: torch.device | str, seeds: list
     try:
         with mode:
             run_step(prepared, device, seeds)
-    except Exception:  # noqa: BLE001 - a diagnostic: the verdict stands
-        return mode.found
+    except Exception:  # noqa: BLE001 - a diagnostic: what it found before stands
+        pass
     return mode.found
 
 

@@ -152,13 +152,18 @@ def round_trip(prepared: Prepared, dev: StepResult, device: torch.device | str) 
     fresh, _, _ = build(prepared, device)
     fresh.load_state_dict(saved)
     for name, value in fresh.state_dict().items():
-        back = host(value)
-        same = back.shape == saved[name].shape and back.dtype == saved[name].dtype
-        if same and not torch.equal(back, saved[name]):
-            same = bool(((back == saved[name]) | (back.isnan() & saved[name].isnan())).all())
+        back, want = host(value), saved[name]
+        same = back.shape == want.shape and back.dtype == want.dtype
+        if same and not torch.equal(_bits(back), _bits(want)):  # -0.0, NaN payloads included
+            same = False
         if not same:
             raise Mismatch(
                 "state_dict",
                 f"state_dict round trip: {name} read from the device, loaded into a fresh "
                 "device module with load_state_dict, reads back different",
             )
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """The bytes of `t`'s elements, in order (a copy is owed them all, not equal values)."""
+    return t.contiguous().reshape(-1).view(torch.uint8)

@@ -13,6 +13,7 @@ and buffers are swapped for such copies (`Module._apply`, as `.to()` does), so a
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,25 +22,25 @@ import torch
 from torch.nn.utils.rnn import PackedSequence
 from torch.utils._pytree import tree_flatten
 
+from conformance.engine.layouts import Placement
 from conformance.engine.modules.cases import MEMORY_FORMATS, ModuleCase, module_infos, samples
-from conformance.engine.transfer import read_back, to_device
+from conformance.engine.transfer import read_back
 
 SEED = 0  # the seed of a case's build, its inputs and its grad_outputs
 
 
 def place(t: torch.Tensor, device: torch.device | str) -> torch.Tensor:
-    """A device copy of the CPU tensor `t` with its strides (dense ones: channels_last stays
-    channels_last) by one contiguous copy of its storage, then `as_strided`."""
-    if str(device) == "cpu":
-        return t
+    """A copy of the CPU tensor `t` on `device` with its strides where they are channels_last
+    (else contiguous), placed as the op cases place theirs (`layouts.Placement`: one copy of
+    the storage, then `as_strided`, or view ops on a device without storage). On CPU too a
+    copy: a step never writes into the prepared inputs."""
     data = t.detach()
     formats = (torch.channels_last, torch.channels_last_3d)
-    dense = data.dim() in (4, 5) and any(data.is_contiguous(memory_format=f) for f in formats)
-    if data.is_contiguous() or not dense:
-        return to_device(data.contiguous().clone(), device)
-    dense = data.clone()  # preserves a dense layout's strides, storage offset 0
-    storage = dense.as_strided((dense.numel(),), (1,))
-    return to_device(storage.clone(), device).as_strided(dense.shape, dense.stride())
+    if not (data.dim() in (4, 5) and any(data.is_contiguous(memory_format=f) for f in formats)):
+        data = data.contiguous()
+    dense = data.clone()  # its strides kept, storage offset 0
+    flat = dense.as_strided((dense.numel(),), (1,))
+    return Placement(flat, tuple(dense.shape), dense.stride(), 0).materialize(device)[1]
 
 
 def host(t: torch.Tensor) -> torch.Tensor:
@@ -103,11 +104,20 @@ def upstream_tolerance(info: Any, dtype: torch.dtype) -> tuple[float, float] | N
     return None
 
 
+@functools.lru_cache(maxsize=8)
+def seeded_samples(module: str, dtype: torch.dtype, training: bool) -> tuple[Any, ...]:
+    """The ModuleInfo's samples, drawn after seeding (the same every time), made once per
+    process for the cases that follow each other (a module's cases, one per sample, would
+    each draw them all again: 800 samples of LinearCrossEntropyLoss, 800 times). The steps
+    copy what they use (`place`), so the samples stay as drawn."""
+    torch.manual_seed(SEED)
+    return tuple(samples(module_infos()[module], dtype, training))
+
+
 def prepare(case: ModuleCase) -> Prepared:
     """The case's module and inputs on CPU, in its dtype, mode and memory format."""
     info = module_infos()[case.module]
-    torch.manual_seed(SEED)
-    sample = samples(info, case.torch_dtype, case.training)[case.sample]
+    sample = seeded_samples(case.module, case.torch_dtype, case.training)[case.sample]
     ctor = sample.constructor_input
     torch.manual_seed(SEED)
     module = info.module_cls(*ctor.args, **ctor.kwargs).to(case.torch_dtype)

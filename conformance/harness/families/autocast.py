@@ -9,7 +9,7 @@ a case as `autocast:<op>` (xfail, skip, crash, unsupported: a difference the dev
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -44,7 +44,6 @@ class AutocastPlan:
     lower: torch.dtype | None
     ops: tuple[str, ...] = ()
     missing: str | None = None
-    registered: dict[str, int] = field(default_factory=dict)
 
 
 def autocast_plan(suite: Suite) -> AutocastPlan:
@@ -102,7 +101,6 @@ def autocast_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) 
     verdict = getattr(item, "autocast_verdict", None)
     if verdict is not None and verdict.policies:
         dev = FAMILY.plan(suite).device_type
-        record.extra["policy"] = dict(verdict.policies)
         record.extra["table"] = {
             "op": name,
             "cuda": verdict.policies.get("cuda", "?"),

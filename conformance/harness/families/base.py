@@ -145,3 +145,20 @@ class Family:
         """The test file of a node id of this family, as a path inside the package."""
         assert self.folder is not None
         return os.path.join(PACKAGE_DIR, self.folder, os.path.basename(nodeid.partition("::")[0]))
+
+
+def deselect_empty_parameter_set(
+    config: pytest.Config, items: list[pytest.Item], test: str, param: str, kind: type
+) -> None:
+    """A family's test parametrized over no case at all (`param` holds no `kind`) gets no item
+    either, rather than the one skipped `[NOTSET]` item pytest makes of an empty parameter set
+    (a family's conftest calls this from pytest_collection_modifyitems)."""
+    empty = [
+        item
+        for item in items
+        if getattr(item, "originalname", None) == test
+        and not isinstance(getattr(getattr(item, "callspec", None), "params", {}).get(param), kind)
+    ]
+    if empty:
+        config.hook.pytest_deselected(items=empty)
+        items[:] = [item for item in items if item not in empty]
