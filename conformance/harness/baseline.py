@@ -25,11 +25,10 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 from conformance.errors import ConformanceUsageError
-from conformance.findings import Finding, category_of, group_findings
+from conformance.findings import Finding, category_of
 from conformance.harness.baseline_contexts import Context, case_id, contexts_of
 from conformance.harness.baseline_text import entry_text, manifest_header
 from conformance.harness.case_patterns import DIMENSIONS, patterns_for
@@ -40,7 +39,8 @@ from conformance.harness.expectations import (
     failure_key,
 )
 from conformance.harness.families import registry
-from conformance.record import CaseId, CaseRecord, missing_kernel
+from conformance.harness.found import expected_status, found
+from conformance.record import CaseId, CaseRecord
 
 __all__ = ("Baseline", "Context", "baseline", "contexts_of", "write")
 
@@ -72,15 +72,6 @@ class Group:
             self.failures.add(failure_key(head))
 
 
-def _entry_status(record: CaseRecord) -> str:
-    status = record.status
-    if status == "crashed":
-        return "crash"
-    if status == "hung":
-        return "skip"
-    return "unsupported" if record.check == "unsupported" else "xfail"
-
-
 def _reason(finding: Finding) -> str:
     """The finding's title without the advice to declare it."""
     text = finding.title.split("; not declared:")[0]
@@ -96,44 +87,23 @@ def _comment(finding: Finding) -> str:
 
 
 def _finding_groups(ctx: Context, groups: dict[tuple[str, ...], Group]) -> None:
-    """The failing cases of a context, one group per finding (as the run's summary groups
-    them: all records go in, passing ones say what the failing ones have in common) and entry
-    status; an xpassed case needs no entry (its entry goes)."""
+    """The failing cases of a context, one group per finding and entry status (harness/found.py:
+    what the run found); an unsupported finding has one group per kernel the device lacks."""
     records = [r for case, r in ctx.records.items() if case not in ctx.differing]
-    for finding in group_findings(records):
-        for record in finding.cases:
-            if record.status == "xpassed":
-                continue
-            status = _entry_status(record)
-            key: tuple[str, ...] = ("finding", finding.id, status)
-            reason = _reason(finding)
-            if finding.is_unsupported:  # one entry per kernel the device lacks
-                kernel = _kernel(record)
-                key += (kernel,)
-                reason = f"the device has no kernel for {kernel} where cpu computes"
-                status = "unsupported"
-            group = groups.get(key)
-            if group is None:
-                group = groups[key] = Group(
-                    key, status, category_of(record), reason, _comment(finding)
-                )
-            case = case_id(record)
-            culprit = record.culprit
-            if status == "crash" and culprit:  # skip what corrupted memory, not its victims
-                case = str(CaseId.parse(culprit))
-            group.members.setdefault((ctx.minor, ctx.allocator), set()).add(str(case))
-            if status == "xfail":
-                group.pin(record)
-
-
-def _kernel(record: CaseRecord) -> str:
-    """The kernel an unsupported case lacks: the one its error names, else its own op."""
-    missing = missing_kernel(record.first_line)
-    return record.op_name if missing is None else missing
-
-
-#: statuses of cases an earlier manifest expected, and the entry status that expects them
-_CARRIED = MappingProxyType({"xfailed": "xfail", "unsupported": "unsupported", "skipped": "skip"})
+    for item in found(records):
+        finding, record, status = item.finding, item.record, item.status
+        key: tuple[str, ...] = ("finding", finding.id, status)
+        reason = _reason(finding)
+        if item.kernel:
+            key += (item.kernel,)
+            reason = f"the device has no kernel for {item.kernel} where cpu computes"
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = Group(key, status, category_of(record), reason, _comment(finding))
+        case = item.culprit or case_id(record)
+        group.members.setdefault((ctx.minor, ctx.allocator), set()).add(str(case))
+        if status == "xfail":
+            group.pin(record)
 
 
 def _carried_groups(
@@ -150,9 +120,9 @@ def _carried_groups(
             dtypes.add(record.dtype)
             continue
         source = record.expected_by
-        status = _CARRIED.get(str(record.status))
         if not source:
             continue
+        status = expected_status(record)
         entry = known.get(source)
         key = ("carried", source)
         group = groups.get(key)

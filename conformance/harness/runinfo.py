@@ -27,6 +27,7 @@ def start_info(suite: Suite, plan: Plan | None) -> dict[str, Any]:
     info = run_info(
         str(torch.__version__), suite.backend_name, suite.backend.device_type, suite.allocator
     )
+    info["backend_spec"] = suite.backend.spec  # how it was loaded: module[:register function]
     info["header"] = header_lines(suite, plan)
     info["profile"] = suite.backend.profile.to_json()  # what the run knows about the device
     info["checks_left_out"] = checks_left_out(suite.backend.profile)

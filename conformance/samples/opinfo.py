@@ -99,6 +99,11 @@ def _op_db() -> dict[str, object]:
     return {_full_name(op): op for op in ops}
 
 
+def opinfo_db() -> dict[str, object]:
+    """Every OpInfo of this torch (op_db and the foreach databases), by `full_name`."""
+    return _op_db()
+
+
 def _full_name(op) -> str:
     return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
 

@@ -143,6 +143,7 @@ ROOM_MAY_IMPORT: dict[str, set[str]] = {
     "bisect": {"ci", "report", "engine", "record", "errors", "sharding"},
     "measure": {"harness", "report", "samples", "ops", "engine", "findings", "record", "errors"},
     "ci": {"engine", "sharding", "errors"},
+    "upstream": {"harness", "report", "samples", "engine", "findings", "record", "errors"},
     # the run: the families' test folders (below), the pytest plumbing, the reports it writes
     "harness": {"report", "samples", "ops", "engine", "findings", "sharding", "record", "errors"},
     "report": {"findings", "sharding", "record", "errors"},

@@ -1,0 +1,109 @@
+"""Which OpInfo tests a case of the run speaks for.
+
+PyTorch's device-generic op tests are keyed by `OpInfo.full_name` and run the OpInfo's own
+inputs (sample and reference inputs) through the OpInfo's callable, on the device, per dtype. A
+case of the run (one aten overload, dtype, layout, path, value set) speaks for such a test only
+where the test would make the same call: the overload maps to the OpInfo (its base name, as the
+sample capture maps them: samples/opinfo.py), the OpInfo's own captured inputs of that dtype
+reach the overload, and the case ran those inputs as they come (contiguous layout, the native
+route, the ordinary samples or the OpInfo's special/promotion reference inputs). An expected
+failure needs the functional overload (the OpInfo's callable); a crash or hang is skipped
+whatever variant or layout it was seen in (it would take the test process down).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import torch
+
+from conformance.record import CaseId
+from conformance.samples.opinfo import captured_calls, opinfo_db, opinfos_for
+
+__all__ = (
+    "COMPARED",
+    "INPUT_OPS",
+    "OpInfoView",
+    "SPOKEN_FOR",
+    "default_tolerance",
+    "input_ops",
+    "is_functional",
+)
+
+#: the case dimensions under which a case ran an OpInfo's inputs as an OpInfo test does
+SPOKEN_FOR = {"layout": "contiguous", "path": "native", "values": ("", "special", "promotion")}
+#: the checks whose failure a test comparing outputs with CPU (assertEqual) sees too: values
+#: beyond the tolerance, dtype, shape, an error or a missing kernel where CPU computes. Others
+#: (path, strides, aliasing, identity, written inputs, signed zero, a 1-ulp rounding) stay the
+#: suite's findings and excuse nothing upstream
+COMPARED = frozenset({"values", "dtype", "shape", "error", "unsupported"})
+
+
+#: what `torch.testing.make_tensor` (torch/testing/_creation.py) calls on the device to build an
+#: OpInfo test's inputs there, by kind of dtype: `torch.empty(...).uniform_` (complex through
+#: `view_as_real`), `torch.randint` (empty + `random_.from`). The suite builds its inputs on CPU
+#: and copies them; PyTorch's tests need these kernels before they call the op under test
+INPUT_OPS = {
+    "floating": ("empty.memory_format", "uniform_"),
+    "complex": ("empty.memory_format", "uniform_", "view_as_real"),
+    "integral": ("empty.memory_format", "random_.from"),
+}
+
+
+def input_ops(dtype: str) -> tuple[str, ...]:
+    """The overloads make_tensor calls on the device for `dtype`."""
+    t = getattr(torch, dtype)
+    kind = "complex" if t.is_complex else "floating" if t.is_floating_point else "integral"
+    return INPUT_OPS[kind]
+
+
+def is_functional(overload: str) -> bool:
+    """Whether the overload writes none of its arguments (not in-place, not out=)."""
+    name, _, tag = overload.partition(".")
+    packet = getattr(torch.ops.aten, name, None)
+    op = getattr(packet, tag or "default", None) if packet is not None else None
+    if op is None:
+        return False
+    return not any(a.alias_info is not None and a.alias_info.is_write for a in op._schema.arguments)
+
+
+def default_tolerance(dtype: str) -> tuple[float, float]:
+    """(rtol, atol) that `TestCase.assertEqual` uses for `dtype` by default."""
+    from torch.testing._comparison import default_tolerances
+
+    return default_tolerances(getattr(torch, dtype))
+
+
+class OpInfoView:
+    """The OpInfos of the installed torch, as the run's cases map to them."""
+
+    def __init__(self, cache_dir: str | None) -> None:
+        self.cache_dir = cache_dir
+        self.db = opinfo_db()
+
+    def cpu_dtypes(self, full_name: str) -> set[str]:
+        """The dtypes an OpInfo test runs for a PrivateUse1 device (the OpInfo's CPU ones)."""
+        op = self.db[full_name]
+        return {str(d).removeprefix("torch.") for d in op.supported_dtypes("cpu")}
+
+    @cache  # noqa: B019 - one view per generator run
+    def of_overload(self, overload: str) -> tuple[str, ...]:
+        """The OpInfos an overload's samples come from (those of this torch only)."""
+        return tuple(n for n in opinfos_for(overload, self.cache_dir) if n in self.db)
+
+    @staticmethod
+    def spoken_for(case: CaseId) -> bool:
+        """Whether the case ran OpInfo inputs as an OpInfo test runs them."""
+        return (
+            case.layout == SPOKEN_FOR["layout"]
+            and case.path == SPOKEN_FOR["path"]
+            and case.values in SPOKEN_FOR["values"]
+        )
+
+    @cache  # noqa: B019
+    def reaches(self, full_name: str, overload: str, dtype: str, values: str) -> bool:
+        """Whether the OpInfo's own inputs of `dtype` (of the case's value set) reach the
+        overload (the sample capture, cached on disk per torch)."""
+        kind = values or "samples"
+        calls = captured_calls(overload, getattr(torch, dtype), (full_name,), self.cache_dir, kind)
+        return bool(calls)

@@ -1,0 +1,114 @@
+"""The generated module's text (templates/upstream_config.py.j2, rendered with jinja2)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import jinja2
+
+from conformance.upstream.evidence import TOLERANCE_CAP, Override, UpstreamConfig
+from conformance.upstream.opinfos import default_tolerance
+
+__all__ = ("render",)
+
+#: evidence lines per entry (a finding's repro first); the rest are counted
+EVIDENCE_LINES = 3
+
+
+@dataclass
+class _Entry:
+    """An Override as the template writes it."""
+
+    o: Override
+
+    @property
+    def kind(self) -> str:
+        return self.o.kind
+
+    @property
+    def dtype_list(self) -> list[str]:
+        return sorted(self.o.dtypes)
+
+    @property
+    def dtype_args(self) -> str:
+        return ", ".join(f"torch.{d}" for d in self.dtype_list)
+
+    @property
+    def reason_literal(self) -> str:
+        return repr(self.o.reason)
+
+    @property
+    def comments(self) -> list[str]:
+        evidence = sorted(self.o.evidence, key=lambda e: (not e.startswith("F"), e))
+        lines = [f"{self.o.kind} ({', '.join(self.dtype_list)}): {self.o.reason}"]
+        lines += [e[:300] for e in evidence[:EVIDENCE_LINES]]
+        if len(evidence) > EVIDENCE_LINES:
+            lines.append(f"... and {len(evidence) - EVIDENCE_LINES} more")
+        return [" ".join(line.split()) for line in lines]
+
+    def atol_text(self, dtype: str) -> str:
+        return f"{max(self.o.atol, default_tolerance(dtype)[1]):.3g}"
+
+    def rtol_text(self, dtype: str) -> str:
+        return f"{max(self.o.rtol, default_tolerance(dtype)[0]):.3g}"
+
+
+def _grouped(overrides: Iterable[Override]) -> list[tuple[str, list[_Entry]]]:
+    out: dict[str, list[_Entry]] = {}
+    for o in overrides:
+        out.setdefault(o.op, []).append(_Entry(o))
+    return sorted(out.items())
+
+
+def _environment() -> jinja2.Environment:
+    folder = os.path.join(os.path.dirname(__file__), "templates")
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(folder),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,  # noqa: S701 - Python source, not HTML
+    )
+
+
+def render(config: UpstreamConfig, filename: str) -> str:
+    """The module's source; `filename` is where it will be written (its import name)."""
+    meta = config.meta
+    statuses = meta.get("statuses") or meta.get("counts") or {}
+    name = os.path.splitext(os.path.basename(filename))[0] if filename != "-" else "<module>"
+    backend = str(meta.get("backend", "?"))
+    module, _, register = str(meta.get("backend_spec") or backend).partition(":")
+    versions = (meta.get("compile_environment") or {}).get("backend", "")
+    return (
+        _environment()
+        .get_template("upstream_config.py.j2")
+        .render(
+            api=config.api,
+            backend=backend,
+            backend_module=module,
+            register=register,
+            backend_line=versions or backend,
+            device=str(meta.get("device", "?")),
+            source=config.source,
+            filename=os.path.basename(filename) if filename != "-" else "upstream_config.py",
+            module=name,
+            generated=config.generated,
+            started=meta.get("started", "?"),
+            finished=meta.get("finished", "?"),
+            cases=sum(statuses.values()) if isinstance(statuses, dict) else "?",
+            statuses=", ".join(f"{v} {k}" for k, v in sorted(statuses.items())),
+            torch=meta.get("torch", "?"),
+            allocator=meta.get("allocator", "?"),
+            allowlist=config.allowlist,
+            tests=config.tests,
+            tests_text=", ".join(f"{c}.{t}" for c, t in config.tests),
+            cap=f"{TOLERANCE_CAP:g}",
+            measured_dtypes=config.measured_dtypes,
+            overrides=_grouped(config.overrides),
+            exclusions=sorted(config.exclusions.items()),
+            capabilities=sorted(config.capabilities.items()),
+            not_excused=config.not_excused,
+            prerequisites=config.prerequisites,
+        )
+    )

@@ -1,0 +1,218 @@
+"""The upstream configuration generator, end to end on echo_npu with planted faults.
+
+One measured run (faults `nan_to_zero`: relu and where turn NaN into 0, a finding; and
+`int_not_implemented`: exp has no integer kernel, unsupported) becomes a configuration; a
+device-generic test module in PyTorch's own style (pytorch_style_ops.py: `test_compare_cpu`)
+then runs on echo_npu (a) without it: the findings and the missing kernels fail; (b) with it:
+green, every excused test an expected failure; (c) with it and a fault it does not excuse
+(`exp_skips_tail`): exp's tests fail. Also: a key that names no OpInfo is an error, a torch
+without the API a one-line error, and the evidence rules on synthetic records.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance.errors import ConformanceUsageError
+from conformance.record import CaseRecord
+from conformance.upstream.__main__ import main
+from conformance.upstream.api import KNOWN, api_for
+from conformance.upstream.evidence import build, measured_capabilities
+from conformance.upstream.render import render
+from tests.helpers import REPO, clean_env, once_per_run, run_pytest
+
+FAULTS = "nan_to_zero,int_not_implemented"
+OPS = "exp,nn.functional.relu,where,abs"  # abs: a clean op the configuration must leave alone
+MODULE = "tests/upstream/pytorch_style_ops.py"
+#: what the planted faults break in the PyTorch-style tests (test name suffix: op_device_dtype)
+EXPECTED = {
+    *(f"exp_npu_{d}" for d in ("int8", "int16", "int32", "int64", "uint8")),
+    *(f"nn_functional_relu_npu_{d}" for d in ("float16", "bfloat16", "float32", "float64")),
+    *(f"where_npu_{d}" for d in ("float16", "bfloat16", "float32", "float64")),
+}
+
+
+def _measure(folder: Path) -> str:
+    """The suite's run with the faults, and the configuration written from its results."""
+    results = folder / "results"
+    run = run_pytest(
+        "conformance", "--ops", "exp,relu,where.self,abs", "--dtypes", "all",
+        "--layouts", "contiguous", "--paths", "native", "--modes", "none",
+        "--results", str(results), "-p", "no:cacheprovider",
+        env={"ECHO_NPU_FAULTS": FAULTS}, timeout=600,
+    )  # fmt: skip
+    assert "failing cases" in run.stdout, run.stdout[-2000:]
+    config = folder / "upstream_config.py"
+    assert main([str(results), "-o", str(config)]) == 0
+    return str(config)
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory) -> Path:
+    return Path(once_per_run(tmp_path_factory, "upstream-config", _measure))
+
+
+def _pytorch_tests(config: Path | None, faults: str = FAULTS) -> dict[str, str]:
+    """{test name suffix: outcome} of the PyTorch-style module on echo_npu."""
+    env = {"ECHO_NPU_FAULTS": faults, "UPSTREAM_OPS": OPS}
+    args = [MODULE, "-rA", "-p", "no:cacheprovider"]
+    if config is not None:
+        env["PYTHONPATH"] = str(config.parent)
+        args += ["-p", config.stem]
+    run = run_pytest(*args, env=env, timeout=600)
+    outcomes = {
+        m.group(2): m.group(1)
+        for m in re.finditer(
+            r"^(PASSED|FAILED|XFAIL|XPASS|ERROR|SKIPPED)\S* \S*test_compare_cpu_(\w+)",
+            run.stdout,
+            re.M,
+        )  # fmt: skip
+    }
+    assert outcomes, run.stdout[-3000:] + run.stderr[-2000:]
+    return outcomes
+
+
+def test_without_the_configuration_the_faults_fail() -> None:
+    outcomes = _pytorch_tests(None)
+    failed = {name for name, outcome in outcomes.items() if outcome == "FAILED"}
+    assert failed == EXPECTED
+    assert any(name.startswith("abs_") for name in outcomes)
+
+
+def test_with_the_configuration_green_and_every_excuse_expected(config: Path) -> None:
+    outcomes = _pytorch_tests(config)
+    assert {n for n, o in outcomes.items() if o == "XFAIL"} == EXPECTED
+    assert set(outcomes.values()) == {"PASSED", "XFAIL"}
+    text = config.read_text()
+    assert "def _check()" in text and "set_test_configs(" in text
+    assert '"abs": [' not in text  # nothing excused where nothing failed
+
+
+def test_a_fault_the_configuration_does_not_excuse_fails(config: Path) -> None:
+    outcomes = _pytorch_tests(config, FAULTS + ",exp_skips_tail")
+    failed = {n for n, o in outcomes.items() if o == "FAILED"}
+    assert failed and all(n.startswith("exp_npu_") for n in failed)
+    assert {"exp_npu_float32", "exp_npu_float64"} <= failed
+
+
+def test_a_key_naming_no_opinfo_is_an_error(config: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken_config.py"
+    broken.write_text(
+        config.read_text().replace('        "abs",\n', '        "abs",\n        "no_such_op",\n')
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", "import broken_config"],
+        cwd=REPO, env=clean_env({"PYTHONPATH": str(tmp_path)}), capture_output=True, text=True,
+    )  # fmt: skip
+    assert run.returncode != 0
+    assert "ConfigurationError: broken_config: 1 key(s) name no OpInfo" in run.stderr
+    assert "no_such_op" in run.stderr
+
+
+def test_a_torch_without_the_api_is_a_one_line_error() -> None:
+    with pytest.raises(ConformanceUsageError, match=r"torch 2.12.0 has no set_test_configs"):
+        api_for("2.12.0")
+    with pytest.raises(ConformanceUsageError, match="does not know"):
+        api_for("2.16.0")
+    assert api_for("2.15.0+cu128").capabilities and not api_for("2.13.0").capabilities
+
+
+def test_bad_input_is_one_line(tmp_path: Path, capsys) -> None:
+    assert main([str(tmp_path / "missing"), "-o", str(tmp_path / "c.py")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err
+
+
+# ---- the evidence rules, on synthetic records ---------------------------------------------------
+META = {
+    "torch": __import__("torch").__version__,
+    "backend": "echo_npu",
+    "device": "npu",
+    "coverage": {"registered": ["relu", "exp", "abs"]},
+    "profile": {"compiler": {"value": None}},
+}
+
+
+def _record(case: str, status: str = "failed", check: str = "values", **extra) -> CaseRecord:
+    overload, dtype, layout, path, *values = case.split("-")
+    op, _, tag = overload.partition(".")
+    return CaseRecord(
+        id=f"test_matches_cpu[{case}]", status=status, op=op, overload=tag or "default",
+        dtype=dtype, layout=layout, path=path, check=check if status != "passed" else None,
+        message=f"[{check}] output: differs", family="ops",
+        extra={"values": values[0]} if values else {}, **extra,
+    )  # fmt: skip
+
+
+def _build(records):
+    return build([(META, records)], source="synthetic")
+
+
+def test_only_what_a_compare_test_sees_is_excused() -> None:
+    config = _build([
+        _record("relu-float32-contiguous-native-special"),
+        _record("exp-float32-contiguous-native", check="path"),  # routing: not seen upstream
+        _record("abs-float32-transposed-native"),  # our layout, not OpInfo's
+    ])  # fmt: skip
+    assert [(o.op, o.kind, sorted(o.dtypes)) for o in config.overrides] == [
+        ("nn.functional.relu", "xfail", ["float32"])
+    ]
+    assert config.exclusions == {
+        "TestInductorOpInfo": ("*", config.exclusions["TestInductorOpInfo"][1])
+    }
+    assert "abs" in config.allowlist and "exp" in config.allowlist
+
+
+def test_a_crash_skips_every_test_of_the_op_and_dtype() -> None:
+    crash = _record("abs-float64-transposed-native", status="crashed", check="crash")
+    config = _build([crash])
+    (o,) = config.overrides
+    assert (o.op, o.kind, o.dtypes) == ("abs", "skip", {"float64"})
+    assert o.reason.startswith("crash: ")
+
+
+def test_tolerances_are_measured_capped_and_never_cover_a_failure() -> None:
+    def passing(case: str, abs_err: float, rel_err: float) -> CaseRecord:
+        return _record(case, status="passed", max_abs_err=abs_err, max_rel_err=rel_err)
+
+    config = _build([
+        passing("abs-float16-contiguous-native", 3e-5, 2e-3),  # within 4x atol: measured
+        passing("exp-float16-contiguous-native", 1.0, 1.0),  # far beyond: not excused
+        passing("relu-float16-contiguous-native", 3e-5, 2e-3),
+        _record("relu-float16-contiguous-native-special"),  # relu float16 fails: no tolerance
+    ])  # fmt: skip
+    kinds = {(o.op, o.kind) for o in config.overrides}
+    assert ("abs", "tolerance") in kinds and ("nn.functional.relu", "xfail") in kinds
+    assert ("exp", "tolerance") not in kinds and ("nn.functional.relu", "tolerance") not in kinds
+    (tolerance,) = [o for o in config.overrides if o.kind == "tolerance"]
+    assert tolerance.atol == pytest.approx(3e-5)
+    assert any(line.startswith("exp float16") for line in config.not_excused)
+
+
+def test_torch_2_15_declares_capabilities_from_the_run() -> None:
+    records = [_record("relu-bfloat16-contiguous-native", status="passed")]
+    config = _build(records)
+    caps = measured_capabilities(records, set())
+    newer = dataclasses.replace(config, api=KNOWN["2.15"], capabilities=caps)
+    text = render(newer, "upstream_config.py")
+    compile(text, "upstream_config.py", "exec")
+    block = text.split("CAPABILITIES = {")[1].split("}")[0]
+    assert '"dtype.bf16": True' in block and '"dtype.fp8": False' in block
+    assert "PrivateUse1TestBase._capabilities = classmethod(" in text
+    assert "CAPABILITIES" not in render(config, "upstream_config.py")
+
+
+def test_input_kernels_the_tests_need_are_named_when_missing() -> None:
+    lacking = {**META, "coverage": {"registered": ["relu", "empty.memory_format"]}}
+    config = build([(lacking, [_record("relu-float32-contiguous-native", status="passed")])],
+                   source="synthetic")  # fmt: skip
+    assert [line.split(":")[0] for line in config.prerequisites] == ["uniform_"]
+    assert "Missing before any op is judged" in render(config, "upstream_config.py")
+    served = {**lacking, "coverage": {**lacking["coverage"], "has_fallback": True}}
+    assert not build([(served, [])], source="synthetic").prerequisites
