@@ -92,7 +92,7 @@ def _finding_groups(ctx: Context, groups: dict[tuple[str, ...], Group]) -> None:
     records = [r for case, r in ctx.records.items() if case not in ctx.differing]
     for item in found(records):
         finding, record, status = item.finding, item.record, item.status
-        key: tuple[str, ...] = ("finding", finding.id, status)
+        key: tuple[str, ...] = ("finding", finding.id, item.own or status)
         reason = _reason(finding)
         if item.kernel:
             key += (item.kernel,)

@@ -166,7 +166,7 @@ def _atomic_write(path: str, data: bytes) -> None:
 
 
 @contextlib.contextmanager
-def _untracked() -> Iterator[None]:
+def untracked() -> Iterator[None]:
     """OpInfo's sample iterators look for the unittest method running them with
     `inspect.stack()` on every `sample_inputs`/`reference_inputs` call (common_utils
     `extract_test_fn`, for their own skip lists and repro hints); under pytest's deep stacks that
@@ -207,7 +207,7 @@ def capture(full_name: str, dtype: torch.dtype, kind: str = "samples") -> dict[s
     """{kind: {overload: [Call]}}: the OpInfo's samples ("samples"), or its reference inputs
     that hold special values or mix dtypes ("special" and "promotion", from one scan), run for
     `dtype` on CPU with the aten calls they make recorded."""
-    with _untracked():
+    with untracked():
         if dtype.is_floating_point or dtype.is_complex:  # IEEE arithmetic does not trap
             return _capture(full_name, dtype, kind)
         return guarded(_capture, (full_name, dtype, kind), warm=(f"{__name__}:_op_db",))

@@ -11,17 +11,18 @@ from pathlib import Path
 
 from conformance.errors import ConformanceUsageError
 from conformance.report.load import load_results
-from conformance.upstream.evidence import DEFAULT_TESTS, build
+from conformance.upstream.evidence import build
 from conformance.upstream.render import render
+from conformance.upstream.targets import DEFAULT_TEMPLATES, Template, template
 
 __all__ = ["main"]
 
 
-def _test(text: str) -> tuple[str, str]:
-    cls, sep, test = text.partition(".")
-    if not sep or not cls or not test.startswith("test"):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected Class.test_name")
-    return cls, test
+def _test(text: str) -> Template:
+    try:
+        return template(text)
+    except ConformanceUsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -39,9 +40,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="append",
         type=_test,
         metavar="CLASS.TEST",
-        help="an OpInfo test template the expected failures name (repeatable; default "
-        + ", ".join(f"{c}.{t}" for c, t in DEFAULT_TESTS)
-        + ")",
+        help="a test the expected failures and tolerances apply to (repeatable; default "
+        + ", ".join(t.name for t in DEFAULT_TEMPLATES)
+        + ", judged at its atol = rtol = 1e-3; others at assertEqual's default tolerance)",
+    )
+    parser.add_argument(
+        "--allowlist",
+        action="store_true",
+        help="apply op_allowlist (torch fails a test file whose @ops list it empties)",
+    )
+    parser.add_argument(
+        "--bypass-device-restrictions",
+        action="store_true",
+        help="set PrivateUse1TestBase.bypass_device_restrictions: @onlyOn/@onlyCUDA tests run "
+        "on the device (test_compare_cpu is @onlyOn(['cuda', 'xpu']))",
     )
     parser.add_argument(
         "--cache-dir",
@@ -56,8 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = build(
             [(run.meta, run.cases) for run in runs],
             source=" ".join(args.results),
-            tests=tuple(args.test or DEFAULT_TESTS),
+            templates=tuple(args.test or DEFAULT_TEMPLATES),
             cache_dir=args.cache_dir,
+            apply_allowlist=args.allowlist,
+            bypass_device_restrictions=args.bypass_device_restrictions,
         )
     except ConformanceUsageError as exc:  # ReportError included
         print(f"error: {exc}", file=sys.stderr)
@@ -72,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError as exc:
             print(f"error: cannot write {args.output}: {exc.strerror}", file=sys.stderr)
             return 2
-    for line in [*config.prerequisites, *config.not_excused]:
+    for line in [*config.prerequisites, *config.not_excused][:20]:
         print(f"warning: {line}", file=sys.stderr)
     print(f"wrote {args.output}: {config.describe()}", file=sys.stderr)
     return 0

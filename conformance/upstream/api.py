@@ -9,6 +9,7 @@ and a configuration its torch ignores would excuse nothing without a word.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -43,6 +44,10 @@ def minor_of(version: str) -> str:
 def api_for(version: str) -> TestConfigApi:
     """The API of `version`'s torch, or a one-line error naming the versions known."""
     minor = minor_of(version)
+    if not re.fullmatch(r"\d+\.\d+", minor):
+        raise ConformanceUsageError(
+            f"the results name no torch version ({version!r} in run.json): measure again"
+        )
     api = KNOWN.get(minor)
     if api is None:
         known = ", ".join(KNOWN)

@@ -1,17 +1,22 @@
 """The run's records -> the upstream test configuration (what `render.py` writes).
 
 Every entry carries its evidence: the finding (harness/found.py: the one reading of what a run
-found, shared with the baseline manifest) or the passing cases it was measured on.
+found, shared with the baseline manifest), the manifest entry that expected it, or the passing
+cases it was measured on. Cases whose statuses differ between the given runs (flaky) excuse
+nothing, as in the baseline.
 
-- op_allowlist: the OpInfos of the overloads the backend registers (its own kernels).
-- op_overrides: a strict `unittest.expectedFailure` on the named test templates for an OpInfo
-  and dtype whose call a failing case made (a finding, a kernel the device lacks, a failure a
-  manifest expected); `unittest.skip("crash: ...")` on every test of the OpInfo and dtype for a
-  crash or hang; a measured `toleranceOverride` where passing cases (judged against float64:
-  the device as close as CPU) differ from CPU by more than assertEqual's default tolerance, at
-  most `TOLERANCE_CAP` times that default and never for an OpInfo and dtype with a failure.
-- test_exclusions: the test classes the device profile says the device cannot run
-  (`EXCLUSIONS`).
+- op_allowlist: the OpInfos of the overloads the backend registers (its own kernels); applied
+  only on request (`--allowlist`): torch 2.13-2.15 raise "An empty op_list was passed to @ops"
+  for every @ops list it empties (test_ops.py's python_ref_db lists), so a test file stops
+  collecting.
+- op_overrides: a strict `unittest.expectedFailure` on a test template (`targets.py`) for an
+  OpInfo and dtype whose test makes the very call a case failed (opinfos.py), with a failure
+  that template sees (values beyond its tolerance, dtype, shape, an error or a missing kernel
+  where CPU computes); `unittest.skip("crash: ...")` on every test of the OpInfo and dtype for a
+  crash or hang of a call its test makes; a measured `toleranceOverride` where passing cases
+  (judged against float64: the device as close as CPU) differ from CPU by more than the
+  template's tolerance, at most `TOLERANCE_CAP` times it, never over a failure.
+- test_exclusions: the test classes the device profile says the device cannot run.
 - capabilities (torch 2.15+): from what the run measured; a capability it did not measure is
   declared absent (a test that needs it skips rather than runs unjudged).
 """
@@ -24,39 +29,34 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conformance.errors import ConformanceUsageError
+from conformance.harness.baseline_contexts import contexts_of
 from conformance.harness.found import expected_status, found, kernel_lacked
 from conformance.record import OP_FAMILY, CaseId, CaseRecord, Status
 from conformance.upstream.api import TestConfigApi, api_for, minor_of
-from conformance.upstream.opinfos import (
-    COMPARED,
-    OpInfoView,
-    default_tolerance,
-    input_ops,
-    is_functional,
-)
+from conformance.upstream.opinfos import COMPARED, OpInfoView, input_ops, is_functional
+from conformance.upstream.targets import DEFAULT_TEMPLATES, Template, failing_sample, sees
 
 __all__ = (
-    "DEFAULT_TESTS",
     "EXCLUSIONS",
     "TOLERANCE_CAP",
     "Override",
     "UpstreamConfig",
     "build",
     "measured_capabilities",
+    "missing_input_ops",
 )
 
-#: the OpInfo test templates an expected failure names: the tests that run an OpInfo's inputs on
-#: the device and compare with CPU, which is what a case of the run judged
-DEFAULT_TESTS = (("TestCommon", "test_compare_cpu"),)
-#: a measured tolerance is never more than this many times assertEqual's default
+#: a measured tolerance is never more than this many times the template's
 TOLERANCE_CAP = 4.0
-#: a device profile fact -> the PyTorch test classes that need what the fact says is missing
+#: a device profile fact -> the PyTorch test classes that need what the fact says is missing:
+#: `compiler` is "aot_eager" where a run with --modes compile found no Inductor backend for the
+#: device (None: not asked)
 EXCLUSIONS = (
     (
         "compiler",
-        lambda value: not value,
+        lambda value: value == "aot_eager",
         "TestInductorOpInfo",
-        "no Inductor backend is registered for the device (profile: compiler)",
+        "no Inductor backend is registered for the device (profile: compiler aot_eager)",
     ),
 )
 #: capability (torch 2.15's Capability constants) -> the overloads whose passing cases show it
@@ -64,6 +64,8 @@ CAPABILITY_OPS = {
     "attention.flash_attention": ("_scaled_dot_product_flash_attention",),
     "attention.mem_efficient_attention": ("_scaled_dot_product_efficient_attention",),
 }
+#: the failures that excuse: the run's own (found), and those a manifest expected
+OWN_FAILURES = frozenset({Status.FAILED, Status.CRASHED, Status.HUNG})
 
 
 @dataclass
@@ -73,6 +75,7 @@ class Override:
     op: str
     kind: str
     reason: str
+    template: Template | None = None  # xfail, tolerance: the test it applies to (skip: all)
     dtypes: set[str] = field(default_factory=set)
     evidence: set[str] = field(default_factory=set)  # finding ids, repro lines, case ids
     atol: float = 0.0
@@ -86,14 +89,16 @@ class UpstreamConfig:
     api: TestConfigApi
     meta: Mapping[str, Any]
     source: str
-    tests: tuple[tuple[str, str], ...]
+    templates: tuple[Template, ...]
     allowlist: list[str]
     overrides: list[Override]
     exclusions: dict[str, tuple[str, str]]  # class -> ("*", why)
     capabilities: dict[str, tuple[bool, str]]
     measured_dtypes: list[str]
-    not_excused: list[str]  # tolerances the cap refused: those tests will fail
+    not_excused: list[str]  # what the evidence could not excuse: those tests will fail
     prerequisites: list[str] = field(default_factory=list)  # input kernels the device lacks
+    apply_allowlist: bool = False
+    bypass_device_restrictions: bool = False
     generated: str = field(
         default_factory=lambda: datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     )
@@ -106,46 +111,57 @@ class UpstreamConfig:
 
     def describe(self) -> str:
         c = self.counts()
+        allow = "applied" if self.apply_allowlist else "written, not applied (--allowlist)"
         return (
-            f"{c['allowlist']} OpInfos allowed, {c['xfail']} expected failure(s), {c['skip']} "
-            f"skip(s), {c['tolerance']} measured tolerance(s), {c['exclusions']} excluded "
-            f"class(es) (OpInfo x dtype)"
+            f"{c['allowlist']} OpInfos in the allowlist ({allow}); {c['xfail']} expected "
+            f"failure(s), {c['skip']} skip(s), {c['tolerance']} measured tolerance(s) (OpInfo x "
+            f"dtype x template); {c['exclusions']} excluded class(es); {len(self.not_excused)} "
+            "failure(s) not excused"
         )
 
 
-def _failures(records: Sequence[CaseRecord]) -> list[tuple[CaseRecord, str, str, str]]:
-    """(record, status, evidence, case) of every failure the run found or a manifest expected."""
-    out = []
+def _failures(records: Sequence[CaseRecord]) -> Iterable[tuple[CaseRecord, str, str, str]]:
+    """(record, status, evidence, case) of every failure the run found or a manifest expected:
+    the run's own failures, crashes and hangs (not cases that never ran, the harness's errors,
+    or cases blocked by a broken foundation: those name the foundation's finding); a manifest's
+    expected failures but flaky ones, its declared missing kernels, its crash skips."""
     for item in found(records):
+        if item.record.status not in OWN_FAILURES:
+            continue
         rep = item.finding.representative
         label = f"{item.finding.id}: {item.finding.title.split('; not declared:')[0]}"
         evidence = f"{label}; repro: {rep.repro}" if rep.repro else label
-        out.append((item.record, item.status, evidence, item.culprit or item.record.id))
+        yield item.record, item.status, evidence, item.culprit or item.record.id
     for record in records:
         status = expected_status(record)
-        if status is not None and not record.extra.get("unsupported_dtype"):
-            why = record.extra.get("expected_reason") or record.first_line
-            out.append((record, status, f"expected by {record.expected_by}: {why}", record.id))
-    return out
-
-
-def _reason(record: CaseRecord, status: str, overload: str) -> str:
-    """What an expected failure expects, in a few words."""
-    if status == "unsupported" or record.check == "unsupported":
-        return f"the device has no kernel for {kernel_lacked(record) or overload}"
-    how = "expected by the run's manifest" if record.expected_by else "a finding of the run"
-    return f"{record.check or record.status} differ(s) from CPU in {overload} ({how})"
+        if record.status == Status.UNSUPPORTED and record.extra.get("unsupported_dtype"):
+            note = f"the manifest declares {record.dtype} unsupported (unsupported_dtypes)"
+            yield record, "unsupported", note, record.id
+            continue
+        if status is None or record.category == "flaky":
+            continue
+        if status == "skip":  # a manifest's skip excuses only a crash it names
+            if record.category != "crash" and not str(record.message).startswith("crash"):
+                continue
+            status = "crash"
+        why = record.extra.get("expected_reason") or record.first_line
+        yield record, status, f"expected by {record.expected_by}: {why}", record.id
 
 
 class _Builder:
-    def __init__(self, view: OpInfoView, tests: tuple[tuple[str, str], ...]) -> None:
+    def __init__(self, view: OpInfoView, templates: tuple[Template, ...]) -> None:
         self.view = view
-        self.tests = tests
-        self.overrides: dict[tuple[str, str, str], Override] = {}
+        self.templates = templates
+        self.overrides: dict[tuple, Override] = {}
         self.failing: set[tuple[str, str]] = set()  # (OpInfo, dtype) with a failure
+        self.not_excused: list[str] = []
+        self.elsewhere = 0  # failures on inputs OpInfo tests do not make
 
-    def add(self, op: str, kind: str, reason: str, dtype: str, evidence: str) -> Override:
-        o = self.overrides.setdefault((op, kind, reason), Override(op, kind, reason))
+    def add(
+        self, op: str, kind: str, reason: str, dtype: str, evidence: str, t: Template | None
+    ) -> Override:
+        key = (op, kind, reason, t)
+        o = self.overrides.setdefault(key, Override(op, kind, reason, t))
         o.dtypes.add(dtype)
         o.evidence.add(evidence)
         if kind != "tolerance":
@@ -157,54 +173,70 @@ class _Builder:
             case = CaseId.parse(case_text)
         except ValueError:
             return
+        if not self.view.spoken_for(case):
+            self.elsewhere += 1
+            return
+        sample = failing_sample(record.message or "")
         for op in self.view.of_overload(case.overload):
-            if case.dtype not in self.view.cpu_dtypes(op):
+            if status in ("crash", "skip"):  # a crash or hang of a call its test makes
+                if self.view.reaches(op, case.overload, case.dtype):
+                    what = "crash" if status == "crash" else "hang"
+                    reason = f"{what}: {record.first_line[:160]}"
+                    self.add(op, "skip", reason, case.dtype, evidence, None)
                 continue
-            if status in ("crash", "skip"):  # whatever variant or layout: it takes tests down
-                what = {"crash": "crash", "hung": "hang"}.get(
-                    status if status == "crash" else str(record.status), "skipped by its manifest"
-                )
-                self.add(op, "skip", f"{what}: {record.first_line[:160]}", case.dtype, evidence)
+            if sample is None or not is_functional(case.overload):
                 continue
-            if not (self.view.spoken_for(case) and is_functional(case.overload)):
+            if str(record.check) not in COMPARED or not self.view.made(op, case.dtype, sample):
                 continue
-            if str(record.check or "unsupported") not in COMPARED:
-                continue
-            if self.view.reaches(op, case.overload, case.dtype, case.values):
-                self.add(op, "xfail", _reason(record, status, case.overload), case.dtype, evidence)
+            for t in self.templates:
+                if sees(t, record, case.dtype):
+                    self.add(op, "xfail", _reason(record, status, case.overload), case.dtype,
+                             evidence, t)  # fmt: skip
+                else:
+                    self.not_excused.append(
+                        f"{op} {case.dtype} {t.name}: {record.first_line[:120]} is within the "
+                        "template's tolerance: its test likely passes, not excused"
+                    )
 
-    def tolerance(self, record: CaseRecord) -> str | None:
-        """A measured tolerance from a passing case; the refusal when the cap forbids it."""
+    def tolerance(self, record: CaseRecord) -> None:
+        """A measured tolerance from a passing case."""
         try:
             case = CaseId.parse(record.id)
         except ValueError:
-            return None
-        abs_err, rel_err = record.max_abs_err or 0.0, record.max_rel_err or 0.0
+            return
         if not (self.view.spoken_for(case) and is_functional(case.overload)):
-            return None
+            return
         if case.dtype not in ("float16", "bfloat16", "float32", "float64"):
-            return None
-        rtol, atol = default_tolerance(case.dtype)
-        if abs_err <= atol or rel_err <= rtol:
-            return None  # within assertEqual's default (atol + rtol * |expected| holds)
-        refused = None
-        for op in self.view.of_overload(case.overload):
-            if (op, case.dtype) in self.failing or case.dtype not in self.view.cpu_dtypes(op):
-                continue
-            if not self.view.reaches(op, case.overload, case.dtype, case.values):
-                continue
-            if abs_err > TOLERANCE_CAP * atol and rel_err > TOLERANCE_CAP * rtol:
-                refused = (
-                    f"{op} {case.dtype}: measured max abs {abs_err:.3g} / rel {rel_err:.3g} "
-                    f"needs more than {TOLERANCE_CAP:g}x the default tolerance: not excused"
-                )
-                continue
-            o = self.add(op, "tolerance", f"measured: {case.dtype}", case.dtype, str(case))
-            if abs_err <= TOLERANCE_CAP * atol:
-                o.atol = max(o.atol, abs_err)
-            else:
-                o.rtol = max(o.rtol, rel_err)
-        return refused
+            return
+        abs_err, rel_err = record.max_abs_err or 0.0, record.max_rel_err or 0.0
+        for t in self.templates:
+            rtol, atol = t.tolerance(case.dtype)
+            if abs_err <= atol or rel_err <= rtol:
+                continue  # within the template's tolerance (atol + rtol * |expected| holds)
+            for op in self.view.of_overload(case.overload):
+                if (op, case.dtype) in self.failing or not self.view.reaches(
+                    op, case.overload, case.dtype
+                ):
+                    continue
+                if abs_err > TOLERANCE_CAP * atol and rel_err > TOLERANCE_CAP * rtol:
+                    self.not_excused.append(
+                        f"{op} {case.dtype} {t.name}: measured max abs {abs_err:.3g} / rel "
+                        f"{rel_err:.3g} needs more than {TOLERANCE_CAP:g}x its tolerance"
+                    )
+                    continue
+                o = self.add(op, "tolerance", "measured", case.dtype, str(case), t)
+                if abs_err <= TOLERANCE_CAP * atol:
+                    o.atol = max(o.atol, abs_err)
+                else:
+                    o.rtol = max(o.rtol, rel_err)
+
+
+def _reason(record: CaseRecord, status: str, overload: str) -> str:
+    """What an expected failure expects, in a few words."""
+    if status == "unsupported" or record.check == "unsupported":
+        return f"the device has no kernel for {kernel_lacked(record) or overload}"
+    how = "expected by the run's manifest" if record.expected_by else "a finding of the run"
+    return f"{record.check} differ(s) from CPU in {overload} ({how})"
 
 
 def measured_capabilities(
@@ -244,19 +276,10 @@ def missing_input_ops(meta: Mapping[str, Any], dtypes: Iterable[str]) -> list[st
     ]
 
 
-def build(
-    runs: Sequence[tuple[Mapping[str, Any], Iterable[CaseRecord]]],
-    *,
-    source: str,
-    tests: Sequence[tuple[str, str]] = DEFAULT_TESTS,
-    cache_dir: str | None = None,
-) -> UpstreamConfig:
-    """The configuration that `runs` (one torch minor, one backend) measured."""
+def _check_runs(metas: Sequence[Mapping[str, Any]]) -> TestConfigApi:
+    """The API of the runs' torch; one-line errors for what the generator cannot serve."""
     import torch
 
-    if not runs:
-        raise ConformanceUsageError("no results: give the results folder of a run")
-    metas = [m for m, _ in runs]
     versions = {minor_of(str(m.get("torch", ""))) for m in metas}
     backends = {str(m.get("backend", "")) for m in metas}
     if len(versions) > 1 or len(backends) > 1:
@@ -265,13 +288,13 @@ def build(
             f"{', '.join(sorted(backends))}): write one configuration per torch version and "
             "backend (one results folder at a time, in that version's environment)"
         )
-    version = str(metas[0].get("torch", ""))
+    version = str(metas[0].get("torch") or "")
     api = api_for(version)
     if minor_of(torch.__version__) != api.minor:
         raise ConformanceUsageError(
             f"the results are of torch {version} but torch {torch.__version__} is installed: "
             f"run the generator where torch {api.minor} is (its op_db names the OpInfos), e.g. "
-            f"in that version's nox session"
+            "in that version's nox session"
         )
     key = ((metas[0].get("profile") or {}).get("dispatch_key") or {}).get("value")
     if key not in (None, "PrivateUse1"):
@@ -279,39 +302,78 @@ def build(
             f"the device '{metas[0].get('device')}' has dispatch key {key}: set_test_configs is "
             "written for PrivateUse1TestBase (an out-of-tree PrivateUse1 backend)"
         )
-    records = [r for _, rs in runs for r in rs if r.family == OP_FAMILY]
-    view = OpInfoView(cache_dir)
-    builder = _Builder(view, tuple(tests))
+    if not all((m.get("coverage") or {}).get("registered") for m in metas):
+        raise ConformanceUsageError(
+            "the results have no coverage (run.json `coverage.registered`: a run that stopped "
+            "before its cases, or an older suite): measure again, then generate"
+        )
+    return api
+
+
+def build(
+    runs: Sequence[tuple[Mapping[str, Any], Iterable[CaseRecord]]],
+    *,
+    source: str,
+    templates: Sequence[Template] = DEFAULT_TEMPLATES,
+    cache_dir: str | None = None,
+    apply_allowlist: bool = False,
+    bypass_device_restrictions: bool = False,
+) -> UpstreamConfig:
+    """The configuration that `runs` (one torch minor, one backend) measured."""
+    runs = [(meta, list(records)) for meta, records in runs]
+    if not runs:
+        raise ConformanceUsageError("no results: give the results folder of a run")
+    metas = [m for m, _ in runs]
+    api = _check_runs(metas)
+    contexts = contexts_of(runs)
+    records = [
+        r
+        for ctx in contexts
+        for case, r in ctx.records.items()
+        if case not in ctx.differing and r.family == OP_FAMILY
+    ]
+    builder = _Builder(OpInfoView(cache_dir), tuple(templates))
+    for ctx in contexts:
+        if ctx.differing:
+            builder.not_excused.append(
+                f"torch {ctx.minor} ({ctx.allocator}): {len(ctx.differing)} case(s) with "
+                "different statuses in different runs (flaky): they excuse nothing"
+            )
     for record, status, evidence, case in _failures(records):
         builder.failure(record, status, evidence, case)
+    if builder.elsewhere:
+        builder.not_excused.append(
+            f"{builder.elsewhere} failing case(s) on inputs OpInfo tests do not make (the suite's "
+            "layouts, routes, sizes, argument values, model calls, modes): PyTorch's tests may "
+            "pass there; the suite's findings name them"
+        )
+    for r in records:
+        if r.status == Status.PASSED:
+            builder.tolerance(r)
+    registered = set().union(*((m.get("coverage") or {}).get("registered") or () for m in metas))
     unsupported = {r.dtype for r in records if r.extra.get("unsupported_dtype")}
-    registered = set()
-    for meta in metas:
-        registered |= set((meta.get("coverage") or {}).get("registered") or ())
-    allowlist = sorted({op for o in registered for op in view.of_overload(o)})
-    for op in allowlist:
-        for dtype in sorted(unsupported & view.cpu_dtypes(op)):
-            builder.add(op, "xfail", f"unsupported dtype: {dtype}", dtype,
-                        f"the run declared {dtype} unsupported (unsupported_dtypes)")  # fmt: skip
-    not_excused = [
-        refused for r in records if r.status == Status.PASSED and (refused := builder.tolerance(r))
-    ]
     profile = metas[0].get("profile") or {}
-    exclusions = {
-        cls: ("*", why)
-        for fact, lacks, cls, why in EXCLUSIONS
-        if fact in profile and lacks((profile[fact] or {}).get("value"))
-    }
     return UpstreamConfig(
         api=api,
         meta=metas[0],
         source=source,
-        tests=tuple(tests),
-        allowlist=allowlist,
-        overrides=sorted(builder.overrides.values(), key=lambda o: (o.op, o.kind, o.reason)),
-        exclusions=exclusions,
+        templates=tuple(templates),
+        allowlist=sorted({op for o in registered for op in builder.view.of_overload(o)}),
+        overrides=sorted(
+            builder.overrides.values(),
+            key=lambda o: (o.op, o.kind, o.reason, o.template.name if o.template else ""),
+        ),
+        exclusions={
+            cls: ("*", why)
+            for fact, lacks, cls, why in EXCLUSIONS
+            if lacks(
+                ((profile.get(fact) or {}) if isinstance(profile, Mapping) else {}).get("value")
+            )
+        },
         capabilities=measured_capabilities(records, unsupported) if api.capabilities else {},
         measured_dtypes=sorted({r.dtype for r in records}),
-        not_excused=sorted(set(not_excused)),
+        not_excused=sorted(set(builder.not_excused)),
         prerequisites=missing_input_ops(metas[0], {r.dtype for r in records}),
+        apply_allowlist=apply_allowlist,
+        bypass_device_restrictions=bypass_device_restrictions,
     )

@@ -6,19 +6,25 @@ case of the run (one aten overload, dtype, layout, path, value set) speaks for s
 where the test would make the same call: the overload maps to the OpInfo (its base name, as the
 sample capture maps them: samples/opinfo.py), the OpInfo's own captured inputs of that dtype
 reach the overload, and the case ran those inputs as they come (contiguous layout, the native
-route, the ordinary samples or the OpInfo's special/promotion reference inputs). An expected
-failure needs the functional overload (the OpInfo's callable); a crash or hang is skipped
-whatever variant or layout it was seen in (it would take the test process down).
+route, the ordinary samples or the OpInfo's special/promotion reference inputs), and the very
+call that failed (its signature: dtypes, shapes and every other argument) is one the OpInfo's
+own callable makes on its inputs of that dtype (`forward_calls`, recorded on CPU: a sample of
+another OpInfo, of the suite's own op specs, or of a backward pass attributes nothing).
 """
 
 from __future__ import annotations
 
+import itertools
+import warnings
 from functools import cache
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
+from conformance.engine.calls import Call
+from conformance.engine.discovery import overload_name
 from conformance.record import CaseId
-from conformance.samples.opinfo import captured_calls, opinfo_db, opinfos_for
+from conformance.samples.opinfo import opinfo_db, opinfos_for, untracked
 
 __all__ = (
     "COMPARED",
@@ -74,6 +80,25 @@ def default_tolerance(dtype: str) -> tuple[float, float]:
     return default_tolerances(getattr(torch, dtype))
 
 
+#: inputs an OpInfo test may run, at most (sample inputs, then reference inputs)
+FORWARD_SCAN = 600
+
+
+class _Calls(TorchDispatchMode):
+    """Records the signature (`Call.signature`, as a failure message names its sample) of every
+    aten call made under it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func.namespace == "aten":
+            self.seen.add(Call(overload_name(func.name()), tuple(args), dict(kwargs)).signature())
+        return func(*args, **kwargs)
+
+
 class OpInfoView:
     """The OpInfos of the installed torch, as the run's cases map to them."""
 
@@ -101,9 +126,34 @@ class OpInfoView:
         )
 
     @cache  # noqa: B019
-    def reaches(self, full_name: str, overload: str, dtype: str, values: str) -> bool:
-        """Whether the OpInfo's own inputs of `dtype` (of the case's value set) reach the
-        overload (the sample capture, cached on disk per torch)."""
-        kind = values or "samples"
-        calls = captured_calls(overload, getattr(torch, dtype), (full_name,), self.cache_dir, kind)
-        return bool(calls)
+    def forward_calls(self, full_name: str, dtype: str) -> frozenset[str]:
+        """The signatures of the aten calls the OpInfo's own callable makes on CPU for its
+        sample and reference inputs of `dtype`: what its compare test calls, forward only (no
+        in-place or out= variant, no backward)."""
+        op, t = self.db[full_name], getattr(torch, dtype)
+        if t not in op.supported_dtypes("cpu"):
+            return frozenset()
+        calls = _Calls()
+        torch.manual_seed(0)
+        with untracked(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            inputs = itertools.chain(
+                op.sample_inputs("cpu", t, requires_grad=False),
+                op.reference_inputs("cpu", t, requires_grad=False),
+            )
+            for sample in itertools.islice(inputs, FORWARD_SCAN):
+                try:
+                    with calls:
+                        op(sample.input, *sample.args, **sample.kwargs)
+                except Exception:  # noqa: BLE001, S112 - CPU refuses this input: no call
+                    continue
+        return frozenset(calls.seen)
+
+    def made(self, full_name: str, dtype: str, signature: str) -> bool:
+        """Whether the OpInfo's test makes the call `signature` (a failing sample)."""
+        return signature in self.forward_calls(full_name, dtype)
+
+    def reaches(self, full_name: str, overload: str, dtype: str) -> bool:
+        """Whether the OpInfo's test calls `overload` at all in `dtype`."""
+        prefix = overload + "("
+        return any(s.startswith(prefix) for s in self.forward_calls(full_name, dtype))

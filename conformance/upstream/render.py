@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -9,7 +10,6 @@ from dataclasses import dataclass
 import jinja2
 
 from conformance.upstream.evidence import TOLERANCE_CAP, Override, UpstreamConfig
-from conformance.upstream.opinfos import default_tolerance
 
 __all__ = ("render",)
 
@@ -40,19 +40,38 @@ class _Entry:
         return repr(self.o.reason)
 
     @property
+    def cls(self) -> str:
+        return self.o.template.cls if self.o.template else ""
+
+    @property
+    def test(self) -> str:
+        return self.o.template.test if self.o.template else ""
+
+    @property
     def comments(self) -> list[str]:
         evidence = sorted(self.o.evidence, key=lambda e: (not e.startswith("F"), e))
-        lines = [f"{self.o.kind} ({', '.join(self.dtype_list)}): {self.o.reason}"]
+        where = f" on {self.o.template.name}" if self.o.template else ""
+        lines = [f"{self.o.kind}{where} ({', '.join(self.dtype_list)}): {self.o.reason}"]
         lines += [e[:300] for e in evidence[:EVIDENCE_LINES]]
         if len(evidence) > EVIDENCE_LINES:
             lines.append(f"... and {len(evidence) - EVIDENCE_LINES} more")
         return [" ".join(line.split()) for line in lines]
 
     def atol_text(self, dtype: str) -> str:
-        return f"{max(self.o.atol, default_tolerance(dtype)[1]):.3g}"
+        assert self.o.template is not None
+        return _up(max(self.o.atol, self.o.template.tolerance(dtype)[1]))
 
     def rtol_text(self, dtype: str) -> str:
-        return f"{max(self.o.rtol, default_tolerance(dtype)[0]):.3g}"
+        assert self.o.template is not None
+        return _up(max(self.o.rtol, self.o.template.tolerance(dtype)[0]))
+
+
+def _up(value: float) -> str:
+    """`value` to 3 significant digits, rounded up (a tolerance never below what was measured)."""
+    if value <= 0:
+        return "0"
+    digits = 2 - math.floor(math.log10(value))
+    return f"{math.ceil(value * 10**digits) / 10**digits:.3g}"
 
 
 def _grouped(overrides: Iterable[Override]) -> list[tuple[str, list[_Entry]]]:
@@ -101,8 +120,10 @@ def render(config: UpstreamConfig, filename: str) -> str:
             torch=meta.get("torch", "?"),
             allocator=meta.get("allocator", "?"),
             allowlist=config.allowlist,
-            tests=config.tests,
-            tests_text=", ".join(f"{c}.{t}" for c, t in config.tests),
+            templates=config.templates,
+            tests_text=", ".join(t.name for t in config.templates),
+            apply_allowlist=config.apply_allowlist,
+            bypass=config.bypass_device_restrictions,
             cap=f"{TOLERANCE_CAP:g}",
             measured_dtypes=config.measured_dtypes,
             overrides=_grouped(config.overrides),

@@ -25,6 +25,7 @@ from conformance.upstream.__main__ import main
 from conformance.upstream.api import KNOWN, api_for
 from conformance.upstream.evidence import build, measured_capabilities
 from conformance.upstream.render import render
+from conformance.upstream.targets import template
 from tests.helpers import REPO, clean_env, once_per_run, run_pytest
 
 FAULTS = "nan_to_zero,int_not_implemented"
@@ -49,7 +50,7 @@ def _measure(folder: Path) -> str:
     )  # fmt: skip
     assert "failing cases" in run.stdout, run.stdout[-2000:]
     config = folder / "upstream_config.py"
-    assert main([str(results), "-o", str(config)]) == 0
+    assert main([str(results), "-o", str(config), "--allowlist"]) == 0
     return str(config)
 
 
@@ -90,7 +91,7 @@ def test_with_the_configuration_green_and_every_excuse_expected(config: Path) ->
     assert {n for n, o in outcomes.items() if o == "XFAIL"} == EXPECTED
     assert set(outcomes.values()) == {"PASSED", "XFAIL"}
     text = config.read_text()
-    assert "def _check()" in text and "set_test_configs(" in text
+    assert "def _check()" in text and "op_allowlist=OP_ALLOWLIST," in text
     assert '"abs": [' not in text  # nothing excused where nothing failed
 
 
@@ -120,6 +121,8 @@ def test_a_torch_without_the_api_is_a_one_line_error() -> None:
         api_for("2.12.0")
     with pytest.raises(ConformanceUsageError, match="does not know"):
         api_for("2.16.0")
+    with pytest.raises(ConformanceUsageError, match="no torch version"):
+        api_for("")
     assert api_for("2.15.0+cu128").capabilities and not api_for("2.13.0").capabilities
 
 
@@ -139,13 +142,22 @@ META = {
 }
 
 
-def _record(case: str, status: str = "failed", check: str = "values", **extra) -> CaseRecord:
+def _record(
+    case: str, status: str = "failed", check: str = "values", sample: str = "", **extra
+) -> CaseRecord:
+    """A record of `case`; a failure names `sample` (default: a relu call of relu's OpInfo) and,
+    for values, a first element NaN on CPU and 0 on the device."""
     overload, dtype, layout, path, *values = case.split("-")
     op, _, tag = overload.partition(".")
+    sample = sample or f"{overload}({dtype}[9])"
+    message = (
+        f"[{check}] output: 3/9 elements differ; first at [6]: device 0.0 vs cpu nan\n"
+        f"  sample: {sample} (layout {layout}, path {path}, allocator malloc)"
+    )
     return CaseRecord(
         id=f"test_matches_cpu[{case}]", status=status, op=op, overload=tag or "default",
         dtype=dtype, layout=layout, path=path, check=check if status != "passed" else None,
-        message=f"[{check}] output: differs", family="ops",
+        message=message if status != "passed" else None, family="ops",
         extra={"values": values[0]} if values else {}, **extra,
     )  # fmt: skip
 
@@ -159,19 +171,31 @@ def test_only_what_a_compare_test_sees_is_excused() -> None:
         _record("relu-float32-contiguous-native-special"),
         _record("exp-float32-contiguous-native", check="path"),  # routing: not seen upstream
         _record("abs-float32-transposed-native"),  # our layout, not OpInfo's
+        _record("abs-float64-contiguous-native", status="not-run", check=""),  # never ran
+        _record("exp-float64-contiguous-native", sample="exp(float64[1234, 5])"),  # not exp's
     ])  # fmt: skip
     assert [(o.op, o.kind, sorted(o.dtypes)) for o in config.overrides] == [
         ("nn.functional.relu", "xfail", ["float32"])
     ]
-    assert config.exclusions == {
-        "TestInductorOpInfo": ("*", config.exclusions["TestInductorOpInfo"][1])
-    }
+    assert not config.exclusions  # the compiler was not asked (no --modes compile)
     assert "abs" in config.allowlist and "exp" in config.allowlist
+    assert any("inputs OpInfo tests do not make" in line for line in config.not_excused)
+
+
+def test_a_values_finding_within_the_tests_tolerance_is_not_excused() -> None:
+    small = _record("relu-float32-contiguous-native-special")
+    small.message = small.message.replace("device 0.0 vs cpu nan", "device 1.0004 vs cpu 1.0")
+    config = _build([small])
+    assert not config.overrides
+    assert any("within the template's tolerance" in line for line in config.not_excused)
+    strict = build([(META, [small])], source="s", templates=[template("TestFoo.test_bar")])
+    assert [(o.op, o.kind) for o in strict.overrides] == [("nn.functional.relu", "xfail")]
 
 
 def test_a_crash_skips_every_test_of_the_op_and_dtype() -> None:
-    crash = _record("abs-float64-transposed-native", status="crashed", check="crash")
-    config = _build([crash])
+    crash = _record("abs-float64-contiguous-native", status="crashed", check="crash")
+    elsewhere = _record("neg-float64-transposed-native-grad", status="crashed", check="crash")
+    config = _build([crash, elsewhere])
     (o,) = config.overrides
     assert (o.op, o.kind, o.dtypes) == ("abs", "skip", {"float64"})
     assert o.reason.startswith("crash: ")
@@ -181,18 +205,22 @@ def test_tolerances_are_measured_capped_and_never_cover_a_failure() -> None:
     def passing(case: str, abs_err: float, rel_err: float) -> CaseRecord:
         return _record(case, status="passed", max_abs_err=abs_err, max_rel_err=rel_err)
 
-    config = _build([
+    records = [
         passing("abs-float16-contiguous-native", 3e-5, 2e-3),  # within 4x atol: measured
         passing("exp-float16-contiguous-native", 1.0, 1.0),  # far beyond: not excused
         passing("relu-float16-contiguous-native", 3e-5, 2e-3),
         _record("relu-float16-contiguous-native-special"),  # relu float16 fails: no tolerance
-    ])  # fmt: skip
+    ]
+    assert not [o for o in _build(records).overrides if o.kind == "tolerance"]  # within 1e-3
+    config = build([(META, records)], source="s", templates=[template("TestFoo.test_bar")])
     kinds = {(o.op, o.kind) for o in config.overrides}
     assert ("abs", "tolerance") in kinds and ("nn.functional.relu", "xfail") in kinds
     assert ("exp", "tolerance") not in kinds and ("nn.functional.relu", "tolerance") not in kinds
     (tolerance,) = [o for o in config.overrides if o.kind == "tolerance"]
     assert tolerance.atol == pytest.approx(3e-5)
     assert any(line.startswith("exp float16") for line in config.not_excused)
+    text = render(config, "upstream_config.py")
+    assert "atol=3e-05" in text and "TestFoo.test_bar" in text
 
 
 def test_torch_2_15_declares_capabilities_from_the_run() -> None:
@@ -215,4 +243,30 @@ def test_input_kernels_the_tests_need_are_named_when_missing() -> None:
     assert [line.split(":")[0] for line in config.prerequisites] == ["uniform_"]
     assert "Missing before any op is judged" in render(config, "upstream_config.py")
     served = {**lacking, "coverage": {**lacking["coverage"], "has_fallback": True}}
-    assert not build([(served, [])], source="synthetic").prerequisites
+    records = [_record("relu-float32-contiguous-native", status="passed")]
+    assert not build([(served, records)], source="synthetic").prerequisites
+
+
+def test_results_without_coverage_are_refused() -> None:
+    bare = {k: v for k, v in META.items() if k != "coverage"}
+    with pytest.raises(ConformanceUsageError, match="no coverage"):
+        build([(bare, [])], source="synthetic")
+
+
+def test_a_case_flaky_between_runs_excuses_nothing() -> None:
+    fails = _record("relu-float32-contiguous-native-special")
+    passes = _record("relu-float32-contiguous-native-special", status="passed")
+    config = build([(META, [fails]), (META, [passes])], source="synthetic")
+    assert not config.overrides
+    assert any("flaky" in line for line in config.not_excused)
+
+
+def test_a_declared_dtype_excuses_only_the_cases_that_raised() -> None:
+    raised = _record("exp-float64-contiguous-native", status="unsupported", check="unsupported",
+                     sample="exp(float64[20])")  # fmt: skip
+    raised.extra["unsupported_dtype"] = "float64"
+    served = _record("abs-float64-contiguous-native", status="passed")
+    config = _build([raised, served])
+    assert [(o.op, o.kind, sorted(o.dtypes)) for o in config.overrides] == [
+        ("exp", "xfail", ["float64"])
+    ]
