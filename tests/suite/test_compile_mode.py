@@ -49,6 +49,14 @@ def test_a_wrapper_that_allocates_wrong_strides_fails_the_compiled_case_of_the_o
         assert ran.returncode == code, (env, ran.stdout, ran.stderr[-2000:])
 
 
+#: planted fault -> the dtypes and layouts its run needs: the case it fails, a case it leaves
+#: clean, and what the fault needs compiled before (a float32 kernel cached for the int32 case)
+NEEDS = {
+    "no_device_guard": ("float32", "contiguous"),
+    "contiguous_inputs": ("float32", "contiguous,noncontiguous"),
+    "cache_without_dtype": ("float32,int32", "contiguous"),
+    "static_allocations": ("float32", "contiguous"),
+}
 FAULTS = {  # planted fault -> (the case it fails, what its message says)
     "no_device_guard": (
         "abs-float32-contiguous-native-compile",
@@ -75,9 +83,11 @@ def test_each_planted_inductor_fault_fails_the_compiled_case_it_breaks(run_suite
     """A wrapper without a device guard, kernels that assume contiguous inputs, a kernel cache
     keyed without the dtype: each is named in the compiled path of the case it breaks, and
     only the cases it breaks fail (the eager cases of the op are not run: -k compile)."""
-    run = run_suite("--ops", "abs", "--modes", "compile", "-k", "compile", env={
-        "ECHO_NPU_INDUCTOR_FAULTS": fault
-    })  # fmt: skip
+    dtypes, layouts = NEEDS[fault]  # each compile costs seconds: only the cases it judges
+    run = run_suite(
+        "--ops", "abs", "--dtypes", dtypes, "--layouts", layouts, "--modes", "compile",
+        "-k", "compile", env={"ECHO_NPU_INDUCTOR_FAULTS": fault},
+    )  # fmt: skip
     case, message = FAULTS[fault]
     assert run.returncode == 1, run.output[-3000:]
     record = run.case(case)
