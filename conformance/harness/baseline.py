@@ -39,7 +39,7 @@ from conformance.harness.expectations import (
     failure_key,
 )
 from conformance.harness.families import registry
-from conformance.harness.found import expected_status, found
+from conformance.harness.found import expected_crash, expected_status, found
 from conformance.record import CaseId, CaseRecord
 
 __all__ = ("Baseline", "Context", "baseline", "contexts_of", "write")
@@ -133,7 +133,7 @@ def _carried_groups(
                 failure_head(record.message or "") or "expected by an earlier manifest"
             )
             reason = entry.reason if entry else noted
-            if status == "skip" and entry is None and str(record.message).startswith("crash"):
+            if status == "skip" and entry is None and expected_crash(record):
                 status = "crash"
             group = groups[key] = Group(
                 key, entry.status if entry else status or "xfail", category, reason, carried=entry

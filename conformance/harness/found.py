@@ -19,7 +19,7 @@ from types import MappingProxyType
 from conformance.findings import Finding, group_findings
 from conformance.record import CaseId, CaseRecord, missing_kernel
 
-__all__ = ("Found", "expected_status", "found", "kernel_lacked")
+__all__ = ("Found", "expected_crash", "expected_status", "found", "kernel_lacked")
 
 #: statuses of cases an earlier manifest expected, and the entry status that expects them
 EXPECTED = MappingProxyType({"xfailed": "xfail", "unsupported": "unsupported", "skipped": "skip"})
@@ -41,7 +41,12 @@ class Found:
         """A crash's culprit (the case that corrupted memory, when the search named one): the
         case an expectation names instead of this one; else ""."""
         culprit = self.record.culprit
-        return str(CaseId.parse(culprit)) if self.status == "crash" and culprit else ""
+        if self.status != "crash" or not culprit:
+            return ""
+        try:
+            return str(CaseId.parse(culprit))
+        except ValueError:  # a scenario, contract item or family case ran before it
+            return ""
 
 
 def kernel_lacked(record: CaseRecord) -> str:
@@ -70,6 +75,11 @@ def found(records: Iterable[CaseRecord]) -> Iterator[Found]:
                 yield Found(record, "unsupported", finding, kernel_lacked(record), own)
             else:
                 yield Found(record, own, finding, own=own)
+
+
+def expected_crash(record: CaseRecord) -> bool:
+    """Whether a manifest skipped `record` as a crash (its skip reason says "crash: ...")."""
+    return str(record.message or "").removeprefix("Skipped: ").startswith("crash")
 
 
 def expected_status(record: CaseRecord) -> str | None:

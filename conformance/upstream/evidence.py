@@ -30,7 +30,7 @@ from typing import Any
 
 from conformance.errors import ConformanceUsageError
 from conformance.harness.baseline_contexts import contexts_of
-from conformance.harness.found import expected_status, found, kernel_lacked
+from conformance.harness.found import expected_crash, expected_status, found, kernel_lacked
 from conformance.record import OP_FAMILY, CaseId, CaseRecord, Status
 from conformance.upstream.api import TestConfigApi, api_for, minor_of
 from conformance.upstream.opinfos import COMPARED, OpInfoView, input_ops, is_functional
@@ -128,9 +128,11 @@ def _failures(records: Sequence[CaseRecord]) -> Iterable[tuple[CaseRecord, str, 
     for item in found(records):
         if item.record.status not in OWN_FAILURES:
             continue
-        rep = item.finding.representative
         label = f"{item.finding.id}: {item.finding.title.split('; not declared:')[0]}"
-        evidence = f"{label}; repro: {rep.repro}" if rep.repro else label
+        repro = item.record.repro
+        evidence = f"{label}; repro: {repro}" if repro else label
+        if item.status == "crash" and item.record.culprit and not item.culprit:
+            evidence += f" (its culprit {item.record.culprit} is not an op case: not excused)"
         yield item.record, item.status, evidence, item.culprit or item.record.id
     for record in records:
         status = expected_status(record)
@@ -138,10 +140,10 @@ def _failures(records: Sequence[CaseRecord]) -> Iterable[tuple[CaseRecord, str, 
             note = f"the manifest declares {record.dtype} unsupported (unsupported_dtypes)"
             yield record, "unsupported", note, record.id
             continue
-        if status is None or record.category == "flaky":
+        if status is None or record.category in ("flaky", "harness"):
             continue
         if status == "skip":  # a manifest's skip excuses only a crash it names
-            if record.category != "crash" and not str(record.message).startswith("crash"):
+            if not expected_crash(record):
                 continue
             status = "crash"
         why = record.extra.get("expected_reason") or record.first_line
@@ -173,30 +175,49 @@ class _Builder:
             case = CaseId.parse(case_text)
         except ValueError:
             return
-        if not self.view.spoken_for(case):
-            self.elsewhere += 1
+        if status in ("crash", "skip"):
+            self._crash(record, status, evidence, case)
             return
         sample = failing_sample(record.message or "")
-        for op in self.view.of_overload(case.overload):
-            if status in ("crash", "skip"):  # a crash or hang of a call its test makes
-                if self.view.reaches(op, case.overload, case.dtype):
-                    what = "crash" if status == "crash" else "hang"
-                    reason = f"{what}: {record.first_line[:160]}"
-                    self.add(op, "skip", reason, case.dtype, evidence, None)
-                continue
-            if sample is None or not is_functional(case.overload):
-                continue
-            if str(record.check) not in COMPARED or not self.view.made(op, case.dtype, sample):
-                continue
-            for t in self.templates:
-                if sees(t, record, case.dtype):
-                    self.add(op, "xfail", _reason(record, status, case.overload), case.dtype,
-                             evidence, t)  # fmt: skip
-                else:
-                    self.not_excused.append(
-                        f"{op} {case.dtype} {t.name}: {record.first_line[:120]} is within the "
-                        "template's tolerance: its test likely passes, not excused"
-                    )
+        excused = False
+        if self.view.spoken_for(case) and sample and is_functional(case.overload):
+            for op in self.view.of_overload(case.overload):
+                values = str(record.check) == "values"
+                if str(record.check) not in COMPARED or not self.view.made(
+                    op, case.dtype, sample, values
+                ):
+                    continue
+                excused = True
+                for t in self.templates:
+                    seen = sees(t, record, case.dtype)
+                    if seen:
+                        self.add(op, "xfail", _reason(record, status, case.overload), case.dtype,
+                                 evidence, t)  # fmt: skip
+                    else:
+                        why = "names no element to judge by" if seen is None else (
+                            "is within the test's tolerance: its test likely passes"
+                        )  # fmt: skip
+                        self.not_excused.append(f"{op} {case.dtype} {t.name}: {case} {why}")
+        if not excused:
+            self.elsewhere += 1
+
+    def _crash(self, record: CaseRecord, status: str, evidence: str, case: CaseId) -> None:
+        """A crash or hang: every test of each OpInfo that may make the call is skipped (its
+        forward call, or the in-place, out= and backward calls the suite captured of it): a
+        crash takes PyTorch's test process down."""
+        what = "crash" if status == "crash" else "hang"
+        culprit = str(case) != str(CaseId.parse(record.id)) if record.id else False
+        head = "corrupted memory a later case crashed on" if culprit else record.first_line[:160]
+        ops = [
+            op
+            for op in self.view.of_overload(case.overload)
+            if case.dtype in self.view.cpu_dtypes(op)
+            and self.view.touches(op, case.overload, case.dtype)
+        ]
+        for op in ops:
+            self.add(op, "skip", f"{what}: {head}", case.dtype, evidence, None)
+        if not ops:
+            self.not_excused.append(f"{case}: a {what} no OpInfo test is known to reach")
 
     def tolerance(self, record: CaseRecord) -> None:
         """A measured tolerance from a passing case."""
@@ -343,9 +364,9 @@ def build(
         builder.failure(record, status, evidence, case)
     if builder.elsewhere:
         builder.not_excused.append(
-            f"{builder.elsewhere} failing case(s) on inputs OpInfo tests do not make (the suite's "
-            "layouts, routes, sizes, argument values, model calls, modes): PyTorch's tests may "
-            "pass there; the suite's findings name them"
+            f"{builder.elsewhere} failing case(s) whose call no OpInfo test makes as the case "
+            "made it (the suite's layouts, routes, sizes, argument values, model calls, modes, "
+            "op specs): PyTorch's tests may pass there; the suite's findings name them"
         )
     for r in records:
         if r.status == Status.PASSED:

@@ -24,7 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from conformance.engine.calls import Call
 from conformance.engine.discovery import overload_name
 from conformance.record import CaseId
-from conformance.samples.opinfo import opinfo_db, opinfos_for, untracked
+from conformance.samples.opinfo import captured_calls, opinfo_db, opinfos_for, untracked
 
 __all__ = (
     "COMPARED",
@@ -84,19 +84,43 @@ def default_tolerance(dtype: str) -> tuple[float, float]:
 FORWARD_SCAN = 600
 
 
+def signature_of(call: Call) -> str:
+    """A call's signature as a failure message names its sample (`PlacedCall.signature` of a
+    contiguous placement: quotes dropped, no `@cpu` marks)."""
+    return call.signature().replace("'", "")
+
+
+def sample_signature(text: str) -> str:
+    """A failure message's sample signature, comparable with `signature_of` (the `@cpu` marks
+    of operands the suite kept on CPU, wrapped numbers among them, dropped)."""
+    return text.replace("]@cpu", "]")
+
+
 class _Calls(TorchDispatchMode):
-    """Records the signature (`Call.signature`, as a failure message names its sample) of every
-    aten call made under it."""
+    """Records the signature of every aten call made under it; `judged` is False while a sample
+    whose outputs its test post-processes runs (linalg's sign-free comparisons)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.seen: set[str] = set()
+        self.compared: set[str] = set()  # made by samples whose raw outputs the test compares
+        self.judged = True
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func.namespace == "aten":
-            self.seen.add(Call(overload_name(func.name()), tuple(args), dict(kwargs)).signature())
+            sig = signature_of(Call(overload_name(func.name()), tuple(args), dict(kwargs)))
+            self.seen.add(sig)
+            if self.judged:
+                self.compared.add(sig)
         return func(*args, **kwargs)
+
+
+def _identity_code() -> object:
+    """The code of SampleInput's default `output_process_fn_grad` (the identity)."""
+    from torch.testing._internal.opinfo.core import SampleInput
+
+    return SampleInput(torch.empty(0)).output_process_fn_grad.__code__
 
 
 class OpInfoView:
@@ -126,14 +150,15 @@ class OpInfoView:
         )
 
     @cache  # noqa: B019
-    def forward_calls(self, full_name: str, dtype: str) -> frozenset[str]:
+    def forward_calls(self, full_name: str, dtype: str) -> tuple[frozenset[str], frozenset[str]]:
         """The signatures of the aten calls the OpInfo's own callable makes on CPU for its
-        sample and reference inputs of `dtype`: what its compare test calls, forward only (no
-        in-place or out= variant, no backward)."""
+        sample and reference inputs of `dtype` (what its compare test calls, forward only: no
+        in-place or out= variant, no backward), and those of them whose outputs the test
+        compares as they are (not through the sample's `output_process_fn_grad`)."""
         op, t = self.db[full_name], getattr(torch, dtype)
         if t not in op.supported_dtypes("cpu"):
-            return frozenset()
-        calls = _Calls()
+            return frozenset(), frozenset()
+        calls, identity = _Calls(), _identity_code()
         torch.manual_seed(0)
         with untracked(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -142,18 +167,32 @@ class OpInfoView:
                 op.reference_inputs("cpu", t, requires_grad=False),
             )
             for sample in itertools.islice(inputs, FORWARD_SCAN):
+                calls.judged = getattr(sample.output_process_fn_grad, "__code__", None) is identity
                 try:
                     with calls:
                         op(sample.input, *sample.args, **sample.kwargs)
                 except Exception:  # noqa: BLE001, S112 - CPU refuses this input: no call
                     continue
-        return frozenset(calls.seen)
+        return frozenset(calls.seen), frozenset(calls.compared)
 
-    def made(self, full_name: str, dtype: str, signature: str) -> bool:
-        """Whether the OpInfo's test makes the call `signature` (a failing sample)."""
-        return signature in self.forward_calls(full_name, dtype)
+    def made(self, full_name: str, dtype: str, signature: str, values: bool = False) -> bool:
+        """Whether the OpInfo's test makes the call `signature` (a failing sample); `values`:
+        and compares its outputs as they are (a value may differ where the test compares only
+        what its post-processing keeps, as linalg's signs)."""
+        seen, compared = self.forward_calls(full_name, dtype)
+        return signature in (compared if values else seen)
 
     def reaches(self, full_name: str, overload: str, dtype: str) -> bool:
-        """Whether the OpInfo's test calls `overload` at all in `dtype`."""
-        prefix = overload + "("
-        return any(s.startswith(prefix) for s in self.forward_calls(full_name, dtype))
+        """Whether the OpInfo's test of `dtype` calls `overload` on an operand of `dtype`."""
+        prefix, operand = overload + "(", f"{dtype}["
+        return any(
+            s.startswith(prefix) and operand in s for s in self.forward_calls(full_name, dtype)[0]
+        )
+
+    def touches(self, full_name: str, overload: str, dtype: str) -> bool:
+        """Whether any test of the OpInfo may call `overload` in `dtype`: its forward call, or
+        the suite's capture of its in-place, out= and backward calls (a crash's reach)."""
+        if self.reaches(full_name, overload, dtype):
+            return True
+        t = getattr(torch, dtype)
+        return bool(captured_calls(overload, t, (full_name,), self.cache_dir, "samples"))

@@ -71,7 +71,8 @@ def _up(value: float) -> str:
     if value <= 0:
         return "0"
     digits = 2 - math.floor(math.log10(value))
-    return f"{math.ceil(value * 10**digits) / 10**digits:.3g}"
+    scaled = value * 10**digits
+    return f"{math.ceil(scaled * (1 - 1e-12)) / 10**digits:.3g}"  # 1e-05 stays 1e-05
 
 
 def _grouped(overrides: Iterable[Override]) -> list[tuple[str, list[_Entry]]]:

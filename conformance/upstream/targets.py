@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from conformance.errors import ConformanceUsageError
 from conformance.record import CaseRecord
-from conformance.upstream.opinfos import default_tolerance
+from conformance.upstream.opinfos import default_tolerance, sample_signature
 
 __all__ = ("DEFAULT_TEMPLATES", "KNOWN_TEMPLATES", "Template", "failing_sample", "sees", "template")
 
@@ -35,9 +35,11 @@ class Template:
         return f"{self.cls}.{self.test}"
 
     def tolerance(self, dtype: str) -> tuple[float, float]:
-        """(rtol, atol) of its comparison in `dtype` (never below assertEqual's default)."""
-        rtol, atol = default_tolerance(dtype)
-        return max(rtol, self.rtol or 0.0), max(atol, self.atol or 0.0)
+        """(rtol, atol) of its comparison in `dtype`: its own where it passes them to
+        assertEqual (used as given, whatever the dtype), else assertEqual's default."""
+        if self.atol is not None and self.rtol is not None:
+            return self.rtol, self.atol
+        return default_tolerance(dtype)
 
 
 #: templates whose comparison the generator knows (test/test_ops.py of torch 2.13-2.15)
@@ -73,8 +75,7 @@ def template(text: str) -> Template:
 def failing_sample(message: str) -> str | None:
     """The signature of the call a failure message names (`  sample: ...`), if any."""
     m = _SAMPLE.search(message)
-    # a 0-dim CPU operand (a wrapped Python number) stays on CPU in the OpInfo test too
-    return m.group(1).replace("]@cpu", "]") if m else None
+    return sample_signature(m.group(1)) if m else None
 
 
 def _number(text: str) -> complex | None:
@@ -100,15 +101,14 @@ def _beyond(device: complex, cpu: complex, atol: float, rtol: float) -> bool:
     return finite and abs(device - cpu) > atol + rtol * abs(cpu)
 
 
-def sees(t: Template, record: CaseRecord, dtype: str) -> bool:
-    """Whether the template certainly fails on the call the record failed."""
+def sees(t: Template, record: CaseRecord, dtype: str) -> bool | None:
+    """Whether the template certainly fails on the call the record failed (None: the message
+    names no element to judge by)."""
     if str(record.check) != "values":
         return True  # a missing kernel, an error, a wrong dtype or shape fails any comparison
     m = _FIRST.search(record.message or "")
-    if m is None:
-        return False
-    device, cpu = _number(m.group(1)), _number(m.group(2))
+    device, cpu = (_number(m.group(1)), _number(m.group(2))) if m else (None, None)
     if device is None or cpu is None:
-        return False
+        return None
     rtol, atol = t.tolerance(dtype)
     return _beyond(device, cpu, atol, rtol)

@@ -23,8 +23,8 @@ from torch.testing._internal.common_device_type import (  # noqa: E402
 from torch.testing._internal.common_methods_invocations import op_db  # noqa: E402
 from torch.testing._internal.common_utils import TestCase  # noqa: E402
 
-NAMES = set(os.environ.get("UPSTREAM_OPS", "abs").split(","))
-OPS = [op for op in op_db if op.full_name in NAMES]
+NAMES = os.environ.get("UPSTREAM_OPS", "abs").split(",")
+OPS = [op for name in NAMES for op in op_db if op.full_name == name]  # in the order named
 
 
 def _to_cpu(arg):
