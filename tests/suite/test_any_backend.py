@@ -192,7 +192,7 @@ def test_a_runner_dies_with_the_process_that_owns_it(tmp_path):
          *args, "--case-timeout", "120", "--results", str(tmp_path / "results")],
         # the repository too: an ablation plugin (tests/meta/ablation.py) may ride on PYTEST_ADDOPTS
         cwd=tmp_path, env=clean_env({"PYTHONPATH": os.pathsep.join([BACKENDS, str(REPO)])}),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=(tmp_path / "log").open("w"), stderr=subprocess.STDOUT,
     )  # fmt: skip
 
     def runners() -> list[int]:
@@ -200,10 +200,11 @@ def test_a_runner_dies_with_the_process_that_owns_it(tmp_path):
         return [int(p) for p in out.stdout.split()]
 
     deadline = time.monotonic() + 120
-    while not runners() and time.monotonic() < deadline:
+    while not runners() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.5)
     children = runners()
-    assert children, "no runner process started"
+    log = (tmp_path / "log").read_text(errors="replace")[-3000:]
+    assert children, f"no runner process started (exit status {proc.poll()}): {log}"
     time.sleep(3)  # the runner is inside the hanging case
     proc.send_signal(signal.SIGKILL)
     proc.wait()
