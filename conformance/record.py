@@ -94,6 +94,11 @@ def same_overload(a: str, b: str) -> bool:
     return a.removesuffix(".default") == b.removesuffix(".default")
 
 
+def torch_minor(version: str) -> str:
+    """A torch version's minor release: '2.13.0+cpu' -> '2.13' ('?' for no version)."""
+    return ".".join(str(version).split("+")[0].split(".")[:2]) or "?"
+
+
 def parse_status(value: Any) -> Status:
     """A status from its JSON value; unknown or missing values read as ``error``."""
     try:

@@ -12,7 +12,7 @@ from conformance.engine.layout_names import LAYOUT_HELP
 from conformance.harness.case_patterns import DIMENSIONS
 from conformance.harness.families import registry
 from conformance.harness.options import DEFAULT_DTYPES, DEFAULT_MODES, PATHS, VALUE_SETS
-from conformance.record import OP_FAMILY, CaseId, CaseRecord
+from conformance.record import OP_FAMILY, CaseId, CaseRecord, torch_minor
 
 
 @dataclass
@@ -56,10 +56,6 @@ def complete_dimensions(meta: Mapping[str, Any]) -> frozenset[int]:
     return frozenset(d for d in DIMENSIONS if full[d] <= set(chosen[d] or ()))
 
 
-def _minor(version: str) -> str:
-    return ".".join(str(version).split("+")[0].split(".")[:2]) or "?"
-
-
 def case_id(record: CaseRecord) -> str | None:
     """The case id of a record (`scenario:<name>`, `contract:<item>` for a family's case), None
     if it has none."""
@@ -83,7 +79,7 @@ def contexts_of(
             case = case_id(record)
             if case is None:
                 continue
-            minor = _minor(str(record.torch or meta.get("torch") or "?"))
+            minor = torch_minor(str(record.torch or meta.get("torch") or "?"))
             allocator = str(record.allocator or meta.get("allocator") or "")
             ctx = found.setdefault((minor, allocator), Context(minor, allocator))
             ctx.complete &= complete

@@ -58,7 +58,7 @@ import tomllib
 
 from conformance.errors import ConformanceUsageError
 from conformance.harness.options import ALL_DTYPES
-from conformance.record import CaseId
+from conformance.record import CaseId, torch_minor
 
 if TYPE_CHECKING:
     from conformance.engine.precision import DtypePolicy
@@ -282,7 +282,7 @@ def _entry(path: str, text: str, item: dict) -> Entry:
 
 def default_manifest_paths(root: str, backend: str, torch_version: str) -> list[str]:
     """matrices/expectations/<backend>/{common,torch-<major.minor>}.toml, those that exist."""
-    minor = ".".join(torch_version.split("+")[0].split(".")[:2])
+    minor = torch_minor(torch_version)
     folder = os.path.join(root, "matrices", "expectations", backend)
     names = ["common.toml", f"torch-{minor}.toml"]
     return [os.path.join(folder, n) for n in names if os.path.exists(os.path.join(folder, n))]

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from conformance.errors import ConformanceUsageError
+from conformance.record import torch_minor
 
-__all__ = ("KNOWN", "TestConfigApi", "api_for", "minor_of")
+__all__ = ("KNOWN", "TestConfigApi", "api_for")
 
 
 @dataclass(frozen=True)
@@ -36,14 +37,9 @@ KNOWN = MappingProxyType(
 )
 
 
-def minor_of(version: str) -> str:
-    """'2.13.0+cpu' -> '2.13'."""
-    return ".".join(str(version).split("+")[0].split(".")[:2])
-
-
 def api_for(version: str) -> TestConfigApi:
     """The API of `version`'s torch, or a one-line error naming the versions known."""
-    minor = minor_of(version)
+    minor = torch_minor(version)
     if not re.fullmatch(r"\d+\.\d+", minor):
         raise ConformanceUsageError(
             f"the results name no torch version ({version!r} in run.json): measure again"

@@ -31,8 +31,8 @@ from typing import Any
 from conformance.errors import ConformanceUsageError
 from conformance.harness.baseline_contexts import contexts_of
 from conformance.harness.found import expected_crash, expected_status, found, kernel_lacked
-from conformance.record import OP_FAMILY, CaseId, CaseRecord, Status
-from conformance.upstream.api import TestConfigApi, api_for, minor_of
+from conformance.record import OP_FAMILY, CaseId, CaseRecord, Status, torch_minor
+from conformance.upstream.api import TestConfigApi, api_for
 from conformance.upstream.opinfos import COMPARED, OpInfoView, input_ops, is_functional
 from conformance.upstream.targets import DEFAULT_TEMPLATES, Template, failing_sample, sees
 
@@ -176,7 +176,7 @@ class _Builder:
         except ValueError:
             return
         if status in ("crash", "skip"):
-            self._crash(record, status, evidence, case)
+            self._crash(record, status, evidence, case, culprit=case_text != record.id)
             return
         sample = failing_sample(record.message or "")
         excused = False
@@ -201,12 +201,14 @@ class _Builder:
         if not excused:
             self.elsewhere += 1
 
-    def _crash(self, record: CaseRecord, status: str, evidence: str, case: CaseId) -> None:
+    def _crash(
+        self, record: CaseRecord, status: str, evidence: str, case: CaseId, culprit: bool
+    ) -> None:
         """A crash or hang: every test of each OpInfo that may make the call is skipped (its
         forward call, or the in-place, out= and backward calls the suite captured of it): a
-        crash takes PyTorch's test process down."""
+        crash takes PyTorch's test process down. `culprit`: `case` corrupted memory that
+        `record`'s case crashed on."""
         what = "crash" if status == "crash" else "hang"
-        culprit = str(case) != str(CaseId.parse(record.id)) if record.id else False
         head = "corrupted memory a later case crashed on" if culprit else record.first_line[:160]
         ops = [
             op
@@ -301,7 +303,7 @@ def _check_runs(metas: Sequence[Mapping[str, Any]]) -> TestConfigApi:
     """The API of the runs' torch; one-line errors for what the generator cannot serve."""
     import torch
 
-    versions = {minor_of(str(m.get("torch", ""))) for m in metas}
+    versions = {torch_minor(str(m.get("torch", ""))) for m in metas}
     backends = {str(m.get("backend", "")) for m in metas}
     if len(versions) > 1 or len(backends) > 1:
         raise ConformanceUsageError(
@@ -311,7 +313,7 @@ def _check_runs(metas: Sequence[Mapping[str, Any]]) -> TestConfigApi:
         )
     version = str(metas[0].get("torch") or "")
     api = api_for(version)
-    if minor_of(torch.__version__) != api.minor:
+    if torch_minor(torch.__version__) != api.minor:
         raise ConformanceUsageError(
             f"the results are of torch {version} but torch {torch.__version__} is installed: "
             f"run the generator where torch {api.minor} is (its op_db names the OpInfos), e.g. "
