@@ -142,6 +142,35 @@ class Backend:
         """A function of the device module (`torch.npu.memory_allocated`), or None."""
         return getattr(self.device_module, name, None)
 
+    def synchronize(self) -> None:
+        """Wait for the device's queued work: the device module's `synchronize`, else
+        `torch.accelerator.synchronize` where this device is the accelerator; a lazy device's
+        pending graph runs. An error the work raised surfaces here."""
+        if self.lazy is not None:
+            self.lazy.sync()
+            return
+        sync = self.device_function("synchronize")
+        if callable(sync):
+            sync()
+            return
+        accelerator = getattr(torch, "accelerator", None)
+        current = getattr(accelerator, "current_accelerator", None)
+        if callable(current):
+            found = current()
+            if found is not None and found.type == self.device_type:
+                accelerator.synchronize()
+
+    def unusable(self) -> str | None:
+        """Why this process can no longer run work on the device (a sticky error such as CUDA's
+        device-side assert, a lazy runtime that cannot sync), or None: a synchronize, then a
+        small tensor computed on the device and read back."""
+        try:
+            self.synchronize()
+            doubled = (torch.ones(2, device=self.device) * 2).cpu()
+        except Exception as exc:  # noqa: BLE001 - any failure: unusable in this process
+            return f"{type(exc).__name__}: {_first_line(exc)}"
+        return None if bool(doubled.eq(2).all()) else "2 x 1.0 computed on it read back wrong"
+
     def hook(self, name: str) -> Any:
         """An optional protocol function of the backend module (engine/protocol.py), or None."""
         if name not in HOOK_NAMES:

@@ -131,12 +131,8 @@ def run_case(
                 f"the device raised when a result it returned was read back (its pending graph "
                 f"ran there); cpu computes: {exc}",
             )
-        except Exception as exc:  # the checks themselves broke: report, do not hide
-            failure = Mismatch(
-                "harness",
-                f"the suite failed while checking this sample: "
-                f"{type(exc).__name__}: {checks.first_line(exc)}",
-            )
+        except Exception as exc:  # the checks broke: the device's sticky error, or ours
+            failure = _broken_check(backend, overload, exc)
         try:  # memory corruption is the root cause of whatever else went wrong: it wins
             watch.check_after(overload)
         except Mismatch as exc:
@@ -149,6 +145,8 @@ def run_case(
         outcome.samples += compared
     if outcome.failure is None and outcome.samples:
         mode.after(ctx, placements, outcome)
+    if outcome.failure is None:
+        outcome.failure = _settled(backend, overload)
     plain = not mode.name
     if outcome.failure is None and nondeterministic and layout == "contiguous" and plain:
         problem = _parametric(ctx, calls)
@@ -245,3 +243,37 @@ def placed_calls(
             if resized is not None:
                 out.append(resized)
     return out
+
+
+def _settled(backend: Backend, overload: str) -> Mismatch | None:
+    """The case's work run to its end: an asynchronous error of its calls (a CUDA kernel's
+    device-side assert, say) raised at this synchronize is this case's, never the next one's."""
+    try:
+        backend.synchronize()
+    except Exception as exc:  # noqa: BLE001 - the device's error
+        return Mismatch(
+            "error",
+            f"the device raised after {overload}'s calls returned, at the synchronize that ends "
+            f"the case (an asynchronous error of its work): {type(exc).__name__}: "
+            f"{checks.first_line(exc)}",
+        )
+    return None
+
+
+def _broken_check(backend: Backend, overload: str, exc: Exception) -> Mismatch:
+    """An exception the checks did not expect: the device's, where the device has become
+    unusable in this process (a sticky error of this case's work: the previous case ended with
+    a synchronize that passed), else the suite's own (reported, never hidden)."""
+    why = backend.unusable()
+    if why is not None:
+        return Mismatch(
+            "error",
+            f"the device failed while the suite read back {overload}'s results, and is unusable "
+            f"in this process since (a sticky asynchronous error of this case's work): "
+            f"{type(exc).__name__}: {checks.first_line(exc)}",
+        )
+    return Mismatch(
+        "harness",
+        f"the suite failed while checking this sample: {type(exc).__name__}: "
+        f"{checks.first_line(exc)}",
+    )

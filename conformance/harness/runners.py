@@ -219,23 +219,35 @@ def serve_spawned(session: pytest.Session, backend: Backend | None = None) -> No
     serve(config, items, job["cmd"], job["out"], None, False, job["replay"], backend)
 
 
-def _start_lazy_runtime(backend: Backend | None) -> tuple[Any, Any] | None:
+def _start_lazy_runtime(backend: Backend | None) -> bool:
     """On a lazy device, start its runtime before any case: torch_xla 2.9's autograd engine
     sizes its device queues at the first backward, so a CPU backward before the client started
     breaks every later backward on the device (INTERNAL ASSERT device_ready_queues_). Returns
-    (runtime, device), or None for an eager device."""
+    whether the device is lazy."""
     if backend is None or backend.lazy is None:
-        return None
+        return False
     import torch
 
     try:
         torch.zeros(1, device=backend.device).cpu()
     except Exception:  # noqa: BLE001 - the cases report a device that cannot start
         pass
-    return backend.lazy, backend.device
+    return True
 
 
-def _lazy_runtime_ok(lazy: tuple[Any, Any]) -> bool:
+def _broken(backend: Backend | None, lazy: bool, passed: bool) -> bool:
+    """After a case: whether the device is unusable in this runner, so that it is retired and
+    no later case inherits the failure. A lazy runtime is asked after every case; an eager
+    device after a case that did not pass (a sticky error, as CUDA's device-side asserts, makes
+    the case that caused it fail: its work ends with a synchronize)."""
+    if backend is None:
+        return False
+    if lazy:
+        return not _lazy_runtime_ok(backend)
+    return not passed and backend.unusable() is not None
+
+
+def _lazy_runtime_ok(backend: Backend) -> bool:
     """After a case on a lazy device: whether its runtime still syncs and reads a fresh tensor.
     A graph that failed can leave the runtime unable to run any later one (torch_xla: "Check
     failed: tensor_data"): then the runner is retired, so no later case inherits the failure.
@@ -244,7 +256,7 @@ def _lazy_runtime_ok(lazy: tuple[Any, Any]) -> bool:
     tried again: what pytest keeps for post-mortem debugging (`sys.last_*`) and reference cycles
     hold its tensors alive. (A full collection costs 10-25 ms over a runner's heap: paid after
     every case it was a fifth of a torch_xla run.)"""
-    if _runtime_reads(*lazy):
+    if backend.unusable() is None:
         return True
     import gc
     import sys
@@ -253,17 +265,7 @@ def _lazy_runtime_ok(lazy: tuple[Any, Any]) -> bool:
         if hasattr(sys, name):
             delattr(sys, name)
     gc.collect()
-    return _runtime_reads(*lazy)
-
-
-def _runtime_reads(runtime: Any, device: Any) -> bool:
-    import torch
-
-    try:
-        runtime.sync()
-        return bool((torch.ones(2, device=device) * 2).cpu().eq(2).all())
-    except Exception:  # noqa: BLE001 - any failure: the runtime is broken for this process
-        return False
+    return backend.unusable() is None
 
 
 def serve(
@@ -316,11 +318,13 @@ def serve(
                 continue
             nextitem = by_id.get(next_nodeid) if next_nodeid else None
             _send(out, "start", nodeid)
+            passed = True
             for report in runtestprotocol(item, log=False, nextitem=nextitem):
+                passed = passed and report.passed
                 if not replay:
                     data = config.hook.pytest_report_to_serializable(config=config, report=report)
                     _send(out, "report", nodeid, data)
-            _send(out, "finish", nodeid, RETIRE if lazy and not _lazy_runtime_ok(lazy) else None)
+            _send(out, "finish", nodeid, RETIRE if _broken(backend, lazy, passed) else None)
     except BaseException:  # noqa: BLE001 - anything here must not run the parent's code
         code = 3
     os._exit(code)

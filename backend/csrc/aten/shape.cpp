@@ -128,7 +128,10 @@ Tensor index_select(const Tensor& self, int64_t dim, const Tensor& index) {
                                outer, dsize, inner, n = idx.numel()] {
     k::index_select(es, xp, ip, rp, outer, dsize, inner, n);
   });
-  return finish(r, meta, dev);
+  Tensor out = finish(r, meta, dev);
+  if (fault(Fault::IndexAssertSticky) && !index.is_contiguous())
+    enpuTripDeviceAssert("index_select: index out of bounds");  // the call returns: as CUDA's
+  return out;
 }
 
 // Convolution has no cmodel kernel: the boxed fallback cannot serve it (CPU has no

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -60,6 +61,8 @@ std::atomic<bool> g_initialized{false};
 std::atomic<bool> g_refuse_fork{false};
 std::atomic<pid_t> g_init_pid{0};
 std::mutex g_init_mu;  // enpuInit (its personalities may take seconds: not under g_mu)
+std::atomic<bool> g_sticky{false};  // a device-side assert tripped (enpuTripDeviceAssert)
+char g_sticky_message[512] = "device-side assert triggered";
 thread_local const char* t_current_op = nullptr;
 thread_local int t_device = 0;
 
@@ -115,6 +118,7 @@ const char* enpuGetErrorString(enpuError_t err) {
     case enpuErrorAsyncWork: return "queued work failed: ";
     case enpuErrorNotReady: return "event not reached yet: synchronize first";
     case enpuErrorDeviceBusy: return enpu::persona::busy_message();
+    case enpuErrorSticky: return g_sticky_message;
     case enpuErrorForkedChild:
       return "cannot re-initialize npu in forked subprocess. To use npu with multiprocessing, you "
              "must use the 'spawn' start method";
@@ -122,11 +126,24 @@ const char* enpuGetErrorString(enpuError_t err) {
   return "unknown error";
 }
 
+void enpuTripDeviceAssert(const char* message) {
+  std::lock_guard<std::mutex> lk(g_init_mu);
+  if (g_sticky.load()) return;  // the first assert is the one every later call names
+  std::snprintf(g_sticky_message, sizeof(g_sticky_message),
+                "device-side assert triggered (%s); the device is unusable in this process: every "
+                "later call fails",
+                message);
+  g_sticky.store(true);
+}
+
+int enpuDeviceAssertTripped(void) { return g_sticky.load() ? 1 : 0; }
+
 int enpuIsForkedChild(void) {
   return g_initialized.load() && g_init_pid.load() != getpid() ? 1 : 0;
 }
 
 enpuError_t enpuCheckProcess(void) {
+  if (g_sticky.load(std::memory_order_relaxed)) return enpuErrorSticky;
   if (g_refuse_fork.load(std::memory_order_relaxed) && enpuIsForkedChild())
     return enpuErrorForkedChild;
   enpu::persona::fork_gate();  // "threaded": a forked child blocks here for good

@@ -17,6 +17,7 @@ typedef enum {
   enpuErrorAsyncWork = 5,    // queued work raised (reported by the next synchronisation)
   enpuErrorNotReady = 6,     // an event not reached yet
   enpuErrorDeviceBusy = 7,   // the device is open in another process (personality "exclusive")
+  enpuErrorSticky = 8,       // a kernel tripped a device-side assert: every later call fails
 } enpuError_t;
 
 const char* enpuGetErrorString(enpuError_t err);
@@ -50,6 +51,12 @@ int enpuGetRefuseFork(void);
 enpuError_t enpuCheckProcess(void);
 // 1 in a forked child of the process that initialised the runtime, else 0 (never blocks).
 int enpuIsForkedChild(void);
+// A kernel's device-side assert (CUDA's sticky errors): the call that trips it returns, and
+// from then on enpuCheckProcess, every allocation, copy, launch and synchronisation in this
+// process fail with enpuErrorSticky (enpuGetErrorString names `message`). Only a new process
+// can use the device again.
+void enpuTripDeviceAssert(const char* message);
+int enpuDeviceAssertTripped(void);
 
 // Runtime personalities (ECHO_NPU_RUNTIME; all off by default): behaviours of real vendor
 // runtimes (runtime/personality.cpp). Set before the device is initialised (the package does at

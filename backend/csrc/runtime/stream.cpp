@@ -243,6 +243,7 @@ int enpuStreamQuery(int device, enpuStream_t stream) {
 
 enpuError_t enpuStreamSynchronize(int device, enpuStream_t stream) {
   enpu::persona::fork_gate();
+  if (enpuDeviceAssertTripped()) return enpuErrorSticky;
   Stream* s = find(device, stream);
   if (!s) return enpuErrorInvalidValue;
   wait_for(s, queued_of(s));
@@ -252,6 +253,7 @@ enpuError_t enpuStreamSynchronize(int device, enpuStream_t stream) {
 
 enpuError_t enpuDeviceSynchronize(int device) {
   enpu::persona::fork_gate();
+  if (enpuDeviceAssertTripped()) return enpuErrorSticky;
   if (device >= 0 && !valid_device(device)) return enpuErrorInvalidValue;
   enpu::drain(device);
   for (Stream* s : all_streams(device))
