@@ -33,6 +33,10 @@ from conformance.engine import forking, interpreter
 MAX_FDS = 16
 #: `python -m conformance.engine.zygote FD`: the modules a task zygote imports before forking
 TASK_MODULES = ("torch", "conformance.engine.calls", "conformance.samples.values")
+#: a task zygote's CPU work sees no GPU: torch's testing internals (OpInfo's op_db, imported to
+#: capture samples) initialise CUDA's driver where a GPU is visible (common_cuda's SM*OrLater),
+#: and its threads would stop the zygote from forking; captures then match a CPU machine's
+HIDDEN_ACCELERATORS = {"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": ""}
 
 
 class ZygoteGone(RuntimeError):
@@ -81,6 +85,18 @@ class ZygoteLink:
     def fork_runner(self, job: dict, fds: list[int]) -> forking.Child:
         return self.request({"op": "runner", "job": job}, fds)
 
+    def task_link(self) -> ZygoteLink:
+        """A link to the task zygote this zygote keeps for CPU work (started on the first ask;
+        a task zygote answers with a link to itself)."""
+        try:
+            socket.send_fds(self.sock, [json.dumps({"op": "task-link"}).encode()], [])
+            _, fds, _, _ = socket.recv_fds(self.sock, 65536, 1)
+        except OSError as exc:
+            raise ZygoteGone(f"the zygote is gone ({exc})") from None
+        if not fds:
+            raise ZygoteGone("the zygote gave no task link")
+        return ZygoteLink(socket.socket(fileno=fds[0]))
+
     def new_link(self) -> socket.socket:
         """A further link to the same zygote (for a spawned runner): the other end is returned."""
         ours, theirs = link_pair()
@@ -106,6 +122,7 @@ class ZygoteServer:
     ) -> None:
         self.links = list(links)
         self.runner = runner
+        self.tasks: ZygoteLink | None = None  # a runner zygote's task zygote (_send_task_link)
         self.status_fds: dict[int, int] = {}  # child pid -> the asker's status pipe
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
@@ -142,6 +159,9 @@ class ZygoteServer:
         if request["op"] == "adopt":
             self.links.append(socket.socket(fileno=fds[0]))
             return
+        if request["op"] == "task-link":
+            self._send_task_link(sock)
+            return
         *passed, status_w = fds
         try:
             sock.send(json.dumps(self._fork(request, passed, status_w)).encode())
@@ -149,6 +169,23 @@ class ZygoteServer:
             pass
         for fd in passed:
             os.close(fd)
+
+    def _send_task_link(self, sock: socket.socket) -> None:
+        """Reply with a new link to the task zygote of this one's children (a runner zygote
+        starts it on the first ask: its runners' CPU work never runs in a zygote that must keep
+        the device visible), or to this zygote itself (a task zygote)."""
+        if self.runner is None:
+            ours, theirs = link_pair()
+            self.links.append(ours)
+        else:
+            if self.tasks is None:
+                self.tasks = start_task_zygote()
+            theirs = self.tasks.new_link()
+        try:
+            socket.send_fds(sock, [b"{}"], [theirs.fileno()])
+        except OSError:
+            pass
+        theirs.close()
 
     def _fork(self, request: dict, passed: list[int], status_w: int) -> dict:
         if request["op"] == "runner" and self.runner is None:
@@ -175,6 +212,8 @@ class ZygoteServer:
                 os.close(fd)
             for sock in self.links:
                 sock.close()
+            if self.tasks is not None:
+                self.tasks.close()
             if request["op"] == "task":
                 sys.path[:0] = [p for p in request.get("path", ()) if p not in sys.path]
                 payload = pickle.loads(base64.b64decode(request["payload"]))
@@ -205,19 +244,29 @@ class ZygoteServer:
 class Forker:
     """How this process forks a child that runs `fn(payload, progress_fd)` (a module-level
     function, named "module:name"): directly where `refusal()` allows it and the process has
-    not touched the device, else through a zygote."""
+    not touched the device, else through a zygote. A zygote that a warm-up left with threads
+    (a runtime that starts them where this suite did not expect one) is replaced by a task
+    zygote of this process that warms nothing up."""
 
     def __init__(self) -> None:
         self.link: ZygoteLink | None = None
         self.device_touched = False
+        self.cold = False  # warm-ups started threads in a zygote: children load what they need
+        self.tasks_from: ZygoteLink | None = None  # asked for a task link on the first task
 
     def use(self, link: ZygoteLink | None, device_touched: bool = False) -> None:
-        """Fork through `link` from now on (a runner: its zygote's; the owner: its runner
-        zygote's)."""
+        """Fork through `link` from now on."""
         old, self.link = self.link, link
         self.device_touched = self.device_touched or device_touched
         if old is not None and old is not link:
             old.close()
+
+    def use_tasks_of(self, zygote: ZygoteLink) -> None:
+        """A runner: fork through the task zygote its runner zygote keeps (asked for on the
+        first task), never through the runner zygote (which must keep the device untouched
+        and visible)."""
+        self.use(None, device_touched=True)
+        self.tasks_from = zygote
 
     def direct(self) -> bool:
         return self.link is None and not self.device_touched and forking.refusal() is None
@@ -236,11 +285,15 @@ class Forker:
                 forking.run_task(fn, payload, progress_fd)
             return forking.Child(pid)
         if self.link is None:
-            self.link = start_task_zygote()
-        return self.link.fork_task(fn, payload, progress_fd, warm)
-
-
-FORKER = Forker()
+            self.link = self.tasks_from.task_link() if self.tasks_from else start_task_zygote()
+        try:
+            return self.link.fork_task(fn, payload, progress_fd, () if self.cold else warm)
+        except ZygoteGone as exc:
+            if self.cold or "may not fork" not in str(exc):
+                raise
+        self.cold = True
+        self.use(start_task_zygote())
+        return self.link.fork_task(fn, payload, progress_fd, ())
 
 
 FORKER = Forker()
@@ -264,7 +317,7 @@ def start_task_zygote() -> ZygoteLink:
     ours, theirs = link_pair()
     proc = subprocess.Popen(
         [*interpreter.python(), "-m", "conformance.engine.zygote", str(theirs.fileno())],
-        env=interpreter.environment(forking.QUIET),
+        env=interpreter.environment({**forking.QUIET, **HIDDEN_ACCELERATORS}),
         stdin=subprocess.DEVNULL,
         pass_fds=(theirs.fileno(),),
     )

@@ -1,6 +1,6 @@
 """The runner zygote: a process holding the collected items that never touches the device,
-never runs a case, and forks the case runners (and, for them, the CPU tasks of
-engine/forking.py) on request (engine/zygote.py).
+never runs a case, and forks the case runners on request (engine/zygote.py); their CPU tasks
+(engine/forking.py) go to a task zygote it starts for them (accelerators hidden).
 
 Each process that schedules cases (the plain pytest process, or each xdist worker) starts one
 when its first runner is needed: forked from itself where it may fork (one thread, the device
@@ -114,7 +114,7 @@ def _serve(link: socket.socket, session: pytest.Session, run: Any, backend: Back
         cmd_fd, out_fd, log_fd, link_fd = fds
         run.forked_child = True
         own = ZygoteLink(socket.socket(fileno=link_fd))
-        FORKER.use(own, device_touched=True)  # a runner's own forks: its zygote's
+        FORKER.use_tasks_of(own)  # its CPU work: the task zygote its zygote keeps
         serve(config, items, cmd_fd, out_fd, log_fd, True, request["replay"], backend)
         os._exit(3)
 

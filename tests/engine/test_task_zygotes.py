@@ -1,0 +1,120 @@
+"""CPU work forked through task zygotes (issue 55, seen on an H200): OpInfo's op_db, imported in
+a zygote to warm up sample captures, initialised CUDA's driver there (torch's common_cuda asks
+the device's capability at import), and the zygote, now with a driver thread, refused every
+fork: the collection stopped with an INTERNALERROR.
+
+A task zygote hides the accelerators (its work is CPU work); a runner's CPU tasks go to a task
+zygote its runner zygote keeps, never to the runner zygote (whose runners need the device); and
+a zygote that a warm-up still left with threads is replaced by a cold one.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from conformance.engine import zygote
+from conformance.engine.zygote import Forker, ZygoteLink, link_pair
+
+REPO = Path(__file__).resolve().parents[2]
+HERE = "tests.engine.test_task_zygotes"
+
+
+def report_environment(payload: str, progress_fd: int) -> None:
+    """A task: writes `payload`'s value in its environment, and its parent's pid."""
+    os.write(progress_fd, f"{os.environ.get(payload, '<unset>')}|{os.getppid()}".encode())
+
+
+def start_a_thread() -> None:
+    """A warm-up that leaves the zygote with a second thread (a driver's, say)."""
+    threading.Thread(target=threading.Event().wait, daemon=True).start()
+
+
+def _task(forker: Forker, warm: tuple[str, ...] = ()) -> tuple[str, int]:
+    read_fd, write_fd = os.pipe()
+    try:
+        child = forker.start(
+            f"{HERE}:report_environment", "CUDA_VISIBLE_DEVICES", write_fd, "t", warm
+        )
+    finally:
+        os.close(write_fd)
+    with os.fdopen(read_fd) as f:
+        text = f.read()
+    assert child.wait(60) == 0, text
+    value, _, parent = text.partition("|")
+    return value, int(parent)
+
+
+def _through_a_zygote() -> Forker:
+    forker = Forker()
+    forker.device_touched = True  # as a runner: never forks itself
+    return forker
+
+
+def test_a_task_zygote_hides_the_accelerators():
+    forker = _through_a_zygote()
+    try:
+        value, _ = _task(forker)
+    finally:
+        forker.use(None)
+    assert value == "" == zygote.HIDDEN_ACCELERATORS["CUDA_VISIBLE_DEVICES"]
+
+
+def test_a_warm_up_that_leaves_threads_gets_a_cold_zygote():
+    forker = _through_a_zygote()
+    try:
+        value, _ = _task(forker, warm=(f"{HERE}:start_a_thread",))
+        assert forker.cold  # the next tasks skip the warm-up
+        assert _task(forker, warm=(f"{HERE}:start_a_thread",))[0] == ""
+    finally:
+        forker.use(None)
+    assert value == ""
+
+
+def test_a_runner_s_tasks_run_in_the_task_zygote_its_runner_zygote_keeps():
+    """A runner zygote (a ZygoteServer that forks runners) answers a task-link request with a
+    link to a task zygote of its own: the task's parent is that zygote, and it sees no GPU."""
+    ours, theirs = link_pair()
+    code = (
+        "import os, socket, sys\n"
+        "from conformance.engine.zygote import ZygoteServer\n"
+        "ZygoteServer([socket.socket(fileno=int(sys.argv[1]))], lambda job, fds: os._exit(0))"
+        ".serve()\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(theirs.fileno())],
+        cwd=REPO,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": "0"},
+        pass_fds=(theirs.fileno(),),
+    )
+    theirs.close()
+    forker = _through_a_zygote()
+    try:
+        forker.tasks_from = ZygoteLink(ours)
+        value, parent = _task(forker)
+    finally:
+        forker.use(None)
+        ours.close()
+        proc.wait(30)
+    assert value == ""  # not the runner zygote's "0"
+    assert parent != proc.pid  # forked by the task zygote, not by the runner zygote
+
+
+def test_a_task_zygote_answers_a_task_link_with_itself():
+    link = zygote.start_task_zygote()
+    try:
+        other = link.task_link()
+        assert isinstance(other.sock, socket.socket)
+        forker = _through_a_zygote()
+        forker.link = other
+        try:
+            assert _task(forker)[1] == link.owner.pid
+        finally:
+            forker.use(None)
+    finally:
+        link.close()
+        link.owner.wait(30)
