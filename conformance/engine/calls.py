@@ -67,13 +67,32 @@ def _is_tag(x: Any) -> bool:
 def restored(tree: Any) -> Any:
     """The inverse of `portable` (tags become torch.memory_format values again), and of what
     torch.load does to storages: a saved UntypedStorage comes back as a TypedStorage, which the
-    placing would not recognise (set_ would get a CPU storage on the device run)."""
+    placing would not recognise (set_ would get a CPU storage on the device run); and a loaded
+    tensor's storage is not resizable, so an out= argument that the op resizes raised (or, in
+    `_linalg_det.result` on CPU, crashed the process): each storage is copied once into a
+    resizable one, views of one storage stay views of its copy."""
+    copies: dict[int, torch.UntypedStorage] = {}
+
+    def resizable(storage: torch.UntypedStorage) -> torch.UntypedStorage:
+        if storage.resizable():
+            return storage
+        key = storage._cdata
+        if key not in copies:
+            copies[key] = storage.clone()
+        return copies[key]
 
     def restore(x: Any) -> Any:
         if _is_tag(x):
             return getattr(torch, x[1])
         if isinstance(x, torch.TypedStorage):
-            return x._untyped_storage  # (x.untyped() warns that TypedStorage is deprecated)
+            return resizable(x._untyped_storage)  # (x.untyped() warns: TypedStorage deprecated)
+        if isinstance(x, torch.Tensor) and x.layout == torch.strided and x.device.type == "cpu":
+            storage = x.untyped_storage()
+            fresh = resizable(storage)
+            if fresh is not storage:
+                copy = torch.empty(0, dtype=x.dtype)
+                copy.set_(fresh, x.storage_offset(), x.size(), x.stride())
+                return copy.requires_grad_(x.requires_grad)
         return x
 
     return tree_map(restore, tree, is_leaf=_is_tag)

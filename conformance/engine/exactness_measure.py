@@ -121,6 +121,17 @@ class _Tally:
         self.elements += got.numel()
 
 
+def measure_saved(overload: str, path: str, dtype: torch.dtype, data: set[int]) -> list:
+    """`measure` of `overload`'s calls saved at `path` (calls.save_calls), as JSON: what a
+    forked child runs (samples/guarded.py `forked_call`)."""
+    from conformance.engine.calls import load_calls
+    from conformance.engine.discovery import resolve
+    from conformance.engine.siblings import functional_of
+
+    calls = load_calls(path)[""][overload]
+    return measure(resolve(overload), calls, dtype, data, functional_of(overload)).to_json()
+
+
 def measure(
     op: Any, calls: list[Call], dtype: torch.dtype, data: set[int], functional: Any = None
 ) -> Measured:

@@ -5,6 +5,8 @@ answered from the summary on disk (`samples/summary.py`)."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -13,16 +15,16 @@ import torch
 
 from conformance import samples
 from conformance.engine import coverage, exactness, exactness_measure, ieee, oracles
-from conformance.engine.calls import Call, content_digest
+from conformance.engine.calls import Call, content_digest, save_calls
 from conformance.engine.discovery import resolve
 from conformance.engine.exactness import Exactness
 from conformance.engine.operands import data_args
 from conformance.engine.placing import PlacedCall
 from conformance.engine.runner import placed_calls
-from conformance.engine.siblings import functional_of
 from conformance.harness.options import MODES, SIZE_SETS
 from conformance.ops import spec_for
 from conformance.samples import arguments
+from conformance.samples.guarded import forked_call
 from conformance.samples.summary import SampleSummary
 
 CALLS_KEPT = 64  # (overload, dtype, value set) whose samples one process keeps in memory
@@ -107,7 +109,6 @@ class RunSamples:
         if spec.exact:
             return Exactness(True, 0, "declared by its op spec (a conversion IEEE defines)")
         data = {i for i, _ in data_args(op._schema)}
-        functional = functional_of(overload)
 
         def measured(d: torch.dtype) -> exactness.Measured:
             try:
@@ -117,9 +118,7 @@ class RunSamples:
             # by the samples' contents: an op spec's own samples too are measured once
             key = f"{overload}|{dtype_name(d)}|exact|{content_digest(calls)}"
             found = self.summary.remember(
-                key,
-                lambda: exactness_measure.measure(op, calls, d, data, functional).to_json(),
-                save=True,
+                key, lambda: _measured_apart(overload, calls, d, data), save=True
             )
             return exactness.Measured.from_json(found)
 
@@ -191,3 +190,20 @@ class RunSamples:
             except Exception:  # noqa: BLE001 - no samples: compute says so, every time
                 return compute(overload)
         return self.summary.remember(key, lambda: compute(overload))
+
+
+def _measured_apart(overload: str, calls: list, dtype: torch.dtype, data: set[int]) -> list:
+    """CPU's exactness of `calls`, measured in a forked child (a CPU kernel crashed on an H200
+    host measuring `_linalg_det.result`: in the case runner, that crash failed the device's
+    case): a crash there is remembered as "no claim", with how the child ended."""
+    fd, path = tempfile.mkstemp(prefix="conformance-exact-", suffix=".pt")
+    os.close(fd)
+    try:
+        save_calls({"": {overload: calls}}, path)
+        done, found = forked_call(exactness_measure.measure_saved, (overload, path, dtype, data))
+    finally:
+        os.unlink(path)
+    if done:
+        return found
+    why = f"CPU's own run crashed while the suite measured it ({found}): a CPU bug, no claim"
+    return exactness.Measured(0, failed=why).to_json()

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import tempfile
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -99,4 +101,38 @@ def capture_task(payload: dict, progress_fd: int) -> None:
         *payload["args"], payload["skip"], lambda i: os.write(progress_fd, f"{i}\n".encode())
     )
     save_calls(found, payload["out"])
+    os.write(progress_fd, b"done\n")
+
+
+def forked_call(fn: Callable[..., Any], args: tuple, timeout: float = TIMEOUT) -> tuple[bool, Any]:
+    """`fn(*args)` (a module-level function; what it returns is saved with torch.save) in a
+    forked child, in a case runner too: (True, its result), or (False, how the child ended).
+    For the suite's own CPU computations that a CPU kernel may crash (a case's verdict must not
+    carry the crash of the suite's measurement)."""
+    fd, path = tempfile.mkstemp(prefix="conformance-call-", suffix=".pt")
+    os.close(fd)
+    read_fd, write_fd = os.pipe()
+    payload = {"fn": f"{fn.__module__}:{fn.__qualname__}", "args": args, "out": path}
+    try:
+        try:
+            child = FORKER.start(f"{__name__}:call_task", payload, write_fd, "call")
+        finally:
+            os.close(write_fd)
+        lines, status = read_progress(read_fd, child, timeout)
+        if lines and lines[-1] == "done" and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+            return True, torch.load(path, weights_only=False)
+        if os.WIFSIGNALED(status):
+            return False, f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
+        return False, f"exit status {os.WEXITSTATUS(status)}"
+    finally:
+        os.close(read_fd)
+        os.unlink(path)
+
+
+def call_task(payload: dict, progress_fd: int) -> None:
+    """In the forked child: run the function, save what it returned, say "done"."""
+    torch.set_num_threads(1)  # no OpenMP pool in a forked child
+    module, _, name = payload["fn"].partition(":")
+    fn = getattr(importlib.import_module(module), name)
+    torch.save(fn(*payload["args"]), payload["out"])
     os.write(progress_fd, b"done\n")
