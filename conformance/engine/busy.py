@@ -38,6 +38,8 @@ from conformance.engine.streams import delays as set_delays
 #: the most ops one calibrated hold queues (a device that keeps up with the host needs more)
 MAX_OPS = 4096
 
+SLEEP_TIMINGS = 3  # timed runs of _sleep; the fastest rate is kept
+
 
 @dataclass
 class Hold:
@@ -150,27 +152,34 @@ def _tiny(device: torch.device) -> None:
 
 
 def _calibrate_sleep(device: torch.device, sleep: Callable[[int], None], name: str) -> Hold:
-    """`_sleep(cycles)` timed with events on the current stream: cycles per millisecond."""
+    """`_sleep(cycles)` timed with events on the current stream: cycles per millisecond. One
+    untimed launch first (a first launch loads its kernel: CUDA's lazy module loading held an
+    H200's stream 9 ms before 1e6 cycles ran, and a rate taken from it made every hold 18 times
+    shorter than asked); then the fastest of `SLEEP_TIMINGS` timed runs of at least 5 ms (a GPU
+    raises its clock under load: the fastest rate gives holds at least as long as asked)."""
     try:
         start, end = (torch.Event(device=device, enable_timing=True) for _ in range(2))
         stream = torch.accelerator.current_stream(device.index or 0)
-        cycles = 1_000_000
-        for _ in range(4):
+        sleep(1000)
+        torch.accelerator.synchronize()
+        cycles, rates, pending = 1_000_000, [], False
+        while len(rates) < SLEEP_TIMINGS:
             torch.accelerator.synchronize()
             start.record(stream)
             sleep(cycles)
             end.record(stream)
-            pending = not end.query()
+            pending = pending or not end.query()
             end.synchronize()
             ms = start.elapsed_time(end)
-            if ms >= 5.0:
-                break
-            cycles *= 10
+            if ms >= 5.0 or cycles >= 10**10:
+                rates.append(cycles / ms if ms > 0.01 else 0.0)
+            else:
+                cycles *= 10
     except Exception as exc:  # noqa: BLE001 - a _sleep or timing events the device lacks
         return Hold("", "", why=f"{name}._sleep: {type(exc).__name__}: {str(exc)[:120]}")
     if ms <= 0.01 or not pending:
         return Hold("", "", why=f"{name}._sleep({cycles}) kept the stream busy {ms:.3f} ms")
-    per_ms = cycles / ms
+    per_ms = max(rates)
 
     def launch(hold_ms: float) -> None:
         sleep(int(per_ms * hold_ms))
