@@ -44,6 +44,7 @@ SELF_TESTS = [
     "tests/suite/test_crash_verdicts.py",
     "tests/suite/test_lazy_devices.py",
     "tests/suite/test_sticky_errors.py",
+    "tests/suite/test_kept_memory.py",
     "tests/engine/test_syncing.py",
     "tests/suite/test_compile_mode.py",
     "tests/suite/test_environment_diff.py",
