@@ -57,13 +57,33 @@ def base(overload: str) -> str:
 
 @functools.cache
 def kind(overload: str) -> str:
-    """CORRECTLY_ROUNDED, EXACT or RECOMMENDED (see the module docstring)."""
+    """CORRECTLY_ROUNDED, EXACT or RECOMMENDED (see the module docstring). A `_foreach_*` op
+    is its op applied to each tensor of its lists: that op's kind (torch tags none of them
+    pointwise, and `_foreach_sin` judged as EXACT was held to the bit on an H200)."""
     name = base(overload)
+    if name.startswith(FOREACH):
+        return _foreach_kind(name.removeprefix(FOREACH))
     if name in ARITHMETIC:  # (div.Tensor_mode rounds the quotient to an integral value)
         return EXACT if "_mode" in overload.partition(".")[2] else CORRECTLY_ROUNDED
     if name in DEFINED or not pointwise(overload):
         return EXACT
     return RECOMMENDED
+
+
+FOREACH = "_foreach_"
+
+
+def _foreach_kind(name: str) -> str:
+    """The kind of the op a `_foreach_<name>` applies per tensor (its default overload, or
+    its first pointwise one); EXACT (judged by measurement) where aten has no such op."""
+    import torch
+
+    packet = getattr(torch.ops.aten, name, None)
+    overloads = [f"{name}.{o}" for o in packet.overloads()] if packet is not None else []
+    if not overloads:
+        return EXACT
+    kinds = {kind(o) for o in overloads}
+    return next((k for k in (CORRECTLY_ROUNDED, RECOMMENDED) if k in kinds), EXACT)
 
 
 @functools.cache

@@ -100,9 +100,37 @@ def compare_result(
             stats=s.stats,
         )
     except Mismatch as m:
+        if m.check == "values" and _as_accurate_as_cpu(s, name, read_back(actual), expected):
+            return
         if m.check != "values" or not policy.excuses(s, expected.dtype):
             raise
         _judge_in_dtype(s, name, read_back(actual), expected)
+
+
+def _as_accurate_as_cpu(s: Any, name: str, got: torch.Tensor, cpu: torch.Tensor) -> bool:
+    """Values beyond the tolerance against CPU's where, on each such element, the device is at
+    least as close to the float64 truth as CPU: CPU rounds a float64 scalar to float16 before
+    `x - s`, a device that keeps it in float32 is the more accurate one (an H200's
+    `_foreach_sub.Scalar` in float16 near zero: 9 % from CPU, on the correctly rounded value).
+    Not where CPU disagrees with itself across layouts (the truth runs on the placed layout,
+    CPU's bug included), nor for float64 (no wider truth). A pass says so in a note."""
+    if s.torch_bug is not None or not cpu.is_floating_point() or cpu.dtype == torch.float64:
+        return False
+    truth = float64_value(s, cpu.dtype, name)
+    if truth is None or truth.shape != cpu.shape or got.shape != cpu.shape:
+        return False
+    rtol, atol = tolerance(cpu.dtype, s.spec.tol_scale)
+    beyond = ~torch.isclose(got, cpu, rtol=rtol, atol=atol, equal_nan=True)
+    t, d, c = (x.detach().to(torch.float64) for x in (truth, got, cpu))
+    closer = ((d - t).abs() <= (c - t).abs()) & (d.isfinite() == c.isfinite())
+    if not bool((closer | ~beyond).all()):
+        return False
+    s.notes.append(
+        f"{name}: {int(beyond.sum())} element(s) beyond cpu's tolerance, each at least as close "
+        "to the float64 result as cpu's (cpu rounds an operand or a step that the device keeps "
+        "wider)"
+    )
+    return True
 
 
 def _judge_in_dtype(s: Any, name: str, got: torch.Tensor, cpu: torch.Tensor) -> None:

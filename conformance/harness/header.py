@@ -125,7 +125,8 @@ def relies_on(suite: Suite) -> dict[str, str]:
         "last bits": "rounding: by what IEEE 754 asks of the op (engine/ieee.py) where CPU is "
         "measured exact for the (overload, dtype) (engine/exactness.py, cached): CPU's bits or "
         "the correctly rounded float64 result, for +, -, *, /, sqrt also where CPU is 1 ulp off "
-        "on some elements; within 1 ulp for functions IEEE only recommends rounding correctly; "
+        "on some elements; within 1 ulp for functions IEEE only recommends rounding correctly "
+        "in float16/bfloat16, the tolerance in float32/float64 (devices document a few ulps); "
         "signed-zero: pointwise ops, conversions and exact non-reductions; subnormal: FTZ/DAZ "
         "from the outputs; "
         + (

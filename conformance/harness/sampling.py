@@ -5,6 +5,7 @@ answered from the summary on disk (`samples/summary.py`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from collections import OrderedDict
@@ -92,7 +93,10 @@ class RunSamples:
         and remembered on disk; None where nothing is claimed (values not compared, random ops,
         integer dtypes of ops that are not pointwise)."""
         if (overload, dtype) not in self._exact:
-            self._exact[overload, dtype] = self._exactness(overload, dtype)
+            found = self._exactness(overload, dtype)
+            if found is not None:
+                found = dataclasses.replace(found, dtype=dtype_name(dtype))
+            self._exact[overload, dtype] = found
         return self._exact[overload, dtype]
 
     def _exactness(self, overload: str, dtype: torch.dtype) -> Exactness | None:

@@ -2,8 +2,8 @@
 (engine/exactness.py, engine/exactness_measure.py, engine/ieee.py): single IEEE operations are
 exact, transcendentals and reductions are not; half precision is measured on its own,
 exhaustively for a 16-bit input; integer-input true division is judged too; a function IEEE
-only recommends correct rounding for is held to one ulp, never to the bit; a small sample
-proves nothing."""
+only recommends correct rounding for is held to one ulp in half precision, and in float32 and
+float64 left to the tolerance (devices document a few ulps); a small sample proves nothing."""
 
 from __future__ import annotations
 
@@ -80,10 +80,15 @@ def test_a_correctly_rounded_operation_stays_bit_exact_where_cpu_is_one_ulp_off(
     assert not exactness.judge(ieee.RECOMMENDED, None, measured, torch.float32).exact
 
 
-def test_a_recommended_function_is_held_to_one_ulp_never_to_the_bit():
-    found = _judged("hypot", torch.float32, 2)  # correctly rounded on CPU, by its implementation
-    assert found.exact and found.rule == ULP, found
-    assert not _judged("hypot", torch.float64, 2).exact  # no wider type to find the truth
+def test_a_recommended_function_is_never_held_to_its_last_bits():
+    """hypot is correctly rounded on CPU by the grace of its implementation; devices document
+    error bounds of a few ulps for such functions (CUDA's float32: log10 2, tan 4, lgamma 6)."""
+    found = _judged("hypot", torch.float32, 2)
+    assert not found.exact and "devices document a few ulps in float32" in found.why, found
+    assert not _judged("hypot", torch.float64, 2).exact
+    for foreach in ("_foreach_sin.default", "_foreach_log10.default", "_foreach_lgamma.default"):
+        assert ieee.kind(foreach) == ieee.RECOMMENDED, foreach  # the op each tensor gets
+    assert ieee.kind("_foreach_div.Scalar") == ieee.CORRECTLY_ROUNDED
 
 
 def test_integer_true_division_is_judged_by_its_float_result():
@@ -114,7 +119,7 @@ def test_too_few_elements_prove_nothing():
 
 
 def test_verdicts_and_measurements_round_trip_through_json():
-    found = Exactness(True, 4096, "correctly rounded on 4096 elements", ULP)
+    found = Exactness(True, 4096, "correctly rounded on 4096 elements", BITS)
     assert Exactness.from_json(found.to_json()) == found
     measured = Measured(4096, 3, 1, 0, "x", "", True)
     assert Measured.from_json(measured.to_json()) == measured
@@ -135,7 +140,7 @@ def test_an_op_that_accumulates_is_not_exact_even_where_cpu_rounds_it_correctly(
     assert not found.exact and found.why.startswith("accumulates: a result element depends on 8")
 
 
-# ---- the rules applied: a recommended function within one ulp passes, two ulps fail ----------
+# ---- the rules applied: a recommended function a few ulps off passes, a wrong one fails -----
 def _nudged(ulps: int):
     def hypot(a, b):
         out = torch.hypot(a, b)
@@ -146,20 +151,21 @@ def _nudged(ulps: int):
     return hypot
 
 
-def test_hypot_within_one_ulp_passes_and_two_ulps_fail(monkeypatch):
-    """IEEE only recommends correct rounding for hypot: a device within 1 ulp is right even
-    where CPU happens to be correctly rounded (issue 43: demanded bit for bit, it failed)."""
+def test_hypot_a_few_ulps_off_passes_and_a_wrong_value_fails(monkeypatch):
+    """IEEE only recommends correct rounding for hypot: a device 1 to 4 ulps off (what CUDA
+    documents for its float32 functions) is right even where CPU happens to be correctly rounded
+    (issue 43: demanded bit for bit it failed; issue 55: an H200 held to 1 ulp failed log10 and
+    lgamma); the tolerance judges, and a wrong value fails it."""
     from tests.engine.fake_kernels import run_with_kernel
 
     g = torch.Generator().manual_seed(3)
     calls = [Call("hypot", (torch.randn(64, generator=g), torch.randn(64, generator=g)))]
     rule = _judged("hypot", torch.float32, 2)
-    assert rule.exact and rule.rule == ULP
-    one = run_with_kernel(monkeypatch, "hypot", _nudged(1), calls, exactness=rule)
-    assert one.failure is None, one.failure and one.failure.message
-    two = run_with_kernel(monkeypatch, "hypot", _nudged(2), calls, exactness=rule)
-    assert two.failure is not None and two.failure.check == "rounding", two.failure
-    assert "more than 1 ulp from the correctly rounded result" in two.failure.message
+    for ulps in (1, 2, 4):
+        found = run_with_kernel(monkeypatch, "hypot", _nudged(ulps), calls, exactness=rule)
+        assert found.failure is None, (ulps, found.failure and found.failure.message)
+    wrong = run_with_kernel(monkeypatch, "hypot", _nudged(1 << 16), calls, exactness=rule)
+    assert wrong.failure is not None and wrong.failure.check == "values", wrong.failure
 
 
 def test_linspace_with_dtype_is_measured_against_float64_not_against_itself():

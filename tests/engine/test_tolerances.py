@@ -156,14 +156,16 @@ def test_correct_kernels_pass(monkeypatch, cache, overload, dtype, layout):
 @pytest.mark.parametrize(
     "overload, dtype", [(BN, BF16), (BN, F16), ("addbmm", BF16), ("addbmm", F16)]
 )
-def test_half_precision_multipliers_are_what_an_accurate_kernel_needs(
+def test_an_accurate_kernel_beyond_the_base_tolerance_passes_by_the_float64_truth(
     monkeypatch, cache, overload, dtype
 ):
-    """The measured half-precision multipliers are not slack: under the base tolerance a kernel
-    computing in float32 fails against CPU's half-precision kernel, which rounds on the way."""
+    """Under the base tolerance a kernel computing in float32 is beyond CPU's half-precision
+    kernel, which rounds on the way; it is as close to the float64 result as CPU's on every
+    element, so it passes, and a note says why (engine/precision.py `_as_accurate_as_cpu`)."""
     accurate = _computed_in(overload, F32)
     base = _run(monkeypatch, overload, accurate, dtype, cache, spec=OpSpec(overload))
-    assert base.failure is not None and base.failure.check == "values"
+    assert base.failure is None, base.failure.message
+    assert any("as close to the float64 result as cpu's" in n for n in base.notes), base.notes
 
 
 @pytest.mark.parametrize("overload, layout", [(BN, "expanded"), ("addbmm", "transposed")])
@@ -171,7 +173,7 @@ def test_float32_within_the_measured_multiplier_passes(monkeypatch, cache, overl
     """A float32 kernel that stages strided inputs into contiguous buffers first (as echo_npu
     does) differs from CPU on the strided layout by CPU's own layout dependence (batch norm of
     an expanded input, whose rows are alike: variance 0): beyond the base tolerance, within the
-    measured multiplier."""
+    measured multiplier (and not closer to the float64 result than CPU's on every element)."""
     staged = _on_contiguous_copies(overload)
     assert _run(monkeypatch, overload, staged, F32, cache, layout).failure is None
     base = _run(monkeypatch, overload, staged, F32, cache, layout, spec=OpSpec(overload))
