@@ -72,32 +72,18 @@ def _in_child(
     capture: Capture, args: tuple, skip: frozenset[int], timeout: float, warm: tuple[str, ...]
 ):
     """(what the child captured, None) or (None, the index it was running when it died)."""
-    fd, path = tempfile.mkstemp(prefix="conformance-capture-", suffix=".pt")
-    os.close(fd)
-    read_fd, write_fd = os.pipe()
-    payload = {"fn": f"{capture.__module__}:{capture.__qualname__}", "args": args}
-    payload.update(skip=skip, out=path)
-    try:
-        try:
-            child = FORKER.start(f"{__name__}:capture_task", payload, write_fd, "capture", warm)
-        finally:
-            os.close(write_fd)
-        lines, status = read_progress(read_fd, child, timeout)
-        if lines and lines[-1] == "done" and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
-            return load_calls(path), None
-        started = [int(x) for x in lines if x.lstrip("-").isdigit()]
-        return None, (started[-1] if started else None)
-    finally:
-        os.close(read_fd)
-        os.unlink(path)
+    payload = {"args": args, "skip": skip}
+    done, found, lines, _ = _forked("capture_task", capture, payload, timeout, warm, load_calls)
+    if done:
+        return found, None
+    started = [int(x) for x in lines if x.lstrip("-").isdigit()]
+    return None, (started[-1] if started else None)
 
 
 def capture_task(payload: dict, progress_fd: int) -> None:
     """In the forked child: run the capture, save what it found, say "done"."""
     torch.set_num_threads(1)  # no OpenMP pool in a forked child
-    module, _, name = payload["fn"].partition(":")
-    capture = getattr(importlib.import_module(module), name)
-    found = capture(
+    found = _function(payload)(
         *payload["args"], payload["skip"], lambda i: os.write(progress_fd, f"{i}\n".encode())
     )
     save_calls(found, payload["out"])
@@ -109,30 +95,51 @@ def forked_call(fn: Callable[..., Any], args: tuple, timeout: float = TIMEOUT) -
     forked child, in a case runner too: (True, its result), or (False, how the child ended).
     For the suite's own CPU computations that a CPU kernel may crash (a case's verdict must not
     carry the crash of the suite's measurement)."""
-    fd, path = tempfile.mkstemp(prefix="conformance-call-", suffix=".pt")
-    os.close(fd)
-    read_fd, write_fd = os.pipe()
-    payload = {"fn": f"{fn.__module__}:{fn.__qualname__}", "args": args, "out": path}
-    try:
-        try:
-            child = FORKER.start(f"{__name__}:call_task", payload, write_fd, "call")
-        finally:
-            os.close(write_fd)
-        lines, status = read_progress(read_fd, child, timeout)
-        if lines and lines[-1] == "done" and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
-            return True, torch.load(path, weights_only=False)
-        if os.WIFSIGNALED(status):
-            return False, f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
-        return False, f"exit status {os.WEXITSTATUS(status)}"
-    finally:
-        os.close(read_fd)
-        os.unlink(path)
+    load = lambda path: torch.load(path, weights_only=False)  # noqa: E731
+    done, found, _, status = _forked("call_task", fn, {"args": args}, timeout, (), load)
+    if done:
+        return True, found
+    if os.WIFSIGNALED(status):
+        return False, f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
+    return False, f"exit status {os.WEXITSTATUS(status)}"
 
 
 def call_task(payload: dict, progress_fd: int) -> None:
     """In the forked child: run the function, save what it returned, say "done"."""
     torch.set_num_threads(1)  # no OpenMP pool in a forked child
-    module, _, name = payload["fn"].partition(":")
-    fn = getattr(importlib.import_module(module), name)
-    torch.save(fn(*payload["args"]), payload["out"])
+    torch.save(_function(payload)(*payload["args"]), payload["out"])
     os.write(progress_fd, b"done\n")
+
+
+def _forked(
+    task: str,
+    fn: Callable[..., Any],
+    payload: dict,
+    timeout: float,
+    warm: tuple[str, ...],
+    load: Callable[[str], Any],
+) -> tuple[bool, Any, list[str], int]:
+    """`task` (a function of this module) run in a forked child on `payload` plus `fn`'s name
+    and a file for what it saves: (whether it finished, what it saved (`load`), the progress
+    lines it wrote, its wait status)."""
+    fd, path = tempfile.mkstemp(prefix="conformance-forked-", suffix=".pt")
+    os.close(fd)
+    read_fd, write_fd = os.pipe()
+    payload = {**payload, "fn": f"{fn.__module__}:{fn.__qualname__}", "out": path}
+    try:
+        try:
+            child = FORKER.start(f"{__name__}:{task}", payload, write_fd, task, warm)
+        finally:
+            os.close(write_fd)
+        lines, status = read_progress(read_fd, child, timeout)
+        done = bool(lines) and lines[-1] == "done"
+        done = done and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        return done, (load(path) if done else None), lines, status
+    finally:
+        os.close(read_fd)
+        os.unlink(path)
+
+
+def _function(payload: dict) -> Callable[..., Any]:
+    module, _, name = payload["fn"].partition(":")
+    return getattr(importlib.import_module(module), name)
