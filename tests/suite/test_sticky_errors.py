@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import clean_env, once_per_run
+from tests.helpers import clean_env, once_per_run, run_pytest
 
 REPO = Path(__file__).resolve().parents[2]
 # index_select's native cases whose index is not contiguous trip it; abs and neg run after them
@@ -30,12 +30,10 @@ def _trips(r: dict) -> bool:
 
 def _run(tmp_path: Path) -> tuple[subprocess.CompletedProcess, list[dict]]:
     results = tmp_path / "results"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:xdist", "conformance",
-         "--backend", "echo_npu", "--ops", OPS, "--fallback-ops", "none", "--dtypes", "float32",
-         "--results", str(results)],
-        cwd=REPO, env=clean_env({"ECHO_NPU_FAULTS": "index_assert_sticky"}),
-        capture_output=True, text=True, timeout=900,
+    proc = run_pytest(
+        "-p", "no:xdist", "conformance", "--backend", "echo_npu", "--ops", OPS,
+        "--fallback-ops", "none", "--dtypes", "float32", "--results", str(results),
+        env={"ECHO_NPU_FAULTS": "index_assert_sticky"}, timeout=900,
     )  # fmt: skip
     records = [json.loads(line) for f in sorted(results.glob("cases-*.jsonl")) for line in f.open()]
     return proc, records
