@@ -11,9 +11,10 @@ same standard surface, used here and nowhere else:
 - counters: `counter_names()` / `counter_value(name)` of `torch_xla.debug.metrics` or
   `torch._lazy.metrics`; `aten::<op>` counts every op that fell back to CPU, `UncachedCompile`
   the graphs compiled, `ExecuteComputation` (torch_xla) the graphs executed;
-- compile time: `metric_data("CompileTime")` of `torch_xla.debug.metrics` (count, total ns):
-  the time the backend spends compiling, told apart from the time its graphs run
-  (torch._lazy has no such metric: not measured there).
+- compile and execute time: `metric_data("CompileTime")` and `metric_data("ExecuteTime")` of
+  `torch_xla.debug.metrics` (count, total ns): the time the backend spends compiling graphs and
+  running them, told apart from the suite's own time in a case (torch._lazy has no such
+  metrics: not measured there).
 
 Which runtime a backend has is read from its dispatch key (`XLA`, `Lazy`), never from a hook.
 """
@@ -29,6 +30,7 @@ FALLBACK_PREFIX = "aten::"
 COMPILES = "UncachedCompile"
 EXECUTIONS = "ExecuteComputation"
 COMPILE_TIME = "CompileTime"
+EXECUTE_TIME = "ExecuteTime"
 
 
 @dataclass(frozen=True)
@@ -74,11 +76,20 @@ class LazyRuntime:
     def compile_seconds(self) -> float | None:
         """The time the runtime has spent compiling graphs in this process (None: it has no
         such metric)."""
+        return self._seconds(COMPILE_TIME)
+
+    def execute_seconds(self) -> float | None:
+        """The time the runtime has spent running compiled graphs in this process (None: it has
+        no such metric)."""
+        return self._seconds(EXECUTE_TIME)
+
+    def _seconds(self, metric: str) -> float | None:
+        """A time metric's total in seconds (its data: count, total ns, samples)."""
         data = getattr(self.metrics, "metric_data", None)
         if data is None:
             return None
         try:
-            sample = data(COMPILE_TIME)
+            sample = data(metric)
         except Exception:  # noqa: BLE001 - a runtime without the metric
             return None
         return float(sample[1]) / 1e9 if sample else 0.0
@@ -94,9 +105,9 @@ class LazyRuntime:
             f"per case, ops that fell back to CPU from its '{FALLBACK_PREFIX}<op>' counters, "
             f"compilations from '{COMPILES}'"
             + (
-                f", compile time from '{COMPILE_TIME}'"
+                f", compile and execute time from '{COMPILE_TIME}' and '{EXECUTE_TIME}'"
                 if self.compile_seconds() is not None
-                else ", compile time not measured (no such metric)"
+                else ", compile and execute time not measured (no such metrics)"
             )
         )
 

@@ -53,7 +53,8 @@ class CaseOutcome:
     # the device calls of the case (engine/lazy.py)
     fell_back: set[str] = field(default_factory=set)
     # a lazy device's compile time during the case (its runtime's metric; None: not measured)
-    compile_seconds: float | None = None
+    compile_seconds: float | None = None  # a lazy runtime's own time: compiling graphs
+    execute_seconds: float | None = None  # and running them (the rest of the case is ours)
     first_call_seconds: float | None = None  # the overload's first device call in this runner
     # what the case's mode records beyond the verdict (-sync: sync points, -compile: graphs)
     evidence: Any = None

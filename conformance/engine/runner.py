@@ -101,7 +101,7 @@ def run_case(
     )
     outcome.context = ctx
     oracles.use_runtime_seed(backend.lazy.seed if backend.lazy is not None else None)
-    compiled_before = backend.lazy.compile_seconds() if backend.lazy is not None else None
+    runtime_before = _runtime_seconds(backend)
     called_before = overload in backend.first_calls
     outcome.notes = ctx.notes  # the checks' notes on samples that passed
     watch = memory.MemoryWatch(backend)
@@ -159,8 +159,10 @@ def run_case(
         except Mismatch as failure:
             outcome.failure = _kept_once(mode, ctx, placements[0], outcome, watch, failure)
     outcome.errors_only = outcome.samples > 0 and values_compared == 0
-    if compiled_before is not None and backend.lazy is not None:
-        outcome.compile_seconds = (backend.lazy.compile_seconds() or 0.0) - compiled_before
+    if runtime_before is not None:
+        compiled, executed = _runtime_seconds(backend) or (0.0, 0.0)
+        outcome.compile_seconds = compiled - runtime_before[0]
+        outcome.execute_seconds = executed - runtime_before[1]
     elif not called_before and overload in backend.first_calls:  # where a JIT backend compiles
         outcome.first_call_seconds = backend.first_calls[overload]
     if not outcome.samples and not outcome.unsupported and outcome.failure is None:
@@ -303,3 +305,13 @@ def _broken_check(backend: Backend, overload: str, exc: Exception) -> Mismatch:
         f"the suite failed while checking this sample: {type(exc).__name__}: "
         f"{checks.first_line(exc)}",
     )
+
+
+def _runtime_seconds(backend: Backend) -> tuple[float, float] | None:
+    """A lazy runtime's own time so far in this process: (compiling, executing) seconds; None
+    on an eager device or a runtime without the metrics."""
+    lazy = backend.lazy
+    compiled = lazy.compile_seconds() if lazy is not None else None
+    if lazy is None or compiled is None:
+        return None
+    return compiled, lazy.execute_seconds() or 0.0

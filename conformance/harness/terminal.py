@@ -164,7 +164,7 @@ def write_summary(tr, s: Summary, terminal: Terminal) -> None:
         _xfails(tr, s.records)
     _not_failures(tr, s.records)
     _ran(tr, s.records)
-    _compile_time(tr, s.records)
+    _lazy_time(tr, s.records)
     _first_calls(tr, s.records)
     _findings(tr, s.records, s.findings)
     for note in s.notes:
@@ -254,17 +254,34 @@ def _ran(tr, records: list[CaseRecord]) -> None:
     )
 
 
-def _compile_time(tr, records: list[CaseRecord]) -> None:
-    """How much of the cases' time the backend spent compiling (its runtime's own metric, the
-    record's "compile_s"), and which ops compiled longest."""
+def _lazy_time(tr, records: list[CaseRecord]) -> None:
+    line = lazy_time_line(records)
+    if line:
+        tr.write_line(line)
+
+
+def lazy_time_line(records: list[CaseRecord]) -> str | None:
+    """On a lazy device: where the cases' time went, by the runtime's own metrics (the records'
+    "compile_s" and "execute_s"): compiling graphs, running them, and the rest, the suite's own
+    (the CPU reference, the checks, the transfers); which ops compiled longest. None where the
+    runtime measured nothing."""
     timed, compiling, top = _backend_seconds(records, "compile_s", floor=0.05)
     if not timed:
-        return
+        return None
     total = sum(r.duration or 0.0 for r in timed)
-    share = f" ({100 * compiling / total:.0f} % of their {total:.0f} s)" if total else ""
-    tr.write_line(
-        f"compile time (the lazy runtime's CompileTime): {compiling:.1f} s in {len(timed)} "
-        f"case(s){share}" + (f"; longest: {top}" if top else "")
+    executed = [r for r in timed if isinstance(r.extra.get("execute_s"), int | float)]
+    executing = sum(r.extra["execute_s"] for r in executed)
+    spent = f"compiling {compiling:.1f} s"
+    spent += f", executing {executing:.1f} s" if executed else " (execute time not measured)"
+    if total:
+        own = max(total - compiling - executing, 0.0)
+        spent += (
+            f"; the suite's own {own:.1f} s = {100 * own / total:.0f} % of the cases' "
+            f"{total:.0f} s ({1000 * own / len(timed):.0f} ms a case)"
+        )
+    return (
+        f"time on the lazy runtime (its CompileTime and ExecuteTime metrics) over "
+        f"{len(timed)} case(s): {spent}" + (f"; longest compiles: {top}" if top else "")
     )
 
 

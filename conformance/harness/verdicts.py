@@ -295,6 +295,8 @@ class CaseVerdicts:
                 record.extra["fell_back"] = sorted(outcome.fell_back)
         if outcome.compile_seconds is not None:  # the backend's own time, not the case's
             record.extra["compile_s"] = round(outcome.compile_seconds, 4)
+        if outcome.execute_seconds is not None:
+            record.extra["execute_s"] = round(outcome.execute_seconds, 4)
         if outcome.first_call_seconds is not None:
             record.extra["first_call_s"] = round(outcome.first_call_seconds, 4)
         if outcome.blame_error:

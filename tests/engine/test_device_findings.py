@@ -116,21 +116,24 @@ def test_a_nan_of_cpus_vectorised_kernel_is_recomputed_one_element_at_a_time():
     )
 
 
-def test_compile_time_is_the_runtimes_own_metric():
-    """Issue 45: the time a lazy runtime spends compiling, from its CompileTime metric (total
-    ns), told apart from the case's time; a runtime without the metric: not measured."""
+def test_compile_and_execute_time_are_the_runtimes_own_metrics():
+    """Issues 45, 61: the time a lazy runtime spends compiling and running graphs, from its
+    CompileTime and ExecuteTime metrics (total ns), told apart from the case's time; a runtime
+    without the metrics: not measured."""
     from conformance.engine.lazy import LazyRuntime
 
     class Metrics:
         def metric_data(self, name):
-            return (3, 2.5e9, ()) if name == "CompileTime" else None
+            return {"CompileTime": (3, 2.5e9, ()), "ExecuteTime": (7, 0.5e9, ())}.get(name)
 
     xla_like = LazyRuntime("x", lambda: None, Metrics(), lambda d, p: None, "save")
     assert xla_like.compile_seconds() == pytest.approx(2.5)
-    assert "compile time from 'CompileTime'" in xla_like.describe()
+    assert xla_like.execute_seconds() == pytest.approx(0.5)
+    assert "compile and execute time from 'CompileTime' and 'ExecuteTime'" in xla_like.describe()
     lazy_like = LazyRuntime("y", lambda: None, SimpleNamespace(), lambda d, p: None, "save")
     assert lazy_like.compile_seconds() is None
-    assert "compile time not measured" in lazy_like.describe()
+    assert lazy_like.execute_seconds() is None
+    assert "compile and execute time not measured" in lazy_like.describe()
 
 
 def test_a_backward_that_fails_where_its_graph_runs_is_a_grad_finding(monkeypatch):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.harness.terminal import asked_report_chars, skip_reason
+from conformance.harness.terminal import asked_report_chars, lazy_time_line, skip_reason
 from conformance.record import CaseRecord
 
 
@@ -38,3 +38,26 @@ def test_skip_reasons_group_by_reason_whatever_the_op_and_layout():
     assert skip_reason(CaseRecord.from_json({"op": "scenario", "message": step})) == (
         "unsupported: no kernel for aten::lerp.Scalar_out"
     )
+
+
+def test_the_lazy_runtimes_time_and_the_suites_own_share():
+    """Issue 61: on a lazy device the summary tells the runtime's compile and execute time from
+    the suite's own (the rest of the cases' time), as a share and per case."""
+
+    def rec(op, duration, **extra):
+        data = {"op": op, "overload": "default", "id": f"test_matches_cpu[{op}]"}
+        return CaseRecord.from_json({**data, "duration": duration, **extra})
+
+    records = [
+        rec("cosh", 10.0, compile_s=6.0, execute_s=1.0),
+        rec("sinh", 6.0, compile_s=2.0, execute_s=1.0),
+        rec("abs", 4.0),  # an eager case (no metric): not counted
+    ]
+    line = lazy_time_line(records)
+    assert line is not None
+    assert "over 2 case(s): compiling 8.0 s, executing 2.0 s" in line
+    assert "the suite's own 6.0 s = 38 % of the cases' 16 s (3000 ms a case)" in line
+    assert "longest compiles: cosh 6.0 s, sinh 2.0 s" in line
+    no_execute = lazy_time_line([rec("cosh", 10.0, compile_s=6.0)])
+    assert "(execute time not measured); the suite's own 4.0 s = 40 %" in (no_execute or "")
+    assert lazy_time_line([rec("abs", 4.0)]) is None
