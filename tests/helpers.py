@@ -6,12 +6,15 @@ import os
 import pickle
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from filelock import FileLock
+
+from tests.launcher import Launcher, same_process
 
 REPO = Path(__file__).resolve().parents[1]
 # variables a user's shell may carry that would change what a self-test's run does
@@ -28,11 +31,54 @@ def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 def run_pytest(
     *args: str, env: dict[str, str] | None = None, timeout: int = 300
 ) -> subprocess.CompletedProcess:
-    """`python -m pytest -q -p no:randomly <args>` from the repository root."""
+    """`python -m pytest -q -p no:randomly <args>` from the repository root: forked by this
+    process's warm launcher where that is the same process as a fresh interpreter
+    (tests/launcher.py), else a fresh interpreter."""
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", *args]
-    return subprocess.run(
-        cmd, cwd=REPO, env=clean_env(env), capture_output=True, text=True, timeout=timeout
-    )
+    env = clean_env(env)
+    warm = WARM_RUNS.run(cmd, env, timeout)
+    if warm is not None:
+        return warm
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+class WarmRuns:
+    """This test process's warm launcher (tests/launcher.py), started at its first run, started
+    again if it ended; off with SELFTEST_COLD_RUNS=1 (every run a fresh interpreter)."""
+
+    def __init__(self) -> None:
+        self.launcher: Launcher | None = None
+
+    def run(
+        self, cmd: list[str], env: dict[str, str], timeout: float
+    ) -> subprocess.CompletedProcess | None:
+        """The run's result, or None where it must be a fresh interpreter."""
+        if os.environ.get(COLD_RUNS) == "1":
+            return None
+        try:
+            if self.launcher is None or not self.launcher.alive():
+                self.launcher = Launcher(clean_env())
+        except (OSError, TimeoutError):
+            self.launcher = None
+            return None  # no launcher here: fresh interpreters
+        if not same_process(env, self.launcher.env):
+            return None
+        with tempfile.TemporaryDirectory(prefix="selftest-run-") as folder:
+            out, err = Path(folder) / "stdout", Path(folder) / "stderr"
+            try:
+                code = self.launcher.run(cmd[3:], env, out, err, timeout)
+            except TimeoutError:
+                raise subprocess.TimeoutExpired(cmd, timeout) from None
+            except OSError:  # the launcher ended under this run: it runs afresh
+                return None
+            return subprocess.CompletedProcess(
+                cmd, code, out.read_text(errors="replace"), err.read_text(errors="replace")
+            )
+
+
+#: set to 1: every run_pytest is a fresh interpreter (to compare, or to rule the launcher out)
+COLD_RUNS = "SELFTEST_COLD_RUNS"
+WARM_RUNS = WarmRuns()
 
 
 def write_baseline(results: Path, manifest: Path) -> str:
