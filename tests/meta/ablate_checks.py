@@ -69,6 +69,7 @@ def run(name: str | None, workers: str) -> tuple[int, list[str], float]:
     if name:
         env[ENV] = name
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-rf", "-n", workers]
+    cmd += ["-m", "slow or not slow"]  # the slow self-tests too (pyproject.toml leaves them out)
     start = time.time()
     args = [*cmd, "-k", DESELECT, *SELF_TESTS]
     proc = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True)

@@ -19,7 +19,9 @@ def test_ci_runs_the_readme_commands() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     install = _readme_block_after("Set up")
     assert install.replace("pip install ", "pip install -q ") in ci
-    assert _readme_block_after("Run the project's own tests") in ci
+    tests = _readme_block_after("Run the project's own tests")
+    assert tests in ci
+    assert f"{tests} -m slow" in ci  # the slow self-tests the README's command leaves out
     assert _readme_block_after("Run the conformance suite") in ci
 
 

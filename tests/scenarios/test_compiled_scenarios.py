@@ -9,6 +9,10 @@ import re
 
 import pytest
 
+# slow: Inductor's C++ wrapper built for each planted fault
+# (pyproject.toml: `python -m pytest tests` leaves it out, CI runs it with `-m slow`)
+pytestmark = pytest.mark.slow
+
 COMPILE = ("--modes", "compile")
 
 

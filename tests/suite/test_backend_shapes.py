@@ -26,6 +26,10 @@ import pytest
 
 from tests.helpers import clean_env, once_per_run, write_baseline
 
+# slow: a default run of another backend, reused by each test
+# (pyproject.toml: `python -m pytest tests` leaves it out, CI runs it with `-m slow`)
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 BACKENDS = str(REPO / "tests" / "backends")
 BACKEND = "pyreg_npu:register_devices"

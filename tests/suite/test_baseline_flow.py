@@ -9,6 +9,10 @@ import pytest
 
 from conformance.harness.expectations import load_manifest
 
+# slow: four runs of the suite in a row
+# (pyproject.toml: `python -m pytest tests` leaves it out, CI runs it with `-m slow`)
+pytestmark = pytest.mark.slow
+
 echo_npu = pytest.importorskip("echo_npu")
 
 # leak: mul.Tensor leaks a block; nan_to_zero: relu turns NaN into 0 (its -special cases);

@@ -14,6 +14,10 @@ import pytest
 
 from tests.helpers import REPO, run_pytest
 
+# slow: worlds of rank processes for every planted CCL fault
+# (pyproject.toml: `python -m pytest tests` leaves it out, CI runs it with `-m slow`)
+pytestmark = pytest.mark.slow
+
 FAMILY = "conformance/collectives"
 BACKENDS = {"PYTHONPATH": str(REPO / "tests" / "backends")}
 

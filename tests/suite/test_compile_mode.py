@@ -15,6 +15,10 @@ import pytest
 
 from tests.helpers import clean_env
 
+# slow: Inductor compiles C++ for every planted fault
+# (pyproject.toml: `python -m pytest tests` leaves it out, CI runs it with `-m slow`)
+pytestmark = pytest.mark.slow
+
 ARGS = ("--ops", "add.Tensor,relu,sum.dim_IntList", "--modes", "compile", "-k", "compile")
 
 

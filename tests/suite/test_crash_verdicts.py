@@ -30,6 +30,7 @@ def _accounted(run) -> None:
     assert f"{counts['collected']} collected = {counts['recorded']} recorded" in run.output
 
 
+@pytest.mark.slow
 @XDIST
 def test_many_crashing_cases_are_all_recorded(run_suite, xdist):
     """float64 copies crash: more than 20 crashing cases, no worker lost, every case recorded,

@@ -12,6 +12,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers import REPO, clean_env
 
 ARGS = ("--ops", "amax", "--dtypes", "float32", "--layouts", "contiguous", "--modes", "compile")
@@ -19,6 +21,7 @@ ARGS += ("-k", "compile")
 CASE = "test_matches_cpu[amax-float32-contiguous-native-compile]"
 
 
+@pytest.mark.slow
 def test_report_diff_names_the_planted_compiler_flag_and_the_case_it_broke(run_suite, tmp_path):
     fast = tmp_path / "g++-fast-math"
     fast.write_text('#!/bin/sh\nexec g++ "$@" -ffast-math\n')

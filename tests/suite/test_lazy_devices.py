@@ -21,6 +21,10 @@ import pytest
 
 from tests.helpers import clean_env, once_per_run
 
+# slow: runs of torch._lazy, which traces and compiles every graph
+# (pyproject.toml: `python -m pytest tests` leaves it out, CI runs it with `-m slow`)
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 BACKEND = "lazy_backend:register"
 # smooth_l1_loss_backward.grad_input: torch._lazy's TorchScript graph fails when it runs, at the

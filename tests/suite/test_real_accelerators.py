@@ -20,6 +20,10 @@ import pytest
 
 from tests.helpers import REPO, clean_env
 
+# slow: runs under xdist with slow, hanging and exclusive runtimes
+# (pyproject.toml: `python -m pytest tests` leaves it out, CI runs it with `-m slow`)
+pytestmark = pytest.mark.slow
+
 PERSONALITIES = ["threaded", "exclusive", "slow_init", "teardown_hang"]
 ALL = ",".join(PERSONALITIES)
 SELECTION = ["-k", "contract or masked_fill_.Scalar", "--dtypes", "float32", "--modes", "none"]

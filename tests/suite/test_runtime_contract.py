@@ -104,6 +104,7 @@ def test_each_fault_fails_its_contract_item_with_a_record_naming_it(tmp_path, fa
         assert record["doc"] == BY_NAME[name].doc, record
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hook", ["set_delay", "hidden"])
 def test_each_fault_fails_its_items_ten_runs_out_of_ten(hook):
     """Held streams make every race lose, with the delay injector and without it (calibrated
@@ -157,6 +158,7 @@ def _async_run(tmp_path: Path, fault: str | None, hookless: bool = False):
     return proc, [r for r in rows if r["id"].endswith("-asynchronous]")]
 
 
+@pytest.mark.slow
 def test_async_mode_passes_on_a_right_device_and_names_a_missing_fence(tmp_path):
     for hookless in (False, True):
         proc, cases = _async_run(tmp_path, None, hookless)

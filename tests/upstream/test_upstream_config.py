@@ -28,6 +28,10 @@ from conformance.upstream.render import render
 from conformance.upstream.targets import template
 from tests.helpers import REPO, clean_env, once_per_run, run_pytest
 
+# slow: the upstream generator's runs of OpInfo tests
+# (pyproject.toml: `python -m pytest tests` leaves it out, CI runs it with `-m slow`)
+pytestmark = pytest.mark.slow
+
 FAULTS = "nan_to_zero,int_not_implemented"
 OPS = "exp,nn.functional.relu,where,abs"  # abs: a clean op the configuration must leave alone
 MODULE = "tests/upstream/pytorch_style_ops.py"
