@@ -1,6 +1,6 @@
 """A warm launcher for the self-tests' `python -m pytest` runs: a process that has imported torch
 (and torch._dynamo, which PyTorch's Python meta kernels import on their first call) forks a
-child for each run, which then is `python -m pytest ARGS` from its `console_main()` on.
+child for each run, which then runs pytest's `__main__` as `python -m pytest ARGS` does.
 
 Importing torch and torch._dynamo takes about 2.3 s of CPU; the self-tests start a few hundred
 such runs (issue 61: the self-tests back to 15 minutes). A run is served here only where a fresh
@@ -118,12 +118,13 @@ def _child(request: dict[str, Any]) -> None:
             f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             os.dup2(f, fd)
             os.close(f)
-        import pytest
-        import pytest.__main__ as main
+        import runpy
 
-        sys.argv = [main.__file__, *request["args"]]
-        sys.modules["__main__"] = main  # as `python -m pytest` has it
-        code = pytest.console_main()
+        # pytest/__main__.py run as __main__, with its path as argv[0]: what `python -m pytest`
+        # runs, whatever that pytest's entry point is (pytest 9.1 deprecates console_main())
+        sys.argv = ["-m", *request["args"]]
+        runpy.run_module("pytest", run_name="__main__", alter_sys=True)
+        code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     finally:

@@ -40,6 +40,7 @@ def test_a_warm_run_is_the_run_of_a_fresh_interpreter(args, env, code, monkeypat
     assert (warm.returncode, _summary(warm)) == (cold.returncode, _summary(cold)), (
         warm.stdout[-2000:] + warm.stderr[-2000:]
     )
+    assert warm.stderr == cold.stderr  # nothing a fresh interpreter does not print either
 
 
 def test_only_the_suites_and_echo_npus_variables_may_differ():
