@@ -21,13 +21,14 @@ from __future__ import annotations
 import gc
 import json
 import os
+import runpy
 import select
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 #: variables a run may set or change and still be served warm: nothing imported here reads them
 #: (PYTEST_CURRENT_TEST: the test process's current test, which pytest sets as it runs each)
@@ -105,36 +106,24 @@ class Launcher:
             self.process.kill()
 
 
-def _child(request: dict[str, Any]) -> None:
+def _child(request: dict[str, Any]) -> NoReturn:
     """In the forked child: become `python -m pytest ARGS` with the request's environment and
-    output files; never returns."""
-    code = 1
-    try:
-        os.environ.clear()
-        os.environ.update(request["env"])
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
-            f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            os.dup2(f, fd)
-            os.close(f)
-        import runpy
-
-        # pytest/__main__.py run as __main__, with its path as argv[0]: what `python -m pytest`
-        # runs, whatever that pytest's entry point is (pytest 9.1 deprecates console_main())
-        sys.argv = ["-m", *request["args"]]
-        runpy.run_module("pytest", run_name="__main__", alter_sys=True)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-    # the interpreter's own exit, as a fresh run's (atexit handlers, threads joined)
-    sys.exit(code)
+    output files. It never returns: pytest's `__main__` ends with SystemExit, which unwinds to
+    the interpreter's own exit (streams flushed, atexit handlers run, threads joined), the exit
+    status as `python -m pytest` gives it; any other exception, as there, with its traceback."""
+    os.environ.clear()
+    os.environ.update(request["env"])
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+        f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(f, fd)
+        os.close(f)
+    # pytest/__main__.py run as __main__, with its path as argv[0]: what `python -m pytest`
+    # runs, whatever that pytest's entry point is (pytest 9.1 deprecates console_main())
+    sys.argv = ["-m", *request["args"]]
+    runpy.run_module("pytest", run_name="__main__", alter_sys=True)
+    raise SystemExit(0)  # not reached: pytest's __main__ raises SystemExit
 
 
 def _send(out: IO[str], message: dict[str, Any]) -> None:

@@ -52,9 +52,10 @@ class CaseOutcome:
     # a lazy device's own evidence: the ops its runtime counted as fallen back to CPU during
     # the device calls of the case (engine/lazy.py)
     fell_back: set[str] = field(default_factory=set)
-    # a lazy device's compile time during the case (its runtime's metric; None: not measured)
-    compile_seconds: float | None = None  # a lazy runtime's own time: compiling graphs
-    execute_seconds: float | None = None  # and running them (the rest of the case is ours)
+    # a lazy device's own time during the case, compiling graphs and running them (its
+    # runtime's metrics; None: not measured); the rest of the case's time is the suite's
+    compile_seconds: float | None = None
+    execute_seconds: float | None = None
     first_call_seconds: float | None = None  # the overload's first device call in this runner
     # what the case's mode records beyond the verdict (-sync: sync points, -compile: graphs)
     evidence: Any = None
