@@ -14,6 +14,7 @@ from conformance.errors import ConformanceUsageError
 from conformance.harness.families.base import deselect_empty_parameter_set
 from conformance.harness.families.collectives import FAMILY
 from conformance.harness.families.collectives_plan import CollectivesPlan
+from conformance.harness.keyword import kept_params
 from conformance.harness.session import run_of
 
 CASE = "collective_case"
@@ -30,7 +31,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         cases = _plan(metafunc.config).cases()
     except (ConformanceUsageError, pytest.UsageError) as exc:
         pytest.exit(str(exc), returncode=pytest.ExitCode.USAGE_ERROR)
-    metafunc.parametrize(CASE, [pytest.param(c, id=str(c)) for c in cases])
+    metafunc.parametrize(CASE, kept_params(metafunc, [pytest.param(c, id=str(c)) for c in cases]))
 
 
 @pytest.fixture(scope="session")

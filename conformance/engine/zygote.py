@@ -115,13 +115,20 @@ class ZygoteLink:
 
 class ZygoteServer:
     """The zygote's loop (never returns): `runner(job, fds)` serves a runner request in the
-    forked child (None: a task zygote, which refuses them)."""
+    forked child (None: a task zygote, which refuses them). `idle_imports`: modules the zygote
+    imports in the first quiet second after its first child started, so that every later child
+    starts with them (`warm_idle`)."""
 
     def __init__(
-        self, links: list[socket.socket], runner: Callable[[dict, list[int]], NoReturn] | None
+        self,
+        links: list[socket.socket],
+        runner: Callable[[dict, list[int]], NoReturn] | None,
+        idle_imports: tuple[str, ...] = (),
     ) -> None:
         self.links = list(links)
         self.runner = runner
+        self.idle_imports = idle_imports
+        self.forked = 0  # children forked so far
         self.tasks: ZygoteLink | None = None  # a runner zygote's task zygote (_send_task_link)
         self.status_fds: dict[int, int] = {}  # child pid -> the asker's status pipe
         self.wake_r, self.wake_w = os.pipe()
@@ -142,6 +149,8 @@ class ZygoteServer:
                     else:
                         self._handle(sock)
                 self._reap()
+                if not ready and self.forked and self.idle_imports:  # a quiet second
+                    self.idle_imports = warm_idle(self.idle_imports)
         except BaseException:  # noqa: BLE001 - Ctrl-C, a broken link: the zygote ends
             pass
         os._exit(0)
@@ -200,6 +209,7 @@ class ZygoteServer:
             return {"error": f"the zygote may not fork: {exc}"}
         if pid == 0:
             self._in_child(request, passed, status_w)
+        self.forked += 1
         self.status_fds[pid] = status_w
         return {"pid": pid}
 
@@ -337,3 +347,19 @@ def main(argv: list[str]) -> NoReturn:
 
 if __name__ == "__main__":
     main(sys.argv[1:])
+
+
+def warm_idle(modules: tuple[str, ...]) -> tuple[str, ...]:
+    """Import `modules` in this zygote while it has nothing to do (a child forked later starts
+    with them); returns what is left to import: nothing, as a module that fails to import, or
+    whose import leaves a thread behind (the zygote could fork no more), is not tried again."""
+    import importlib
+
+    for name in modules:
+        if forking.refusal() is not None:
+            break
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a warm-up only: the child imports it as it would
+            pass
+    return ()

@@ -97,7 +97,7 @@ class CaseList:
         self.fallback_only = self.selected_fallback_overloads()
         self.fallback_only_set = frozenset(self.fallback_only)
         self.grad_only = self.selected_grad_only_overloads()
-        self._kept: dict[tuple[tuple[str, ...], bool], list[str]] = {}  # kept_by_keyword's
+        self._kept: dict[tuple[str, bool], bool] = {}  # kept_by_keyword's answers
         # (overload, dtype) pairs without samples (set with the coverage account; None: all have)
         self.coverage = None
         # whether (overload, dtype) has derived -arguments calls (None: assume so)
@@ -128,25 +128,20 @@ class CaseList:
     def kept_by_keyword(self, overloads: list[str], fallback_only: bool) -> list[str]:
         """The overloads with a case that -k keeps (all without -k): the coverage account
         builds samples, so a run narrowed by -k only pays for what it runs."""
-        keep = self.keep
-        if keep is None:
+        if self.keep is None:
             return list(overloads)
-        key = (tuple(overloads), fallback_only)  # asked by each account: built once
+        return [o for o in overloads if self._kept_overload(o, fallback_only)]
+
+    def _kept_overload(self, overload: str, fallback_only: bool) -> bool:
+        """Whether -k keeps a case of `overload` (asked by each account: answered once)."""
+        key = (overload, fallback_only)
         if key not in self._kept:
-            self._kept[key] = [
-                o
-                for o in overloads
-                if any(
-                    keep(str(c))
-                    for c in self._cases_of(
-                        o,
-                        self.dtypes(o, fallback_only),
-                        [self._unregistered_path(o)] if fallback_only else list(self.options.paths),
-                        probe=False,
-                    )
-                )
-            ]
-        return list(self._kept[key])
+            paths = [self._unregistered_path(overload)] if fallback_only else self.options.paths
+            dtypes = self.dtypes(overload, fallback_only)
+            self._kept[key] = bool(
+                self._cases_of(overload, dtypes, list(paths), probe=False, keep=self.keep)
+            )
+        return self._kept[key]
 
     def selected_overloads(self) -> list[str]:
         wanted = self.options.ops
@@ -222,31 +217,33 @@ class CaseList:
     def _has_samples(self, overload: str, dtype: torch.dtype) -> bool:
         return self.coverage is None or not self.coverage.missing(overload, dtype_name(dtype))
 
-    def cases(self) -> list[CaseId]:
+    def cases(self, keep: Callable[[str], bool] | None = None) -> list[CaseId]:
         """The cases to collect, built from names alone, the foundations (foundations.ORDER)
         first, most primitive first, so that the first failing case of a run names the op that is
         actually wrong; (overload, dtype) pairs without samples are left out (the run header
-        names them once, see engine/coverage.py)."""
+        names them once, see engine/coverage.py). `keep`: only the ids it keeps (-k), and no
+        sample is built to decide on a case it drops."""
         paths = [p for p in self.options.paths if p == "native" or self.backend.can_route_fallback]
         out = []
         rank = {op: i for i, op in enumerate(FOUNDATION_ORDER)}
         for overload in sorted(self.overloads, key=lambda o: rank.get(o, len(rank))):
             routes = [p for p in paths if p == "native" or self.backend.fallback_routable(overload)]
-            out += self._cases_of(overload, self.dtypes(overload, False), routes)
+            out += self._cases_of(overload, self.dtypes(overload, False), routes, keep=keep)
         for overload in self.fallback_only:
             path = self._unregistered_path(overload)
             if path in self.options.paths:
-                out += self._cases_of(overload, self.dtypes(overload, True), [path])
+                out += self._cases_of(overload, self.dtypes(overload, True), [path], keep=keep)
         layouts = list(self.options.layouts)
         for overload in self.grad_only:  # as the device runs them: no route of their own
-            out += self._mode_cases(overload, self.dtypes(overload, True), ["native"], layouts)
-        return out
+            dtypes = self.dtypes(overload, True)
+            out += self._mode_cases(overload, dtypes, ["native"], layouts, keep=keep)
+        return out if keep is None else [c for c in out if keep(str(c))]
 
     def collected_cases(self) -> list[CaseId]:
         """The cases this process builds items for: `cases()` that -k keeps, then this shard's
         part of them (--shard): computed once."""
         if self._collected is None:
-            cases = [c for c in self.cases() if self.keep is None or self.keep(str(c))]
+            cases = self.cases(self.keep)
             shard, partition = self.shard, self.partition
             if shard is not None and partition is not None:
                 ids = [f"{TEST_NAME}[{c}]" for c in cases]
@@ -266,6 +263,11 @@ class CaseList:
             if self.summary is not None:
                 self.summary.save()  # what the mode account asked CPU
         return self._collected
+
+    def collect_given(self, ids: list[str]) -> None:
+        """Collect exactly these cases: a spawned runner or zygote collects its owner's
+        (harness/runners.py `write_case_file`), not a list it would choose anew."""
+        self._collected = [CaseId.parse(i) for i in ids]
 
     def shard_keeps(self, record_ids: list[str]) -> list[bool]:
         """Which of these (the cases of the families) this shard runs; all of them without
@@ -313,7 +315,12 @@ class CaseList:
         return dtypes
 
     def _cases_of(
-        self, overload: str, dtypes: list[torch.dtype], paths: list[str], probe: bool = True
+        self,
+        overload: str,
+        dtypes: list[torch.dtype],
+        paths: list[str],
+        probe: bool = True,
+        keep: Callable[[str], bool] | None = None,
     ) -> list:
         spec = spec_for(overload)
         layouts = [lo for lo in self.options.layouts if spec.layouts is None or lo in spec.layouts]
@@ -324,22 +331,27 @@ class CaseList:
             value_sets = [v for v in value_sets if v != "sizes"]
         if "contiguous" not in layouts:
             value_sets = []
+
+        def kept(ids: list[CaseId]) -> list[CaseId]:  # -k: nothing is asked of a case it drops
+            return ids if keep is None else [c for c in ids if keep(str(c))]
+
         out = []
         for dtype in dtypes:
             if not self._has_samples(overload, dtype):
                 continue
             name = dtype_name(dtype)
             if ORDINARY in self.options.values:
-                out += [CaseId(overload, name, lo, p) for lo in layouts for p in paths]
+                out += kept([CaseId(overload, name, lo, p) for lo in layouts for p in paths])
             for v in value_sets:
-                if not valuesets.runs(overload, dtype, v):
+                native = [p for p in paths if p == "native"]
+                chosen = native if valuesets.value_set(v).kernels_only else paths
+                ids = kept([CaseId(overload, name, "contiguous", p, v) for p in chosen])
+                if not ids or not valuesets.runs(overload, dtype, v):
                     continue
                 if v == "arguments" and probe and not self._derives(overload, dtype):
                     continue  # every class reached, or none can be made
-                native = [p for p in paths if p == "native"]
-                chosen = native if valuesets.value_set(v).kernels_only else paths
-                out += [CaseId(overload, name, "contiguous", p, v) for p in chosen]
-        return out + self._mode_cases(overload, dtypes, paths, layouts, probe)
+                out += ids
+        return out + self._mode_cases(overload, dtypes, paths, layouts, probe, keep)
 
     def _derives(self, overload: str, dtype: torch.dtype) -> bool:
         """Whether the -arguments case of (overload, dtype) has a derived call (the account of
@@ -353,14 +365,20 @@ class CaseList:
         paths: list[str],
         layouts: list[str],
         probe: bool = True,
+        keep: Callable[[str], bool] | None = None,
     ) -> list[CaseId]:
-        """The cases of every mode --modes selects for one overload (engine/modes/)."""
+        """The cases of every mode --modes selects for one overload (engine/modes/); `keep`:
+        a mode whose every case -k drops builds no sample to decide on them."""
         dtypes = [d for d in dtypes if self._has_samples(overload, d)]
         want = CaseRequest(overload, dtypes, paths, layouts, probe)
+        unprobed = CaseRequest(overload, dtypes, paths, layouts, False)
         out: list[CaseId] = []
         for mode in selected(self.options.modes):
+            if keep is not None and probe:
+                if not any(keep(str(c)) for c in mode.case_ids(unprobed, self.mode_scope)):
+                    continue
             out += mode.case_ids(want, self.mode_scope)
-        return out
+        return out if keep is None else [c for c in out if keep(str(c))]
 
     @functools.cached_property
     def mode_scope(self) -> ModeScope:

@@ -20,6 +20,7 @@ probed in a child.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -37,7 +38,7 @@ from conformance.harness.nodes import RECORD_PROPERTY
 from conformance.harness.options import Options
 from conformance.harness.plan import Plan
 from conformance.harness.rundir import RunDir
-from conformance.harness.runners import RETIRE, RUNNER_ENV, RunnerProcess
+from conformance.harness.runners import RETIRE, RUNNER_ENV, RunnerProcess, write_case_file
 from conformance.harness.zygotes import RunnerZygote
 from conformance.record import CaseRecord, Status
 
@@ -73,6 +74,7 @@ class IsolatedRunner:
         self.history: list[pytest.Item] = []  # items the current runner finished, in order
         self.cases = 0  # cases the current runner ran
         self.zygote: RunnerZygote | None = None  # forks the runners (harness/zygotes.py)
+        self.case_file: str | None = None  # the op cases a spawned process collects
         self.turns: DeviceTurns | None = None  # a device one process may open at a time
         options = run.options
         self.culprits = CulpritSearch(
@@ -91,7 +93,7 @@ class IsolatedRunner:
             )
         mode = "spawn" if env else run.plan.mode
         if mode == "fork" and self.zygote is None:
-            self.zygote = RunnerZygote.start(self.session, run, run.backend)
+            self.zygote = RunnerZygote.start(self.session, run, run.backend, self.case_list_file)
         lock = self._device_lock()
         try:
             return RunnerProcess(
@@ -103,6 +105,7 @@ class IsolatedRunner:
                 backend=run.backend,
                 zygote=self.zygote,
                 device_lock=lock,
+                cases=self.case_list_file() if mode == "spawn" else None,
             )
         except ZygoteGone as exc:
             if lock is not None:
@@ -120,6 +123,21 @@ class IsolatedRunner:
         if self.turns is None:
             self.turns = DeviceTurns(self.run.run_dir.path)
         return self.turns.take()
+
+    def case_list_file(self) -> str:
+        """The file naming the op cases this process collected (written once): a spawned runner
+        or zygote collects exactly those."""
+        if self.case_file is None:
+            self.case_file = write_case_file(self.session.items)
+        return self.case_file
+
+    def finish(self) -> None:
+        """The end of the run: its runner and zygote closed, the case list file removed."""
+        self.close()
+        self.close_zygote()
+        if self.case_file is not None:
+            os.unlink(self.case_file)
+            self.case_file = None
 
     def close_zygote(self) -> None:
         if self.zygote is not None:
@@ -311,8 +329,7 @@ def run_isolated(session: pytest.Session, run: Owner) -> None:
                 break
             runner.run_item(item, items[i + 1] if i + 1 < len(items) else None)
     finally:
-        runner.close()
-        runner.close_zygote()
+        runner.finish()
 
 
 def _report_crash(
@@ -388,8 +405,7 @@ class WorkerIsolation:
 
     def pytest_sessionfinish(self) -> None:
         if self.runner is not None:
-            self.runner.close()
-            self.runner.close_zygote()
+            self.runner.finish()
 
 
 def _report_problem(

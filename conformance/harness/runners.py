@@ -32,6 +32,7 @@ from conformance.engine.backend import Backend
 from conformance.engine.forking import Child
 from conformance.engine.profile import DeviceProfile
 from conformance.engine.zygote import FORKER, ZygoteGone, ZygoteLink
+from conformance.harness.nodes import case_of
 
 # in a spawned runner: {"cmd": fd, "out": fd, "replay": b, "profile": the parent's device profile}
 RUNNER_ENV = "_CONFORMANCE_RUNNER"
@@ -53,6 +54,7 @@ class RunnerProcess:
         backend: Backend | None = None,
         zygote: ZygoteLink | None = None,
         device_lock: Any = None,
+        cases: str | None = None,
     ) -> None:
         self.mode = mode
         self.device_lock = device_lock  # released once the runner ended (close)
@@ -63,7 +65,7 @@ class RunnerProcess:
         self.popen: subprocess.Popen | None = None
         self.child: Child | None = None
         if mode == "spawn":
-            job = {"cmd": cmd_read, "out": out_write, "replay": replay}
+            job = {"cmd": cmd_read, "out": out_write, "replay": replay, "cases": cases}
             if backend is not None:  # the child gets the device profile whole, never re-learns it
                 job["profile"] = backend.profile.to_json()
             self.popen = subprocess.Popen(
@@ -204,7 +206,29 @@ def runner_args(config: pytest.Config) -> list[str]:
     return args
 
 
+def write_case_file(items: list[pytest.Item]) -> str:
+    """A file naming the op cases among `items` (the owner's collection), for a spawned runner
+    or zygote to collect exactly those: what it would choose anew can differ (the coverage
+    account, which a spawned process skips, decides which dtype is an overload's first with
+    samples: the one its -inference and -sync cases use)."""
+    ids = [str(case) for case in map(case_of, items) if case is not None]
+    with tempfile.NamedTemporaryFile(
+        "w", prefix="conformance-cases-", suffix=".json", delete=False
+    ) as f:
+        json.dump(ids, f)
+    return f.name
+
+
 # ---- the runner side ----------------------------------------------------------------------------
+def spawned_cases() -> list[str] | None:
+    """In a spawned runner or zygote: the op case ids its owner collected (None: not given)."""
+    path = json.loads(os.environ.get(RUNNER_ENV) or "{}").get("cases")
+    if not path:
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
 def spawned_profile() -> DeviceProfile | None:
     """In a spawned runner: the device profile its parent learned (None: not given)."""
     data = json.loads(os.environ.get(RUNNER_ENV) or "{}").get("profile")

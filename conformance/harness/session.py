@@ -40,7 +40,7 @@ from conformance.harness.recorder import Recorder
 from conformance.harness.roles import Role, role_of
 from conformance.harness.rundir import RunDir
 from conformance.harness.runinfo import finish_info, start_info
-from conformance.harness.runners import serve_spawned, spawned_profile
+from conformance.harness.runners import serve_spawned, spawned_cases, spawned_profile
 from conformance.harness.stale import stale_expectations
 from conformance.harness.suite import Suite
 from conformance.harness.terminal import Summary, Terminal
@@ -121,6 +121,9 @@ class ConformanceRun:
                 )
             except ConformanceUsageError as exc:
                 raise pytest.UsageError(str(exc)) from None
+            given = spawned_cases() if self.role in (Role.SPAWNED_RUNNER, Role.ZYGOTE) else None
+            if given is not None:
+                self._suite.case_list.collect_given(given)
             self._watch_heap()
             if self.role is Role.XDIST_WORKER and self.plan.mode in ("fork", "spawn"):
                 self.config.pluginmanager.register(WorkerIsolation(self), "conformance-worker")

@@ -5,10 +5,11 @@ never runs a case, and forks the case runners on request (engine/zygote.py); the
 Each process that schedules cases (the plain pytest process, or each xdist worker) starts one
 when its first runner is needed: forked from itself where it may fork (one thread, the device
 untouched: a plain pytest process before its first case; it inherits the collection), else a
-fresh `python -m pytest` with the run's arguments that collects the same items (an xdist
-worker: execnet's receiver is a thread), started with one thread (`forking.QUIET`). A zygote
-that has threads after loading the backend refuses to fork, and the owner spawns its runners
-instead (the header says why). It ends when its owner closes the link, and dies with its owner.
+fresh `python -m pytest` with the run's arguments (an xdist worker: execnet's receiver is a
+thread) that collects the same items, the op cases its owner names (runners.py
+`write_case_file`), started with one thread (`forking.QUIET`). A zygote that has threads after
+loading the backend refuses to fork, and the owner spawns its runners instead (the header says
+why). It ends when its owner closes the link, and dies with its owner.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import os
 import socket
 import subprocess
 import tempfile
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 import pytest
@@ -34,13 +36,22 @@ from conformance.engine.zygote import (
 )
 from conformance.harness.runners import RUNNER_ENV, runner_args, serve
 
+#: what the runner zygote imports once its first runner runs, so that the runners after it (one
+#: per --runner-cases cases, one after each crash or hang) start with it: torch._dynamo, which
+#: torch imports on the first call of one of its Python kernels (the meta kernels and
+#: decompositions a backend reaches, `torch._disable_dynamo`): about 1 s of each runner's time
+RUNNER_IMPORTS = ("torch._dynamo",)
+
 
 class RunnerZygote(ZygoteLink):
     """The owner's side: the zygote's process and log, and its link."""
 
     @classmethod
-    def start(cls, session: pytest.Session, run: Any, backend: Backend) -> RunnerZygote:
-        """Forked from this process where it may fork, else spawned."""
+    def start(
+        cls, session: pytest.Session, run: Any, backend: Backend, cases: Callable[[], str]
+    ) -> RunnerZygote:
+        """Forked from this process where it may fork, else spawned (`cases()`: the file naming
+        the op cases to collect, runners.write_case_file)."""
         log = tempfile.NamedTemporaryFile(prefix="conformance-zygote-", suffix=".log", delete=False)
         ours, theirs = link_pair()
         try:
@@ -54,6 +65,7 @@ class RunnerZygote(ZygoteLink):
                     _serve(theirs, session, run, backend)
                 return cls(ours, forking.Child(pid), log.name)
             job = {"zygote": theirs.fileno(), "profile": backend.profile.to_json()}
+            job["cases"] = cases()
             config = session.config
             popen = subprocess.Popen(
                 [*interpreter.python(), "-m", "pytest", *runner_args(config), "-q"],
@@ -118,4 +130,4 @@ def _serve(link: socket.socket, session: pytest.Session, run: Any, backend: Back
         serve(config, items, cmd_fd, out_fd, log_fd, True, request["replay"], backend)
         os._exit(3)
 
-    ZygoteServer([link], runner).serve()
+    ZygoteServer([link], runner, RUNNER_IMPORTS).serve()

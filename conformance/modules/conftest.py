@@ -12,6 +12,7 @@ from conformance.engine.modules.cases import ModuleCase
 from conformance.errors import ConformanceUsageError
 from conformance.harness.families.base import deselect_empty_parameter_set
 from conformance.harness.families.modules import FAMILY, unsupported_skip
+from conformance.harness.keyword import kept_params
 from conformance.harness.session import run_of
 
 CASE = "module_case"
@@ -24,7 +25,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         cases = FAMILY.plan(run_of(metafunc.config).suite).cases
     except (ConformanceUsageError, pytest.UsageError) as exc:
         pytest.exit(str(exc), returncode=pytest.ExitCode.USAGE_ERROR)
-    metafunc.parametrize(CASE, [pytest.param(c, id=str(c)) for c in cases])
+    metafunc.parametrize(CASE, kept_params(metafunc, [pytest.param(c, id=str(c)) for c in cases]))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

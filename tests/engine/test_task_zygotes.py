@@ -118,3 +118,74 @@ def test_a_task_zygote_answers_a_task_link_with_itself():
     finally:
         link.close()
         link.owner.wait(30)
+
+
+IDLE_ZYGOTE = """
+import os, sys, time
+from conformance.engine.zygote import ZygoteServer, ZygoteLink, link_pair
+ours, theirs = link_pair()
+if os.fork() == 0:
+    ours.close()
+    def runner(job, fds):
+        os.write(fds[0], str("zygote_idle_marker" in sys.modules).encode())
+        os._exit(0)
+    ZygoteServer([theirs], runner, ("zygote_idle_marker",)).serve()
+theirs.close()
+link = ZygoteLink(ours)
+def ask():
+    r, w = os.pipe()
+    child = link.request({"op": "runner", "job": {}}, [w])
+    os.close(w)
+    with os.fdopen(r) as f:
+        seen = f.read()
+    child.wait(30)
+    return seen
+first = ask()
+time.sleep(float(sys.argv[1]))
+print(first, ask())
+"""
+
+
+def test_a_runner_zygote_imports_its_idle_imports_once_its_first_runner_runs(tmp_path):
+    """A zygote imports `idle_imports` in its first quiet second after its first child started
+    (torch._dynamo, for a runner zygote: about 1 s of every runner after the first), never
+    before (the first runner would wait for it) and never in a busy moment."""
+    (tmp_path / "zygote_idle_marker.py").write_text("")
+    script = tmp_path / "idle.py"
+    script.write_text(IDLE_ZYGOTE)
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}", "OMP_NUM_THREADS": "1"}
+
+    def seen(pause: float) -> str:
+        done = subprocess.run(
+            [sys.executable, str(script), str(pause)], env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert seen(2.5) == "False True"  # the second runner starts with it
+    assert seen(0) == "False False"  # asked at once: the zygote was never idle
+
+
+def test_the_runner_zygote_warms_torch_dynamo(monkeypatch):
+    """The runner zygote (harness/zygotes.py) hands torch._dynamo to its server as an idle
+    import: torch imports it on the first call of one of its Python kernels, in each runner."""
+    from types import SimpleNamespace
+
+    from conformance.harness import zygotes
+
+    seen = {}
+
+    class Server:
+        def __init__(self, links, runner, idle_imports=()):
+            seen["idle_imports"] = idle_imports
+
+        def serve(self):
+            raise SystemExit
+
+    monkeypatch.setattr(zygotes, "ZygoteServer", Server)
+    session = SimpleNamespace(config=None, items=[])
+    try:
+        zygotes._serve(None, session, None, None)
+    except SystemExit:
+        pass
+    assert "torch._dynamo" in seen["idle_imports"]

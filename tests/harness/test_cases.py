@@ -177,6 +177,9 @@ def test_a_keyword_run_accounts_for_and_probes_only_the_overloads_it_keeps(tmp_p
     assert all("masked_fill" in o for o in account["grad_only"])
     assert not [key for key in suite.samples._calls if key[0] == "gelu"]
     assert suite.mode_account() is account
+    # nor does choosing the cases it collects (the -arguments and -grad probes)
+    assert suite.case_list.collected_cases()
+    assert all("masked_fill" in key[0] for key in suite.samples._calls)
 
 
 def test_fallback_ops_all_keeps_the_grad_cases_of_the_models_decompositions(samples_cache) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from conformance.harness.keyword import keyword_filter
@@ -44,3 +46,101 @@ def test_leaves_negations_and_oddities_to_pytest(expression):
 def test_matches_module_and_package_names_like_pytest():
     keep = keyword_filter("test_conformance")
     assert all(keep(i) for i in IDS)
+
+
+FAMILY_CONFTEST = """
+import os
+
+from pathlib import Path
+
+import pytest
+
+from conformance.harness.keyword import kept_params
+
+IDS = ["alpha-float32", "beta-int64", "gamma-contiguous", "delta"]
+
+
+def pytest_generate_tests(metafunc):
+    if "case" in metafunc.fixturenames:
+        params = [
+            pytest.param(i, id=i, marks=[pytest.mark.own_mark] if i.startswith("b") else [])
+            for i in IDS
+        ]
+        if os.environ.get("PREFILTER") == "1":
+            params = kept_params(metafunc, params)
+        metafunc.parametrize("case", params)
+"""
+
+FAMILY_TESTS = """
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.module_mark
+
+
+class TestGroup:
+    def test_one(self, case):
+        pass
+
+
+def test_two(case):
+    pass
+
+
+test_two.an_attribute = True
+"""
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "alpha",
+        "BETA or delta",
+        "TestGroup and int64",
+        "test_two",
+        "an_attribute and gamma",
+        "module_mark",
+        "own_mark",
+        "test_family",
+        "parametrize",
+        "(alpha or delta) and one",
+        "nothing_matches",
+    ],
+)
+def test_a_family_test_keeps_what_pytest_keeps(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, expression: str
+) -> None:
+    """kept_params drops exactly the items pytest's own -k would deselect: the names of the
+    class, module and package, the function's attributes and every mark count."""
+    pytester.makeconftest(FAMILY_CONFTEST)
+    pytester.makepyfile(test_family=FAMILY_TESTS)
+    pytester.makeini("[pytest]\nmarkers =\n    own_mark\n    module_mark\n")
+
+    def selected(prefilter: str) -> set[str]:
+        monkeypatch.setenv("PREFILTER", prefilter)
+        result = pytester.runpytest_inprocess(
+            "-p",
+            "no:conformance",
+            "-p",
+            "no:xdist",
+            "-p",
+            "no:cacheprovider",
+            "--co",
+            "-q",
+            "-k",
+            expression,
+        )
+        return {line for line in result.outlines if "::" in line and "NOTSET" not in line}
+
+    assert selected("1") == selected("0")
+
+
+def test_every_family_that_generates_cases_prefilters_them() -> None:
+    """A family's generated test hands its params to kept_params: without it, `-k masked_fill`
+    builds an item for each of its cases only for pytest to deselect it."""
+    root = Path(__file__).resolve().parents[2] / "conformance"
+    generating = [p for p in root.glob("*/conftest.py") if "metafunc.parametrize(" in p.read_text()]
+    assert generating  # the modules, collectives and autocast families
+    for path in generating:
+        assert "kept_params(metafunc," in path.read_text(), path

@@ -222,3 +222,19 @@ def _not_zombie(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+@pytest.mark.parametrize(
+    "how", [["--isolate", "spawn"], ["-n", "2"]], ids=["spawned-runner", "spawned-zygote"]
+)
+def test_a_spawned_process_collects_the_cases_its_owner_collected(run_suite, how):
+    """bool has no samples of abs.out and abs_: the owner's coverage account makes float32
+    their first dtype, the one an -inference case uses. A spawned runner (a device that refuses
+    forked children, as CUDA) or zygote (an xdist worker's) skips that account: it chose bool,
+    and each such case was a harness error, "the spawned runner did not collect it" (30 cases of
+    a torch_xla run). It now collects the op cases its owner names."""
+    run = run_suite(
+        "--dtypes", "bool,float32", "--modes", "inference", "-k", "abs and inference", *how
+    )
+    assert run.returncode == 0, run.output
+    assert len(run.results) == 4 and {r["status"] for r in run.results} == {"passed"}, run.output

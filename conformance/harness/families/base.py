@@ -9,6 +9,7 @@ the harness asks the registry, never a folder name or a test-name prefix.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -40,8 +41,7 @@ class Family:
     def owns_item(self, item: pytest.Item) -> bool:
         """Whether `item` is one of this family's cases."""
         assert self.folder is not None
-        root = os.path.realpath(os.path.join(PACKAGE_DIR, self.folder)) + os.sep
-        return os.path.realpath(str(item.path)).startswith(root)
+        return _in_folder(str(item.path), os.path.join(PACKAGE_DIR, self.folder))
 
     def owns_nodeid(self, nodeid: str) -> bool:
         """Whether the node id names one of this family's cases (an xdist controller has no
@@ -145,6 +145,13 @@ class Family:
         """The test file of a node id of this family, as a path inside the package."""
         assert self.folder is not None
         return os.path.join(PACKAGE_DIR, self.folder, os.path.basename(nodeid.partition("::")[0]))
+
+
+@functools.lru_cache(maxsize=4096)
+def _in_folder(path: str, folder: str) -> bool:
+    """Whether the file `path` lies in `folder`, links resolved (asked for every item of a run
+    by every family: a run's items share a few dozen files)."""
+    return os.path.realpath(path).startswith(os.path.realpath(folder) + os.sep)
 
 
 def deselect_empty_parameter_set(
