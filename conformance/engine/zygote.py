@@ -3,10 +3,12 @@
 It starts as a fresh interpreter with one thread (engine/forking.py `QUIET`), imports torch
 (and, as a runner zygote, the backend and the collected items: harness/zygotes.py), never
 touches the device and never runs a case, so every child it forks starts from a clean copy:
-no thread, no watchdog, no device state. Requests arrive on links (Unix SOCK_SEQPACKET sockets:
-one JSON message each, file descriptors passed with it); the reply names the child's pid, and
-the child's wait status is written to the status pipe sent with the request when the zygote
-reaps it. The zygote ends when its last link closes, and with the process that started it.
+no thread, no watchdog, no device state. A runner zygote also imports, in its first quiet second
+after its first child started, what each runner would import anyway (`idle_imports`). Requests
+arrive on links (Unix SOCK_SEQPACKET sockets: one JSON message each, file descriptors passed
+with it); the reply names the child's pid, and the child's wait status is written to the status
+pipe sent with the request when the zygote reaps it. The zygote ends when its last link closes,
+and with the process that started it.
 
     {"op": "task", "fn": "module:name", "payload": ..., "warm": ["module:name", ...]}
                                                          fds: progress, status
@@ -335,6 +337,24 @@ def start_task_zygote() -> ZygoteLink:
     return ZygoteLink(ours, proc)
 
 
+def warm_idle(modules: tuple[str, ...]) -> tuple[str, ...]:
+    """Import `modules` in this zygote while it has nothing to do (a child forked later starts
+    with them); returns what is left to import: nothing (a module that fails to import is not
+    tried again). None is imported into a zygote that may not fork; one whose import left a
+    thread behind would make the next fork refused, and the owner would spawn its runners from
+    then on (the run header says why): torch._dynamo starts none (torch 2.9, 2.13)."""
+    import importlib
+
+    for name in modules:
+        if forking.refusal() is not None:
+            break
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a warm-up only: the child imports it as it would
+            pass
+    return ()
+
+
 def main(argv: list[str]) -> NoReturn:
     """`python -m conformance.engine.zygote FD`: a task zygote serving the link on FD."""
     die_with_parent()
@@ -347,19 +367,3 @@ def main(argv: list[str]) -> NoReturn:
 
 if __name__ == "__main__":
     main(sys.argv[1:])
-
-
-def warm_idle(modules: tuple[str, ...]) -> tuple[str, ...]:
-    """Import `modules` in this zygote while it has nothing to do (a child forked later starts
-    with them); returns what is left to import: nothing, as a module that fails to import, or
-    whose import leaves a thread behind (the zygote could fork no more), is not tried again."""
-    import importlib
-
-    for name in modules:
-        if forking.refusal() is not None:
-            break
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - a warm-up only: the child imports it as it would
-            pass
-    return ()

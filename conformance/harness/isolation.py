@@ -20,6 +20,7 @@ probed in a child.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -133,11 +134,14 @@ class IsolatedRunner:
 
     def finish(self) -> None:
         """The end of the run: its runner and zygote closed, the case list file removed."""
-        self.close()
-        self.close_zygote()
-        if self.case_file is not None:
-            os.unlink(self.case_file)
-            self.case_file = None
+        try:
+            self.close()
+            self.close_zygote()
+        finally:
+            if self.case_file is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(self.case_file)
+                self.case_file = None
 
     def close_zygote(self) -> None:
         if self.zygote is not None:

@@ -211,7 +211,8 @@ def write_case_file(items: list[pytest.Item]) -> str:
     or zygote to collect exactly those: what it would choose anew can differ (the coverage
     account, which a spawned process skips, decides which dtype is an overload's first with
     samples: the one its -inference and -sync cases use)."""
-    ids = [str(case) for case in map(case_of, items) if case is not None]
+    # once each: a plugin that repeats items (pytest-repeat) would make pytest rename the ids
+    ids = list(dict.fromkeys(str(case) for case in map(case_of, items) if case is not None))
     with tempfile.NamedTemporaryFile(
         "w", prefix="conformance-cases-", suffix=".json", delete=False
     ) as f:

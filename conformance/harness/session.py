@@ -102,28 +102,29 @@ class ConformanceRun:
                     # its CPU work is small samples; one thread keeps it able to fork its
                     # runners' zygote (engine/forking.py)
                     torch.set_num_threads(1)
+                spawned = self.role in (Role.SPAWNED_RUNNER, Role.ZYGOTE)
+                owner_cases = spawned_cases() if spawned else None  # what its owner collected
                 backend = load_backend(options.backend, options.device)
                 backend.heap_zones, backend.heap_cache = options.heap_zones, self._cache_dir()
                 given = getattr(self.config, "workerinput", {}).get(PROBE_KEY)
                 self.plan = plan_isolation(options, backend, self.role, given)
                 backend.profile = self._profile(backend, options)
-                self._suite = Suite(
+                suite = Suite(
                     options,
                     self._cache_dir(),
                     self.worker,
                     backend=backend,
                     run_dir=self.run_dir,
                     invocation_dir=str(self.config.invocation_params.dir),
-                    with_coverage=self.role not in (Role.SPAWNED_RUNNER, Role.ZYGOTE)
-                    and not registry().targets_only(self.config),
+                    with_coverage=not spawned and not registry().targets_only(self.config),
                     keyword=self.config.option.keyword,
                     alone=registry().named_alone(self.config),
                 )
+                if owner_cases is not None:
+                    suite.case_list.collect_given(owner_cases)
+                self._suite = suite
             except ConformanceUsageError as exc:
                 raise pytest.UsageError(str(exc)) from None
-            given = spawned_cases() if self.role in (Role.SPAWNED_RUNNER, Role.ZYGOTE) else None
-            if given is not None:
-                self._suite.case_list.collect_given(given)
             self._watch_heap()
             if self.role is Role.XDIST_WORKER and self.plan.mode in ("fork", "spawn"):
                 self.config.pluginmanager.register(WorkerIsolation(self), "conformance-worker")

@@ -34,3 +34,26 @@ def test_plain_crash_has_no_headline_but_a_tail():
 def test_describe_status():
     assert describe_status(11) == "killed by SIGSEGV"
     assert describe_status(1 << 8) == "exited with code 1"
+
+
+def test_the_case_file_names_each_op_case_once() -> None:
+    """What a spawned runner or zygote collects (runners.write_case_file): the owner's op cases,
+    each once (pytest renames repeated parameter ids, and a renamed item is one the spawned
+    process 'did not collect')."""
+    import json
+    import os
+    from types import SimpleNamespace
+
+    from conformance.harness.nodes import CASE_PARAM
+    from conformance.harness.runners import write_case_file
+    from conformance.record import CaseId
+
+    case = CaseId("abs", "float32", "contiguous", "native")
+    item = SimpleNamespace(callspec=SimpleNamespace(params={CASE_PARAM: case}))
+    scenario = SimpleNamespace(callspec=None)
+    path = write_case_file([item, scenario, item])
+    try:
+        with open(path) as f:
+            assert json.load(f) == [str(case)]
+    finally:
+        os.unlink(path)
