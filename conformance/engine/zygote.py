@@ -152,7 +152,8 @@ class ZygoteServer:
                         self._handle(sock)
                 self._reap()
                 if not ready and self.forked and self.idle_imports:  # a quiet second
-                    self.idle_imports = warm_idle(self.idle_imports)
+                    warm_idle(self.idle_imports)
+                    self.idle_imports = ()  # tried once: a failed import is not tried again
         except BaseException:  # noqa: BLE001 - Ctrl-C, a broken link: the zygote ends
             pass
         os._exit(0)
@@ -337,10 +338,9 @@ def start_task_zygote() -> ZygoteLink:
     return ZygoteLink(ours, proc)
 
 
-def warm_idle(modules: tuple[str, ...]) -> tuple[str, ...]:
+def warm_idle(modules: tuple[str, ...]) -> None:
     """Import `modules` in this zygote while it has nothing to do (a child forked later starts
-    with them); returns what is left to import: nothing (a module that fails to import is not
-    tried again). None is imported into a zygote that may not fork; one whose import left a
+    with them). None is imported into a zygote that may not fork; one whose import left a
     thread behind would make the next fork refused, and the owner would spawn its runners from
     then on (the run header says why): torch._dynamo starts none (torch 2.9, 2.13)."""
     import importlib
@@ -352,7 +352,6 @@ def warm_idle(modules: tuple[str, ...]) -> tuple[str, ...]:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - a warm-up only: the child imports it as it would
             pass
-    return ()
 
 
 def main(argv: list[str]) -> NoReturn:

@@ -237,7 +237,7 @@ class CaseList:
         for overload in self.grad_only:  # as the device runs them: no route of their own
             dtypes = self.dtypes(overload, True)
             out += self._mode_cases(overload, dtypes, ["native"], layouts, keep=keep)
-        return out if keep is None else [c for c in out if keep(str(c))]
+        return out
 
     def collected_cases(self) -> list[CaseId]:
         """The cases this process builds items for: `cases()` that -k keeps, then this shard's

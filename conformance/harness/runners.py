@@ -221,9 +221,14 @@ def write_case_file(items: list[pytest.Item]) -> str:
 
 
 # ---- the runner side ----------------------------------------------------------------------------
+def spawned_job() -> dict[str, Any]:
+    """What a spawned runner or zygote was given by its owner (RUNNER_ENV; {} elsewhere)."""
+    return json.loads(os.environ.get(RUNNER_ENV) or "{}")
+
+
 def spawned_cases() -> list[str] | None:
     """In a spawned runner or zygote: the op case ids its owner collected (None: not given)."""
-    path = json.loads(os.environ.get(RUNNER_ENV) or "{}").get("cases")
+    path = spawned_job().get("cases")
     if not path:
         return None
     with open(path) as f:
@@ -232,13 +237,13 @@ def spawned_cases() -> list[str] | None:
 
 def spawned_profile() -> DeviceProfile | None:
     """In a spawned runner: the device profile its parent learned (None: not given)."""
-    data = json.loads(os.environ.get(RUNNER_ENV) or "{}").get("profile")
+    data = spawned_job().get("profile")
     return DeviceProfile.from_json(data) if data else None
 
 
 def serve_spawned(session: pytest.Session, backend: Backend | None = None) -> None:
     """In a spawned runner (RUNNER_ENV set): serve the collected items; never returns."""
-    job = json.loads(os.environ[RUNNER_ENV])
+    job = spawned_job()
     config, items = session.config, session.items
     FORKER.use(None, device_touched=True)  # its own forks: through a task zygote
     serve(config, items, job["cmd"], job["out"], None, False, job["replay"], backend)

@@ -34,7 +34,7 @@ from conformance.engine.zygote import (
     die_with_parent,
     link_pair,
 )
-from conformance.harness.runners import RUNNER_ENV, runner_args, serve
+from conformance.harness.runners import RUNNER_ENV, runner_args, serve, spawned_job
 
 #: what the runner zygote imports once its first runner runs, so that the runners after it (one
 #: per --runner-cases cases, one after each crash or hang) start with it: torch._dynamo, which
@@ -114,7 +114,7 @@ class RunnerZygote(ZygoteLink):
 def serve_zygote(session: pytest.Session, run: Any, backend: Backend) -> NoReturn:
     """In a spawned zygote (its role: harness/roles.py): fork runners until the owner closes
     the link; never returns. `run` is the process's ConformanceRun (its children are runners)."""
-    job = json.loads(os.environ[RUNNER_ENV])
+    job = spawned_job()
     die_with_parent()
     _serve(socket.socket(fileno=job["zygote"]), session, run, backend)
 
