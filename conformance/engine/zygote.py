@@ -3,8 +3,9 @@
 It starts as a fresh interpreter with one thread (engine/forking.py `QUIET`), imports torch
 (and, as a runner zygote, the backend and the collected items: harness/zygotes.py), never
 touches the device and never runs a case, so every child it forks starts from a clean copy:
-no thread, no watchdog, no device state. A runner zygote also imports, in its first quiet second
-after its first child started, what each runner would import anyway (`idle_imports`). Requests
+no thread, no watchdog, no device state. Before it forks a runner, a runner zygote imports the
+modules an earlier runner reported it had to import (`LazyImports`), so that each later runner
+starts with them. Requests
 arrive on links (Unix SOCK_SEQPACKET sockets: one JSON message each, file descriptors passed
 with it); the reply names the child's pid, and the child's wait status is written to the status
 pipe sent with the request when the zygote reaps it. The zygote ends when its last link closes,
@@ -14,6 +15,7 @@ and with the process that started it.
                                                          fds: progress, status
     {"op": "runner", "job": {...}}                       fds: runner's (harness/runners.py), status
     {"op": "adopt"}                                      fds: a new link (a spawned runner's)
+    {"op": "imported", "modules": [...]}                 (no reply; from a runner: LazyImports)
 """
 
 from __future__ import annotations
@@ -87,6 +89,14 @@ class ZygoteLink:
     def fork_runner(self, job: dict, fds: list[int]) -> forking.Child:
         return self.request({"op": "runner", "job": job}, fds)
 
+    def imported(self, modules: list[str]) -> None:
+        """Tell the zygote that a child had to import `modules` (no reply; a gone zygote is
+        not this child's concern)."""
+        try:
+            self.sock.send(json.dumps({"op": "imported", "modules": modules}).encode())
+        except OSError:
+            pass
+
     def task_link(self) -> ZygoteLink:
         """A link to the task zygote this zygote keeps for CPU work (started on the first ask;
         a task zygote answers with a link to itself)."""
@@ -117,19 +127,14 @@ class ZygoteLink:
 
 class ZygoteServer:
     """The zygote's loop (never returns): `runner(job, fds)` serves a runner request in the
-    forked child (None: a task zygote, which refuses them). `idle_imports`: modules the zygote
-    imports in the first quiet second after its first child started, so that every later child
-    starts with them (`warm_idle`)."""
+    forked child (None: a task zygote, which refuses them)."""
 
     def __init__(
-        self,
-        links: list[socket.socket],
-        runner: Callable[[dict, list[int]], NoReturn] | None,
-        idle_imports: tuple[str, ...] = (),
+        self, links: list[socket.socket], runner: Callable[[dict, list[int]], NoReturn] | None
     ) -> None:
         self.links = list(links)
         self.runner = runner
-        self.idle_imports = idle_imports
+        self.imports: list[str] = []  # what runners reported importing (imported before a fork)
         self.forked = 0  # children forked so far
         self.tasks: ZygoteLink | None = None  # a runner zygote's task zygote (_send_task_link)
         self.status_fds: dict[int, int] = {}  # child pid -> the asker's status pipe
@@ -151,9 +156,6 @@ class ZygoteServer:
                     else:
                         self._handle(sock)
                 self._reap()
-                if not ready and self.forked and self.idle_imports:  # a quiet second
-                    warm_idle(self.idle_imports)
-                    self.idle_imports = ()  # tried once: a failed import is not tried again
         except BaseException:  # noqa: BLE001 - Ctrl-C, a broken link: the zygote ends
             pass
         os._exit(0)
@@ -173,6 +175,9 @@ class ZygoteServer:
             return
         if request["op"] == "task-link":
             self._send_task_link(sock)
+            return
+        if request["op"] == "imported":
+            self.imports += [m for m in request["modules"] if m not in self.imports]
             return
         *passed, status_w = fds
         try:
@@ -205,6 +210,9 @@ class ZygoteServer:
             return {"error": "a task zygote forks no runner"}
         for ref in request.get("warm", ()):
             forking.warm_up(ref)
+        if request["op"] == "runner":
+            import_quietly(self.imports)
+            self.imports = []  # tried once: a failed import is not tried again
         try:
             pid = forking.fork(f"zygote:{request['op']}")
         except forking.ForkRefused as exc:
@@ -338,11 +346,29 @@ def start_task_zygote() -> ZygoteLink:
     return ZygoteLink(ours, proc)
 
 
-def warm_idle(modules: tuple[str, ...]) -> None:
-    """Import `modules` in this zygote while it has nothing to do (a child forked later starts
-    with them). None is imported into a zygote that may not fork; one whose import left a
-    thread behind would make the next fork refused, and the owner would spawn its runners from
-    then on (the run header says why): torch._dynamo starts none (torch 2.9, 2.13)."""
+class LazyImports:
+    """In a runner: which of `modules` (the ones torch imports lazily, each costing about a
+    second) this runner had to import, told once to its zygote after the case that imported
+    them (`check`), so that the zygote imports them before it forks the next runner. A run whose
+    runners never need one never imports it."""
+
+    def __init__(self, link: ZygoteLink, modules: tuple[str, ...]) -> None:
+        self.link = link
+        self.pending = [m for m in modules if m not in sys.modules]
+
+    def check(self) -> None:
+        new = [m for m in self.pending if m in sys.modules]
+        if new:
+            self.pending = [m for m in self.pending if m not in new]
+            self.link.imported(new)
+
+
+def import_quietly(modules: list[str]) -> None:
+    """Import `modules` in this zygote (a child forked later starts with them). None is
+    imported into a zygote that may not fork; one whose import left a thread behind would make
+    the next fork refused, and the owner would spawn its runners from then on (the run header
+    says why): torch._dynamo and torch.fx.experimental.symbolic_shapes start none (torch 2.9,
+    2.13)."""
     import importlib
 
     for name in modules:

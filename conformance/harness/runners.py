@@ -22,6 +22,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -307,9 +308,11 @@ def serve(
     forked: bool,
     replay: bool,
     backend: Backend | None = None,
+    after_case: Callable[[], None] | None = None,
 ) -> None:
     """Run the items asked for on `cmd_fd` until EOF (`backend`: the one under test, whose lazy
-    runtime, if any, is started first and checked after each case)."""
+    runtime, if any, is started first and checked after each case; `after_case`: called after
+    each case's finish was sent)."""
     code = 0
     try:
         from conformance.samples import guarded
@@ -355,6 +358,8 @@ def serve(
                     data = config.hook.pytest_report_to_serializable(config=config, report=report)
                     _send(out, "report", nodeid, data)
             _send(out, "finish", nodeid, RETIRE if _broken(backend, lazy, passed) else None)
+            if after_case is not None:
+                after_case()
     except BaseException:  # noqa: BLE001 - anything here must not run the parent's code
         code = 3
     os._exit(code)

@@ -29,6 +29,7 @@ from conformance.engine.backend import Backend
 from conformance.engine.probe import initialised
 from conformance.engine.zygote import (
     FORKER,
+    LazyImports,
     ZygoteLink,
     ZygoteServer,
     die_with_parent,
@@ -36,11 +37,13 @@ from conformance.engine.zygote import (
 )
 from conformance.harness.runners import RUNNER_ENV, runner_args, serve, spawned_job
 
-#: what the runner zygote imports once its first runner runs, so that the runners after it (one
-#: per --runner-cases cases, one after each crash or hang) start with it: torch._dynamo, which
-#: torch imports on the first call of one of its Python kernels (the meta kernels and
-#: decompositions a backend reaches, `torch._disable_dynamo`): about 1 s of each runner's time
-RUNNER_IMPORTS = ("torch._dynamo",)
+#: what torch imports lazily in a runner, each about 1 s of that runner's time: torch._dynamo, on
+#: the first call of one of torch's Python kernels (the Python meta kernels and decompositions a
+#: backend reaches, `torch._disable_dynamo`), and symbolic_shapes with sympy, on the first
+#: torch.autograd.grad given grad_outputs (torch 2.13). A runner that had to import one tells
+#: its zygote, which imports it before it forks the next runner (one per --runner-cases cases,
+#: one after each crash or hang): engine/zygote.py `LazyImports`
+RUNNER_IMPORTS = ("torch._dynamo", "torch.fx.experimental.symbolic_shapes")
 
 
 class RunnerZygote(ZygoteLink):
@@ -127,7 +130,8 @@ def _serve(link: socket.socket, session: pytest.Session, run: Any, backend: Back
         run.forked_child = True
         own = ZygoteLink(socket.socket(fileno=link_fd))
         FORKER.use_tasks_of(own)  # its CPU work: the task zygote its zygote keeps
-        serve(config, items, cmd_fd, out_fd, log_fd, True, request["replay"], backend)
+        lazy = LazyImports(own, RUNNER_IMPORTS)
+        serve(config, items, cmd_fd, out_fd, log_fd, True, request["replay"], backend, lazy.check)
         os._exit(3)
 
-    ZygoteServer([link], runner, RUNNER_IMPORTS).serve()
+    ZygoteServer([link], runner).serve()

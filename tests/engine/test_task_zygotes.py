@@ -16,6 +16,9 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
 
 from conformance.engine import zygote
 from conformance.engine.zygote import Forker, ZygoteLink, link_pair
@@ -120,80 +123,101 @@ def test_a_task_zygote_answers_a_task_link_with_itself():
         link.owner.wait(30)
 
 
-IDLE_ZYGOTE = """
-import os, sys, time
+LAZY_ZYGOTE = """
+import os, sys
 from conformance.engine.zygote import ZygoteServer, ZygoteLink, link_pair
 ours, theirs = link_pair()
 if os.fork() == 0:
     ours.close()
     def runner(job, fds):
-        os.write(fds[0], str("zygote_idle_marker" in sys.modules).encode())
+        os.write(fds[0], str("zygote_lazy_marker" in sys.modules).encode())
         os._exit(0)
-    ZygoteServer([theirs], runner, ("zygote_idle_marker",)).serve()
+    ZygoteServer([theirs], runner).serve()
 theirs.close()
 link = ZygoteLink(ours)
-def ask():
+def seen():
     r, w = os.pipe()
     child = link.request({"op": "runner", "job": {}}, [w])
     os.close(w)
-    return child, r
-def seen(asked):
-    child, r = asked
     with os.fdopen(r) as f:
         text = f.read()
     child.wait(30)
     return text
-first = ask()
-if float(sys.argv[1]):
-    seen_first = seen(first)
-    time.sleep(float(sys.argv[1]))
-    print(seen_first, seen(ask()))
-else:  # asked again at once: the zygote has had no quiet moment
-    second = ask()
-    print(seen(first), seen(second))
+first = seen()
+second = seen()
+if sys.argv[1] == "report":
+    link.imported(["zygote_lazy_marker"])
+print(first, second, seen())
 """
 
 
-def test_a_runner_zygote_imports_its_idle_imports_once_its_first_runner_runs(tmp_path):
-    """A zygote imports `idle_imports` in its first quiet second after its first child started
-    (torch._dynamo, for a runner zygote: about 1 s of every runner after the first), never
-    before (the first runner would wait for it) and never in a busy moment."""
-    (tmp_path / "zygote_idle_marker.py").write_text("")
-    script = tmp_path / "idle.py"
-    script.write_text(IDLE_ZYGOTE)
+@pytest.mark.parametrize("report", [True, False], ids=["reported", "not-reported"])
+def test_a_runner_zygote_imports_what_a_runner_reported_before_its_next_fork(tmp_path, report):
+    """A module a runner reported importing (LazyImports) is imported by the zygote before the
+    next runner is forked, so that runner starts with it; one nobody reported is never imported
+    (a run that never needs torch._dynamo never pays for it)."""
+    (tmp_path / "zygote_lazy_marker.py").write_text("")
+    script = tmp_path / "lazy.py"
+    script.write_text(LAZY_ZYGOTE)
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}", "OMP_NUM_THREADS": "1"}
-
-    def seen(pause: float) -> str:
-        done = subprocess.run(
-            [sys.executable, str(script), str(pause)], env=env, capture_output=True, text=True
-        )
-        assert done.returncode == 0, done.stderr
-        return done.stdout.strip()
-
-    assert seen(2.5) == "False True"  # the second runner starts with it
-    assert seen(0) == "False False"  # asked at once: the zygote was never idle
+    done = subprocess.run(
+        [sys.executable, str(script), "report" if report else "quiet"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "False", "True" if report else "False"]
 
 
-def test_the_runner_zygote_warms_torch_dynamo(monkeypatch):
-    """The runner zygote (harness/zygotes.py) hands torch._dynamo to its server as an idle
-    import: torch imports it on the first call of one of its Python kernels, in each runner."""
-    from types import SimpleNamespace
+def test_lazy_imports_tells_the_zygote_once_after_the_case_that_imported(tmp_path, monkeypatch):
+    from conformance.engine.zygote import LazyImports
 
+    told = []
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "lazy_marker_a.py").write_text("")
+    (tmp_path / "lazy_marker_b.py").write_text("")
+    lazy = LazyImports(
+        SimpleNamespace(imported=told.append), ("lazy_marker_a", "lazy_marker_b", "os")
+    )
+    lazy.check()
+    assert told == []  # nothing new (os was there before)
+    import lazy_marker_a  # noqa: F401
+
+    lazy.check()
+    lazy.check()
+    assert told == [["lazy_marker_a"]]
+
+
+def test_the_runner_zygote_reports_torch_dynamo_and_symbolic_shapes(monkeypatch):
+    """Each runner the runner zygote forks (harness/zygotes.py) checks after every case whether
+    it had to import torch._dynamo or symbolic_shapes (sympy), each about 1 s of a runner's
+    time, and tells its zygote."""
     from conformance.harness import zygotes
 
     seen = {}
 
     class Server:
-        def __init__(self, links, runner, idle_imports=()):
-            seen["idle_imports"] = idle_imports
+        def __init__(self, links, runner):
+            seen["runner"] = runner
 
         def serve(self):
             raise SystemExit
 
+    def serve(*args):
+        seen["after_case"] = args[-1]
+        raise SystemExit
+
     monkeypatch.setattr(zygotes, "ZygoteServer", Server)
+    monkeypatch.setattr(zygotes, "serve", serve)
+    monkeypatch.setattr(zygotes, "ZygoteLink", lambda sock: SimpleNamespace(imported=None))
+    monkeypatch.setattr(zygotes.FORKER, "use_tasks_of", lambda link: None)
+    monkeypatch.setattr(zygotes.socket, "socket", lambda fileno: None)
     session = SimpleNamespace(config=None, items=[])
-    try:
-        zygotes._serve(None, session, None, None)
-    except SystemExit:
-        pass
-    assert "torch._dynamo" in seen["idle_imports"]
+    with pytest.raises(SystemExit):
+        zygotes._serve(None, session, SimpleNamespace(), None)
+    with pytest.raises(SystemExit):
+        seen["runner"]({"replay": False}, [0, 1, 2, 3])
+    lazy = seen["after_case"].__self__
+    assert set(zygotes.RUNNER_IMPORTS) == {"torch._dynamo", "torch.fx.experimental.symbolic_shapes"}
+    assert isinstance(lazy, zygotes.LazyImports)

@@ -1,6 +1,7 @@
 // echo_npu kernels: elementwise binary/unary ops, comparisons, masked_fill_, where.
-// Shapes, dtypes and errors come from the meta kernels (same checks as CPU); inputs are staged
-// into contiguous device buffers, the cmodel kernel runs, results are written back.
+// Shapes, dtypes and errors come from the ops' meta functions (meta.h: C++ where torch has them,
+// the same checks as CPU); inputs are staged into contiguous device buffers, the cmodel kernel
+// runs, results are written back.
 // The shared bodies are templates over the aten op (at::_ops::*) used for the meta call and the
 // fallback; each registered overload is a small function below that names itself and holds its
 // own fault branches.
@@ -31,6 +32,7 @@
 
 #include "../device/device.h"
 #include "common.h"
+#include "meta.h"
 #include "ops.h"
 
 namespace enpu::ops {
@@ -38,7 +40,7 @@ namespace {
 
 at::ScalarType default_float() { return c10::typeMetaToScalarType(c10::get_default_dtype()); }
 
-// CPU's sub_check (the Python meta kernel does not repeat it).
+// CPU's sub_check (the Python meta kernel, used where torch has no C++ one, does not repeat it).
 void sub_check(const Tensor& self, const Tensor& other) {
   TORCH_CHECK(self.scalar_type() != at::kBool || other.scalar_type() != at::kBool,
               "Subtraction, the `-` operator, with two bool tensors is not supported. "
@@ -97,7 +99,7 @@ Tensor binary_compute(k::BinOp op, const Tensor& a, const Tensor& b, const Scala
 }
 
 // CPU's TensorIterator refuses to write a result into a tensor of a type it cannot be cast to
-// (div_ of ints gives Float). Some torch versions' meta kernels (2.8) skip this check.
+// (div_ of ints gives Float). Some torch versions' Python meta kernels (2.8) skip this check.
 void check_can_cast(at::ScalarType result, const Tensor& out) {
   TORCH_CHECK(at::canCast(result, out.scalar_type()), "result type ", result,
               " can't be cast to the desired output type ", out.scalar_type());
@@ -118,7 +120,7 @@ template <class Functional, class... Alpha>
 Tensor binary_functional(k::BinOp kop, const Tensor& self, const Tensor& other,
                          const Alpha&... alpha) {
   auto dev = device_of({self, other});
-  Tensor meta = Functional::call(to_meta(self), to_meta(other), alpha...);
+  Tensor meta = meta_call<Functional>(to_meta(self), to_meta(other), alpha...);
   return finish(binary_compute(kop, self, other, alpha_or_one(alpha...), meta.sizes(), dev), meta,
                 dev);
 }
@@ -129,8 +131,8 @@ Tensor binary_inplace_result(k::BinOp kop, Tensor& self, const Tensor& other,
                              const Alpha&... alpha) {
   auto dev = device_of({self, other});
   Tensor ms = to_meta(self);
-  Inplace::call(ms, to_meta(other), alpha...);
-  check_can_cast(Functional::call(ms, to_meta(other), alpha...).scalar_type(), self);
+  meta_call<Inplace>(ms, to_meta(other), alpha...);
+  check_can_cast(meta_call<Functional>(ms, to_meta(other), alpha...).scalar_type(), self);
   check_inplace(self, {other});
   return binary_compute(kop, self, other, alpha_or_one(alpha...), self.sizes(), dev);
 }
@@ -141,8 +143,8 @@ Tensor& binary_out(k::BinOp kop, const Tensor& self, const Tensor& other, Tensor
                    const Alpha&... alpha) {
   auto dev = device_of({self, other, out});
   Tensor mo = to_meta(out);
-  Out::call(to_meta(self), to_meta(other), alpha..., mo);
-  check_can_cast(Functional::call(to_meta(self), to_meta(other), alpha...).scalar_type(), out);
+  meta_call<Out>(to_meta(self), to_meta(other), alpha..., mo);
+  check_can_cast(meta_call<Functional>(to_meta(self), to_meta(other), alpha...).scalar_type(), out);
   resize_out_like(out, mo);
   check_inplace(out, {self, other});
   copy_any(out, binary_compute(kop, self, other, alpha_or_one(alpha...), mo.sizes(), dev));
@@ -187,7 +189,7 @@ at::ScalarType unary_ct(k::UnOp op, const Tensor& self) {
 template <class Functional>
 Tensor unary_functional(k::UnOp kop, const Tensor& self) {
   auto dev = device_of({self});
-  Tensor meta = Functional::call(to_meta(self));
+  Tensor meta = meta_call<Functional>(to_meta(self));
   return finish(unary_compute(kop, self, unary_ct(kop, self), dev), meta, dev);
 }
 
@@ -195,7 +197,7 @@ template <class Out>
 Tensor& unary_out(k::UnOp kop, const Tensor& self, Tensor& out) {
   auto dev = device_of({self, out});
   Tensor mo = to_meta(out);
-  Out::call(to_meta(self), mo);
+  meta_call<Out>(to_meta(self), mo);
   resize_out_like(out, mo);
   check_inplace(out, {self});
   copy_any(out, unary_compute(kop, self, unary_ct(kop, self), dev));
@@ -206,7 +208,7 @@ template <class Inplace>
 Tensor& unary_inplace(k::UnOp kop, Tensor& self) {
   auto dev = device_of({self});
   Tensor ms = to_meta(self);
-  Inplace::call(ms);
+  meta_call<Inplace>(ms);
   check_inplace(self, {});
   copy_any(self, unary_compute(kop, self, unary_ct(kop, self), dev));
   return self;
@@ -242,14 +244,14 @@ Tensor compare_compute(k::CmpOp op, const Tensor& a, const Tensor& b, const Tens
 template <class Op>
 Tensor compare_tensor(k::CmpOp kop, const Tensor& self, const Tensor& other) {
   auto dev = device_of({self, other});
-  Tensor meta = Op::call(to_meta(self), to_meta(other));
+  Tensor meta = meta_call<Op>(to_meta(self), to_meta(other));
   return compare_compute(kop, self, other, meta, dev);
 }
 
 template <class Op>
 Tensor compare_scalar(k::CmpOp kop, const Tensor& self, const Scalar& other) {
   auto dev = device_of({self});
-  Tensor meta = Op::call(to_meta(self), other);
+  Tensor meta = meta_call<Op>(to_meta(self), other);
   return compare_compute(kop, self, wrap_scalar(other), meta, dev);
 }
 
@@ -302,7 +304,7 @@ Tensor add_Tensor(const Tensor& self, const Tensor& other, const Scalar& alpha) 
   if (fault(Fault::IntFloatPromotion) && at::isIntegralType(self.scalar_type(), false) &&
       at::isFloatingType(other.scalar_type())) {  // wrong promotion: keeps self's integer dtype
     auto dev = device_of({self, other});
-    Tensor meta = at::_ops::add_Tensor::call(to_meta(self), to_meta(other), alpha);
+    Tensor meta = meta_call<at::_ops::add_Tensor>(to_meta(self), to_meta(other), alpha);
     Tensor as_int = at::empty_strided(meta.sizes(), meta.strides(),
                                       meta.options().dtype(self.scalar_type()));
     return finish(binary_compute_as(k::BinOp::Add, self, other, alpha, meta.sizes(),
@@ -521,7 +523,7 @@ Tensor relu(const Tensor& self) {
   if (use_fallback("relu", {self})) return fallback<at::_ops::relu>(self);
   auto dev = device_of({self});
   TORCH_CHECK(self.scalar_type() != at::kBool, "Boolean inputs not supported for relu");
-  Tensor meta = at::_ops::relu::call(to_meta(self));
+  Tensor meta = meta_call<at::_ops::relu>(to_meta(self));
   Tensor r = unary_compute(k::UnOp::Relu, self, self.scalar_type(), dev);
   if (fault(Fault::NanToZero)) zero_nans(r);
   return finish(r, meta, dev);
@@ -618,7 +620,7 @@ Tensor& masked_fill__Scalar(Tensor& self, const Tensor& mask, const Scalar& valu
   if (use_fallback("masked_fill_.Scalar", {self, mask}))
     return fallback<at::_ops::masked_fill__Scalar>(self, mask, value);
   Tensor ms = to_meta(self);
-  at::_ops::masked_fill__Scalar::call(ms, to_meta(mask), value);
+  meta_call<at::_ops::masked_fill__Scalar>(ms, to_meta(mask), value);
   masked_fill_impl(self, mask, value);
   return self;
 }
@@ -631,10 +633,7 @@ Tensor& masked_fill__Tensor(Tensor& self, const Tensor& mask, const Tensor& valu
               "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
               value.dim(), " dimension(s).");
   Tensor ms = to_meta(self);
-  // A 0-dim CPU value is allowed (as on CPU and CUDA); torch's Python meta for masked_fill_
-  // refuses a CPU value next to meta tensors, so its metadata goes as a 0-dim meta tensor.
-  Tensor mv = at::empty({}, value.options().device(c10::kMeta));
-  at::_ops::masked_fill__Tensor::call(ms, to_meta(mask), mv);
+  meta_call<at::_ops::masked_fill__Tensor>(ms, to_meta(mask), value);
   masked_fill_impl(self, mask, value.item());
   return self;
 }
@@ -644,7 +643,7 @@ Tensor where_self(const Tensor& cond, const Tensor& self, const Tensor& other) {
   if (use_fallback("where.self", {cond, self, other}))
     return fallback<at::_ops::where_self>(cond, self, other);
   auto dev = device_of({cond, self, other});
-  Tensor meta = at::_ops::where_self::call(to_meta(cond), to_meta(self), to_meta(other));
+  Tensor meta = meta_call<at::_ops::where_self>(to_meta(cond), to_meta(self), to_meta(other));
   auto ct = meta.scalar_type();
   Tensor c = stage(cond, meta.sizes(), at::kBool, dev);
   Tensor a = stage(self, meta.sizes(), ct, dev), b = stage(other, meta.sizes(), ct, dev);

@@ -12,6 +12,7 @@
 #include <c10/core/WrapDimMinimal.h>
 
 #include "common.h"
+#include "meta.h"
 #include "ops.h"
 
 namespace enpu::ops {
@@ -100,7 +101,7 @@ Tensor sum_dim_IntList(const Tensor& self, at::OptionalIntArrayRef dim, bool kee
       (dtype.has_value() && !k::supported(static_cast<int>(*dtype))))
     return fallback<at::_ops::sum_dim_IntList>(self, dim, keepdim, dtype);
   auto dev = device_of({self});
-  Tensor meta = at::_ops::sum_dim_IntList::call(to_meta(self), dim, keepdim, dtype);
+  Tensor meta = meta_call<at::_ops::sum_dim_IntList>(to_meta(self), dim, keepdim, dtype);
   return reduce_impl(k::RedOp::Sum, self, dim, meta.scalar_type(), meta, dev);
 }
 
@@ -111,7 +112,7 @@ Tensor mean_dim(const Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
       (dtype.has_value() && !k::supported(static_cast<int>(*dtype))))
     return fallback<at::_ops::mean_dim>(self, dim, keepdim, dtype);
   auto dev = device_of({self});
-  Tensor meta = at::_ops::mean_dim::call(to_meta(self), dim, keepdim, dtype);
+  Tensor meta = meta_call<at::_ops::mean_dim>(to_meta(self), dim, keepdim, dtype);
   return reduce_impl(k::RedOp::Mean, self, dim, meta.scalar_type(), meta, dev);
 }
 
@@ -129,7 +130,7 @@ Tensor amax(const Tensor& self, at::IntArrayRef dim, bool keepdim) {
                         w, " to have non-zero size.");
     }
   }
-  Tensor meta = at::_ops::amax::call(to_meta(self), dim, keepdim);
+  Tensor meta = meta_call<at::_ops::amax>(to_meta(self), dim, keepdim);
   return reduce_impl(k::RedOp::Amax, self, dim, self.scalar_type(), meta, dev);
 }
 
@@ -137,7 +138,7 @@ Tensor all(const Tensor& self) {
   OpScope s("all");
   if (routed("all") || !native_ok({self})) return fallback<at::_ops::all>(self);
   auto dev = device_of({self});
-  Tensor meta = at::_ops::all::call(to_meta(self));
+  Tensor meta = meta_call<at::_ops::all>(to_meta(self));
   return reduce_impl(k::RedOp::All, self, std::nullopt, self.scalar_type(), meta, dev);
 }
 
@@ -145,7 +146,7 @@ Tensor any(const Tensor& self) {
   OpScope s("any");
   if (routed("any") || !native_ok({self})) return fallback<at::_ops::any>(self);
   auto dev = device_of({self});
-  Tensor meta = at::_ops::any::call(to_meta(self));
+  Tensor meta = meta_call<at::_ops::any>(to_meta(self));
   return reduce_impl(k::RedOp::Any, self, std::nullopt, self.scalar_type(), meta, dev);
 }
 
@@ -153,7 +154,7 @@ Tensor all_dim(const Tensor& self, int64_t dim, bool keepdim) {
   OpScope s("all.dim");
   if (routed("all.dim") || !native_ok({self})) return fallback<at::_ops::all_dim>(self, dim, keepdim);
   auto dev = device_of({self});
-  Tensor meta = at::_ops::all_dim::call(to_meta(self), dim, keepdim);
+  Tensor meta = meta_call<at::_ops::all_dim>(to_meta(self), dim, keepdim);
   int64_t d[1] = {dim};
   return reduce_impl(k::RedOp::All, self, at::IntArrayRef(d, 1), self.scalar_type(), meta, dev);
 }
@@ -162,7 +163,7 @@ Tensor any_dim(const Tensor& self, int64_t dim, bool keepdim) {
   OpScope s("any.dim");
   if (routed("any.dim") || !native_ok({self})) return fallback<at::_ops::any_dim>(self, dim, keepdim);
   auto dev = device_of({self});
-  Tensor meta = at::_ops::any_dim::call(to_meta(self), dim, keepdim);
+  Tensor meta = meta_call<at::_ops::any_dim>(to_meta(self), dim, keepdim);
   int64_t d[1] = {dim};
   return reduce_impl(k::RedOp::Any, self, at::IntArrayRef(d, 1), self.scalar_type(), meta, dev);
 }
@@ -172,7 +173,7 @@ Tensor cumsum(const Tensor& self, int64_t dim, std::optional<at::ScalarType> dty
   if (routed("cumsum") || !cumsum_native(self, dtype))
     return fallback<at::_ops::cumsum>(self, dim, dtype);
   auto dev = device_of({self});
-  Tensor meta = at::_ops::cumsum::call(to_meta(self), dim, dtype);
+  Tensor meta = meta_call<at::_ops::cumsum>(to_meta(self), dim, dtype);
   if (meta.scalar_type() == at::kBool) return fallback<at::_ops::cumsum>(self, dim, dtype);
   return finish(cumsum_compute(self, dim, meta.scalar_type(), dev), meta, dev);
 }
@@ -183,7 +184,7 @@ Tensor& cumsum_(Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype) 
     return fallback<at::_ops::cumsum_>(self, dim, dtype);
   auto dev = device_of({self});
   Tensor ms = to_meta(self);
-  at::_ops::cumsum_::call(ms, dim, dtype);
+  meta_call<at::_ops::cumsum_>(ms, dim, dtype);
   if (self.scalar_type() == at::kBool) return fallback<at::_ops::cumsum_>(self, dim, dtype);
   cumsum_check_overlap(self, self);
   copy_any(self, cumsum_compute(self, dim, self.scalar_type(), dev));
@@ -197,7 +198,7 @@ Tensor& cumsum_out(const Tensor& self, int64_t dim, std::optional<at::ScalarType
     return fallback<at::_ops::cumsum_out>(self, dim, dtype, out);
   auto dev = device_of({self, out});
   Tensor mo = to_meta(out);
-  at::_ops::cumsum_out::call(to_meta(self), dim, dtype, mo);
+  meta_call<at::_ops::cumsum_out>(to_meta(self), dim, dtype, mo);
   if (mo.scalar_type() == at::kBool) return fallback<at::_ops::cumsum_out>(self, dim, dtype, out);
   resize_out_like(out, mo);
   cumsum_check_overlap(out, self);
@@ -211,7 +212,7 @@ Tensor _softmax(const Tensor& self, int64_t dim, bool half_to_float) {
     return fallback<at::_ops::_softmax>(self, dim, half_to_float);
   auto dev = device_of({self});
   TORCH_CHECK(!half_to_float, "softmax with half to float conversion is not supported on CPU");
-  Tensor meta = at::_ops::_softmax::call(to_meta(self), dim, half_to_float);
+  Tensor meta = meta_call<at::_ops::_softmax>(to_meta(self), dim, half_to_float);
   const int64_t nd = self.dim();
   const int64_t w = c10::maybe_wrap_dim(dim, nd);
   TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(self.scalar_type()), "\"",

@@ -10,6 +10,7 @@
 #include <c10/core/WrapDimMinimal.h>
 
 #include "common.h"
+#include "meta.h"
 #include "ops.h"
 
 namespace enpu::ops {
@@ -34,14 +35,14 @@ Tensor tri_impl(const Tensor& self, int64_t diag, bool upper, const Tensor& meta
 Tensor tril(const Tensor& self, int64_t diag) {
   OpScope s("tril");
   if (routed("tril") || !native_ok({self})) return fallback<at::_ops::tril>(self, diag);
-  Tensor meta = at::_ops::tril::call(to_meta(self), diag);
+  Tensor meta = meta_call<at::_ops::tril>(to_meta(self), diag);
   return tri_impl(self, diag, false, meta);
 }
 
 Tensor triu(const Tensor& self, int64_t diag) {
   OpScope s("triu");
   if (routed("triu") || !native_ok({self})) return fallback<at::_ops::triu>(self, diag);
-  Tensor meta = at::_ops::triu::call(to_meta(self), diag);
+  Tensor meta = meta_call<at::_ops::triu>(to_meta(self), diag);
   return tri_impl(self, diag, true, meta);
 }
 
@@ -68,7 +69,7 @@ Tensor cat(const at::ITensorListRef& tensors, int64_t dim) {
                 *dev, " and ", t.device(), "!");
     metas.push_back(to_meta(t));
   }
-  Tensor meta = at::_ops::cat::call(at::ITensorListRef(metas), dim);
+  Tensor meta = meta_call<at::_ops::cat>(at::ITensorListRef(metas), dim);
   Tensor r = empty_dev(meta.sizes(), meta.scalar_type(), *dev);
   if (r.numel() == 0) return finish(r, meta, *dev);
   const int64_t w = c10::maybe_wrap_dim(dim, meta.dim());
@@ -102,7 +103,7 @@ Tensor index_select(const Tensor& self, int64_t dim, const Tensor& index) {
   TORCH_CHECK(self.dim() > 0 || index.numel() == 1,
               "index_select(): Index to scalar can have only 1 value, got ", index.numel(),
               " value(s)");
-  Tensor meta = at::_ops::index_select::call(to_meta(self), dim, to_meta(index));
+  Tensor meta = meta_call<at::_ops::index_select>(to_meta(self), dim, to_meta(index));
   const int64_t w = c10::maybe_wrap_dim(dim, self.dim());
   Tensor x = self.dim() == 0 ? self.reshape({1}) : self;
   Tensor idx = stage(index, {index.numel()}, at::kLong, dev);
