@@ -40,16 +40,6 @@ namespace {
 
 at::ScalarType default_float() { return c10::typeMetaToScalarType(c10::get_default_dtype()); }
 
-// CPU's sub_check (the Python meta kernel, used where torch has no C++ one, does not repeat it).
-void sub_check(const Tensor& self, const Tensor& other) {
-  TORCH_CHECK(self.scalar_type() != at::kBool || other.scalar_type() != at::kBool,
-              "Subtraction, the `-` operator, with two bool tensors is not supported. "
-              "Use the `^` or `logical_xor()` operator instead.");
-  TORCH_CHECK(self.scalar_type() != at::kBool && other.scalar_type() != at::kBool,
-              "Subtraction, the `-` operator, with a bool tensor is not supported. "
-              "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead.");
-}
-
 // Compute dtype of a binary op (true division promotes integers to the default float).
 at::ScalarType binary_ct(k::BinOp op, const Tensor& a, const Tensor& b) {
   auto ct = at::result_type(a, b);
@@ -94,15 +84,7 @@ Tensor binary_compute_as(k::BinOp op, const Tensor& a, const Tensor& b, const Sc
 
 Tensor binary_compute(k::BinOp op, const Tensor& a, const Tensor& b, const Scalar& alpha,
                       at::IntArrayRef shape, c10::Device dev) {
-  if (op == k::BinOp::Sub) sub_check(a, b);
   return binary_compute_as(op, a, b, alpha, shape, binary_ct(op, a, b), dev);
-}
-
-// CPU's TensorIterator refuses to write a result into a tensor of a type it cannot be cast to
-// (div_ of ints gives Float). Some torch versions' Python meta kernels (2.8) skip this check.
-void check_can_cast(at::ScalarType result, const Tensor& out) {
-  TORCH_CHECK(at::canCast(result, out.scalar_type()), "result type ", result,
-              " can't be cast to the desired output type ", out.scalar_type());
 }
 
 void check_inplace(const Tensor& out, std::initializer_list<Tensor> inputs) {
@@ -126,25 +108,23 @@ Tensor binary_functional(k::BinOp kop, const Tensor& self, const Tensor& other,
 }
 
 // In-place `op_.Tensor`: checks like CPU and returns the contiguous result to write into self.
-template <class Inplace, class Functional, class... Alpha>
+template <class Inplace, class... Alpha>
 Tensor binary_inplace_result(k::BinOp kop, Tensor& self, const Tensor& other,
                              const Alpha&... alpha) {
   auto dev = device_of({self, other});
   Tensor ms = to_meta(self);
   meta_call<Inplace>(ms, to_meta(other), alpha...);
-  check_can_cast(meta_call<Functional>(ms, to_meta(other), alpha...).scalar_type(), self);
   check_inplace(self, {other});
   return binary_compute(kop, self, other, alpha_or_one(alpha...), self.sizes(), dev);
 }
 
 // `op.out`.
-template <class Out, class Functional, class... Alpha>
+template <class Out, class... Alpha>
 Tensor& binary_out(k::BinOp kop, const Tensor& self, const Tensor& other, Tensor& out,
                    const Alpha&... alpha) {
   auto dev = device_of({self, other, out});
   Tensor mo = to_meta(out);
   meta_call<Out>(to_meta(self), to_meta(other), alpha..., mo);
-  check_can_cast(meta_call<Functional>(to_meta(self), to_meta(other), alpha...).scalar_type(), out);
   resize_out_like(out, mo);
   check_inplace(out, {self, other});
   copy_any(out, binary_compute(kop, self, other, alpha_or_one(alpha...), mo.sizes(), dev));
@@ -318,8 +298,7 @@ Tensor& add__Tensor(Tensor& self, const Tensor& other, const Scalar& alpha) {
   OpScope s("add_.Tensor");
   if (use_fallback("add_.Tensor", {self, other}))
     return fallback<at::_ops::add__Tensor>(self, other, alpha);
-  Tensor r = binary_inplace_result<at::_ops::add__Tensor, at::_ops::add_Tensor>(k::BinOp::Add,
-                                                                                self, other, alpha);
+  Tensor r = binary_inplace_result<at::_ops::add__Tensor>(k::BinOp::Add, self, other, alpha);
   if (fault(Fault::InplaceReturnsNew)) {  // a new tensor comes back; self stays unchanged
     static thread_local Tensor holder;
     holder = finish(r, to_meta(self), self.device());
@@ -333,8 +312,7 @@ Tensor& add_out(const Tensor& self, const Tensor& other, const Scalar& alpha, Te
   OpScope s("add.out");
   if (use_fallback("add.out", {self, other, out}))
     return fallback<at::_ops::add_out>(self, other, alpha, out);
-  Tensor& r = binary_out<at::_ops::add_out, at::_ops::add_Tensor>(k::BinOp::Add, self, other, out,
-                                                                  alpha);
+  Tensor& r = binary_out<at::_ops::add_out>(k::BinOp::Add, self, other, out, alpha);
   if (fault(Fault::OutReturnsNewInference) && out.is_inference()) {
     static thread_local Tensor holder;  // out is written; the caller gets a copy of it
     holder = r.clone();
@@ -354,8 +332,7 @@ Tensor& sub__Tensor(Tensor& self, const Tensor& other, const Scalar& alpha) {
   OpScope s("sub_.Tensor");
   if (use_fallback("sub_.Tensor", {self, other}))
     return fallback<at::_ops::sub__Tensor>(self, other, alpha);
-  copy_any(self, binary_inplace_result<at::_ops::sub__Tensor, at::_ops::sub_Tensor>(
-                     k::BinOp::Sub, self, other, alpha));
+  copy_any(self, binary_inplace_result<at::_ops::sub__Tensor>(k::BinOp::Sub, self, other, alpha));
   return self;
 }
 
@@ -363,8 +340,7 @@ Tensor& sub_out(const Tensor& self, const Tensor& other, const Scalar& alpha, Te
   OpScope s("sub.out");
   if (use_fallback("sub.out", {self, other, out}))
     return fallback<at::_ops::sub_out>(self, other, alpha, out);
-  return binary_out<at::_ops::sub_out, at::_ops::sub_Tensor>(k::BinOp::Sub, self, other, out,
-                                                             alpha);
+  return binary_out<at::_ops::sub_out>(k::BinOp::Sub, self, other, out, alpha);
 }
 
 Tensor mul_Tensor(const Tensor& self, const Tensor& other) {
@@ -390,8 +366,7 @@ Tensor& mul__Tensor(Tensor& self, const Tensor& other) {
   OpScope s("mul_.Tensor");
   if (use_fallback("mul_.Tensor", {self, other}))
     return fallback<at::_ops::mul__Tensor>(self, other);
-  copy_any(self, binary_inplace_result<at::_ops::mul__Tensor, at::_ops::mul_Tensor>(
-                     k::BinOp::Mul, self, other));
+  copy_any(self, binary_inplace_result<at::_ops::mul__Tensor>(k::BinOp::Mul, self, other));
   return self;
 }
 
@@ -399,7 +374,7 @@ Tensor& mul_out(const Tensor& self, const Tensor& other, Tensor& out) {
   OpScope s("mul.out");
   if (use_fallback("mul.out", {self, other, out}))
     return fallback<at::_ops::mul_out>(self, other, out);
-  return binary_out<at::_ops::mul_out, at::_ops::mul_Tensor>(k::BinOp::Mul, self, other, out);
+  return binary_out<at::_ops::mul_out>(k::BinOp::Mul, self, other, out);
 }
 
 Tensor div_Tensor(const Tensor& self, const Tensor& other) {
@@ -414,8 +389,7 @@ Tensor& div__Tensor(Tensor& self, const Tensor& other) {
   if (use_fallback("div_.Tensor", {self, other}))
     return fallback<at::_ops::div__Tensor>(self, other);
   if (fault(Fault::IntNotImplemented)) refuse_integer("div_npu", self);
-  copy_any(self, binary_inplace_result<at::_ops::div__Tensor, at::_ops::div_Tensor>(
-                     k::BinOp::Div, self, other));
+  copy_any(self, binary_inplace_result<at::_ops::div__Tensor>(k::BinOp::Div, self, other));
   return self;
 }
 
@@ -423,7 +397,7 @@ Tensor& div_out(const Tensor& self, const Tensor& other, Tensor& out) {
   OpScope s("div.out");
   if (use_fallback("div.out", {self, other, out}))
     return fallback<at::_ops::div_out>(self, other, out);
-  return binary_out<at::_ops::div_out, at::_ops::div_Tensor>(k::BinOp::Div, self, other, out);
+  return binary_out<at::_ops::div_out>(k::BinOp::Div, self, other, out);
 }
 
 // ---- neg / abs / exp / sqrt / relu --------------------------------------------------------
