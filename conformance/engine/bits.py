@@ -36,9 +36,15 @@ from torch.utils._pytree import tree_flatten
 
 from conformance.engine import exactness, ieee, truth
 from conformance.engine.checks import Sample, invoke, sample_check
-from conformance.engine.compare import Mismatch, flush_subnormals, subnormal, tolerance, unravel
+from conformance.engine.compare import (
+    Mismatch,
+    flush_subnormals,
+    identical,
+    subnormal,
+    tolerance,
+    unravel,
+)
 from conformance.engine.exactness import FLOATS
-from conformance.engine.transfer import read_back
 from conformance.engine.truth import named, output_name
 
 
@@ -49,6 +55,14 @@ def compared(s: Sample) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
     if "bits" not in s.scratch:
         s.scratch["bits"] = list(_compared(s))
     return s.scratch["bits"]
+
+
+def differing(s: Sample) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    """`compared(s)` less the pairs whose bits are identical, where no check of this module can
+    find anything (most samples: one bitwise comparison instead of each check's own)."""
+    if "differing" not in s.scratch:
+        s.scratch["differing"] = [(n, a, e) for n, a, e in compared(s) if not identical(a, e)]
+    return s.scratch["differing"]
 
 
 def _compared(s: Sample) -> Iterator[tuple[str, torch.Tensor, torch.Tensor]]:
@@ -76,7 +90,7 @@ def _compared(s: Sample) -> Iterator[tuple[str, torch.Tensor, torch.Tensor]]:
             continue
         if a.layout != torch.strided or e.layout != torch.strided:
             continue
-        host = read_back(a)
+        host = s.host(a)
         yield name, host, flush_subnormals(e, host) if s.policy.flushes_subnormals else e
 
 
@@ -99,7 +113,7 @@ def _first(mask: torch.Tensor, a: torch.Tensor, e: torch.Tensor) -> str:
 def check_subnormals(s: Sample) -> None:
     if s.policy.flushes_subnormals:
         return
-    found = compared(s)
+    found = differing(s)
     for name, a, e in found:
         flushed = (a == 0) & (e != 0)  # the cheap test first: most samples stop here
         if not bool(flushed.any()):
@@ -122,9 +136,9 @@ def check_subnormals(s: Sample) -> None:
 
 def _inputs_as_zero(s: Sample, found: list[tuple[str, torch.Tensor, torch.Tensor]]) -> None:
     """DAZ: where the device differs from CPU and CPU on inputs with their subnormals made zero
-    gives the device's result."""
-    differing = [(n, a, e) for n, a, e in found if not bool(_same(a, e).all())]
-    if not differing:
+    gives the device's result (`found`: the pairs whose bits differ)."""
+    unlike = [(n, a, e) for n, a, e in found if not bool(_same(a, e).all())]
+    if not unlike:
         return
     leaves = [base for leaf, base, _ in s.cpu.bases if base.dtype in FLOATS]
     if not any(bool(subnormal(b).any()) for b in leaves):
@@ -137,7 +151,7 @@ def _inputs_as_zero(s: Sample, found: list[tuple[str, torch.Tensor, torch.Tensor
     if flushed.exc is not None:
         return
     again = named(flushed.result, {leaf.arg: view for leaf, _, view in cpu.bases if leaf.written})
-    for name, a, e in differing:
+    for name, a, e in unlike:
         f = again.get(name)
         if f is None:
             continue
@@ -179,7 +193,7 @@ def signs_owed(s: Sample) -> bool:
 def check_signed_zeros(s: Sample) -> None:
     if not signs_owed(s):
         return
-    for name, a, e in compared(s):
+    for name, a, e in differing(s):
         wrong = (a == 0) & (e == 0) & (a.signbit() != e.signbit())
         if bool(wrong.any()):
             raise Mismatch(
@@ -200,7 +214,7 @@ def check_rounding(s: Sample) -> None:
     if not ieee.single_operation(s.schema, s.placed.call.args, s.placed.call.kwargs):
         return  # a multiply-add (alpha): not what the measurement judged
     ulp = s.exactness.rule == exactness.ULP
-    for name, a, e in compared(s):
+    for name, a, e in differing(s):
         if s.policy.excuses(s, e.dtype):
             continue  # a device that computes in the dtype rounds more than once: precision.py
         if not _claimed_for(s.exactness, e.dtype):

@@ -36,7 +36,6 @@ from conformance.engine.compare import (
     tolerance,
     unravel,
 )
-from conformance.engine.transfer import read_back
 from conformance.engine.truth import float64_value
 
 #: the dtypes a device may declare it computes in themselves
@@ -87,7 +86,7 @@ def compare_result(
     where the device computes in the dtype."""
     policy: DtypePolicy = s.policy
     if policy.flushes_subnormals:
-        expected = flush_subnormals(expected, read_back(actual))
+        expected = flush_subnormals(expected, s.host(actual))
     try:
         compare_tensor(
             name,
@@ -98,11 +97,12 @@ def compare_result(
             check_values=check_values,
             tol_scale=s.spec.tol_scale,
             stats=s.stats,
+            read=s.host,
         )
     except Mismatch as m:
         if m.check != "values":
             raise
-        got = read_back(actual)  # once: a device->host copy
+        got = s.host(actual)
         if _as_accurate_as_cpu(s, name, got, expected):
             return
         if not policy.excuses(s, expected.dtype):

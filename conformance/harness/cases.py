@@ -322,6 +322,8 @@ class CaseList:
         probe: bool = True,
         keep: Callable[[str], bool] | None = None,
     ) -> list:
+        if not self._may_keep(overload, keep):
+            return []
         spec = spec_for(overload)
         layouts = [lo for lo in self.options.layouts if spec.layouts is None or lo in spec.layouts]
         if not self.backend.profile.storage.value:  # no memory to lay out: shapes and a view
@@ -353,6 +355,20 @@ class CaseList:
                 out += ids
         return out + self._mode_cases(overload, dtypes, paths, layouts, probe, keep)
 
+    def _may_keep(self, overload: str, keep: Callable[[str], bool] | None) -> bool:
+        """Whether -k could keep a case of `overload`, from its name and the words the rest of
+        a case id is made of in this run (no id built, no sample asked for the others)."""
+        may_keep = getattr(keep, "may_keep", None)
+        return may_keep is None or may_keep(overload, self._id_words)
+
+    @functools.cached_property
+    def _id_words(self) -> list[str]:
+        """Every word a case id of this run may have after its overload (a superset)."""
+        o = self.options
+        modes = [m.name for m in selected(o.modes)]
+        words = [*map(dtype_name, o.dtypes), *o.layouts, *o.paths, "native", "fallback"]
+        return [*words, "contiguous", *o.values, *modes]
+
     def _derives(self, overload: str, dtype: torch.dtype) -> bool:
         """Whether the -arguments case of (overload, dtype) has a derived call (the account of
         samples/arguments.py, remembered on disk)."""
@@ -369,6 +385,8 @@ class CaseList:
     ) -> list[CaseId]:
         """The cases of every mode --modes selects for one overload (engine/modes/); `keep`:
         a mode whose every case -k drops builds no sample to decide on them."""
+        if not self._may_keep(overload, keep):
+            return []
         dtypes = [d for d in dtypes if self._has_samples(overload, d)]
         want = CaseRequest(overload, dtypes, paths, layouts, probe)
         unprobed = CaseRequest(overload, dtypes, paths, layouts, False)

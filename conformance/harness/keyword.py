@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import pytest
 
@@ -24,15 +25,56 @@ from conformance.record import TEST_NAME
 MARK_NAMES = ("skip", "xfail", "parametrize", "skipif", "usefixtures", "filterwarnings")
 # names besides "test_matches_cpu[<id>]" that -k may see on an op case's item
 ITEM_NAMES = ("test_conformance.py", "conformance", *MARK_NAMES)
+# what separates the parts of a case id and closes it in its test name
+SPANS = frozenset("-[]")
+
+
+class KeywordFilter:
+    """pytest's `-k expression` as a predicate on the ids of `test`'s parameters (and the names
+    of a parameter's own marks) that keeps every one pytest would keep, given the other `names`
+    its items have (a superset is safe). `keyword_filter` builds one."""
+
+    def __init__(self, compiled: Any, names: Iterable[str], test: str) -> None:
+        self.compiled = compiled
+        self.test = test
+        self.fixed = [n.lower() for n in (test, *names)]
+        self._in_fixed: dict[str, bool] = {}  # a name -> whether the names every item has match
+
+    def _fixed(self, sub: str) -> bool:
+        if sub not in self._in_fixed:
+            self._in_fixed[sub] = any(sub in name for name in self.fixed)
+        return self._in_fixed[sub]
+
+    def _evaluate(self, matches: Callable[[str], bool]) -> bool:
+        def matcher(sub: str, /, **kwargs: object) -> bool:
+            if kwargs:
+                raise ValueError("call syntax")
+            sub = sub.lower()
+            return matches(sub) or self._fixed(sub)
+
+        try:
+            return self.compiled.evaluate(matcher)
+        except Exception:
+            return True
+
+    def __call__(self, param_id: str, marks: Iterable[str] = ()) -> bool:
+        own = [f"{self.test}[{param_id}]".lower(), *(m.lower() for m in marks)]
+        return self._evaluate(lambda sub: any(sub in name for name in own))
+
+    def may_keep(self, first: str, words: Iterable[str]) -> bool:
+        """Whether an id `<first>-<word>-<word>...` made of `words` after its first part could
+        be kept (False: none is, whatever the words; asked before building the ids). The
+        expression has no `not`, so a name it is true for only makes it truer: a name that
+        spans a `-` or a bracket may match any id, one without them only within one part."""
+        parts = [first.lower(), *(w.lower() for w in words)]
+        return self._evaluate(lambda sub: bool(SPANS & set(sub)) or any(sub in p for p in parts))
 
 
 def keyword_filter(
     expression: str | None, names: Iterable[str] = ITEM_NAMES, test: str = TEST_NAME
-) -> Callable[..., bool] | None:
-    """A predicate on the ids of `test`'s parameters (and the names of a parameter's own marks)
-    that keeps every one pytest's `-k expression` would keep, given the other `names` its items
-    have (a superset is safe); None when the expression is empty, uses `not`, or is not
-    understood."""
+) -> KeywordFilter | None:
+    """The `KeywordFilter` of pytest's `-k expression`; None when the expression is empty, uses
+    `not`, or is not understood (then pytest's own -k decides alone)."""
     if not expression or re.search(r"\bnot\b", expression):
         return None
     try:
@@ -41,29 +83,7 @@ def keyword_filter(
         compiled = Expression.compile(expression)
     except Exception:  # pytest's private API moved or the expression is malformed: pytest says
         return None
-
-    fixed = [n.lower() for n in (test, *names)]
-    in_fixed: dict[str, bool] = {}  # a name -> whether the names every item has match it
-
-    def keep(param_id: str, marks: Iterable[str] = ()) -> bool:
-        own = [f"{test}[{param_id}]".lower(), *(m.lower() for m in marks)]
-
-        def matcher(sub: str, /, **kwargs: object) -> bool:
-            if kwargs:
-                raise ValueError("call syntax")
-            sub = sub.lower()
-            if any(sub in name for name in own):
-                return True
-            if sub not in in_fixed:
-                in_fixed[sub] = any(sub in name for name in fixed)
-            return in_fixed[sub]
-
-        try:
-            return compiled.evaluate(matcher)
-        except Exception:
-            return True
-
-    return keep
+    return KeywordFilter(compiled, names, test)
 
 
 def item_names(metafunc: pytest.Metafunc) -> list[str]:

@@ -171,7 +171,7 @@ def test_path_check_proves_which_path_ran(path, counts_native, message):
 def test_a_lazy_device_failing_when_its_result_is_read_is_its_error(monkeypatch):
     """torch_xla raises some errors only when a result's pending graph runs, at the read: that is
     the device's `error` finding, never "[harness] the suite failed while checking"."""
-    from conformance.engine import compare
+    from conformance.engine import checks
     from conformance.engine.transfer import LazyRunError
 
     text = "RuntimeError: Executable expected parameter 0 of size 1000 but got buffer of size 500"
@@ -179,7 +179,7 @@ def test_a_lazy_device_failing_when_its_result_is_read_is_its_error(monkeypatch)
     def read_fails(t: torch.Tensor) -> torch.Tensor:
         raise LazyRunError(text)
 
-    monkeypatch.setattr(compare, "read_back", read_fails)
+    monkeypatch.setattr(checks, "read_back", read_fails)  # the sample's one read (Sample.host)
     out = _run(monkeypatch, "add.Tensor", None, ADD)
     assert out.failure.check == "error", out.failure.message
     assert "raised when a result it returned was read back" in out.failure.message

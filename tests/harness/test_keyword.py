@@ -38,6 +38,39 @@ def test_keeps_what_pytest_keeps(expression):
         assert keep(case_id) == pytest_like(expression, case_id), case_id
 
 
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "masked_fill",
+        "add and int64",
+        "special or promotion",
+        "(abs or addmm) and o",
+        "Tensor-int64",  # spans two parts of an id
+        "cpu[abs",  # spans the test name's bracket
+        "masked_fill and bfloat16",  # a word no id of this run has
+        "mm.o",
+    ],
+)
+def test_an_overload_is_dropped_only_where_none_of_its_ids_is_kept(expression):
+    """`may_keep(overload, words)` is False only where no id of the overload made of `words`
+    is kept: the case list builds no id, asks no sample for such an overload."""
+    keep = keyword_filter(expression)
+    words = ["float32", "int64", "bool", "transposed", "contiguous", "offset", "zero_dim"]
+    words += ["native", "fallback", "special", "promotion"]
+    for case_id in IDS:
+        overload = case_id.split("-")[0]
+        if not keep.may_keep(overload, words):
+            kept = [i for i in IDS if i.startswith(f"{overload}-") and keep(i)]
+            assert not kept, (expression, kept)
+    may = {i.split("-")[0] for i in IDS if keep.may_keep(i.split("-")[0], words)}
+    if expression in ("masked_fill", "masked_fill and bfloat16"):
+        assert "add.Tensor" not in may and "abs" not in may  # the pruning happens
+    if expression == "masked_fill and bfloat16":
+        assert not may
+    if expression in ("Tensor-int64", "cpu[abs"):  # a span: nothing is decided by the name
+        assert len(may) == len({i.split("-")[0] for i in IDS})
+
+
 @pytest.mark.parametrize("expression", ["", None, "not native", "add and not int64", "a(b=1"])
 def test_leaves_negations_and_oddities_to_pytest(expression):
     assert keyword_filter(expression) is None
