@@ -78,6 +78,31 @@ def placed_grad_outputs(
     return out if changed or layout == "contiguous" else None
 
 
+def run_engine(
+    outputs: list[torch.Tensor],
+    grads: list[torch.Tensor],
+    inputs: tuple[torch.Tensor, ...],
+    accumulate: bool,
+) -> tuple[torch.Tensor | None, ...]:
+    """The autograd engine call that `torch.autograd.grad` (`accumulate` False) and
+    `torch.autograd.backward` (True) end in, graph retained, an unused input's gradient None.
+    Their Python preamble (`_make_grads`) only checks each grad_output's shape and dtype against
+    its output, which the harness built them from; on torch 2.13 it imports sympy (about 1 s of
+    a -k run) to compare the sizes. The engine checks them again (`validate_outputs`)."""
+    engine = getattr(torch.autograd.graph, "_engine_run_backward", None)
+    if engine is None:  # torch before 2.3
+        engine = torch.autograd.Variable._execution_engine.run_backward
+    return engine(
+        tuple(outputs),
+        tuple(grads),
+        True,  # retain_graph
+        False,  # create_graph
+        inputs,
+        True,  # allow_unused (allow_unreachable)
+        accumulate_grad=accumulate,
+    )
+
+
 def autograd_grad(
     outputs: list[torch.Tensor], inputs: list[torch.Tensor], grads: list[torch.Tensor]
 ) -> tuple[tuple[torch.Tensor | None, ...] | None, BaseException | None]:
@@ -86,10 +111,7 @@ def autograd_grad(
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            found = torch.autograd.grad(
-                outputs, inputs, grads, retain_graph=True, allow_unused=True
-            )
-        return found, None
+            return run_engine(outputs, grads, tuple(inputs), accumulate=False), None
     except Exception as exc:
         return None, exc.with_traceback(None)
 
@@ -101,7 +123,7 @@ def autograd_backward(
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            torch.autograd.backward(outputs, grads, retain_graph=True)
+            run_engine(outputs, grads, (), accumulate=True)
         return None
     except Exception as exc:
         return exc.with_traceback(None)

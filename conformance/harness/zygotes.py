@@ -40,9 +40,10 @@ from conformance.harness.runners import RUNNER_ENV, runner_args, serve, spawned_
 #: what torch imports lazily in a runner, each about 1 s of that runner's time: torch._dynamo, on
 #: the first call of one of torch's Python kernels (the Python meta kernels and decompositions a
 #: backend reaches, `torch._disable_dynamo`), and symbolic_shapes with sympy, on the first
-#: torch.autograd.grad given grad_outputs (torch 2.13). A runner that had to import one tells
-#: its zygote, which imports it before it forks the next runner (one per --runner-cases cases,
-#: one after each crash or hang): engine/zygote.py `LazyImports`
+#: dynamic-shape or compiled case (the -grad cases call the autograd engine without
+#: torch.autograd.grad's preamble, which imports it: engine/grad_steps.py). A runner that had to
+#: import one tells its zygote, which imports it before it forks the next runner (one per
+#: --runner-cases cases, one after each crash or hang): engine/zygote.py `LazyImports`
 RUNNER_IMPORTS = ("torch._dynamo", "torch.fx.experimental.symbolic_shapes")
 
 

@@ -120,3 +120,23 @@ def test_a_kernel_that_differs_run_to_run_fails_only_its_repeat_case(monkeypatch
     assert "two runs of the same sample on the device from the same inputs differ" in (
         out.failure.message
     )
+
+
+def test_the_engine_call_is_what_autograd_grad_and_backward_compute():
+    """grad_steps.run_engine skips torch.autograd.grad's Python preamble (it imports sympy to
+    compare sizes): its gradients, its unused input's None and its accumulation into .grad are
+    torch.autograd.grad's and backward()'s, and a grad_output of the wrong shape still raises."""
+    from conformance.engine.grad_steps import autograd_backward, autograd_grad
+
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    unused = torch.randn(2, dtype=torch.float64, requires_grad=True)
+    out = torch.nn.functional.gelu(x) * 3
+    g = torch.randn(3, 4, dtype=torch.float64)
+    want = torch.autograd.grad([out], [x, unused], [g], retain_graph=True, allow_unused=True)
+    got, exc = autograd_grad([out], [x, unused], [g])
+    assert exc is None and got[1] is None
+    torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
+    assert autograd_backward([out], [g]) is None
+    torch.testing.assert_close(x.grad, want[0], rtol=0, atol=0)
+    got, exc = autograd_grad([out], [x], [torch.randn(4, 3, dtype=torch.float64)])
+    assert got is None and "shape" in str(exc)
