@@ -368,6 +368,12 @@ class Options:
     # not an option: the raw text of every option the user set (flag or environment), by name
     given: dict[str, str] = field(default_factory=dict, compare=False)
 
+    @property
+    def names_overloads(self) -> bool:
+        """--ops or --fallback-ops name the overloads to test: the run has op cases only (the
+        other families' items are not collected: harness/session.py, ordering.py)."""
+        return bool(self.ops or self.fallback_ops)
+
     def flags(self, **override: str | None) -> list[str]:
         """The options the user set, as command-line flags (`override` replaces or, with None,
         drops a value): what a repro command needs to recreate the same case."""

@@ -45,7 +45,7 @@ def order_items(suite: Suite, config: pytest.Config, items: list[pytest.Item]) -
     # stable: foundations, the other forward cases, every -grad case, then the other families
     items.sort(key=rank)
     family_items = [item for item in items if item in owners]
-    if suite.options.ops or suite.options.fallback_ops:
+    if suite.options.names_overloads:
         dropped = family_items
     else:  # --shard: each family item runs in one shard
         keeps = suite.case_list.shard_keeps([record_id(item.nodeid) for item in family_items])

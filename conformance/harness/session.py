@@ -12,8 +12,10 @@ watch.py, families/, ordering.py, case_reports.py, terminal.py).
 from __future__ import annotations
 
 import gc
+import os
 import signal
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -68,6 +70,7 @@ class ConformanceRun:
         self.forked_child = False  # set by isolation.py in the children it forks
         self.worker = getattr(config, "workerinput", {}).get("workerid", "main")
         self._suite: Suite | None = None
+        self._family_folders: set[str] | None = None  # realpaths (pytest_ignore_collect)
         self.plan: Plan | None = None
         self.recorder: Recorder | None = None
         self.info: dict[str, Any] | None = None
@@ -243,6 +246,18 @@ class ConformanceRun:
             if quiet and reporter is not None and self.role in (Role.SINGLE, Role.XDIST_CONTROLLER):
                 for line in key_header_lines(self.suite, self.plan):
                     reporter.write_line(line)
+
+    def pytest_ignore_collect(self, collection_path: Path, config: pytest.Config) -> bool | None:
+        """--ops/--fallback-ops leave the other families' items out (ordering.py): their
+        folders are not collected at all (their modules and a thousand items: half a second of
+        a narrow run)."""
+        if self._suite is None or not self._suite.options.names_overloads:
+            return None
+        if self._family_folders is None:
+            self._family_folders = {os.path.realpath(f) for f in registry().folders()}
+        if collection_path.name not in {os.path.basename(f) for f in self._family_folders}:
+            return None
+        return True if os.path.realpath(collection_path) in self._family_folders else None
 
     def _drop_log_capture(self) -> None:
         """Cases log nothing, but pytest's log capture attaches its handler to every

@@ -51,7 +51,10 @@ class Families:
         return next((f for f in self.members if f.name == name), None)
 
     def header_lines(self, suite: Suite) -> list[str]:
-        """Every family's lines of the run header, in the registry's order."""
+        """Every family's lines of the run header, in the registry's order; none where
+        --ops/--fallback-ops leave the families out (their plans are not made)."""
+        if suite.options.names_overloads:
+            return []
         return [line for f in self.members for line in f.header_lines(suite)]
 
     def end_notes(self, records: list[CaseRecord]) -> list[str]:
