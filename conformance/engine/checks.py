@@ -64,7 +64,7 @@ class Outcome:
 
 def invoke(fn: Callable[..., Any], m: Materialized, seeded: bool = False, draw: int = 0) -> Outcome:
     """Call `fn` on materialised arguments; an exception is the outcome, not raised. `seeded`:
-    right after `torch.manual_seed(SEED + draw)` (random ops, `oracles.py`)."""
+    right after seeding with `SEED + draw` (random ops, `oracles.py`)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -92,7 +92,7 @@ def version(t: torch.Tensor) -> int:
 
 @dataclass
 class Redraw:
-    """One further run of a random sample on both sides after `manual_seed(SEED + k)`: (device
+    """One further run of a random sample on both sides after seeding with `SEED + k`: (device
     values read back, CPU's) per flattened output and per written argument."""
 
     outputs: list[tuple[Any, Any]]
@@ -262,7 +262,7 @@ def redrawn(s: Sample, pick: Callable[[Redraw], tuple[Any, Any]]) -> Iterator[or
 
 
 def _redraw(s: Sample, k: int) -> Redraw | None:
-    """Run the sample again on fresh arguments after `manual_seed(SEED + k)` on both sides
+    """Run the sample again on fresh arguments after seeding with `SEED + k` on both sides
     (None: CPU raised). Device values are read back at once (no device memory is kept)."""
     cpu = s.placed.materialize("cpu")
     dev = s.placed.materialize(s.backend.device)

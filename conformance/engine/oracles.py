@@ -1,16 +1,18 @@
 """Oracles for ops whose values CPU cannot simply dictate.
 
 - Random ops (an overload with a `Generator?` argument, or listed in `NONDETERMINISTIC`): both
-  sides run right after `torch.manual_seed(SEED)`. A backend that draws from the CPU generator
-  (e.g. through cpu_fallback) then returns CPU's values exactly. Otherwise the draws are judged
-  by their properties, on at least `MIN_DRAWS` draws per side: a smaller sample is run again on
-  both sides after `manual_seed(SEED + 1)`, `manual_seed(SEED + 2)`, ... (the same seed on both
-  sides, at most `MAX_REPEATS` more times) and the draws of each output or written argument are
-  pooled. The pooled draws must have the same finite/NaN pattern, be integral where CPU's are,
-  take no value CPU never takes (where CPU's draws are few integers: bernoulli's {0, 1},
-  randint's range) nor fall beyond CPU's extremes, in both cases more often than chance allows,
-  and have the same distribution (two-sample Kolmogorov-Smirnov test). Each test has a
-  false-alarm rate of about `ALPHA`. Raw values are never required to match.
+  sides run right after seeding CPU's and the device's generators with `SEED` (what
+  torch.manual_seed(SEED) seeds for the device under test: `Backend.seed_generators`). A
+  backend that draws from the CPU generator (e.g. through cpu_fallback) then returns CPU's
+  values exactly. Otherwise the draws are judged by their properties, on at least `MIN_DRAWS`
+  draws per side: a smaller sample is run again on both sides after seeding with `SEED + 1`,
+  `SEED + 2`, ... (the same seed on both sides, at most `MAX_REPEATS` more times) and the
+  draws of each output or written argument are pooled. The pooled draws must have the same
+  finite/NaN pattern, be integral where CPU's are, take no value CPU never takes (where CPU's
+  draws are few integers: bernoulli's {0, 1}, randint's range) nor fall beyond CPU's extremes,
+  in both cases more often than chance allows, and have the same distribution (two-sample
+  Kolmogorov-Smirnov test). Each test has a false-alarm rate of about `ALPHA`. Raw values are
+  never required to match.
 - Uninitialised outputs (`empty*`, parts of `_ctc_loss`): metadata only, declared in the op specs.
 """
 
@@ -61,24 +63,27 @@ def is_nondeterministic(op: torch._ops.OpOverload) -> bool:
     return schema.name.split("::")[-1] in NONDETERMINISTIC
 
 
-class RuntimeSeed:
-    """The lazy runtime's own seed for this process (engine/lazy.py `LazyRuntime.seed`), set
-    by the runner at the start of each case: torch.manual_seed does not reach torch_xla's
-    generator."""
+class Seeding:
+    """How this process seeds random work: the runner sets the backend's `seed_generators`
+    (the CPU's generator and the device's, a lazy runtime's own: what torch.manual_seed seeds
+    for the device under test, and no other device's); None: torch.manual_seed itself."""
 
     fn: Callable[[int], None] | None = None
 
 
-def use_runtime_seed(fn: Callable[[int], None] | None) -> None:
-    RuntimeSeed.fn = fn
+def use_seeding(fn: Callable[[int], None] | None) -> None:
+    Seeding.fn = fn
 
 
 def seed(draw: int = 0) -> None:
-    """Seed every generator torch knows (CPU, and the device's if its module offers it) with
-    `SEED + draw` (`draw` > 0: a further run of a random sample), and a lazy runtime's own."""
-    torch.manual_seed(SEED + draw)
-    if RuntimeSeed.fn is not None:
-        RuntimeSeed.fn(SEED + draw)
+    """Seed the CPU's and the device's generators with `SEED + draw` (`draw` > 0: a further
+    run of a random sample)."""
+    seed_value(SEED + draw)
+
+
+def seed_value(value: int) -> None:
+    """Seed the CPU's and the device's generators (`Seeding`) with `value`."""
+    (Seeding.fn or torch.manual_seed)(value)
 
 
 def compare_random(

@@ -100,7 +100,7 @@ def run_case(
         evidence,
     )
     outcome.context = ctx
-    oracles.use_runtime_seed(backend.lazy.seed if backend.lazy is not None else None)
+    oracles.use_seeding(backend.seed_generators)
     runtime_before = _runtime_seconds(backend)
     called_before = overload in backend.first_calls
     outcome.notes = ctx.notes  # the checks' notes on samples that passed

@@ -118,7 +118,7 @@ def relies_on(suite: Suite) -> dict[str, str]:
             if suite.options.strict_errors
             else "preconditions of CPU's kernel: sample not applicable"
         ),
-        "random ops": "torch.manual_seed before each side: equal draws, else properties "
+        "random ops": "the same seed before each side (see seeding): equal draws, else properties "
         "(Kolmogorov-Smirnov); where the parameters are known, one draw of "
         f"{parametric.DRAWS} values against them (engine/parametric.py: catches bernoulli p "
         "+-0.02, normal std +-3 %, mean +-0.05 sigma; docs/POWER.md)",
@@ -183,10 +183,16 @@ def _seeding_source(b: Backend) -> str:
     name = f"torch.{b.device_type}"
     lazy = b.lazy
     if lazy is not None and lazy.seed is not None:
-        return f"torch.manual_seed and the lazy runtime's own {lazy.seed_name} ({lazy.name})"
+        return (
+            f"CPU's generator and the lazy runtime's own {lazy.seed_name} ({lazy.name}), which "
+            "torch.manual_seed does not reach"
+        )
     if b.device_function("manual_seed_all") and b.device_function("_is_in_bad_fork"):
-        return f"torch.manual_seed seeds the device ({name}.manual_seed_all)"
+        return (
+            f"CPU's generator and {name}.manual_seed_all, as torch.manual_seed seeds them (the "
+            "generators of devices not under test are left alone)"
+        )
     return (
         f"torch.manual_seed does not seed the device ({name} lacks manual_seed_all or "
-        "_is_in_bad_fork; torch's warning about it is silenced)"
+        "_is_in_bad_fork): CPU's generator alone; torch's warning about it is silenced"
     )

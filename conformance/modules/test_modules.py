@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from conformance.engine import oracles
 from conformance.engine.modules.cases import ModuleCase
 from conformance.engine.modules.divergence import ChildSearches
 from conformance.engine.modules.judge import NotComparable, judge
@@ -25,6 +26,7 @@ def test_module(
     divergence_searches: ChildSearches,
 ):
     backend = conformance_suite.backend
+    oracles.use_seeding(backend.seed_generators)  # as the op cases seed (engine/oracles.py)
     try:
         verdict = judge(module_case, backend.device)
     except NotComparable as exc:

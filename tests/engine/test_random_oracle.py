@@ -11,6 +11,8 @@ then still caught, as draws beyond CPU's range); without the range check (`rando
 from __future__ import annotations
 
 import re
+import traceback
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -188,17 +190,43 @@ def test_pooling_stops_at_the_minimum_and_at_the_cap():
 
 
 def test_a_lazy_runtime_s_own_seed_follows_torch_s():
-    """torch.manual_seed does not reach torch_xla's generator: every seeding also calls the
-    lazy runtime's own (xm.set_rng_state), with the same seed (issue 45)."""
+    """torch.manual_seed does not reach torch_xla's generator: the run's seeding also calls the
+    lazy runtime's own (xm.set_rng_state), with the same seed as CPU's (issue 45)."""
     from conformance.engine import oracles
+    from conformance.engine.backend import Backend
 
     seen: list[int] = []
+    runtime = SimpleNamespace(seed=seen.append)
+    lazy = SimpleNamespace(device_function=lambda name: None, lazy=runtime)
     try:
-        oracles.use_runtime_seed(seen.append)
+        oracles.use_seeding(lambda value: Backend.seed_generators(lazy, value))
         oracles.seed(2)
+        assert torch.initial_seed() == oracles.SEED + 2
         oracles.seed()
     finally:
-        oracles.use_runtime_seed(None)
+        oracles.use_seeding(None)
     assert seen == [oracles.SEED + 2, oracles.SEED]
     oracles.seed()
-    assert seen == [oracles.SEED + 2, oracles.SEED]  # an eager device: torch's seed alone
+    assert seen == [oracles.SEED + 2, oracles.SEED]  # not the run's seeding: torch's alone
+
+
+def test_seeding_reaches_the_device_under_test_and_no_other(monkeypatch):
+    """The run seeds CPU's generator and the device module's as torch.manual_seed does (its
+    manual_seed_all, where the module also has _is_in_bad_fork), and not the generators of
+    devices not under test: torch.manual_seed formats the caller's stack for each one not
+    initialised, 2-3 ms a call under pytest, and a random op's case seeds before each draw."""
+    from conformance.engine.backend import Backend
+
+    monkeypatch.setattr(traceback, "format_stack", _no_stack)
+    seen: list[int] = []
+    module = SimpleNamespace(manual_seed_all=seen.append, _is_in_bad_fork=lambda: False)
+    device = SimpleNamespace(device_function=lambda name: getattr(module, name, None), lazy=None)
+    Backend.seed_generators(device, 77)
+    assert seen == [77] and torch.initial_seed() == 77
+    del module._is_in_bad_fork  # torch seeds such a device module not at all; neither do we
+    Backend.seed_generators(device, 78)
+    assert seen == [77] and torch.initial_seed() == 78
+
+
+def _no_stack(*args, **kwargs):
+    raise AssertionError("seeding formatted a stack: it queued a seed for a device not in use")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conformance.measure import power
+from tests.helpers import once_per_run
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,7 +24,12 @@ POWER = (
 
 
 @pytest.fixture(scope="module")
-def quick() -> subprocess.CompletedProcess:
+def quick(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess:
+    """One run of the tool for the whole pytest run (xdist workers share it)."""
+    return once_per_run(tmp_path_factory, "power-quick", lambda folder: _quick())
+
+
+def _quick() -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", POWER, "--quick", "--check"],
         cwd=ROOT,

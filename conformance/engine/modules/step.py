@@ -22,6 +22,7 @@ import torch
 from torch.nn.utils.rnn import PackedSequence
 from torch.utils._pytree import tree_flatten
 
+from conformance.engine import oracles
 from conformance.engine.layouts import Placement
 from conformance.engine.modules.cases import MEMORY_FORMATS, ModuleCase, module_infos, samples
 from conformance.engine.transfer import read_back
@@ -110,7 +111,7 @@ def seeded_samples(module: str, dtype: torch.dtype, training: bool) -> tuple[Any
     process for the cases that follow each other (a module's cases, one per sample, would
     each draw them all again: 800 samples of LinearCrossEntropyLoss, 800 times). The steps
     copy what they use (`place`), so the samples stay as drawn."""
-    torch.manual_seed(SEED)
+    oracles.seed_value(SEED)
     return tuple(samples(module_infos()[module], dtype, training))
 
 
@@ -119,7 +120,7 @@ def prepare(case: ModuleCase) -> Prepared:
     info = module_infos()[case.module]
     sample = seeded_samples(case.module, case.torch_dtype, case.training)[case.sample]
     ctor = sample.constructor_input
-    torch.manual_seed(SEED)
+    oracles.seed_value(SEED)
     module = info.module_cls(*ctor.args, **ctor.kwargs).to(case.torch_dtype)
     module.train(case.training)
     args, kwargs = sample.forward_input.args, sample.forward_input.kwargs
@@ -197,7 +198,7 @@ def run_step(
     used (made from this step's outputs where `seeds` is None: CPU's step makes them); `seed`:
     the generators' seed before the forward (another one shows whether the module is random)."""
     module, args, kwargs = build(prepared, device, dtype)
-    torch.manual_seed(seed)
+    oracles.seed_value(seed)
     out = module(*args, **kwargs)
     outs = leaves(out)
     if seeds is None:
