@@ -144,20 +144,25 @@ class Backend:
 
     def seed_generators(self, value: int) -> None:
         """Seed what torch.manual_seed(value) seeds for this device: the CPU's default generator
-        and the device module's (its manual_seed_all, where it also has _is_in_bad_fork, as
-        torch calls it), and a lazy runtime's own, which torch.manual_seed does not reach
-        (engine/lazy.py). The generators of the devices not under test are left alone: for
-        each one not initialised (CUDA's, XPU's), torch.manual_seed formats the caller's stack
-        to queue the seed, 2-3 ms a call under pytest (36 of the power tool's 76 s, profiled),
-        and a random op's case seeds before each of its draws."""
+        and the device module's (`device_seed_all`), and a lazy runtime's own, which
+        torch.manual_seed does not reach (engine/lazy.py). The generators of the devices not
+        under test are left alone: for each one not initialised (CUDA's, XPU's),
+        torch.manual_seed formats the caller's stack to queue the seed, 2-3 ms a call under
+        pytest (36 of the power tool's 76 s, profiled), and a random op's case seeds before
+        each of its draws."""
         torch.default_generator.manual_seed(value)
-        seed_all, bad_fork = self.device_function("manual_seed_all"), None
-        if callable(seed_all):
-            bad_fork = self.device_function("_is_in_bad_fork")
-        if callable(seed_all) and callable(bad_fork) and not bad_fork():
+        seed_all = self.device_seed_all()
+        if seed_all is not None and not self.device_function("_is_in_bad_fork")():
             seed_all(value)
         if self.lazy is not None and self.lazy.seed is not None:
             self.lazy.seed(value)
+
+    def device_seed_all(self) -> Any:
+        """The device module's manual_seed_all where torch.manual_seed calls it (the module
+        also has _is_in_bad_fork), else None: torch does not seed the device."""
+        seed_all = self.device_function("manual_seed_all")
+        bad_fork = self.device_function("_is_in_bad_fork")
+        return seed_all if callable(seed_all) and callable(bad_fork) else None
 
     def synchronize(self) -> None:
         """Wait for the device's queued work: the device module's `synchronize`, else

@@ -187,7 +187,7 @@ def _seeding_source(b: Backend) -> str:
             f"CPU's generator and the lazy runtime's own {lazy.seed_name} ({lazy.name}), which "
             "torch.manual_seed does not reach"
         )
-    if b.device_function("manual_seed_all") and b.device_function("_is_in_bad_fork"):
+    if b.device_seed_all() is not None:
         return (
             f"CPU's generator and {name}.manual_seed_all, as torch.manual_seed seeds them (the "
             "generators of devices not under test are left alone)"

@@ -71,6 +71,7 @@ class ConformanceRun:
         self.worker = getattr(config, "workerinput", {}).get("workerid", "main")
         self._suite: Suite | None = None
         self._family_folders: set[str] | None = None  # realpaths (pytest_ignore_collect)
+        self._family_names: set[str] = set()  # their last parts: most paths are not them
         self.plan: Plan | None = None
         self.recorder: Recorder | None = None
         self.info: dict[str, Any] | None = None
@@ -255,7 +256,8 @@ class ConformanceRun:
             return None
         if self._family_folders is None:
             self._family_folders = {os.path.realpath(f) for f in registry().folders()}
-        if collection_path.name not in {os.path.basename(f) for f in self._family_folders}:
+            self._family_names = {os.path.basename(f) for f in self._family_folders}
+        if collection_path.name not in self._family_names:
             return None
         return True if os.path.realpath(collection_path) in self._family_folders else None
 

@@ -197,7 +197,7 @@ def test_a_lazy_runtime_s_own_seed_follows_torch_s():
 
     seen: list[int] = []
     runtime = SimpleNamespace(seed=seen.append)
-    lazy = SimpleNamespace(device_function=lambda name: None, lazy=runtime)
+    lazy = _fake_backend(lambda name: None, runtime)
     try:
         oracles.use_seeding(lambda value: Backend.seed_generators(lazy, value))
         oracles.seed(2)
@@ -220,12 +220,22 @@ def test_seeding_reaches_the_device_under_test_and_no_other(monkeypatch):
     monkeypatch.setattr(traceback, "format_stack", _no_stack)
     seen: list[int] = []
     module = SimpleNamespace(manual_seed_all=seen.append, _is_in_bad_fork=lambda: False)
-    device = SimpleNamespace(device_function=lambda name: getattr(module, name, None), lazy=None)
+    device = _fake_backend(lambda name: getattr(module, name, None), None)
     Backend.seed_generators(device, 77)
     assert seen == [77] and torch.initial_seed() == 77
     del module._is_in_bad_fork  # torch seeds such a device module not at all; neither do we
     Backend.seed_generators(device, 78)
     assert seen == [77] and torch.initial_seed() == 78
+
+
+def _fake_backend(device_function, lazy) -> SimpleNamespace:
+    """What Backend.seed_generators reads of a backend: its device module's functions and its
+    lazy runtime."""
+    from conformance.engine.backend import Backend
+
+    fake = SimpleNamespace(device_function=device_function, lazy=lazy)
+    fake.device_seed_all = lambda: Backend.device_seed_all(fake)
+    return fake
 
 
 def _no_stack(*args, **kwargs):
