@@ -8,7 +8,7 @@ import pytest
 
 from conformance.engine.collectives.judge import evaluate
 from conformance.engine.collectives.spec import CollectiveCase
-from conformance.harness.families.collectives import FAMILY
+from conformance.harness.families.collectives import FAMILY, declared_unsupported
 from conformance.harness.session import run_of
 
 
@@ -22,5 +22,9 @@ def test_collective(
     request.node.collective_verdict = verdict
     if verdict.status == "skipped":
         pytest.skip(verdict.message)
+    if verdict.status == "unimplemented" and declared_unsupported(
+        run_of(request.config).suite, request.node.nodeid
+    ):
+        pytest.skip(f"unsupported (declared): {verdict.message}")
     if verdict.status != "passed":
         pytest.fail(verdict.message, pytrace=False)

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from conformance.engine.checks import Sample, returned, sample_check
-from conformance.engine.compare import Mismatch
+from conformance.engine.compare import Mismatch, identical
 from conformance.engine.errorclass import first_line
 from conformance.engine.placing import Materialized
 
@@ -48,6 +48,37 @@ def check_identity(s: Sample) -> None:
             f"raised {type(exc).__name__}: {first_line(exc)}; the first call returned normally",
         ) from None
     _returns_written(s, result, dev, "called below autograd")
+    _wrote_the_same(s, dev)
+
+
+def _wrote_the_same(s: Sample, again: Materialized) -> None:
+    """The second call, below autograd on the same inputs, wrote what the first wrote (issue 79:
+    a kernel wrong on its second call in a process passed, this call's values unjudged). Not
+    for random ops, whose draws move on."""
+    if s.nondeterministic or not s.spec.check_values:
+        return
+    first = [view for leaf, _, view in s.dev.bases if leaf.written]
+    second = [(leaf.arg, view) for leaf, _, view in again.bases if leaf.written]
+    for a, (arg, b) in zip(first, second, strict=False):
+        x, y = s.host(a), s.host(b)
+        if x.shape != y.shape or x.dtype != y.dtype or _same(x, y):
+            continue
+        raise Mismatch(
+            "values",
+            f"{arg}: called again on the same inputs (below autograd) the kernel wrote other "
+            f"values than its first call: {int((~_equal(x, y)).sum())} of {x.numel()} "
+            "elements differ (a result that depends on the call: a stale cache, a race)",
+        )
+
+
+def _equal(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    if x.is_floating_point() or x.is_complex():
+        return (x == y) | (x.isnan() & y.isnan())
+    return x == y
+
+
+def _same(x: torch.Tensor, y: torch.Tensor) -> bool:
+    return identical(x, y) or bool(_equal(x, y).all())
 
 
 def _returns_written(s: Sample, result: Any, dev: Materialized, where: str) -> None:

@@ -34,10 +34,11 @@ from collections.abc import Iterator
 import torch
 from torch.utils._pytree import tree_flatten
 
-from conformance.engine import exactness, ieee, truth
+from conformance.engine import exactness, ieee, truth, ulp_bounds
 from conformance.engine.checks import Sample, invoke, sample_check
 from conformance.engine.compare import (
     Mismatch,
+    close_mask,
     flush_subnormals,
     identical,
     subnormal,
@@ -209,6 +210,7 @@ def check_signed_zeros(s: Sample) -> None:
     "within one ulp of the correctly rounded result",
 )
 def check_rounding(s: Sample) -> None:
+    _within_documented_ulps(s)
     if s.exactness is None or not s.exactness.exact:
         return
     if not ieee.single_operation(s.schema, s.placed.call.args, s.placed.call.kwargs):
@@ -241,6 +243,30 @@ def check_rounding(s: Sample) -> None:
         )
 
 
+def _within_documented_ulps(s: Sample) -> None:
+    """float32/float64 functions IEEE only recommends correct rounding for, within the ulps
+    their bound allows (engine/ulp_bounds.py), unless as far as CPU's own result."""
+    for name, a, e in differing(s):
+        k = ulp_bounds.bound(s.overload, e.dtype)
+        if k is None or s.policy.excuses(s, e.dtype):
+            continue
+        if not bool(close_mask(a, e, s.spec.tol_scale, name)[0].all()):
+            continue  # beyond the tolerance: a wrong value, the outputs check names it
+        w = truth.float64_value(s, e.dtype, name)
+        if w is None or w.shape != a.shape:
+            continue
+        bad = ulp_bounds.beyond(a, e, w, k)
+        if bool(bad.any()):
+            what = f"more than {k} ulp(s) from the float64 result and farther than cpu's"
+            dtype = str(e.dtype).removeprefix("torch.")
+            raise Mismatch(
+                "rounding",
+                f"{name}: {_ulps(a, w.to(e.dtype), bad, what)}; {_first(bad, a, e)}\n  "
+                f"{ieee.base(s.overload)} in {dtype}: IEEE recommends correct rounding; CUDA "
+                f"documents at most {k} ulp(s) (engine/ulp_bounds.py)",
+            )
+
+
 def _claimed_for(claim: exactness.Exactness, result: torch.dtype) -> bool:
     """Whether the claim measured for the case's dtype speaks of a result of dtype `result`:
     not of a float64 result in a case of another dtype (no wider type measured it: an H200's
@@ -248,7 +274,7 @@ def _claimed_for(claim: exactness.Exactness, result: torch.dtype) -> bool:
     float64 run set), nor, for the one-ulp rule of half precision, of a wider result."""
     if result == torch.float64 and claim.dtype != "float64":
         return False
-    return claim.rule != exactness.ULP or result in exactness.HALF
+    return claim.rule != exactness.ULP or result in exactness.HALF or result == torch.float64
 
 
 def _correctly_rounded(
@@ -260,13 +286,18 @@ def _correctly_rounded(
     (exactness.FLOAT64_REFERENCES), else CPU's result. CPU itself rounds some operands first (a
     float64 scalar added to a float16 tensor is rounded to float16 before the sum); a device
     that does not is as right. All False where the float64 run fails or gives another shape."""
-    w = truth.float64_value(s, e.dtype, name)
-    if w is None or w.shape != a.shape:
-        return torch.zeros_like(a, dtype=torch.bool)
-    rounded = w.to(e.dtype)
-    if within:
-        return (exactness.ulp_distance(a, rounded) <= within) | _same(a, rounded)
-    return _same(a, rounded)
+    found = torch.zeros_like(a, dtype=torch.bool)
+    for w in (
+        truth.float64_value(s, e.dtype, name),
+        truth.float64_value_scalars_rounded(s, e.dtype, name),
+    ):
+        if w is None or w.shape != a.shape:
+            continue
+        rounded = w.to(e.dtype)
+        found |= _same(a, rounded)
+        if within:
+            found |= exactness.ulp_distance(a, rounded) <= within
+    return found
 
 
 def _most_ulps(a: torch.Tensor, e: torch.Tensor, bad: torch.Tensor) -> int:

@@ -209,20 +209,7 @@ def compare_values(
         rtol = atol = 0.0
     if torch.equal(actual, expected):  # the common case, one op: no error to measure
         return
-    own = _element_allowance(tol_scale, name, expected)
-    if own is not None:  # evidence per element: the base tolerance plus CPU's own error there
-        base_rtol, atol = TOLERANCES[expected.dtype]
-        rtol = base_rtol * widen
-        bound = atol * widen + own * widen + rtol * expected.to(torch.float64).abs()
-        close = (actual.to(torch.float64) - expected.to(torch.float64)).abs() <= bound
-        close |= (actual == expected) | (actual.isnan() & expected.isnan())
-        atol = float(atol + own.max())  # for the message: the largest allowance
-    elif rtol == 0 and atol == 0:
-        close = actual == expected
-        if expected.is_floating_point() or expected.is_complex():
-            close |= actual.isnan() & expected.isnan()
-    else:
-        close = torch.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
+    close, rtol, atol = close_mask(actual, expected, tol_scale, name, widen, (rtol, atol))
     ok = bool(close.all())
     abs_err, rel_err, nbad, first = errors(actual, expected)
     stats.update(abs_err, rel_err)
@@ -241,6 +228,40 @@ def compare_values(
         abs_err,
         rel_err,
     )
+
+
+def close_mask(
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    tol_scale: Scale,
+    name: str,
+    widen: float = 1.0,
+    tol: tuple[float, float] | None = None,
+) -> tuple[torch.Tensor, float, float]:
+    """(where `actual` is within the tolerance of `expected`, rtol, atol for a message): the
+    dtype's tolerance under `tol_scale` (or `tol`, already widened), or, where evidence measured
+    CPU's own error for the value `name`, the base tolerance plus that error per element. The
+    one rule of "close": the values check and every excuse of a value beyond it ask it."""
+    if tol is None:
+        rtol, atol = tolerance(expected.dtype, tol_scale)
+        rtol, atol = rtol * widen, atol * widen
+    else:
+        rtol, atol = tol
+    own = _element_allowance(tol_scale, name, expected)
+    if own is not None:  # evidence per element: the base tolerance plus CPU's own error there
+        base_rtol, atol = TOLERANCES[expected.dtype]
+        rtol = base_rtol * widen
+        bound = atol * widen + own * widen + rtol * expected.to(torch.float64).abs()
+        close = (actual.to(torch.float64) - expected.to(torch.float64)).abs() <= bound
+        close |= (actual == expected) | (actual.isnan() & expected.isnan())
+        atol = float(atol + own.max())  # for the message: the largest allowance
+    elif rtol == 0 and atol == 0:
+        close = actual == expected
+        if expected.is_floating_point() or expected.is_complex():
+            close |= actual.isnan() & expected.isnan()
+    else:
+        close = torch.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
+    return close, rtol, atol
 
 
 def _element_allowance(tol_scale: Scale, name: str, expected: torch.Tensor) -> torch.Tensor | None:

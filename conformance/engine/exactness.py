@@ -260,4 +260,12 @@ def _inferred(kind: str, float32: Measured | None, name: str) -> Exactness:
             f"IEEE requires correct rounding (float32: {float32.describe()}); float64 against "
             "the processor's correctly rounded result: cpu's bits or those",
         )
+    if kind == ieee.CORRECTLY_ROUNDED and float32.ulps <= 1:
+        return Exactness(
+            True,
+            0,
+            f"IEEE requires correct rounding (float32: {float32.describe()}); float64 has no "
+            "wider type to find the correctly rounded result: within 1 ulp of cpu's",
+            ULP,
+        )
     return Exactness(False, 0, "float64 has no wider type to find the correctly rounded result")

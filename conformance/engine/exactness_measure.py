@@ -143,6 +143,8 @@ def measure(
     functional sibling (for an in-place or out= op: autograd's)."""
     g = torch.Generator().manual_seed(SEED)
     schema = getattr(op, "_schema", None)
+    if schema is not None and not schema.returns and functional is not None:
+        op = functional  # an in-place op that returns nothing (`_foreach_mul_`): same values
     usable = [
         c
         for c in calls

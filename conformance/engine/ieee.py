@@ -87,8 +87,23 @@ def _foreach_kind(name: str) -> str:
 
 
 @functools.cache
+def per_tensor_pointwise(overload: str) -> bool:
+    """A `_foreach_<op>` whose op is pointwise (any overload of it torch tags so): element k of
+    its i-th result depends only on element k of the i-th tensor of each list."""
+    import torch
+
+    name = base(overload).removeprefix(FOREACH)
+    packet = getattr(torch.ops.aten, name, None)
+    if not overload.startswith(FOREACH) or packet is None:
+        return False
+    return any(pointwise(f"{name}.{o}") for o in packet.overloads())
+
+
+@functools.cache
 def pointwise(overload: str) -> bool:
     """torch's `pointwise` tag on the overload or on its functional sibling."""
+    if overload.startswith(FOREACH):
+        return False  # the lists' elements mix: per_tensor_pointwise says what each does
     from conformance.engine.discovery import resolve
     from conformance.engine.siblings import functional_of
 

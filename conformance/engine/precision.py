@@ -31,6 +31,7 @@ import torch
 from conformance.engine import ieee
 from conformance.engine.compare import (
     Mismatch,
+    close_mask,
     compare_tensor,
     flush_subnormals,
     tolerance,
@@ -108,6 +109,10 @@ def compare_result(
         if not policy.excuses(s, expected.dtype):
             raise
         _judge_in_dtype(s, name, got, expected)
+    if check_values and expected.is_floating_point() and policy.excuses(s, expected.dtype):
+        why = biased_rounding(s, name, s.host(actual), expected)  # values pass element-wise
+        if why is not None:
+            raise Mismatch("rounding", why)
 
 
 def _as_accurate_as_cpu(s: Any, name: str, got: torch.Tensor, cpu: torch.Tensor) -> bool:
@@ -122,10 +127,18 @@ def _as_accurate_as_cpu(s: Any, name: str, got: torch.Tensor, cpu: torch.Tensor)
     truth = float64_value(s, cpu.dtype, name)
     if truth is None or truth.shape != cpu.shape or got.shape != cpu.shape:
         return False
-    rtol, atol = tolerance(cpu.dtype, s.spec.tol_scale)
-    beyond = ~torch.isclose(got, cpu, rtol=rtol, atol=atol, equal_nan=True)
+    # the elements the values check failed, by its own rule (issue 79: judged here by the
+    # op's scaled tolerance, a -sizes sample held to CPU's own error had "0 element(s) beyond",
+    # and a batch norm's saved mean of 0 for 0.219 passed)
+    beyond = ~close_mask(got, cpu, s.spec.tol_scale, name)[0]
+    if not bool(beyond.any()):
+        return False
     t, d, c = (x.detach().to(torch.float64) for x in (truth, got, cpu))
-    closer = ((d - t).abs() <= (c - t).abs()) & (d.isfinite() == c.isfinite())
+    # a non-finite value on either side is as close only when it is the same value: every
+    # infinity is infinitely far from a finite truth, -inf as far as +inf (issue 79)
+    same = (d == c) | (d.isnan() & c.isnan())
+    finite = d.isfinite() & c.isfinite()
+    closer = torch.where(finite, (d - t).abs() <= (c - t).abs(), same)
     if not bool((closer | ~beyond).all()):
         return False
     s.notes.append(
@@ -146,7 +159,7 @@ def _judge_in_dtype(s: Any, name: str, got: torch.Tensor, cpu: torch.Tensor) -> 
         truth, basis = cpu, "cpu's result"
     want, have = truth.to(torch.float64), got.to(torch.float64)
     rtol, atol = tolerance(dtype, s.spec.tol_scale)
-    scale = _scale(s, want)
+    scale = _scale(s, want, _position(s, name, cpu))
     slack = ROUNDINGS * torch.finfo(dtype).eps * scale
     ok = ((have - want).abs() <= atol + rtol * want.abs() + slack) | (have == want)
     ok |= have.isnan() & want.isnan()
@@ -170,25 +183,99 @@ def _judge_in_dtype(s: Any, name: str, got: torch.Tensor, cpu: torch.Tensor) -> 
     )
 
 
+#: elements a distribution needs before it says anything of a rounding mode
+DISTRIBUTION_MIN = 16
+
+
+def biased_rounding(s: Any, name: str, got: torch.Tensor, cpu: torch.Tensor) -> str | None:
+    """Why the values of a pointwise op declared computed in its half dtype cannot come from
+    round-to-nearest, or None. Per element, a few roundings in the dtype excuse a few ulps; over
+    a sample they leave a trace: a kernel that rounds to nearest gives the correctly rounded
+    result on some elements, and errs both ways. Never correctly rounded on 16 or more
+    elements, or every error toward zero (truncation) or away from it, is not that (issue 79:
+    an addcmul with the lowest bit of every result flipped, or its last two bits dropped,
+    passed every case declared)."""
+    own = ieee.pointwise(s.overload) or ieee.per_tensor_pointwise(s.overload)
+    if not own or got.shape != cpu.shape:
+        return None
+    truth = float64_value(s, cpu.dtype, name)
+    if truth is None or truth.shape != cpu.shape:
+        return None
+    rounded = truth.to(cpu.dtype)
+    judged = got.isfinite() & rounded.isfinite() & (rounded != 0)
+    if int(judged.sum()) < DISTRIBUTION_MIN:
+        return None
+    d, r, t = got[judged], rounded[judged], truth[judged]
+    right = (d == r).sum()
+    off = d != r
+    short = str(cpu.dtype).removeprefix("torch.")
+    if int(right) == 0:
+        return (
+            f"{name}: none of {d.numel()} elements is the correctly rounded {short} result: a "
+            f"kernel computing in {short} with round-to-nearest gives it on some (manifest "
+            "computes_in_dtype excuses a few roundings, not another rounding mode)"
+        )
+    if int(off.sum()) < DISTRIBUTION_MIN:
+        return None
+    toward = (d.to(torch.float64).abs() < t.abs())[off]
+    if bool(toward.all()) or not bool(toward.any()):
+        way = "toward zero" if bool(toward.all()) else "away from zero"
+        return (
+            f"{name}: all {int(off.sum())} elements that are not the correctly rounded {short} "
+            f"result are off {way}: truncation, not round-to-nearest (manifest "
+            "computes_in_dtype excuses a few roundings, not another rounding mode)"
+        )
+    return None
+
+
 def _where(s: Any) -> str:
-    return "the element's own operands'" if ieee.pointwise(s.overload) else "the operands'"
+    own = ieee.pointwise(s.overload) or ieee.per_tensor_pointwise(s.overload)
+    return "the element's own operands'" if own else "the operands'"
 
 
-def _scale(s: Any, want: torch.Tensor) -> torch.Tensor:
+def _position(s: Any, name: str, cpu: torch.Tensor) -> int | None:
+    """Which tensor of its list `cpu` is (a foreach op's i-th output, or its i-th written
+    tensor of argument `name`), or None."""
+    if not ieee.per_tensor_pointwise(s.overload):
+        return None
+    if name.startswith("output "):
+        return int(name.split()[1])
+    views = [view for leaf, _, view in s.cpu.bases if leaf.written and leaf.arg == name]
+    return next((i for i, view in enumerate(views) if view is cpu), None)
+
+
+def _operands(s: Any, position: int | None) -> list[torch.Tensor]:
+    """The floating operands before the call (in-place forms): all of them, or, for the tensor
+    at `position` of a foreach op's lists, the tensor at that position of each list and every
+    tensor argument outside a list (issue 79: a bfloat16 `_foreach_add.List` flipping the sign
+    of every small result passed, scaled by the largest value of all the lists' tensors)."""
+    fresh = s.placed.materialize("cpu")
+    if position is None:
+        found = [view for _, _, view in fresh.bases]
+    else:
+        found = []
+        for value in (*fresh.args, *fresh.kwargs.values()):
+            if isinstance(value, list | tuple) and position < len(value):
+                found.append(value[position])
+            elif isinstance(value, torch.Tensor):
+                found.append(value)
+    return [
+        x.detach().to(torch.float64)
+        for x in found
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and not x.is_complex()
+    ]
+
+
+def _scale(s: Any, want: torch.Tensor, position: int | None = None) -> torch.Tensor:
     """Per element, the magnitude the computation of that element rounds at: for a pointwise
     op, the largest |value| among the element's own result and its own operands (each floating
     argument broadcast to the result, as the op reads it: addcmul's a + v t1 t2 near 0 from
     operands near 1 keeps their scale, a result small because its operands are is held to its
     own); for any other op (a reduction, a product), the largest |value| among all floating
     operands and the result, as an element's operands are not known."""
-    fresh = s.placed.materialize("cpu")  # the operands before the call (in-place forms)
-    operands = [
-        view.detach().to(torch.float64)
-        for _, _, view in fresh.bases
-        if view.is_floating_point() and not view.is_complex()
-    ]
+    operands = _operands(s, position)
     finite = want.abs().nan_to_num(nan=0.0, posinf=0.0)
-    if not ieee.pointwise(s.overload):
+    if not ieee.pointwise(s.overload) and position is None:
         return torch.full_like(finite, _magnitude([want, *operands]))
     scale = finite
     for x in operands:

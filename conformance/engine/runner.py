@@ -157,7 +157,7 @@ def run_case(
         try:
             watch.check_leaks(overload)
         except Mismatch as failure:
-            outcome.failure = _kept_once(mode, ctx, placements[0], outcome, watch, failure)
+            outcome.failure = _kept_once(mode, ctx, placements, outcome, watch, failure)
     outcome.errors_only = outcome.samples > 0 and values_compared == 0
     if runtime_before is not None:
         compiled, executed = _runtime_seconds(backend) or (0.0, 0.0)
@@ -250,7 +250,7 @@ def placed_calls(
 def _kept_once(
     mode: CaseMode,
     ctx: RunContext,
-    placed: PlacedCall,
+    placements: list[PlacedCall],
     outcome: CaseOutcome,
     watch: memory.MemoryWatch,
     failure: Mismatch,
@@ -258,11 +258,13 @@ def _kept_once(
     """Memory a case left allocated is a leak where a second call adds to it. A library's
     workspace or a cache is allocated once and kept (cuBLAS keeps a 32 MiB workspace per handle
     after its first GEMM: an H200's first addmm, addbmm, baddbmm.out and _linalg_det cases
-    failed `leak` by exactly that): the first sample runs once more, and memory that stayed as
-    it was is a note, not a failure."""
+    failed `leak` by exactly that): every sample runs once more, and memory that stayed as it
+    was is a note, not a failure. Every sample, not only the first (issue 79: a kernel that
+    kept memory only on calls past 1,024 elements passed, its first sample being small)."""
     watch.mark()
     try:
-        mode.run_sample(ctx, placed, outcome, False)
+        for placed in placements:
+            mode.run_sample(ctx, placed, outcome, False)
         watch.check_leaks(ctx.overload)
     except Exception:  # noqa: BLE001 - grown again, or no second call to judge by: a leak
         return failure

@@ -26,6 +26,29 @@ def float64_value(s: Any, result: torch.dtype, name: str) -> torch.Tensor | None
     return found.get(name, found.get(ANY_NAME))
 
 
+def float64_value_scalars_rounded(s: Any, result: torch.dtype, name: str) -> torch.Tensor | None:
+    """The float64 truth of `name` with every Python float operand first rounded to float32,
+    the type a kernel computes a float32 or half result in (its opmath: CUDA's foreach and
+    scalar kernels convert the Scalar so); None where the call has no such operand, for a
+    float64 result, or where it cannot be computed. A kernel that rounds the scalar to its
+    computation type, then rounds the result once, is as right as one that does not."""
+    if result == torch.float64:
+        return None
+    if "float64-scalars" not in s.scratch:
+        call = s.placed.call
+        scalars = [v for v in (*call.args, *call.kwargs.values()) if isinstance(v, float)]
+        changed = any(_rounded_scalar(v) != v for v in scalars)
+        s.scratch["float64-scalars"] = _float64_run(s, result, _rounded_scalar) if changed else {}
+    found = s.scratch["float64-scalars"]
+    return found.get(name, found.get(ANY_NAME))
+
+
+def _rounded_scalar(value: Any) -> Any:
+    if isinstance(value, float):
+        return float(torch.tensor(value, dtype=torch.float32))
+    return value
+
+
 def output_name(i: int, n: int) -> str:
     return f"output {i}" if n > 1 else "output"
 
@@ -42,8 +65,11 @@ def named(result: object, written: dict[str, torch.Tensor]) -> dict[str, torch.T
     return found
 
 
-def _float64_run(s: Any, result: torch.dtype) -> dict[str, torch.Tensor]:
+def _float64_run(s: Any, result: torch.dtype, scalar: Any = None) -> dict[str, torch.Tensor]:
     cpu = s.placed.materialize("cpu")
+    if scalar is not None:  # the same placed tensors, each top-level scalar operand changed
+        cpu.args = tuple(scalar(a) for a in cpu.args)
+        cpu.kwargs = {k: scalar(v) for k, v in cpu.kwargs.items()}
     reference = exactness.FLOAT64_REFERENCES.get(ieee.base(s.overload))
     if result == torch.float64 and reference is not None:
         self = cpu.args[0] if cpu.args and isinstance(cpu.args[0], torch.Tensor) else None

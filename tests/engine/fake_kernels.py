@@ -39,6 +39,7 @@ def run_with_kernel(
     path: str = "native",
     mode: str = "",
     exactness=None,
+    policy=None,
     **spec_kw,
 ) -> CaseOutcome:
     """Run `calls` of `overload` on `path` (native, or fallback: judged as a cpu_fallback
@@ -60,4 +61,5 @@ def run_with_kernel(
         strict_errors=strict,
         mode=mode,
         exactness=exactness,
+        **({"policy": policy} if policy is not None else {}),
     )

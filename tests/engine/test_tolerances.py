@@ -178,3 +178,141 @@ def test_float32_within_the_measured_multiplier_passes(monkeypatch, cache, overl
     assert _run(monkeypatch, overload, staged, F32, cache, layout).failure is None
     base = _run(monkeypatch, overload, staged, F32, cache, layout, spec=OpSpec(overload))
     assert base.failure is not None and base.failure.check == "values"
+
+
+def test_an_infinity_of_the_other_sign_is_not_as_close_as_cpus(monkeypatch):
+    """Issue 79, hole 2: a float16 product that overflows, CPU's +inf against a device's -inf
+    where the float64 result is finite (90,000): every infinity was "as close to the float64
+    result as cpu's" (inf <= inf), so the device's -inf passed with that note."""
+    from conformance.engine.calls import Call
+
+    a = torch.tensor([300.0, 2.0, 0.5], dtype=F16)
+    b = torch.tensor([300.0, 3.0, 0.25], dtype=F16)
+    real = resolve("mul.Tensor")
+
+    def wrong_sign(x, y):
+        out = real(x, y)
+        return torch.where(out.isinf(), -out, out)
+
+    outcome = run_with_kernel(monkeypatch, "mul.Tensor", wrong_sign, [Call("mul.Tensor", (a, b))])
+    assert outcome.failure is not None and outcome.failure.check == "values", outcome.notes
+    monkeypatch.undo()
+    same = run_with_kernel(monkeypatch, "mul.Tensor", real, [Call("mul.Tensor", (a, b))])
+    assert same.failure is None, same.failure and same.failure.message
+
+
+def test_a_foreach_op_declared_in_dtype_is_scaled_per_tensor(monkeypatch):
+    """Issue 79, hole 3: under computes_in_dtype a `_foreach_*` result was allowed 4 roundings
+    at the largest value of all the lists' tensors, so a bfloat16 `_foreach_add.List` flipping
+    the sign of every small result passed (the same fault in add.Tensor failed). Each tensor of
+    the list is now held to its own operands' scale; a correct kernel still passes."""
+    from conformance.engine.calls import Call
+    from conformance.engine.precision import DtypePolicy
+
+    xs = [torch.full((4,), 200.0, dtype=BF16), torch.tensor([0.01, -0.02, 0.03, 0.04], dtype=BF16)]
+    ys = [torch.full((4,), 100.0, dtype=BF16), torch.tensor([0.005, 0.01, -0.02, 0.02], dtype=BF16)]
+    call = Call("_foreach_add.List", (xs, ys))
+    real = resolve("_foreach_add.List")
+
+    def flips_small(xs, ys):
+        out = real(xs, ys)
+        return [torch.where(o.abs() < 1, -o, o) for o in out]
+
+    declared = DtypePolicy(computes_in_dtype=True)
+    wrong = run_with_kernel(monkeypatch, "_foreach_add.List", flips_small, [call], policy=declared)
+    assert wrong.failure is not None and wrong.failure.check == "values", wrong.notes
+    monkeypatch.undo()
+    right = run_with_kernel(monkeypatch, "_foreach_add.List", real, [call], policy=declared)
+    assert right.failure is None, right.failure and right.failure.message
+
+
+def _half_bits(t: torch.Tensor, change) -> torch.Tensor:
+    bits = t.view(torch.int16)
+    return torch.where(t.isfinite() & (t != 0), change(bits), bits).view(t.dtype)
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16])
+def test_declared_half_precision_still_rounds_to_nearest(monkeypatch, cache, dtype):
+    """Issue 79, hole 7: declared computes_in_dtype, an addcmul with the lowest bit of every
+    result flipped, or its last two bits dropped (truncation, up to 3 ulps), passed every case:
+    no element was beyond 4 roundings. Judged as a distribution they fail; a kernel that rounds
+    each step to nearest in the dtype passes."""
+    from conformance.engine.precision import DtypePolicy
+
+    real = resolve("addcmul")
+
+    def in_dtype(x, t1, t2, value=1):
+        step = (t1.float() * t2.float()).to(dtype)
+        step = (step.float() * value).to(dtype)
+        return (x.float() + step.float()).to(dtype)
+
+    wrongs = {
+        "lowest bit flipped": lambda *a, **k: _half_bits(real(*a, **k), lambda b: b ^ 1),
+        "two bits dropped": lambda *a, **k: _half_bits(real(*a, **k), lambda b: b & ~3),
+    }
+    declared = DtypePolicy(computes_in_dtype=True)
+    calls = calls_for("addcmul", dtype, cache)
+    right = run_with_kernel(monkeypatch, "addcmul", in_dtype, calls, policy=declared)
+    assert right.failure is None, right.failure and right.failure.message
+    monkeypatch.undo()
+    for what, kernel in wrongs.items():
+        wrong = run_with_kernel(monkeypatch, "addcmul", kernel, calls, policy=declared)
+        monkeypatch.undo()
+        assert wrong.failure is not None and wrong.failure.check == "rounding", what
+        assert "round-to-nearest" in wrong.failure.message, wrong.failure.message
+
+
+def test_a_value_beyond_cpus_own_error_is_not_excused_by_a_looser_tolerance(monkeypatch, cache):
+    """Issue 79, hole 6: the batch-norm `-sizes` sample of a batch of one (x = 0.21875): a saved
+    mean of 0 failed the evidence tolerance (CPU's own error), then the "as close as CPU"
+    excuse re-judged it with the op's scaled tolerance, found "0 element(s) beyond", and let it
+    pass. The excuse now asks the rule the values check used."""
+    from conformance.engine import runner
+
+    calls = calls_for(BN, BF16, cache, "sizes")
+    real = resolve(BN)
+
+    def zero_mean_for_one(x, *args, **kwargs):
+        out = real(x, *args, **kwargs)
+        return (out[0], torch.zeros_like(out[1]), out[2]) if x.shape[0] == 1 else out
+
+    original = runner.run_case
+    monkeypatch.setattr(runner, "run_case", lambda *a, **k: original(*a, **{**k, "evidence": True}))
+    wrong = run_with_kernel(monkeypatch, BN, zero_mean_for_one, calls, spec=spec_for(BN))
+    assert wrong.failure is not None and wrong.failure.check == "values", wrong.notes
+    assert "output 1" in wrong.failure.message
+
+
+def _evidence_run(monkeypatch, overload, kernel, calls):
+    from conformance.engine import runner
+
+    original = runner.run_case
+    monkeypatch.setattr(runner, "run_case", lambda *a, **k: original(*a, **{**k, "evidence": True}))
+    try:
+        return run_with_kernel(monkeypatch, overload, kernel, calls, spec=spec_for(overload))
+    finally:
+        monkeypatch.undo()
+
+
+def test_any_order_of_float32_accumulation_passes_a_wrong_element_fails(monkeypatch, cache):
+    """Issue 79, hole 8: a float32 cumsum with one sequential float32 accumulator (numpy's)
+    failed the 65,537-element -sizes case, judged by CPU's own error (CPU accumulates wider).
+    Any order of accumulation at the dtype's precision passes (engine/evidence.py
+    `accumulation_bound`); one element wrong by 0.1 % past 1,024 still fails."""
+    calls = calls_for("cumsum", F32, cache, "sizes")
+    assert max(c.args[0].numel() for c in calls) > 60_000
+
+    def sequential(x, dim, dtype=None):
+        out = torch.from_numpy(x.detach().numpy().cumsum(axis=dim, dtype="float32"))
+        return out.to(dtype) if dtype is not None else out
+
+    def one_wrong(x, dim, dtype=None):
+        out = torch.cumsum(x, dim, dtype=dtype)
+        if out.numel() > 1025:
+            out.view(-1)[1025] *= 1.001
+        return out
+
+    passed = _evidence_run(monkeypatch, "cumsum", sequential, calls)
+    assert passed.failure is None, passed.failure and passed.failure.message
+    wrong = _evidence_run(monkeypatch, "cumsum", one_wrong, calls)
+    assert wrong.failure is not None and wrong.failure.check == "values"

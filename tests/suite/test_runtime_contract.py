@@ -218,3 +218,18 @@ def test_a_manifest_expects_a_contract_item_strictly(tmp_path):
     record = records["memory-stats"]
     assert proc.returncode != 0 and record["status"] == "xpassed", record
     assert "remove the entry 'contract:memory-stats'" in record["message"], record["message"]
+
+
+def test_events_that_time_the_host_fail_elapsed_time_under_calibrated_holds(tmp_path):
+    """Issue 79, hole 5: with streams held by calibrated work (no set_delay, no _sleep: most
+    real devices) the hold's floor is unknown and the coverage check was skipped: a runtime
+    whose elapsed_time reports host enqueue times passed plainly. The host's own view (a seen
+    done while c was not) bounds the span from below."""
+    env = {**ASYNC, "PYTHONPATH": str(REPO / "tests" / "backends")}
+    args = ("--backend", "host_timed_backend", "--device", "npu", "-k", "elapsed")
+    _, records = contract_run(tmp_path, *args, env=env)
+    row = records["event-elapsed-time"]
+    assert row["status"] == "failed", row
+    assert "the events do not time the device's work" in row["message"], row["message"]
+    _, records = contract_run(tmp_path, *HOOKLESS_ARGS, "-k", "elapsed", env={**ASYNC, **HOOKLESS})
+    assert records["event-elapsed-time"]["status"] == "passed", records

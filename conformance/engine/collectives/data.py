@@ -213,16 +213,31 @@ def expected(case: CollectiveCase, by_rank: list[list[torch.Tensor]]) -> list[li
 
 
 # ---- layouts ----------------------------------------------------------------------------------
-def place(t: torch.Tensor, layout: str, device: torch.device) -> torch.Tensor:
-    """`t` (1-D, contiguous, CPU) on `device` in `layout`: one contiguous host->device copy of
-    a buffer, then as_strided (engine/transfer.py's way)."""
+def shape_of(n: int, layout: str, stacked: int = 1) -> tuple[int, ...]:
+    """The shape of a tensor of `n` elements in `layout`: 2-D (q, p) for 'transposed' where
+    the piece of n / `stacked` elements has a factor p (q rows: `stacked` pieces of n / stacked
+    / p rows each, so a concatenation or split along dim 0, as all_gather_into_tensor and
+    reduce_scatter_tensor take them, keeps every piece's rows), else 1-D. Inputs and outputs of
+    one case have the shapes torch documents for the collective (issue 79: flat outputs of a
+    2-D input, a form torch does not promise, failed on gloo and on any backend that checks)."""
+    piece = n // stacked if stacked else n
+    if layout == "transposed" and piece > 1 and factor(piece) is not None:
+        p = factor(piece)
+        assert p is not None
+        return (n // p, p)
+    return (n,)
+
+
+def place(t: torch.Tensor, layout: str, device: torch.device, stacked: int = 1) -> torch.Tensor:
+    """`t` (1-D, contiguous, CPU) on `device` in `layout` (`shape_of`; its row-major order is
+    `t`'s): one contiguous host->device copy of a buffer, then as_strided (engine/transfer.py's
+    way)."""
     from conformance.engine.transfer import to_device
 
     n = t.numel()
-    if layout == "transposed" and n > 1 and factor(n) is not None:
-        p = factor(n)
-        assert p is not None
-        q = n // p  # the (q, p) tensor is the transpose of a contiguous (p, q) buffer
+    shape = shape_of(n, layout, stacked)
+    if len(shape) == 2:
+        q, p = shape  # the (q, p) tensor is the transpose of a contiguous (p, q) buffer
         buffer = t.reshape(q, p).t().contiguous().reshape(-1)
         return to_device(buffer, device).as_strided((q, p), (1, q), 0)
     if layout == "sliced" and n:

@@ -43,8 +43,10 @@ SHOWN = 8  # differing elements listed per rank
 
 @dataclass
 class Verdict:
-    """`status`: passed, failed or skipped; `message`: its first line is what findings group
-    by (numbers masked); `ranks`: the ranks whose outputs differ, with their elements."""
+    """`status`: passed, failed, skipped or unimplemented (the backend says it does not
+    implement what the case asks: failed unless the manifest declares it unsupported);
+    `message`: its first line is what findings group by (numbers masked); `ranks`: the ranks
+    whose outputs differ, with their elements."""
 
     status: str
     message: str = ""
@@ -142,13 +144,23 @@ DTYPE_ALIASES = {
 }  # fmt: skip
 
 
+#: an error that says the backend does not implement something ("Work::getFuture not
+#: implemented"): an unsupported feature, named as such (issue 79: gloo's were "an error that
+#: names no refusal")
+UNIMPLEMENTED = re.compile(r"not (yet )?(implemented|supported)|unsupported", re.I)
+#: a layout's own words beyond its name: the sizes of an 'uneven' all_to_all
+LAYOUT_WORDS = {"uneven": ("size", "split")}
+
+
 def names_cause(case: CollectiveCase, message: str, causes: tuple[str, ...]) -> bool:
     """Whether an error's message names one of `causes` ("layout", "op", "dtype") of `case`:
     the refused thing itself ("MAX", "float16", "contiguous"), not any error ("illegal address
     in the strided copy kernel", "out of resources")."""
     text = message.lower()
     own = {
-        "layout": (case.layout,) if case.layout != "contiguous" else (),
+        "layout": (case.layout, *LAYOUT_WORDS.get(case.layout, ()))
+        if case.layout != "contiguous"
+        else (),
         "op": (case.op.lower(),) if case.op != NO_OP else (),
         "dtype": (case.dtype, *DTYPE_ALIASES.get(case.dtype, ())),
     }
@@ -168,7 +180,15 @@ def _refused(
     why = undefined(case)
     nccl_layout = NCCL_REFUSES.get(case.layout)
     causes = ("layout",) if nccl_layout and why is None and case.op not in NCCL_REFUSES else None
-    if not names_cause(case, info["message"], causes or ("layout", "op", "dtype")):
+    every = ("layout", "op", "dtype")
+    if UNIMPLEMENTED.search(info["message"]) and not names_cause(case, info["message"], every):
+        return Verdict(  # a feature the backend says it lacks, not one of the case's values
+            "unimplemented",
+            f"{prefix(case)}: {c10d} does not implement it: {error}\n  {case.describe()} "
+            f"(raised in {info['where']}; an unsupported feature: declare it in the manifest, "
+            'status = "unsupported")',
+        )
+    if not names_cause(case, info["message"], causes or every):
         named = "its layout" if causes else "its layout, dtype or reduce op"
         return Verdict(
             "failed",

@@ -27,7 +27,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from conformance.engine.collectives.data import GAP, inputs, place, second_size, split
+from conformance.engine.collectives.data import (
+    GAP,
+    inputs,
+    place,
+    second_size,
+    shape_of,
+    split,
+)
 from conformance.engine.collectives.spec import PREMUL_FACTOR, CollectiveCase
 
 POLL_S = 0.0005
@@ -66,7 +73,8 @@ class Rank:
         """(outputs read back to CPU, info) of one case; raises what the backend raised, with
         `where` ("call" or the completion) on the exception."""
         device = device or self.device
-        ins = [place(t, case.layout, device) for t in inputs(case, self.rank)]
+        stacked = case.world if case.collective.startswith("reduce_scatter_tensor") else 1
+        ins = [place(t, case.layout, device, stacked) for t in inputs(case, self.rank)]
         info: dict[str, Any] = {}
         if case.collective == "barrier":
             time.sleep(0.03 * self.rank)  # the last rank enters last
@@ -91,8 +99,10 @@ class Rank:
             shape = t.shape if n is None else (n,)
             return torch.empty(shape, dtype=t.dtype, device=device)
 
-        def new(n: int) -> torch.Tensor:
-            return torch.empty((n,), dtype=getattr(torch, case.dtype), device=device)
+        def new(n: int, stacked: int = 1) -> torch.Tensor:
+            """An output of n elements, shaped as the case's layout shapes its inputs."""
+            shape = shape_of(n, case.layout, stacked)
+            return torch.empty(shape, dtype=getattr(torch, case.dtype), device=device)
 
         n = case.size
         if c == "all_reduce":
@@ -105,7 +115,7 @@ class Rank:
             outs = [like(ins[0]) for _ in range(w)]
             return outs, [dist.all_gather(outs, ins[0], **kw)]
         if c == "all_gather_into_tensor":
-            out = new(w * ins[0].numel())
+            out = new(w * ins[0].numel(), w)
             return [out], [dist.all_gather_into_tensor(out, ins[0], **kw)]
         if c == "gather":
             outs = [like(ins[0]) for _ in range(w)] if r == case.root else []
@@ -127,7 +137,7 @@ class Rank:
         if c == "all_to_all_single":
             out_splits = [split(case, j, r) for j in range(w)]
             in_splits = [split(case, r, j) for j in range(w)]
-            out = new(sum(out_splits))
+            out = torch.empty((sum(out_splits),), dtype=ins[0].dtype, device=device)
             work = dist.all_to_all_single(out, ins[0], out_splits, in_splits, **kw)
             return [out], [work]
         if c == "send_recv":
@@ -167,7 +177,7 @@ class Rank:
                 for t in ins:
                     dist.all_reduce(t, op, group=group)
             elif c == "all_gather_into_tensor_coalesced":
-                outs = [new(w * ins[0].numel()), new(w * ins[1].numel())]
+                outs = [new(w * ins[0].numel(), w), new(w * ins[1].numel(), w)]
                 for o, t in zip(outs, ins, strict=True):
                     dist.all_gather_into_tensor(o, t, group=group)
             else:  # reduce_scatter_tensor_coalesced

@@ -49,6 +49,16 @@ def expect_collective(suite: Suite, plan: CollectivesPlan, item: pytest.Item) ->
     expect_family(suite, item, manifest_key(plan, _case_id(item.nodeid)))
 
 
+def declared_unsupported(suite: Suite, nodeid: str) -> bool:
+    """Whether the manifest declares the collectives case `nodeid` unsupported (an error that
+    says the backend does not implement it is then the case's expected outcome)."""
+    plan = FAMILY.plan(suite)
+    if plan.c10d is None:
+        return False
+    entry = suite.expectations.family_expectation(manifest_key(plan, _case_id(nodeid)))
+    return entry is not None and entry.status == "unsupported"
+
+
 def _case_id(nodeid: str) -> str:
     name = record_id(nodeid)
     return name[name.index("[") + 1 : -1] if "[" in name else name
@@ -110,6 +120,8 @@ def collective_record(
     record = new_collective_record(suite, item.nodeid, Status.PASSED, plan, message=message)
     if verdict is not None and verdict.status in _STATUS:
         record.status, record.check = _STATUS[verdict.status]
+    elif verdict is not None and verdict.status == "unimplemented" and not report.failed:
+        record.status = Status.UNSUPPORTED  # declared unsupported (`declared_unsupported`)
     elif report.failed:
         record.check = FAMILY.check
     if verdict is not None and verdict.ranks:
