@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from conformance.engine import interpreter
+from conformance.engine import interpreter, wrapping
 from conformance.engine.device_keys import (
     collectives_for,
     compiler_for,
@@ -65,6 +65,7 @@ class Backend:
     # HPU, XPU, MTIA) for a device torch names itself
     dispatch_key: str = "PrivateUse1"
     register: str = ""  # the function --backend MODULE:FUNCTION called, if any
+    wrapped_by: str = ""  # CONFORMANCE_BACKEND_WRAPPER's MODULE:FUNCTION (engine/wrapping.py)
     # the suite's red zones for the backend's heap blocks (engine/heap.py): the --heap-zones
     # setting, where the layer is built, and the layer once installed where the probe saw the
     # device's memory go through it
@@ -264,7 +265,9 @@ def load_backend(spec: str | None, device: str | None = None) -> Backend:
     for name, value in PROBE_ENVIRONMENT.items():  # set before torch asks its driver anything
         os.environ.setdefault(name, value)
     try:
-        return _load_backend(spec, device)
+        backend = _load_backend(spec, device)
+        backend.wrapped_by = wrapping.apply(backend)  # CONFORMANCE_BACKEND_WRAPPER, if set
+        return backend
     finally:
         interpreter.pin()
 

@@ -33,7 +33,8 @@ def header_lines(suite: Suite, plan: Plan | None) -> list[str]:
             f"; kernels under dispatch key {b.dispatch_key}"
             if b.dispatch_key != "PrivateUse1"
             else ""
-        ),
+        )
+        + _wrapped(b),
         *(f"{name} relies on {how}" for name, how in relies_on(suite).items()),
     ]
     if plan is not None:
@@ -57,13 +58,20 @@ def header_lines(suite: Suite, plan: Plan | None) -> list[str]:
     return lines
 
 
+def _wrapped(backend: Backend) -> str:
+    """The header's word that the backend's kernels are wrapped (engine/wrapping.py)."""
+    if not backend.wrapped_by:
+        return ""
+    return f"; kernels wrapped by {backend.wrapped_by} (CONFORMANCE_BACKEND_WRAPPER)"
+
+
 def key_header_lines(suite: Suite, plan: Plan | None) -> list[str]:
     """The header's key lines (backend, isolation, coverage, expectations): shown under -q
     too, the first one again in the summary."""
     b = suite.backend
     lines = [
         f"backend {b.module_name} ({b.how_loaded}; device '{b.device_type}', allocator "
-        f"{suite.allocator}), torch {torch.__version__}"
+        f"{suite.allocator}), torch {torch.__version__}" + _wrapped(b)
     ]
     if plan is not None:
         lines.append(plan.describe(suite.options.case_timeout))

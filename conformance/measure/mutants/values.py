@@ -1,0 +1,150 @@
+"""Value transforms of the mutation operators: each takes a result read back to CPU (contiguous)
+and returns what a wrong kernel would have written there, same dtype and shape. A transform
+that has nothing to change (no float result, no NaN to turn into 0) returns its input, and the
+mutant is then equivalent on that call."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+Transform = Callable[[torch.Tensor], torch.Tensor]
+
+_INTS = {2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def floating(t: torch.Tensor) -> bool:
+    return t.is_floating_point() and t.element_size() in _INTS
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(_INTS[t.element_size()])
+
+
+def ulps(k: int, every: int = 1) -> Transform:
+    """Every `every`-th finite nonzero element `k` ulps away from zero."""
+
+    def transform(t: torch.Tensor) -> torch.Tensor:
+        if not floating(t):
+            return t
+        bits = _bits(t)
+        chosen = _every(t, every) & (t != 0) & t.isfinite()
+        moved = torch.where(chosen, bits + k, bits).view(t.dtype)
+        return torch.where(moved.isfinite() | ~chosen, moved, t)  # never past the largest
+
+    return transform
+
+
+def _every(t: torch.Tensor, every: int) -> torch.Tensor:
+    flat = torch.arange(t.numel()).reshape(t.shape)
+    return flat % every == every - 1 if every > 1 else torch.ones_like(flat, dtype=torch.bool)
+
+
+def sign_of_small(fraction: float = 1 / 32) -> Transform:
+    """The sign of every nonzero result below `fraction` of the largest magnitude flipped."""
+
+    def transform(t: torch.Tensor) -> torch.Tensor:
+        if not floating(t) or t.numel() == 0:
+            return t
+        finite = t[t.isfinite()]
+        if finite.numel() == 0:
+            return t
+        largest = finite.abs().max()
+        small = (t.abs() < largest * fraction) & (t != 0)
+        return torch.where(small, -t, t)
+
+    return transform
+
+
+def nan_to_zero(t: torch.Tensor) -> torch.Tensor:
+    return torch.where(t.isnan(), torch.zeros_like(t), t) if t.is_floating_point() else t
+
+
+def zero_to_nan(t: torch.Tensor) -> torch.Tensor:
+    if not t.is_floating_point():
+        return t
+    return torch.where(t == 0, torch.full_like(t, float("nan")), t)
+
+
+def infinity_sign(t: torch.Tensor) -> torch.Tensor:
+    return torch.where(t.isinf(), -t, t) if t.is_floating_point() else t
+
+
+def negative_zero(t: torch.Tensor) -> torch.Tensor:
+    """-0.0 written as +0.0."""
+    if not t.is_floating_point():
+        return t
+    return torch.where((t == 0) & t.signbit(), torch.zeros_like(t), t)
+
+
+def flush_subnormals(t: torch.Tensor) -> torch.Tensor:
+    if not t.is_floating_point():
+        return t
+    tiny = torch.finfo(t.dtype).tiny
+    return torch.where((t != 0) & (t.abs() < tiny), torch.zeros_like(t) * t.sign(), t)
+
+
+def off(t: torch.Tensor) -> torch.Tensor:
+    """Every element plainly wrong, beyond any tolerance: a finite float x becomes
+    x + 1 + |x| (never x), integers + 1, booleans negated; NaN and infinities stay."""
+    if t.dtype == torch.bool:
+        return ~t
+    if t.is_floating_point() or t.is_complex():
+        return torch.where(t.isfinite(), t + 1 + t.abs(), t)
+    return t + 1
+
+
+def past(n: int, how: str) -> Transform:
+    """The elements past the first `n` (in logical order) wrong (`how` = "wrong") or left as
+    they were before the kernel ran (`how` = "unwritten": the caller passes the old contents
+    through `before`)."""
+
+    def transform(t: torch.Tensor) -> torch.Tensor:
+        if t.numel() <= n:
+            return t
+        flat = t.reshape(-1).clone()
+        flat[n:] = off(flat[n:]) if how == "wrong" else UNWRITTEN.before(flat)[n:]
+        return flat.reshape(t.shape)
+
+    return transform
+
+
+class _Unwritten:
+    """What memory held before the kernel wrote it: set by the mutant for the call in flight
+    (the written argument's old contents, or garbage for a fresh result: a pattern)."""
+
+    def __init__(self) -> None:
+        self.old: torch.Tensor | None = None
+
+    def before(self, flat: torch.Tensor) -> torch.Tensor:
+        if self.old is not None and self.old.numel() == flat.numel():
+            return self.old.reshape(-1).to(flat.dtype)
+        if flat.dtype == torch.bool:
+            return torch.zeros_like(flat)
+        return torch.full_like(flat, 7) if not flat.is_floating_point() else flat * 0 + 7.5
+
+
+UNWRITTEN = _Unwritten()
+
+
+def integers_off(every: int = 8) -> Transform:
+    """Every `every`-th element of an integer or boolean result wrong (+1, negated)."""
+
+    def transform(t: torch.Tensor) -> torch.Tensor:
+        if t.is_floating_point() or t.is_complex():
+            return t
+        return torch.where(_every(t, every), off(t), t)
+
+    return transform
+
+
+def identical(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bit for bit equal (NaN payloads and signed zeros included)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.is_floating_point() and a.element_size() in _INTS:
+        return bool(torch.equal(_bits(a.contiguous()), _bits(b.contiguous())))
+    if a.is_complex():
+        return identical(torch.view_as_real(a), torch.view_as_real(b))
+    return bool(torch.equal(a, b))
