@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from conformance.engine.checks import Sample, returned, sample_check
-from conformance.engine.compare import Mismatch, identical
+from conformance.engine.compare import Mismatch, same_values
 from conformance.engine.errorclass import first_line
 from conformance.engine.placing import Materialized
 
@@ -61,24 +61,16 @@ def _wrote_the_same(s: Sample, again: Materialized) -> None:
     second = [(leaf.arg, view) for leaf, _, view in again.bases if leaf.written]
     for a, (arg, b) in zip(first, second, strict=False):
         x, y = s.host(a), s.host(b)
-        if x.shape != y.shape or x.dtype != y.dtype or _same(x, y):
+        if x.shape != y.shape or x.dtype != y.dtype:
             continue
-        raise Mismatch(
-            "values",
-            f"{arg}: called again on the same inputs (below autograd) the kernel wrote other "
-            f"values than its first call: {int((~_equal(x, y)).sum())} of {x.numel()} "
-            "elements differ (a result that depends on the call: a stale cache, a race)",
-        )
-
-
-def _equal(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    if x.is_floating_point() or x.is_complex():
-        return (x == y) | (x.isnan() & y.isnan())
-    return x == y
-
-
-def _same(x: torch.Tensor, y: torch.Tensor) -> bool:
-    return identical(x, y) or bool(_equal(x, y).all())
+        differ = int((~same_values(x, y)).sum())
+        if differ:
+            raise Mismatch(
+                "values",
+                f"{arg}: called again on the same inputs (below autograd) the kernel wrote "
+                f"other values than its first call: {differ} of {x.numel()} elements differ (a "
+                "result that depends on the call: a stale cache, a race)",
+            )
 
 
 def _returns_written(s: Sample, result: Any, dev: Materialized, where: str) -> None:

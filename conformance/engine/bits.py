@@ -41,6 +41,7 @@ from conformance.engine.compare import (
     close_mask,
     flush_subnormals,
     identical,
+    same_values,
     subnormal,
     tolerance,
     unravel,
@@ -95,11 +96,6 @@ def _compared(s: Sample) -> Iterator[tuple[str, torch.Tensor, torch.Tensor]]:
         yield name, host, flush_subnormals(e, host) if s.policy.flushes_subnormals else e
 
 
-def _same(a: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
-    """Bit for bit, NaN payloads and the sign of zero aside."""
-    return (a == e) | (a.isnan() & e.isnan())
-
-
 def _first(mask: torch.Tensor, a: torch.Tensor, e: torch.Tensor) -> str:
     i = int(mask.reshape(-1).nonzero()[0, 0])
     at = unravel(i, tuple(e.shape))
@@ -138,7 +134,7 @@ def check_subnormals(s: Sample) -> None:
 def _inputs_as_zero(s: Sample, found: list[tuple[str, torch.Tensor, torch.Tensor]]) -> None:
     """DAZ: where the device differs from CPU and CPU on inputs with their subnormals made zero
     gives the device's result (`found`: the pairs whose bits differ)."""
-    unlike = [(n, a, e) for n, a, e in found if not bool(_same(a, e).all())]
+    unlike = [(n, a, e) for n, a, e in found if not bool(same_values(a, e).all())]
     if not unlike:
         return
     leaves = [base for leaf, base, _ in s.cpu.bases if base.dtype in FLOATS]
@@ -156,8 +152,8 @@ def _inputs_as_zero(s: Sample, found: list[tuple[str, torch.Tensor, torch.Tensor
         f = again.get(name)
         if f is None:
             continue
-        diff = ~_same(a, e)
-        if bool(_same(a, f)[diff].all()):
+        diff = ~same_values(a, e)
+        if bool(same_values(a, f)[diff].all()):
             raise Mismatch(
                 "subnormal",
                 f"{name}: treats subnormal inputs as zero: where it differs from cpu "
@@ -222,7 +218,7 @@ def check_rounding(s: Sample) -> None:
         if not _claimed_for(s.exactness, e.dtype):
             continue
         both_zero = (a == 0) & (e == 0)
-        bad = ~_same(a, e) & ~both_zero
+        bad = ~same_values(a, e) & ~both_zero
         if bool(bad.any()):
             bad &= ~_correctly_rounded(s, name, a, e, within=1 if ulp else 0)
         if not bool(bad.any()):
@@ -294,7 +290,7 @@ def _correctly_rounded(
         if w is None or w.shape != a.shape:
             continue
         rounded = w.to(e.dtype)
-        found |= _same(a, rounded)
+        found |= same_values(a, rounded)
         if within:
             found |= exactness.ulp_distance(a, rounded) <= within
     return found

@@ -230,6 +230,11 @@ def compare_values(
     )
 
 
+def same_values(a: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+    """Where `a` equals `e`, or both are NaN (the sign of zero and NaN payloads aside)."""
+    return (a == e) | (a.isnan() & e.isnan())
+
+
 def close_mask(
     actual: torch.Tensor,
     expected: torch.Tensor,
@@ -253,12 +258,10 @@ def close_mask(
         rtol = base_rtol * widen
         bound = atol * widen + own * widen + rtol * expected.to(torch.float64).abs()
         close = (actual.to(torch.float64) - expected.to(torch.float64)).abs() <= bound
-        close |= (actual == expected) | (actual.isnan() & expected.isnan())
+        close |= same_values(actual, expected)
         atol = float(atol + own.max())  # for the message: the largest allowance
     elif rtol == 0 and atol == 0:
-        close = actual == expected
-        if expected.is_floating_point() or expected.is_complex():
-            close |= actual.isnan() & expected.isnan()
+        close = same_values(actual, expected)
     else:
         close = torch.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
     return close, rtol, atol

@@ -102,8 +102,6 @@ def per_tensor_pointwise(overload: str) -> bool:
 @functools.cache
 def pointwise(overload: str) -> bool:
     """torch's `pointwise` tag on the overload or on its functional sibling."""
-    if overload.startswith(FOREACH):
-        return False  # the lists' elements mix: per_tensor_pointwise says what each does
     from conformance.engine.discovery import resolve
     from conformance.engine.siblings import functional_of
 

@@ -34,6 +34,7 @@ from conformance.engine.compare import (
     close_mask,
     compare_tensor,
     flush_subnormals,
+    same_values,
     tolerance,
     unravel,
 )
@@ -136,9 +137,8 @@ def _as_accurate_as_cpu(s: Any, name: str, got: torch.Tensor, cpu: torch.Tensor)
     t, d, c = (x.detach().to(torch.float64) for x in (truth, got, cpu))
     # a non-finite value on either side is as close only when it is the same value: every
     # infinity is infinitely far from a finite truth, -inf as far as +inf (issue 79)
-    same = (d == c) | (d.isnan() & c.isnan())
     finite = d.isfinite() & c.isfinite()
-    closer = torch.where(finite, (d - t).abs() <= (c - t).abs(), same)
+    closer = torch.where(finite, (d - t).abs() <= (c - t).abs(), same_values(d, c))
     if not bool((closer | ~beyond).all()):
         return False
     s.notes.append(

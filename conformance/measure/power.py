@@ -25,11 +25,13 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import torch
 
 from conformance.engine import discovery
 from conformance.measure.fault_families import FAMILIES, Family, dtype_name
+from conformance.measure.markers import write_block
 from conformance.measure.planted_faults import Planted, install
 
 __all__ = ["FAMILIES", "Bench", "Power", "main", "measure_all", "render"]
@@ -214,24 +216,11 @@ def main(argv: list[str] | None = None) -> int:
     table = render(results)
     sys.stdout.write(table)
     if args.write:
-        _write_table(args.write, table)
+        write_block(Path(args.write), BEGIN, END, table)
     return 1 if args.check and not all(r.met for r in results) else 0
 
 
 BEGIN, END = "<!-- power:begin -->", "<!-- power:end -->"
-
-
-def _write_table(path: str, table: str) -> None:
-    """Replace the table between the markers of `path` (or write the file)."""
-    try:
-        with open(path) as f:
-            text = f.read()
-    except FileNotFoundError:
-        text = f"{BEGIN}\n{END}\n"
-    head, _, rest = text.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    with open(path, "w") as f:
-        f.write(f"{head}{BEGIN}\n{table}{END}{tail}")
 
 
 if __name__ == "__main__":

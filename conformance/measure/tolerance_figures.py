@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from conformance.engine import consistency
-from conformance.engine.compare import TOLERANCES, tolerance
+from conformance.engine.compare import TOLERANCES, same_values, tolerance
 from conformance.ops import OpSpec, spec_for
 
 __all__ = ["Figures", "Row", "measure", "report"]
@@ -100,7 +100,7 @@ def measure(
     wide = torch.complex128 if actual.is_complex() or expected.is_complex() else torch.float64
     a = actual.detach().reshape(-1).to(wide)
     e = expected.detach().reshape(-1).to(wide)
-    same = (a == e) | (a.isnan() & e.isnan())
+    same = same_values(a, e)
     finite = a.isfinite() & e.isfinite()
     out = Figures(nonfinite=int((~same & ~finite).sum()), samples=1, where=where)
     keep = ~same & finite

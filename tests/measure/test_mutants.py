@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conformance.measure.mutants.campaign import Mutant, classify
+from conformance.measure.mutants.install import WRAPPER
 from conformance.measure.mutants.report import known_gaps
 from conformance.record import CaseRecord, Status
 from tests.helpers import REPO, clean_env, run_pytest
@@ -78,22 +79,21 @@ def test_known_gaps_are_read_from_their_block(tmp_path):
     assert known_gaps(doc) == {"exp*=ulp:1": "within the bound"}
 
 
-def _campaign(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    """`python -m conformance.measure.mutants ARGS` from the repository root."""
+    command = [sys.executable, "-m", "conformance.measure.mutants", *args]
     return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "conformance.measure.mutants",
-            "--out",
-            str(tmp_path / "out"),
-            *args,
-        ],
-        cwd=REPO,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
+        command, cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=600
     )
+
+
+def _campaign(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    return _cli("--out", str(tmp_path / "out"), *args)
+
+
+def _mutant_env(mutants: str) -> dict[str, str]:
+    """The environment a suite run needs to install `mutants` (`OVERLOAD=OPERATOR;...`)."""
+    return {"CONFORMANCE_BACKEND_WRAPPER": WRAPPER, "CONFORMANCE_MUTANTS": mutants}
 
 
 def test_mutants_are_judged_by_the_real_suite_and_classified(tmp_path):
@@ -147,10 +147,7 @@ def test_bad_input_is_one_line(tmp_path):
 
 
 def test_the_wrapper_is_named_in_the_header_and_a_bad_one_is_one_line():
-    env = {
-        "CONFORMANCE_BACKEND_WRAPPER": "conformance.measure.mutants.install:wrap",
-        "CONFORMANCE_MUTANTS": "abs=none",
-    }
+    env = _mutant_env("abs=none")
     done = run_pytest(
         "conformance", "--ops", "abs", "--dtypes", "float32", "--results", "none", env=env
     )
@@ -172,10 +169,7 @@ def test_memory_kept_only_on_large_calls_is_a_leak():
     """Issue 79, hole 4: "kept once" re-ran only a case's first sample, so a relu keeping 16 KiB
     on every call past 1,024 elements passed its -sizes cases (first sample small) as "kept once
     ... not a leak". Every sample runs again now."""
-    env = {
-        "CONFORMANCE_BACKEND_WRAPPER": "conformance.measure.mutants.install:wrap",
-        "CONFORMANCE_MUTANTS": "relu=leak-past-size",
-    }
+    env = _mutant_env("relu=leak-past-size")
     done = run_pytest(
         "conformance",
         "--ops",
@@ -228,10 +222,7 @@ def test_the_ci_sample_of_mutants_has_no_new_miss(tmp_path):
 )
 def test_holes_the_campaign_found_stay_closed(mutant, dtype, check):
     overload = mutant.split("=")[0]
-    env = {
-        "CONFORMANCE_BACKEND_WRAPPER": "conformance.measure.mutants.install:wrap",
-        "CONFORMANCE_MUTANTS": mutant,
-    }
+    env = _mutant_env(mutant)
     done = run_pytest(
         "conformance",
         "--ops",
@@ -265,37 +256,21 @@ def test_render_merges_campaigns_the_later_verdict_winning(tmp_path):
         (folder / "mutants.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     known = tmp_path / "known.md"
     known.write_text("")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "conformance.measure.mutants",
-            "--render",
-            str(first),
-            str(again),
-            "--known",
-            str(known),
-            "--check",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
+    done = _cli(
+        "--render",
+        str(first),
+        str(again),
+        "--known",
+        str(known),
+        "--check",
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "2 mutants: 1 killed, 1 equivalent; score 100.0 % (1 of 1 judged" in done.stdout
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "conformance.measure.mutants",
-            "--render",
-            str(first),
-            "--known",
-            str(known),
-            "--check",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
+    done = _cli(
+        "--render",
+        str(first),
+        "--known",
+        str(known),
+        "--check",
     )
     assert done.returncode == 1 and "| `abs=ulp:4` | survived | NEW |" in done.stdout

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conformance.measure import power
+from conformance.measure.markers import write_block
 from tests.helpers import once_per_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,7 +67,7 @@ def test_the_issue_examples_are_caught_at_their_targets(quick, family, dtype):
 def test_the_table_is_written_between_its_markers(tmp_path):
     doc = tmp_path / "POWER.md"
     doc.write_text(f"# Power\nintro\n{power.BEGIN}\nold table\n{power.END}\nafter\n")
-    power._write_table(str(doc), "| new |\n")
+    write_block(doc, power.BEGIN, power.END, "| new |\n")
     assert doc.read_text() == f"# Power\nintro\n{power.BEGIN}\n| new |\n{power.END}\nafter\n"
 
 
@@ -92,3 +93,13 @@ def test_the_published_table_is_the_tools():
         for dtype in family.dtypes:
             assert f"| {family.name} (`{family.overload}`" in table, family.name
             assert power.dtype_name(dtype) in table
+
+
+def test_a_block_without_markers_is_appended_and_a_missing_file_written(tmp_path):
+    doc = tmp_path / "POWER.md"
+    doc.write_text("# Power\n")
+    write_block(doc, power.BEGIN, power.END, "| t |\n")
+    assert doc.read_text() == f"# Power\n\n{power.BEGIN}\n| t |\n{power.END}\n"
+    new = tmp_path / "new.md"
+    write_block(new, power.BEGIN, power.END, "| t |\n")
+    assert new.read_text() == f"{power.BEGIN}\n| t |\n{power.END}\n"

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from conformance.errors import ConformanceUsageError
+from conformance.measure.markers import write_block
 from conformance.measure.mutants.campaign import (
     SUITE_DIR,
     Campaign,
@@ -30,7 +31,13 @@ from conformance.measure.mutants.campaign import (
 )
 from conformance.measure.mutants.install import parse
 from conformance.measure.mutants.operators import OPERATORS
-from conformance.measure.mutants.report import known_gaps, new_misses, render, write_table
+from conformance.measure.mutants.report import (
+    TABLE_BEGIN,
+    TABLE_END,
+    known_gaps,
+    new_misses,
+    render,
+)
 
 DOCS = SUITE_DIR.parent / "docs" / "POWER.md"
 
@@ -157,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / "mutants.md").write_text(table)
     sys.stdout.write(table)
     if args.write:
-        write_table(Path(args.write), table)
+        write_block(Path(args.write), TABLE_BEGIN, TABLE_END, table)
     new = new_misses(results, known)
     if args.check and (new or failing):
         print(
@@ -183,7 +190,7 @@ def _render(args: argparse.Namespace) -> int:
     table = render(results, known, f"rendered from {', '.join(args.render)}")
     sys.stdout.write(table)
     if args.write:
-        write_table(Path(args.write), table)
+        write_block(Path(args.write), TABLE_BEGIN, TABLE_END, table)
     return 1 if args.check and new_misses(results, known) else 0
 
 

@@ -10,20 +10,12 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from conformance.measure.markers import read_block
 from conformance.measure.mutants.campaign import VERDICTS, Result
 
 KNOWN_BEGIN, KNOWN_END = "<!-- mutants-known:begin -->", "<!-- mutants-known:end -->"
 TABLE_BEGIN, TABLE_END = "<!-- mutants:begin -->", "<!-- mutants:end -->"
-SHOWN = (
-    "killed",
-    "killed-elsewhere",
-    "crashed",
-    "error",
-    "survived",
-    "unobservable",
-    "equivalent",
-    "unreached",
-)
+SHOWN = tuple(v for v in VERDICTS if v != "not-run")  # the tables' columns
 MISSES = ("survived", "killed-elsewhere", "error", "unreached")
 
 
@@ -85,8 +77,7 @@ def _cell(text: str) -> str:
 
 def known_gaps(path: Path) -> dict[str, str]:
     """docs/POWER.md's known gaps: pattern -> why (lines "- `PATTERN`: WHY" between markers)."""
-    text = path.read_text() if path.exists() else ""
-    block = text.partition(KNOWN_BEGIN)[2].partition(KNOWN_END)[0]
+    block = read_block(path, KNOWN_BEGIN, KNOWN_END)
     return {
         m.group(1): m.group(2).strip() for m in re.finditer(r"^- `([^`]+)`:?\s*(.*)$", block, re.M)
     }
@@ -101,13 +92,3 @@ def known_gap(name: str, known: dict[str, str]) -> str:
 
 def new_misses(results: list[Result], known: dict[str, str]) -> list[Result]:
     return [r for r in results if r.verdict in MISSES and not known_gap(r.mutant.name, known)]
-
-
-def write_table(path: Path, table: str) -> None:
-    """Replace the campaign table between the markers of `path`."""
-    text = path.read_text() if path.exists() else f"{TABLE_BEGIN}\n{TABLE_END}\n"
-    if TABLE_BEGIN not in text:
-        text += f"\n{TABLE_BEGIN}\n{TABLE_END}\n"
-    head, _, rest = text.partition(TABLE_BEGIN)
-    tail = rest.partition(TABLE_END)[2]
-    path.write_text(f"{head}{TABLE_BEGIN}\n{table}{TABLE_END}{tail}")
