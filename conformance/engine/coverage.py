@@ -43,6 +43,9 @@ class Coverage:
     # what the representative models need of this backend: the overloads they reach that end on
     # one of its kernels or its boxed fallback (engine/workloads.py); the scorecard's model set
     models: list[str] = field(default_factory=list)
+    # key -> the overloads with a kernel there (the backend key and its autograd key: a kernel
+    # at the autograd key is an op case like any other, its backward the vendor's own)
+    by_key: dict[str, list[str]] = field(default_factory=dict)
 
     def missing(self, overload: str, dtype_name: str) -> bool:
         """Whether (overload, dtype) has no samples, so no case is collected for it."""
@@ -56,9 +59,10 @@ class Coverage:
         """Lines of the run header: registered, tested, untested and why, fallback-only."""
         skipped = [o for o in self.registered if o not in self.selected]
         text = f"coverage: {len(self.tested)} of {len(self.registered)} registered overloads tested"
+        text += self._by_key_counts()
         if skipped:
             text += f", {len(skipped)} not selected (--ops or -k)"
-        lines = [text]
+        lines = [text, *self._key_lines()]
         by_reason: dict[str, list[str]] = {}
         for overload, reason in sorted(self.untested.items()):
             by_reason.setdefault(reason, []).append(overload)
@@ -103,6 +107,23 @@ class Coverage:
             )
         return lines
 
+    def _by_key_counts(self) -> str:
+        """' (87 at PrivateUse1, 1 at AutogradPrivateUse1)' where a key besides the backend's
+        has kernels (none is hidden)."""
+        if sum(bool(names) for names in self.by_key.values()) < 2:
+            return ""
+        return " (" + ", ".join(f"{len(n)} at {k}" for k, n in self.by_key.items()) + ")"
+
+    def _key_lines(self) -> list[str]:
+        """The kernels at keys other than the backend's, named."""
+        return [
+            f"coverage: kernels at {key} (they run for every tensor of the device, grad or "
+            "not; their op cases judge the forward and, in -grad cases, the backward they "
+            f"define): {', '.join(names)}"
+            for key, names in list(self.by_key.items())[1:]
+            if names
+        ]
+
     def summary_line(self) -> str:
         """One line for the end of a run: what is tested, and how many gaps of each kind (the
         run header and run.json `coverage` name them)."""
@@ -146,6 +167,7 @@ def compute(
     excluded: Sequence[str] = (),
     default_kernels: Sequence[str] = (),
     models: Sequence[str] = (),
+    by_key: dict[str, list[str]] | None = None,
 ) -> Coverage:
     """Ask the sample sources about every selected overload x requested dtype."""
     cov = Coverage(
@@ -158,6 +180,7 @@ def compute(
         excluded=list(excluded),
         default_kernels=list(default_kernels),
         models=list(models),
+        by_key=dict(by_key or {}),
     )
     for overload in [*selected, *fallback_selected]:
         allowed = allowed_dtypes(overload)

@@ -50,6 +50,27 @@ def registered_overloads(dispatch_key: str = DISPATCH_KEY) -> list[str]:
     return [o for o in _direct_registrations(dispatch_key) if has_schema(o)]
 
 
+def autograd_key(dispatch_key: str = DISPATCH_KEY) -> str | None:
+    """The autograd key of a backend key (`PrivateUse1` -> `AutogradPrivateUse1`, `XLA` ->
+    `AutogradXLA`), None where torch has none: a kernel there runs for every tensor of the
+    device, whether it requires grad or not, before the backend key's."""
+    key = f"Autograd{dispatch_key}"
+    return key if hasattr(torch._C.DispatchKey, key) else None
+
+
+def registrations_by_key(dispatch_key: str = DISPATCH_KEY) -> dict[str, list[str]]:
+    """{key: the overloads with a kernel there} for the backend key and its autograd key (the
+    autocast key's kernels are the autocast family's: engine/autocast/registrations.py)."""
+    keys = [dispatch_key, *filter(None, [autograd_key(dispatch_key)])]
+    return {key: registered_overloads(key) for key in keys}
+
+
+def case_overloads(dispatch_key: str = DISPATCH_KEY) -> list[str]:
+    """Every overload the backend registered a kernel for at its backend or its autograd key:
+    each is an op case (a vendor's dropout or lstm at the autograd key included)."""
+    return sorted({o for names in registrations_by_key(dispatch_key).values() for o in names})
+
+
 def schemaless_registrations(dispatch_key: str = DISPATCH_KEY) -> list[str]:
     """Kernels registered for aten names that have no schema (never callable, never tested)."""
     return [o for o in _direct_registrations(dispatch_key) if not has_schema(o)]

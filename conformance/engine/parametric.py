@@ -19,45 +19,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from conformance.engine import random_laws
+from conformance.engine.draw_tests import (
+    CATEGORY_DRAWS,
+    DRAWS,
+    Model,
+    Z,
+    categories_test,
+    integers_test,
+    moments_test,
+    z_test,
+)
 from conformance.engine.transfer import read_back
 
-DRAWS = 1 << 17  # values in the one large draw
-# multinomial: a category's count moves by its probability times a weight's change, a fraction
-# of what a parameter moves a mean by; 4x the draws (indices: cheap) put a weight 5 % off at
-# z = 8.4 instead of 5.9 (at 5.9, one draw in six missed it)
-CATEGORY_DRAWS = 4 * DRAWS
-Z = 5.0  # |z| beyond this is a failure (two-sided, ~5.7e-7 per statistic)
-
-
-@dataclass(frozen=True)
-class Model:
-    """How to draw many values with a sample's parameters, and what they must look like."""
-
-    describe: str  # e.g. "bernoulli p=0.3"
-    draw: Callable[[Any, torch.device | str], torch.Tensor]  # (op, device) -> draws
-    test: Callable[[torch.Tensor], str | None]  # float64 draws -> why they are wrong
-
-
-def _z(what: str, got: float, want: float, sd: float) -> str | None:
-    z = (got - want) / sd if sd > 0 else 0.0
-    if abs(z) <= Z:
-        return None
-    return f"{what} {got:.6g}, expected {want:.6g} (z = {z:.1f}, limit {Z:g})"
-
-
-def _moments(x: torch.Tensor, mean: float, var: float, mu4: float, name: str = "") -> str | None:
-    """Sample mean and variance of `x` against a distribution's mean, variance and fourth
-    central moment."""
-    n = x.numel()
-    problem = _z(f"{name}mean", float(x.mean()), mean, math.sqrt(var / n))
-    if problem:
-        return problem
-    return _z(f"{name}variance", float(x.var()), var, math.sqrt(max(mu4 - var * var, 0) / n))
+__all__ = ["CATEGORY_DRAWS", "DRAWS", "Z", "Model", "check", "model_of"]
 
 
 def _scalar(value: Any) -> float | None:
@@ -76,6 +55,18 @@ def _args(call: Any, names: list[str], defaults: dict[str, Any]) -> dict[str, An
     return out
 
 
+def _schema_args(overload: str, call: Any) -> dict[str, Any]:
+    """The call's arguments by the overload's schema names, defaults included."""
+    from conformance.engine.discovery import resolve
+
+    try:
+        schema = resolve(overload)._schema
+    except (AttributeError, RuntimeError):
+        return {}
+    defaults = {a.name: a.default_value for a in schema.arguments if a.has_default_value()}
+    return _args(call, [a.name for a in schema.arguments], defaults)
+
+
 def _buffer(self: torch.Tensor, device: torch.device | str) -> torch.Tensor:
     return torch.empty(DRAWS, dtype=self.dtype, device=device)
 
@@ -84,6 +75,9 @@ def model_of(overload: str, call: Any) -> Model | None:
     """The model of one sample of `overload` (named as a run names it: `normal_`, the default
     overload without its `.default`), if its parameters are known (else None)."""
     overload = overload.removesuffix(".default")
+    law = random_laws.model_of(overload, call, _schema_args(overload, call))
+    if law is not None:
+        return law
     a, kw = call.args, call.kwargs
     self = a[0] if a and isinstance(a[0], torch.Tensor) else None
     if self is None or (not self.is_floating_point() and not overload.startswith("random_")):
@@ -121,8 +115,8 @@ def model_of(overload: str, call: Any) -> Model | None:
 
         def standard(x: torch.Tensor, mean: float = mean, std: float = std) -> str | None:
             if log:  # the log of a log-normal draw is normal
-                return _positive(x) or _moments((x.log() - mean) / std, 0, 1, 3, "log ")
-            return _moments((x - mean) / std, 0.0, 1.0, 3.0, "standardised ")
+                return _positive(x) or moments_test((x.log() - mean) / std, 0, 1, 3, "log ")
+            return moments_test((x - mean) / std, 0.0, 1.0, 3.0, "standardised ")
 
         return Model(
             f"{'log-normal' if log else 'normal'} mean={mean:g} std={std:g}",
@@ -146,7 +140,7 @@ def model_of(overload: str, call: Any) -> Model | None:
         return Model(
             f"exponential lambda={lam:g}",
             lambda op, dev: op(_buffer(self, dev), lam),
-            lambda x: _positive(x, 0.0) or _moments(x * lam, 1.0, 1.0, 9.0, "scaled "),
+            lambda x: _positive(x, 0.0) or moments_test(x * lam, 1.0, 1.0, 9.0, "scaled "),
         )
     if overload == "geometric_":
         p = _scalar(_args(call, ["self", "p"], {})["p"]) if len(a) > 1 or "p" in kw else None
@@ -168,7 +162,7 @@ def model_of(overload: str, call: Any) -> Model | None:
         return Model(
             f"multinomial with replacement, weights {[round(float(w), 4) for w in weights]}",
             lambda op, dev: op(row.to(dev), CATEGORY_DRAWS, True),
-            lambda x: _categories(x, weights / weights.sum()),
+            lambda x: categories_test(x, weights / weights.sum()),
         )
     if overload in ("random_.from", "random_.to"):
         names = ["self", "from", "to"] if overload == "random_.from" else ["self", "to"]
@@ -185,7 +179,7 @@ def model_of(overload: str, call: Any) -> Model | None:
         return Model(
             f"random integers in [{lo}, {hi})",
             lambda op, dev: op(_buffer(self, dev), *args),
-            lambda x: _integers(x, lo, hi),
+            lambda x: integers_test(x, lo, hi),
         )
     return None
 
@@ -195,7 +189,7 @@ def _bernoulli(x: torch.Tensor, p: float | torch.Tensor) -> str | None:
         return "draws other than 0 and 1"
     p_t = torch.as_tensor(p, dtype=torch.float64).expand_as(x)
     sd = math.sqrt(float((p_t * (1 - p_t)).sum()))
-    return _z("number of ones", float(x.sum()), float(p_t.sum()), sd)
+    return z_test("number of ones", float(x.sum()), float(p_t.sum()), sd)
 
 
 def _positive(x: torch.Tensor, floor: float | None = None) -> str | None:
@@ -208,7 +202,7 @@ def _uniform(x: torch.Tensor, lo: float, hi: float) -> str | None:
     if outside:
         return f"{outside} draws outside [{lo:g}, {hi:g}]"
     u = (x - lo) / (hi - lo)
-    return _moments(u, 0.5, 1 / 12, 1 / 80, "scaled ")
+    return moments_test(u, 0.5, 1 / 12, 1 / 80, "scaled ")
 
 
 def _geometric(x: torch.Tensor, p: float) -> str | None:
@@ -217,33 +211,7 @@ def _geometric(x: torch.Tensor, p: float) -> str | None:
     q = 1 - p
     var = q / p**2
     mu4 = q * (p * p + 9 * q) / p**4  # fourth central moment of the geometric distribution
-    return _moments(x, 1 / p, var, mu4)
-
-
-def _categories(x: torch.Tensor, probs: torch.Tensor) -> str | None:
-    """Draws of category indices against the probabilities: each category's count."""
-    k = probs.numel()
-    if not bool(((x >= 0) & (x < k) & (x == x.round())).all()):
-        return f"draws outside the categories 0..{k - 1}"
-    counts = torch.bincount(x.reshape(-1).to(torch.int64), minlength=k).to(torch.float64)
-    n = x.numel()
-    for i in range(k):
-        p = float(probs[i])
-        if p == 0 and counts[i]:
-            return f"{int(counts[i])} draws of category {i}, whose weight is 0"
-        problem = _z(f"draws of category {i}", float(counts[i]), n * p, math.sqrt(n * p * (1 - p)))
-        if problem:
-            return problem
-    return None
-
-
-def _integers(x: torch.Tensor, lo: int, hi: int) -> str | None:
-    if not bool(((x >= lo) & (x < hi) & (x == x.round())).all()):
-        return f"draws outside the integers of [{lo}, {hi})"
-    k = hi - lo
-    var = (k * k - 1) / 12
-    mu4 = (k * k - 1) * (3 * k * k - 7) / 240  # discrete uniform on k values
-    return _moments(x - lo, (k - 1) / 2, var, mu4)
+    return moments_test(x, 1 / p, var, mu4)
 
 
 def check(
@@ -257,17 +225,25 @@ def check(
         if model is None:
             continue
         try:
-            cpu = model.draw(op, "cpu").to(torch.float64).reshape(-1)
+            cpu = _host(model.draw(op, "cpu"))
         except Exception:  # noqa: BLE001 - the op does not take these parameters this way
             return None
         if model.test(cpu) is not None:
             return None  # the model does not fit CPU's own draws in this dtype: no claim
         drawn = run(lambda model=model: model.draw(op, device))
-        if not isinstance(drawn, torch.Tensor):
+        if not isinstance(drawn, torch.Tensor | tuple):
             return None  # the device raised: the ordinary samples judged that
-        values = read_back(drawn.detach()).to(torch.float64).reshape(-1)
-        problem = model.test(values)
+        problem = model.test(_host(drawn))
         if problem is None:
             return None
-        return f"{model.describe}, {values.numel()} draws in one call: {problem}"
+        count = (drawn[0] if isinstance(drawn, tuple) else drawn).numel()
+        return f"{model.describe}, {count} draws in one call: {problem}"
     return None
+
+
+def _host(drawn: Any) -> Any:
+    """A draw (a tensor, or a tuple of tensors and Nones: values, gradient, mask) as flat
+    float64 host tensors."""
+    if isinstance(drawn, tuple):
+        return tuple(None if t is None else _host(t) for t in drawn)
+    return read_back(drawn.detach()).to(torch.float64).reshape(-1)

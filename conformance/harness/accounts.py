@@ -32,6 +32,7 @@ def coverage_account(cases: CaseList, run_samples: RunSamples) -> coverage.Cover
         run_samples.count,
         lambda overload: no_sample_reason(overload, cases.cache_dir),
         schemaless=cases.schemaless,
+        by_key=cases.by_key,
         has_fallback=cases.has_fallback,
         fallback_only=reachable,
         fallback_selected=cases.kept_by_keyword(cases.fallback_only, True),

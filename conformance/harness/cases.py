@@ -89,7 +89,11 @@ class CaseList:
         self.keyword = keyword
         self.summary = summary  # saved once the case list asked what it needed
         key = backend.dispatch_key
-        self.registered = discovery.registered_overloads(key)
+        # every key's kernels are op cases; only the backend key's can be routed through the
+        # boxed fallback (a kernel at the autograd key runs before any routing)
+        self.by_key = discovery.registrations_by_key(key)
+        self.registered = discovery.case_overloads(key)
+        self.routable = frozenset(self.by_key[key])
         self.schemaless = discovery.schemaless_registrations(key)
         self.has_fallback = discovery.has_backend_fallback(key)
         self.excluded = workloads.excluded()  # model-derived overloads left out, and why
@@ -227,7 +231,12 @@ class CaseList:
         out = []
         rank = {op: i for i, op in enumerate(FOUNDATION_ORDER)}
         for overload in sorted(self.overloads, key=lambda o: rank.get(o, len(rank))):
-            routes = [p for p in paths if p == "native" or self.backend.fallback_routable(overload)]
+            routes = [
+                p
+                for p in paths
+                if p == "native"
+                or (overload in self.routable and self.backend.fallback_routable(overload))
+            ]
             out += self._cases_of(overload, self.dtypes(overload, False), routes, keep=keep)
         for overload in self.fallback_only:
             path = self._unregistered_path(overload)

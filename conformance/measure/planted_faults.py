@@ -159,6 +159,16 @@ def install(state: Planted) -> None:
         )
         return drawn(self, host)
 
+    def random_from(self, low: int, high: Any = None, generator: Any = None):
+        host = torch.empty(self.shape, dtype=torch.float64).random_(
+            low, high, generator=state.generator()
+        )
+        share = state.on("random integers: a share d drawn as the lowest")
+        if share:
+            drawn_low = torch.rand(self.shape, generator=state.generator(), dtype=torch.float64)
+            host[drawn_low < share] = low
+        return drawn(self, host)
+
     def multinomial(self, num_samples: int, replacement: bool = False, generator: Any = None):
         weights = self.cpu().to(torch.float64).clone()
         weights[..., 0] *= 1 + state.on("multinomial weight of category 0 x (1+d)")
@@ -193,6 +203,7 @@ def install(state: Planted) -> None:
         lib.impl("exponential_", exponential_)
         lib.impl("geometric_", geometric_)
         lib.impl("multinomial", multinomial)
+        lib.impl("random_.from", random_from)
         lib.impl("_foreach_mul_.Scalar", foreach_mul_)
         lib.impl("add_.Tensor", add_)
         for overload in sorted({f.overload for f in FAMILIES if f.mode == "grad"}):

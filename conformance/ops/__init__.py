@@ -11,7 +11,7 @@ import pkgutil
 
 from conformance.engine.spec import OpSpec
 
-__all__ = ["SPECS", "OpSpec", "register", "spec_for", "specs_with_samples"]
+__all__ = ["SPECS", "OpSpec", "register", "spec_for", "specs_with_samples", "tolerance_scales"]
 
 
 SPECS: dict[str, OpSpec] = {}
@@ -33,6 +33,12 @@ def spec_for(overload: str) -> OpSpec:
     """The registered spec, or the default one (OpInfo samples, every check)."""
     _load_all()
     return SPECS.get(overload) or OpSpec(overload)
+
+
+def tolerance_scales() -> dict[str, object]:
+    """{overload: tol_scale} of every spec whose tolerance is not its dtype's base."""
+    _load_all()
+    return {o: s.tol_scale for o, s in SPECS.items() if s.tol_scale != 1.0}
 
 
 def specs_with_samples() -> list[str]:

@@ -69,8 +69,8 @@ def test_multinomial_with_replacement_counts_each_category():
     zero = fair.clone().reshape(-1)
     zero[0] = 2
     assert "weight is 0" in (model.test(zero) or "")
-    no_replacement = Call("multinomial", (weights, 3, False))
-    assert parametric.model_of("multinomial", no_replacement) is None
+    no_replacement = Call("multinomial", (weights, 3, False))  # a law of its own: random_laws.py
+    assert "without replacement" in parametric.model_of("multinomial", no_replacement).describe
 
 
 def test_a_model_that_does_not_fit_cpu_claims_nothing():
@@ -86,8 +86,9 @@ def test_a_model_that_does_not_fit_cpu_claims_nothing():
     assert problem is None
 
 
-#: random ops whose distribution has no parameters the moments test can use (heavy tails)
-WITHOUT_MODEL = {"cauchy_", "random_"}  # random_: the full range of the dtype, judged vs CPU
+#: random ops without a model (cauchy_'s heavy tails are judged by its quartiles, random_'s
+#: full range as uniform integers: engine/random_laws.py)
+WITHOUT_MODEL: set[str] = set()
 
 
 def test_every_random_op_spec_gets_its_model_under_the_name_a_run_uses():

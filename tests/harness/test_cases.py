@@ -144,8 +144,11 @@ def test_every_registered_overload_has_samples(samples_cache) -> None:
     untested = suite.case_list.coverage.untested
     assert untested == {o: RUNTIME_CALLS[o] for o in untested}, untested
     n = len(suite.case_list.registered)
+    by_key = suite.case_list.by_key  # echo_npu's gelu is at AutogradPrivateUse1
+    counts = ", ".join(f"{len(names)} at {key}" for key, names in by_key.items())
+    assert by_key["AutogradPrivateUse1"] == ["gelu"]
     assert suite.case_list.coverage.header_lines()[0] == (
-        f"coverage: {n - len(untested)} of {n} registered overloads tested"
+        f"coverage: {n - len(untested)} of {n} registered overloads tested ({counts})"
     )
 
 
@@ -162,21 +165,25 @@ def test_coverage_is_computed_for_what_k_keeps(tmp_path) -> None:
     assert set(suite.case_list.coverage.selected) == {"masked_fill_.Scalar", "masked_fill_.Tensor"}
     assert suite.case_list.coverage.fallback_tested == []
     n = len(suite.case_list.registered)
+    keys = ", ".join(f"{len(v)} at {k}" for k, v in suite.case_list.by_key.items())
     assert suite.case_list.coverage.header_lines()[0] == (
-        f"coverage: 2 of {n} registered overloads tested, {n - 2} not selected (--ops or -k)"
+        f"coverage: 2 of {n} registered overloads tested ({keys}), {n - 2} not selected "
+        "(--ops or -k)"
     )
 
 
 def test_a_keyword_run_accounts_for_and_probes_only_the_overloads_it_keeps(tmp_path) -> None:
-    """-k masked_fill builds no float32 samples of the decompositions the models call (gelu,
-    addmm, ...): their -grad probe is paid only by runs that keep them; computed once."""
+    """-k masked_fill builds no float32 samples of the decompositions the models call
+    (_safe_softmax, addmm, ...): their -grad probe is paid only by runs that keep them;
+    computed once."""
     options = read_options(FakeConfig(expectations="none", results="none", dtypes="float32"))
     suite = Suite(options, str(tmp_path), "main", keyword="masked_fill")
-    assert "gelu" in suite.case_list.grad_only  # the default run has it: this run does not keep it
+    # the default run has it: this run does not keep it
+    assert "_safe_softmax" in suite.case_list.grad_only
     account = suite.mode_account()
     assert account["grad"] and all("masked_fill" in o for o in account["grad"])
     assert all("masked_fill" in o for o in account["grad_only"])
-    assert not [key for key in suite.samples._calls if key[0] == "gelu"]
+    assert not [key for key in suite.samples._calls if key[0] == "_safe_softmax"]
     assert suite.mode_account() is account
     # nor does choosing the cases it collects (the -arguments and -grad probes)
     assert suite.case_list.collected_cases()
@@ -189,9 +196,10 @@ def test_fallback_ops_all_keeps_the_grad_cases_of_the_models_decompositions(samp
     options = read_options(
         FakeConfig(expectations="none", results="none", dtypes="float32", fallback_ops="all")
     )
-    suite = Suite(options, str(samples_cache), "main", keyword="gelu and grad")
-    assert "gelu" in suite.case_list.grad_only
-    assert "gelu-float32-contiguous-native-grad" in [str(c) for c in suite.case_list.cases()]
+    suite = Suite(options, str(samples_cache), "main", keyword="_log_softmax and grad")
+    assert "_log_softmax" in suite.case_list.grad_only
+    cases = [str(c) for c in suite.case_list.cases()]
+    assert "_log_softmax-float32-contiguous-native-grad" in cases
 
 
 def test_what_k_keeps_is_asked_again_once_the_coverage_is_known(tmp_path) -> None:

@@ -13,7 +13,7 @@ from conformance.engine.compare import Mismatch
 from conformance.engine.measured import compare_value
 from conformance.engine.modules import judge as judging
 from conformance.engine.modules.cases import ModuleCase, enumerate_cases
-from conformance.engine.modules.divergence import ChildSearches, first_divergence
+from conformance.engine.modules.divergence import SearchChild, first_divergence
 from conformance.engine.modules.step import prepare, run_step
 
 BN = "nn.BatchNorm2d-float32-train-contiguous-0"
@@ -59,16 +59,27 @@ def test_biased_running_var_fails_the_state_and_names_the_op(npu, faults):
 
 
 def test_the_search_runs_in_a_child_and_its_failure_is_its_own(npu):
-    searches = ChildSearches(limit=2)
+    """One child serves every search of a process (no cap that splits a finding); a child
+    that cannot start or crashes is the search's failure, and the next search starts anew."""
     env = {"ECHO_NPU_FAULTS": "bn_running_var_biased"}
     with pytest.MonkeyPatch.context() as m:
         for name, value in env.items():
             m.setenv(name, value)
-        found = searches.search(BN, "echo_npu", "npu")
-    assert found is not None and found.startswith("aten.native_batch_norm.default"), found
-    broken = searches.search(BN, "no_such_backend_module", "npu")  # the child cannot start
-    assert broken.startswith("not found: the search's process ended with 1"), broken
-    assert searches.search(BN, "echo_npu", "npu").startswith("not searched: ")
+        child = SearchChild("echo_npu", "npu")
+        try:
+            found = [child.search(BN) for _ in range(3)]
+            pid = child.proc.pid
+            assert child.search(BN) and child.proc.pid == pid  # the same child, again
+            child.proc.kill()  # a crash of the search's process
+            child.proc.wait()
+            again = child.search(BN)
+        finally:
+            child.close()
+    for one in [*found, again]:
+        assert one is not None and one.startswith("aten.native_batch_norm.default"), one
+    broken = SearchChild("no_such_backend_module", "npu")  # the child cannot start
+    assert broken.search(BN).startswith("not found: the search's process ended with 1")
+    broken.close()
 
 
 def test_eval_mode_does_not_update_the_state(npu, faults):
@@ -139,3 +150,14 @@ def test_random_module_values_are_not_compared(npu):
     assert judging._random(prepared, cpu, seeds) == any(
         m.p > 0 for m in prepared.module.modules() if isinstance(m, torch.nn.Dropout)
     )
+
+
+def test_the_op_specs_scales_reach_the_search_child_whole():
+    """The search judges each op at its op case's tolerance: every spec's tol_scale (numbers,
+    (rtol, atol) pairs, per-dtype maps) survives the trip to the child."""
+    from conformance.engine.modules.divergence import decode_scales, encode_scales
+    from conformance.ops import tolerance_scales
+
+    scales = tolerance_scales()
+    assert scales and decode_scales(encode_scales(scales)) == scales
+    assert decode_scales("") == {}

@@ -21,6 +21,7 @@ from torch.utils._pytree import tree_flatten
 
 from conformance.engine.autocast import policy
 from conformance.engine.compare import Mismatch
+from conformance.engine.errorclass import first_line
 from conformance.engine.measured import compare_value
 from conformance.engine.transfer import read_back
 
@@ -122,6 +123,8 @@ def judge(
         )
         return verdict
     _compare_values(verdict, info, sample, regimes["cpu"], regimes[device.type])
+    if not verdict.message:
+        _compare_cast_inputs(verdict, info, sample, regimes[device.type])
     return verdict
 
 
@@ -173,6 +176,107 @@ def _compare_values(verdict: AutocastVerdict, info: Any, sample: Any, cpu: Any, 
         f"[autocast values] {verdict.op}: in the device's autocast region {problem} (CPU's "
         f"region in {lower}; outside autocast, on the same inputs, the device agrees with CPU)"
     )
+
+
+def input_mixes(n: int, lower: torch.dtype) -> list[tuple[str, list[torch.dtype]]]:
+    """The inputs a policy exists for, past float32 ones: all in the lower precision, and mixed
+    (the first lower, the rest float32) where the op takes two or more floating inputs."""
+    low = str(lower).removeprefix("torch.")
+    mixes = [(f"{low} inputs", [lower] * n)] if n else []
+    if n > 1:
+        mixes.append((f"mixed inputs ({low}, then float32)", [lower] + [torch.float32] * (n - 1)))
+    return mixes
+
+
+def _compare_cast_inputs(verdict: AutocastVerdict, info: Any, sample: Any, dev: Any) -> None:
+    """The device's region on lower-precision and mixed inputs: its output dtype against CUDA's
+    region on the same inputs, its values against CPU outside autocast on those inputs cast as
+    CUDA's policy casts them (to its output dtype). So a cast that is dropped, done after the
+    op, or done to zeros fails, where float32 inputs (never cast by an fp32 policy) cannot
+    show it. The record says which inputs were compared."""
+    n = policy.floating_inputs(sample)
+    cuda = policy.cuda_regime(dev.lower)
+    compared = []
+    for what, dtypes in input_mixes(n, dev.lower):
+        try:
+            want = policy.first_float(policy.run(info.op, sample, cuda, dtypes, True))
+        except Exception:  # noqa: BLE001 - CUDA's region refuses these inputs: not judged
+            continue
+        if want is None:
+            continue
+        try:
+            got = tree_flatten(policy.run(info.op, sample, dev, dtypes, True))[0]
+        except Exception as exc:  # noqa: BLE001 - the device's region refuses what CUDA's runs
+            if _refuses_outside(info, sample, dev, dtypes, want.dtype):
+                continue  # the op's own dtype support, not its region's: the op cases judge it
+            verdict.message = (
+                f"[autocast values] {verdict.op}: on {what} the device's autocast region raises "
+                f"{type(exc).__name__}: {first_line(exc)} (CUDA's region computes these)"
+            )
+            return
+        first = next((t for t in got if policy.floating(t)), None)
+        if first is None or first.dtype != want.dtype:
+            shown = str(first.dtype) if first is not None else "no floating output"
+            verdict.message = (
+                f"[autocast values] {verdict.op}: on {what} the device's autocast region "
+                f"returns {shown.removeprefix('torch.')}, CUDA's "
+                f"{str(want.dtype).removeprefix('torch.')}"
+            )
+            return
+        problem = _against_cast_reference(info, sample, dev, dtypes, want.dtype, got)
+        if problem:
+            to = str(want.dtype).removeprefix("torch.")
+            verdict.message = (
+                f"[autocast values] {verdict.op}: on {what} the device's autocast region "
+                f"{problem} (CPU outside autocast on the inputs cast to {to}, as CUDA's "
+                "policy casts them; outside autocast, on those inputs, the device agrees)"
+            )
+            return
+        compared.append(what)
+    if compared:
+        verdict.values += f"; on {' and '.join(compared)} against CPU on the inputs cast as CUDA's"
+
+
+def _cast(sample: Any, dtypes: list) -> SimpleNamespace:
+    """The sample with its floating inputs rounded to `dtypes` (in order)."""
+    rounded = policy.cast_floats(policy.inputs_of(sample), dtypes)
+    return SimpleNamespace(input=rounded[0], args=rounded[1], kwargs=rounded[2])
+
+
+def _refuses_outside(info: Any, sample: Any, dev: Any, dtypes: list, to: torch.dtype) -> bool:
+    """Whether the device, outside autocast, refuses the inputs as CUDA's policy casts them."""
+    try:
+        policy.run(info.op, _cast(sample, dtypes), dev, [to] * len(dtypes), False)
+    except Exception:  # noqa: BLE001 - a refusal is the answer
+        return True
+    return False
+
+
+def _against_cast_reference(
+    info: Any, sample: Any, dev: Any, dtypes: list, to: torch.dtype, got: list
+) -> str | None:
+    """What differs between the device region's result `got` and CPU's op on the sample's
+    inputs rounded to `dtypes` then cast to `to` (None: nothing, or the device differs outside
+    autocast too: the op cases judge that)."""
+    cast, n = _cast(sample, dtypes), len(dtypes)
+    try:
+        want = tree_flatten(policy.run(info.op, cast, policy.cpu_regime(to), [to] * n, False))[0]
+        wide = policy.run(info.op, cast, policy.cpu_regime(to), [torch.float64] * n, False)
+    except Exception:  # noqa: BLE001 - CPU refuses the cast inputs: nothing to compare with
+        return None
+    truth = tree_flatten(wide)[0]
+    if len(want) != len(got):
+        return None
+    problem = _first_difference(got, want, truth if len(truth) == len(want) else None)
+    if problem is None:
+        return None
+    try:
+        outside = tree_flatten(policy.run(info.op, cast, dev, [to] * n, False))[0]
+    except Exception:  # noqa: BLE001 - the op outside autocast refuses: the region's failure
+        return problem
+    if len(outside) == len(want) and _first_difference(outside, want, None) is not None:
+        return None  # the op's own bug, not its region's: its op cases name it
+    return problem
 
 
 def _first_difference(got: list, want: list, truth: list | None) -> str | None:

@@ -68,8 +68,9 @@ def device_regime(device: torch.device, lower: torch.dtype) -> Regime:
     return Regime(device.type, lower, place, lambda: torch.autocast(device.type, dtype=lower))
 
 
-def cuda_regime() -> Regime:
-    """CUDA's policy without a GPU: fake CUDA tensors, CUDA's autocast switched on by hand."""
+def cuda_regime(lower: torch.dtype = torch.float16) -> Regime:
+    """CUDA's policy without a GPU: fake CUDA tensors, CUDA's autocast switched on by hand
+    (its region's lower precision `lower`: float16, CUDA's default)."""
     import logging
 
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -82,7 +83,7 @@ def cuda_regime() -> Regime:
     def place(t: torch.Tensor) -> torch.Tensor:
         return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cuda")
 
-    return Regime("cuda", torch.float16, place, lambda: _cuda_autocast(torch.float16), lambda: mode)
+    return Regime("cuda", lower, place, lambda: _cuda_autocast(lower), lambda: mode)
 
 
 @contextlib.contextmanager
@@ -128,7 +129,7 @@ def cast_floats(values: Any, dtypes: list[torch.dtype]) -> Any:
     return tree_map(convert, values)
 
 
-def _first_float(out: Any) -> torch.Tensor | None:
+def first_float(out: Any) -> torch.Tensor | None:
     return next((t for t in tree_flatten(out)[0] if floating(t)), None)
 
 
@@ -148,7 +149,7 @@ def run(op: Callable, sample: Any, regime: Regime, dtypes: list, autocast: bool)
 def _dtype(op: Callable, sample: Any, regime: Regime, dtypes: list, autocast: bool) -> str:
     """The dtype of the first floating output ("raises: <Error>" where the op raises)."""
     try:
-        out = _first_float(run(op, sample, regime, dtypes, autocast))
+        out = first_float(run(op, sample, regime, dtypes, autocast))
     except Exception as exc:  # noqa: BLE001 - a refusal is an answer here
         return f"raises {type(exc).__name__}"
     return str(out.dtype).removeprefix("torch.") if out is not None else "no floating output"

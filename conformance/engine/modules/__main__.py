@@ -2,10 +2,12 @@
 
     python -m conformance.engine.modules nn.BatchNorm2d-float32-train-contiguous-0 \\
         [--backend MODULE[:FUNCTION]] [--device TYPE] [--diverged]
+    python -m conformance.engine.modules --serve [--backend ...] [--device ...]
 
 loads the backend, runs the case on CPU and on the device, prints the verdict and exits 0
-(passed) or 1. `--diverged` prints only the first op that diverged, as one JSON line (what a
-failed case's search asks of a child process: engine/modules/divergence.py).
+(passed) or 1. `--diverged` prints only the first op that diverged, as one JSON line; `--serve`
+reads case ids from stdin, a line each, and answers each with that line (a run's search child:
+engine/modules/divergence.py).
 """
 
 from __future__ import annotations
@@ -16,28 +18,36 @@ import sys
 
 from conformance.engine.backend import load_backend
 from conformance.engine.modules.cases import ModuleCase
+from conformance.engine.modules.divergence import decode_scales
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("case", help="a module case id")
+    parser.add_argument("case", nargs="?", help="a module case id")
     parser.add_argument("--backend", default=None, help="the backend module (MODULE:FUNCTION)")
     parser.add_argument("--device", default=None, help="the device type")
     parser.add_argument("--diverged", action="store_true", help="only search the diverged op")
+    parser.add_argument("--serve", action="store_true", help="search the cases read from stdin")
+    parser.add_argument("--scales", default="", help="the op specs' tolerance scales (JSON)")
     args = parser.parse_args(argv)
-    try:
-        case = ModuleCase.parse(args.case)
-    except ValueError as exc:
-        parser.error(str(exc))
-    device = load_backend(args.backend, args.device).device
-    if args.diverged:
-        from conformance.engine.modules.divergence import first_divergence
-        from conformance.engine.modules.step import prepare, run_step
-
-        prepared = prepare(case)
-        _, seeds = run_step(prepared, "cpu")
-        print(json.dumps({"diverged": first_divergence(prepared, device, seeds)}), flush=True)
+    backend = load_backend(args.backend, args.device)
+    above = _autograd_kernels(backend.dispatch_key)
+    scales = decode_scales(args.scales)
+    if args.serve:
+        for line in filter(str.strip, sys.stdin):
+            try:
+                case = ModuleCase.parse(line.strip())
+                found = _diverged(case, backend.device, above, scales)
+            except Exception as exc:  # noqa: BLE001 - this search's failure, not the child's
+                found = f"not found: {type(exc).__name__}: {str(exc)[:160]}"
+            print(json.dumps({"diverged": found}), flush=True)
         return 0
+    case = _parse(parser, args.case or "")
+    if args.diverged:
+        found = _diverged(case, backend.device, above, scales)
+        print(json.dumps({"diverged": found}), flush=True)
+        return 0
+    device = backend.device
     from conformance.engine.modules.judge import NotComparable, judge
 
     try:
@@ -49,6 +59,35 @@ def main(argv: list[str] | None = None) -> int:
     if verdict.message:
         print(verdict.message)
     return 1 if verdict.check else 0
+
+
+def _parse(parser: argparse.ArgumentParser, text: str) -> ModuleCase:
+    try:
+        return ModuleCase.parse(text)
+    except ValueError as exc:
+        parser.error(str(exc))
+        raise
+
+
+def _autograd_kernels(key: str) -> set[str]:
+    """The base names of the ops the backend registered at its autograd key that draw no
+    random numbers (those are run, not compared)."""
+    from conformance.engine import discovery
+    from conformance.engine.oracles import is_nondeterministic
+
+    names = discovery.registrations_by_key(key).get(discovery.autograd_key(key) or "", [])
+    return {
+        name.split(".")[0] for name in names if not is_nondeterministic(discovery.resolve(name))
+    }
+
+
+def _diverged(case: ModuleCase, device: object, above: set[str], scales: dict) -> str | None:
+    from conformance.engine.modules.divergence import first_divergence
+    from conformance.engine.modules.step import prepare, run_step
+
+    prepared = prepare(case)
+    _, seeds = run_step(prepared, "cpu")
+    return first_divergence(prepared, device, seeds, above, scales)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""The module cases: one per (ModuleInfo of torch's `module_db`, dtype, train/eval, memory format,
-sample of the ModuleInfo's own `module_inputs_func`), named
+"""The module cases: one per (ModuleInfo of torch's `module_db` or the suite's own module spec,
+engine/modules/suite_specs.py; dtype, train/eval, memory format, sample of its
+`module_inputs_func`), named
 `<module>-<dtype>-<train|eval>-<memory format>-<sample>` (`nn.BatchNorm2d-float32-train-
 channels_last-0`).
 
@@ -65,10 +66,14 @@ class ModuleCase:
 
 @functools.cache
 def module_infos() -> dict[str, Any]:
-    """torch's ModuleInfos by name (imports module_db: seconds), once per process."""
+    """torch's ModuleInfos by name (imports module_db: seconds), once per process, then the
+    suite's own module specs whose names module_db lacks (engine/modules/suite_specs.py)."""
     from torch.testing._internal.common_modules import module_db
 
-    return {info.name: info for info in module_db}
+    from conformance.engine.modules.suite_specs import SPECS
+
+    infos = {info.name: info for info in module_db}
+    return infos | {spec.name: spec for spec in SPECS if spec.name not in infos}
 
 
 def samples(info: Any, dtype: torch.dtype, training: bool) -> list[Any]:

@@ -3,45 +3,84 @@ the same seeds) under a dispatch mode that runs each aten op that touches the de
 time on CPU, on the values its device inputs held before the call, and compares what came out:
 its outputs, and every tensor argument after the call (an op that updates an argument its schema
 does not mark as written, as `native_batch_norm` does with the running statistics, is caught
-too). The first op whose result differs beyond `OP_SCALE` times its dtype's base tolerance is
-named. Random and uninitialised ops are run, not compared.
+too). Each op is judged at the tolerance its own op case uses (its spec's `tol_scale` on its
+dtype's base tolerance), so the op a module case names is the op whose op case would fail.
+Random and uninitialised ops are run, not compared. The ops the backend registered at its
+autograd key (`lstm`, a vendor's fused ops: engine/discovery.py) run above any dispatch mode:
+a function mode runs each of them on CPU too, after the ops they call were compared, so a
+kernel there is named when none of its parts is.
 
-It runs after the case's verdict, only on a failed case, and in a child process of its own
-(`search_in_child`: `python -m conformance.engine.modules <case> --diverged`), so a crash or a
-hang of the search (a dispatch mode over a lazy device's tensors can bring the process down) is
-reported as the search's, never as the case's verdict; at most `SEARCHES` per process.
+It runs after the case's verdict, only on a failed case, in a child process (`SearchChild`:
+`python -m conformance.engine.modules --serve`, one per process, started again after it crashed
+or hung), so a crash or a hang of the search (a dispatch mode over a lazy device's tensors can
+bring the process down) is reported as the search's, never as the case's verdict. Every failed
+case is searched, so one broken kernel is one finding over all the cases it breaks.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import select
 import signal
 import subprocess
+import tempfile
+import time
+from collections.abc import Mapping
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from conformance.engine import interpreter
-from conformance.engine.compare import ErrorStats, Mismatch, compare_values
+from conformance.engine.compare import ErrorStats, Mismatch, Scale, compare_values
 from conformance.engine.modules.step import Prepared, run_step
 from conformance.engine.oracles import is_nondeterministic
 from conformance.engine.transfer import read_back
 from conformance.engine.workload_calls import UNINITIALIZED
 
-SEARCHES = 16  # searches a process makes (each a child: import torch, the backend, module_db)
-SEARCH_TIMEOUT = 120.0  # seconds a search has
-OP_SCALE = 8.0  # one op against CPU on the same inputs: its dtype's base tolerance, times this
+SEARCH_TIMEOUT = 120.0  # seconds a search has (the child's start included)
+
+
+def encode_scales(scales: Mapping[str, Scale]) -> str:
+    """The op specs' tolerance scales ({overload: tol_scale}) as JSON, for the search child (a
+    multiplier is a number or [rtol, atol]; a per-dtype scale an object by dtype name)."""
+
+    def plain(scale: Scale) -> Any:
+        if isinstance(scale, Mapping):
+            return {str(d).removeprefix("torch."): plain(m) for d, m in scale.items()}
+        return list(scale) if isinstance(scale, tuple) else float(scale)
+
+    return json.dumps({o: plain(s) for o, s in scales.items()})
+
+
+def decode_scales(text: str) -> dict[str, Scale]:
+    """`encode_scales`' JSON back ({} for "")."""
+
+    def scale(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {getattr(torch, d): scale(m) for d, m in value.items()}
+        return tuple(value) if isinstance(value, list) else float(value)
+
+    return {o: scale(v) for o, v in (json.loads(text) if text else {}).items()}
 
 
 class FirstDivergence(TorchDispatchMode):
     """Runs each device op on CPU too and keeps the first that differs (`found`)."""
 
-    def __init__(self, device_type: str) -> None:
+    def __init__(self, device_type: str, scales: Mapping[str, Scale] | None = None) -> None:
         super().__init__()
         self.device_type = device_type
+        self.scales = scales or {}  # the op specs' tol_scale by overload (others: 1)
         self.found: str | None = None
+
+    def scale(self, name: str) -> Scale:
+        """The tolerance scale the op case of `name` ("aten.native_batch_norm.default",
+        "lstm") uses: its spec's `tol_scale`."""
+        overload = name.removeprefix("aten.").removesuffix(".default")
+        return self.scales.get(overload, 1.0)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -82,10 +121,48 @@ class FirstDivergence(TorchDispatchMode):
                     f"{func}: {name} is {d.dtype} {list(d.shape)}, CPU's {c.dtype} {list(c.shape)}"
                 )
             try:
-                compare_values(name, read_back(d.detach()), c, OP_SCALE, ErrorStats())
+                compare_values(name, read_back(d.detach()), c, self.scale(str(func)), ErrorStats())
             except Mismatch as exc:
                 return f"{func}: {exc.message}"
         return None
+
+
+class KernelsAboveDispatch(TorchFunctionMode):
+    """Runs each call of a function the backend has a kernel for at its autograd key on CPU
+    too (on the values its device inputs held) and hands a difference to `divergence`, the
+    dispatch mode's search (its first op found stands: the parts are more specific)."""
+
+    def __init__(self, names: set[str], divergence: FirstDivergence) -> None:
+        super().__init__()
+        self.names, self.divergence = names, divergence
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        search = self.divergence
+        if name not in self.names or search.found is not None:
+            return func(*args, **kwargs)
+        if not any(search._on_device(t) for t in tree_flatten((args, kwargs))[0]):
+            return func(*args, **kwargs)
+        cpu_args, cpu_kwargs = tree_map(search._to_cpu, (args, kwargs))
+        out = func(*args, **kwargs)
+        if search.found is not None:
+            return out
+        try:
+            with torch.no_grad():
+                expected = func(*cpu_args, **cpu_kwargs)
+        except Exception:  # noqa: BLE001 - CPU refuses these inputs: nothing to compare
+            return out
+        pairs = zip(tree_flatten(out)[0], tree_flatten(expected)[0], strict=False)
+        for i, (d, c) in enumerate(pairs):
+            if isinstance(d, torch.Tensor) and isinstance(c, torch.Tensor):
+                try:
+                    got = read_back(d.detach())
+                    compare_values(f"output {i}", got, c, search.scale(name), ErrorStats())
+                except Mismatch as exc:
+                    search.found = f"{name} (its kernel at the autograd key): {exc.message}"
+                    break
+        return out
 
 
 def _named_values(func: Any, got: Any, want: Any) -> list[tuple[str, Any, Any]]:
@@ -108,51 +185,105 @@ def _named_values(func: Any, got: Any, want: Any) -> list[tuple[str, Any, Any]]:
     return found
 
 
-def first_divergence(prepared: Prepared, device: torch.device | str, seeds: list) -> str | None:
+def first_divergence(
+    prepared: Prepared,
+    device: torch.device | str,
+    seeds: list,
+    above: set[str] = frozenset(),
+    scales: Mapping[str, Scale] | None = None,
+) -> str | None:
     """The first op of the case's device step whose result differs from CPU's on the same
     inputs ("aten.native_batch_norm.default: running_var after the call: 3/3 elements differ
-    ..."), None if none does or the search failed."""
-    mode = FirstDivergence(torch.device(device).type)
+    ..."), None if none does or the search failed. `above`: the base names of the ops the
+    backend registered at its autograd key that draw no random numbers (compared at the
+    function level too); `scales`: the op specs' tolerance scales."""
+    mode = FirstDivergence(torch.device(device).type, scales)
     try:
-        with mode:
+        with KernelsAboveDispatch(set(above), mode), mode:
             run_step(prepared, device, seeds)
     except Exception:  # noqa: BLE001 - a diagnostic: what it found before stands
         pass
     return mode.found
 
 
-class ChildSearches:
-    """The searches of one process, each in a child process (their number capped)."""
+class SearchChild:
+    """This process's search child (`python -m conformance.engine.modules --serve`): one case id
+    a line in, one JSON line out; started at the first search, started again after it crashed
+    or hung (that search is reported as the search's failure, never as the case's)."""
 
-    def __init__(self, limit: int = SEARCHES) -> None:
-        self.left = limit
+    def __init__(self, backend: str, device: str, scales: Mapping[str, Scale] | None = None):
+        self.backend, self.device = backend, device
+        self.scales = dict(scales or {})  # the op specs' tol_scale (harness: op_scales())
+        self.proc: subprocess.Popen | None = None
+        self.pending = b""
+        self.stderr: Any = None  # a file: a pipe nobody reads would block a chatty child
 
-    def search(self, case: str, backend: str, device: str) -> str | None:
-        """The first op that diverged in the case `case`, found by a child that loads the
-        backend `backend` (Backend.spec) on `device`; what went wrong with the search when it
-        did (a crash, a hang), prefixed "not found:"; None when it found none."""
-        if self.left <= 0:
-            return f"not searched: {SEARCHES} searches were made in this process"
-        self.left -= 1
-        cmd = [*interpreter.python(), "-m", "conformance.engine.modules", case, "--diverged"]
-        cmd += ["--backend", backend, "--device", device] if backend else ["--device", device]
+    def search(self, case: str) -> str | None:
+        """The first op that diverged in `case`; "not found: ..." when the search failed; None
+        when it found none."""
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+        assert self.proc is not None and self.proc.stdin is not None
         try:
-            done = subprocess.run(
-                cmd,
-                env=interpreter.environment(),
-                capture_output=True,
-                text=True,
-                timeout=SEARCH_TIMEOUT,
-            )
-        except subprocess.TimeoutExpired:
+            self.proc.stdin.write(case.encode() + b"\n")
+            self.proc.stdin.flush()
+        except OSError:
+            return self._ended()
+        line = self._line(time.monotonic() + SEARCH_TIMEOUT)
+        if line is None:
+            self.close()
             return f"not found: the search did not finish in {SEARCH_TIMEOUT:g} s"
-        lines = [line for line in done.stdout.splitlines() if line.startswith('{"diverged"')]
-        if done.returncode != 0 or not lines:
-            last = (done.stderr.strip().splitlines() or [""])[-1][:160]
-            how = str(done.returncode)
-            if done.returncode < 0:
-                how = signal.Signals(-done.returncode).name
-            return f"not found: the search's process ended with {how}" + (
-                f" ({last})" if last else ""
-            )
-        return json.loads(lines[-1])["diverged"]
+        if line == "":  # the child's output ended: it did
+            return self._ended()
+        return json.loads(line)["diverged"]
+
+    def _start(self) -> None:
+        cmd = [*interpreter.python(), "-m", "conformance.engine.modules", "--serve"]
+        cmd += ["--backend", self.backend] if self.backend else []
+        cmd += ["--scales", encode_scales(self.scales)] if self.scales else []
+        self.stderr = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(
+            [*cmd, "--device", self.device],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            env=interpreter.environment(),
+        )
+        self.pending = b""
+
+    def _line(self, deadline: float) -> str | None:
+        """The child's next answer line ("": its output ended; None: the deadline passed)."""
+        assert self.proc is not None and self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while True:
+            while b"\n" in self.pending:
+                line, self.pending = self.pending.split(b"\n", 1)
+                if line.startswith(b'{"diverged"'):
+                    return line.decode()
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return ""
+            self.pending += chunk
+
+    def _ended(self) -> str:
+        assert self.proc is not None
+        try:
+            code = self.proc.wait(timeout=SEARCH_TIMEOUT)
+        except subprocess.TimeoutExpired:  # its output closed, the process lingers
+            self.proc.kill()
+            code = self.proc.wait()
+        self.stderr.seek(0)
+        err = self.stderr.read().decode(errors="replace")
+        last = (err.strip().splitlines() or [""])[-1][:160]
+        self.proc = None
+        how = signal.Signals(-code).name if code < 0 else str(code)
+        return f"not found: the search's process ended with {how}" + (f" ({last})" if last else "")
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None

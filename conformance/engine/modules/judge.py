@@ -12,8 +12,9 @@ same allowance): a kernel more accurate than CPU's is no failure; or within the 
 torch's own ModuleInfo declares for its CPU/GPU parity test in that dtype (the record notes it).
 Integer values and the round trip are exact. Exactness itself is owed per op and judged by the
 op cases, not again for a composition. A module that is random in its mode (CPU gives other
-values from another seed: dropout in training) is compared in dtype and shape only, and the
-record says so.
+values from another seed: dropout in training) is judged by its law where torch defines one
+(engine/modules/laws.py: the dropout modules), else in dtype and shape only; the record says
+which.
 
 A failing case names the first op that diverged where one can be found (engine/modules/
 divergence.py), a diagnostic the harness runs after the verdict, in a child process.
@@ -28,6 +29,7 @@ import torch
 
 from conformance.engine.compare import Mismatch
 from conformance.engine.measured import NO_TRUTH_SCALE, compare_value
+from conformance.engine.modules import laws
 from conformance.engine.modules.cases import ModuleCase
 from conformance.engine.modules.step import (
     SEED,
@@ -35,6 +37,7 @@ from conformance.engine.modules.step import (
     StepResult,
     build,
     host,
+    leaves,
     prepare,
     run_step,
 )
@@ -71,15 +74,20 @@ def judge(case: ModuleCase, device: torch.device | str) -> ModuleVerdict:
         raise NotComparable(f"CPU's own step raises {type(exc).__name__}: {first}") from None
     verdict = ModuleVerdict()
     random = _random(prepared, cpu, seeds)
-    if random:
+    lawful = random and laws.has_law(prepared.module)
+    if random and not lawful:
         verdict.notes.append(
-            "random in this mode (CPU gives other values from another seed): dtypes and shapes "
-            "compared, values not"
+            "random in this mode (CPU gives other values from another seed) and no law for "
+            "its draws: dtypes and shapes compared, values not"
         )
     truth = None if random else _truth(prepared, seeds, verdict)
     dev, _ = run_step(prepared, device, seeds)
     try:
         verdict.notes += compare_steps(dev, cpu, truth, not random, prepared.upstream)
+        if lawful:
+            grads = {"input 0": dev.grads.get("input 0"), "grad_output": seeds[0]}
+            x = leaves(prepared.args)[0]
+            verdict.notes.append(laws.judge_law(prepared.module, x, dev.outputs[0], grads))
         round_trip(prepared, dev, device)
     except Mismatch as exc:
         verdict.check, verdict.message = exc.check, exc.message

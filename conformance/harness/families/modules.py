@@ -112,6 +112,14 @@ def module_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) ->
     return record
 
 
+def op_scales() -> dict[str, Any]:
+    """The op specs' tolerance scales, for the search for the op that diverged (it judges each
+    op at its op case's tolerance; the engine's search child receives them)."""
+    from conformance.ops import tolerance_scales
+
+    return tolerance_scales()
+
+
 def failure_message(module: str, differs: str, diverged: str | None) -> str:
     """A failed case's message. Its first line, which keys its finding, is the op that diverged
     where the search found one (`[module] aten.native_batch_norm.default: running_var after the
