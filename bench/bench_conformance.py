@@ -307,6 +307,46 @@ def new_families_ratio(env: dict[str, str], default_cpu: float) -> None:
     )
 
 
+def vendor_keys_share(env: dict[str, str]) -> None:
+    """What issue 80's cases cost in one default run, from its records' durations: the op
+    cases of the kernels at the autograd key, the suite's own module specs, and the autocast
+    family (now also on lower-precision and mixed inputs)."""
+    import json
+
+    from conformance.engine.modules.suite_specs import SPECS
+
+    results = tempfile.mkdtemp()
+    wall, _, _ = run(pytest_cmd("-n", "2", "--results", results), env)
+    rows = [
+        json.loads(line)
+        for f in sorted(os.listdir(results))
+        if f.startswith("cases-")
+        for line in open(os.path.join(results, f))
+        if line.strip()
+    ]
+    shutil.rmtree(results, ignore_errors=True)
+    specs = tuple(f"test_module[{spec.name}-" for spec in SPECS)
+    autograd_key = {"gelu", "dropout", "native_dropout", "lstm"}  # echo_npu's: gelu
+
+    def part(keep) -> tuple[int, float]:
+        chosen = [r for r in rows if keep(r)]
+        return len(chosen), sum(r.get("duration") or 0.0 for r in chosen)
+
+    total = sum(r.get("duration") or 0.0 for r in rows)
+    for name, keep in (
+        ("op cases of kernels at the autograd key", lambda r: r.get("family", "ops") == "ops"
+         and r["op"] in autograd_key),
+        ("the suite's own module specs", lambda r: r["id"].startswith(specs)),
+        ("the autocast family (float32, lower and mixed inputs)",
+         lambda r: r.get("family") == "autocast"),
+    ):  # fmt: skip
+        n, seconds = part(keep)
+        print(
+            f"issue 80: {name}: {n} cases, {seconds:.1f} s of the run's {total:.0f} s of case "
+            f"time ({100 * seconds / max(total, 1e-9):.1f} %; the run: {wall / 60:.2f} min wall)"
+        )
+
+
 def compile_axis(env: dict[str, str], default_cpu: float | None) -> None:
     """The -compile cases and compiled-path scenarios, cold then warm Inductor caches (a fresh
     cache folder of this run), against the default run's CPU seconds."""
@@ -392,6 +432,7 @@ def main() -> None:
         heap_zones_ratio(env, default_cpu)
         runtime_ratio(env, default_cpu)
         new_families_ratio(env, default_cpu)
+        vendor_keys_share(env)
         collectives_selection(env)
     if opts.compile:
         compile_axis(env, default_cpu)

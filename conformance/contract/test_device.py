@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from conformance.engine import declared_dtypes
+
 
 class Planned(Exception):
     """Raised inside a guard to see it restore on an exception."""
@@ -266,3 +268,21 @@ def test_memory_stats(rt):
             f"after freeing the {BLOCK >> 20} MiB block and empty_cache(), memory_reserved is "
             f"{now} ({held} while the block was allocated): the freed block was not released",
         )
+
+
+def test_declared_dtypes(rt):
+    declare = getattr(torch.accelerator, "get_device_capability", None)
+    if declare is None:
+        rt.note_unobserved(f"torch {torch.__version__} has no get_device_capability")
+        return
+    try:
+        declared = set(declare(rt.device)["supported_dtypes"])
+    except Exception as exc:  # noqa: BLE001 - a device that declares nothing: said, not failed
+        first = (str(exc).strip().splitlines() or [""])[0][:120]
+        rt.note_unobserved(
+            f"the device declares no dtypes (get_device_capability raises "
+            f"{type(exc).__name__}: {first})"
+        )
+        return
+    wrong = declared_dtypes.differences(declared, declared_dtypes.tried(rt.device))
+    rt.check(not wrong, "; ".join(wrong))

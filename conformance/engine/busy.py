@@ -105,7 +105,9 @@ class Holds:
 
 def said(unobserved: dict[str, list[str]]) -> str:
     """What checks could not observe, as one text: 'streams: why; ...'."""
-    return "; ".join(f"{', '.join(streams)}: {why}" for why, streams in unobserved.items())
+    return "; ".join(
+        f"{', '.join(streams)}: {why}" if streams else why for why, streams in unobserved.items()
+    )
 
 
 class Loader:

@@ -45,6 +45,13 @@ class ContractItem:
 
 ITEMS: tuple[ContractItem, ...] = (
     ContractItem(
+        "declared-dtypes",
+        "torch.accelerator.get_device_capability()['supported_dtypes'] lists the dtypes whose "
+        "tensors the device allocates, copies to and from the host and converts on the device "
+        "as CPU does, and no other (engine/declared_dtypes.py)",
+        "torch.accelerator.get_device_capability (torch >= 2.10): supported_dtypes",
+    ),
+    ContractItem(
         "accelerator-device",
         "torch.accelerator names the device type, counts as the device module does, and "
         "set_device_index / device_index(i) switch the current device and restore it, also on "

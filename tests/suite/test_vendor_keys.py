@@ -142,3 +142,24 @@ def test_a_dropout_module_in_training_is_judged_by_its_law(
     failed = _failed(rows)
     assert failed and all("-train-" in r["id"] for r in failed)
     assert all(words in r["message"] for r in failed), failed[0]["message"]
+
+
+@pytest.mark.parametrize(
+    ("backend", "fault", "status", "words"),
+    [
+        ("echo_npu", "", "passed", "not observable: the device declares no dtypes"),
+        ("declaring_npu", "", "passed", ""),
+        ("declaring_npu", "claims_int4", "passed", ""),  # no kernel anywhere: not judged
+        ("declaring_npu", "omits_bfloat16", "failed", "handled but not declared: bfloat16"),
+    ],
+)
+def test_what_the_device_declares_of_its_dtypes_agrees_with_what_it_does(
+    tmp_path: Path, backend: str, fault: str, status: str, words: str
+) -> None:
+    _, rows = _run(
+        tmp_path, "conformance/contract", "--backend", backend, "-k", "declared",
+        env={"DECLARING_NPU_FAULT": fault},
+    )  # fmt: skip
+    (row,) = rows
+    assert row["status"] == status, row["message"]
+    assert words in (row["message"] or ""), row["message"]
