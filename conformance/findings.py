@@ -21,7 +21,9 @@ dtypes and layouts where an op's own kernel is missing.
 
 Then findings whose cases have the same failure class and the same distinguishing factor are
 merged: the messages of one op that differ only in CPU's wording, and crashes without a culprit
-that share a factor ("all 110 cases are float64; the same ops pass in 6 other dtypes"). Every
+that share a factor ("all 110 cases are float64; the same ops pass in 6 other dtypes"); a random
+op's draws judged wrong by different statistics (one kernel); and a -grad case failing in the
+forward it runs where the same op's forward cases fail on their values (one wrong forward). Every
 finding says what its cases have in common against the passing cases of the same ops
 (``Finding.factor``).
 
@@ -369,16 +371,47 @@ def _merge_by_factor(findings: list[Finding], records: list[CaseRecord]) -> list
     for f in kept:
         factor = _factor(f, passing)
         k = f.key
-        if k.blocked_by or factor is None:
-            group: tuple[object, ...] = ("own", k)
+        if _random_draws(k):  # one random kernel, whichever statistic saw its draws
+            group: tuple[object, ...] = ("draws", tuple(f.ops))
+        elif k.blocked_by or factor is None:
+            group = ("own", k)
         elif k.crash and _own_crash(f):  # the same crash in many ops, e.g. all float64
             group = ("crash", k.check, k.crash, factor[:2])
         else:  # one op, one check: messages that differ in CPU's wording
             group = ("op", k.check, k.crash, k.culprit, tuple(f.ops), factor[:2])
         _merge_into(out, group, f)
-    for f in out.values():
+    merged = _forward_under_grad(list(out.values()))
+    for f in merged:
         f.factor = _describe(f, _factor(f, passing))
-    return list(out.values())
+    return merged
+
+
+def _random_draws(key: FindingKey) -> bool:
+    """A random op's draws judged wrong (a two-sample test or its law: engine/oracles.py,
+    parametric.py, random_laws.py): each statistic words it differently, one kernel is wrong."""
+    return key.check == "values" and "random draws" in key.message and not key.blocked_by
+
+
+#: the first words of a -grad case's failure in the forward it runs (engine/gradients.py)
+FORWARD_UNDER_GRAD = "output <n> of the forward with requires_grad"
+
+
+def _forward_under_grad(findings: list[Finding]) -> list[Finding]:
+    """A -grad finding that failed in the forward it runs, where the same ops' forward cases
+    failed on their values too, is that forward's finding (one wrong forward, not two causes)."""
+    forward = {
+        tuple(f.ops): f
+        for f in findings
+        if f.key.check == "values" and not f.key.blocked_by and not f.key.crash
+    }
+    kept = []
+    for f in findings:
+        owner = forward.get(tuple(f.ops))
+        if f.key.check == "grad" and f.key.message.startswith(FORWARD_UNDER_GRAD) and owner:
+            owner.cases += f.cases
+        else:
+            kept.append(f)
+    return kept
 
 
 def _merge_into(groups: dict[tuple[object, ...], Finding], group, finding: Finding) -> None:

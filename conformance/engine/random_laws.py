@@ -2,8 +2,9 @@
 dropout (the share kept, the kept values scaled by 1/(1-p), the gradient masked and scaled the
 same way), randperm (a permutation, uncorrelated with the positions, with the ascents of a
 uniform one), multinomial without replacement (no repeats in a row, the first draw of each row
-by the weights), cauchy_ (its quartiles) and random_ without bounds (uniform integers over the
-dtype's range). Each is a `draw_tests.Model`: one large draw on each side; CPU's must pass first.
+by the weights), cauchy_ (its quartiles), random_ without bounds (uniform integers over the
+dtype's range) and rrelu in training (slopes uniform in [lower, upper], the noise written).
+Each is a `draw_tests.Model`: one large draw on each side; CPU's must pass first.
 """
 
 from __future__ import annotations
@@ -13,7 +14,15 @@ from typing import Any
 
 import torch
 
-from conformance.engine.draw_tests import DRAWS, Model, Z, categories_test, integers_test, z_test
+from conformance.engine.draw_tests import (
+    DRAWS,
+    Model,
+    Z,
+    categories_test,
+    integers_test,
+    moments_test,
+    z_test,
+)
 
 DROPOUTS = ("dropout", "native_dropout")
 # multinomial without replacement: rows drawn in the one large call (each row: a weight vector)
@@ -33,6 +42,8 @@ def model_of(overload: str, call: Any, args: dict[str, Any]) -> Model | None:
         return _cauchy(args)
     if overload == "random_":
         return _random_full(args)
+    if overload in ("rrelu_with_noise", "rrelu"):
+        return _rrelu(overload, args)
     return None
 
 
@@ -165,6 +176,39 @@ def _random_full(args: dict[str, Any]) -> Model | None:
         lambda op, dev: op(torch.empty(DRAWS, dtype=x.dtype, device=dev)),
         lambda v: integers_test(v, 0, hi),
     )
+
+
+def _rrelu(overload: str, args: dict[str, Any]) -> Model | None:
+    """rrelu in training: a negative input is scaled by a slope drawn uniformly from [lower,
+    upper] (and rrelu_with_noise writes that slope into `noise`); a positive one is kept."""
+    x, lo, hi = args.get("self"), args.get("lower", 0.125), args.get("upper", 1 / 3)
+    if args.get("training") is not True or not isinstance(x, torch.Tensor):
+        return None
+    if not x.is_floating_point() or not isinstance(lo, float) or not isinstance(hi, float):
+        return None
+    if not hi > lo:
+        return None
+    eps = torch.finfo(x.dtype).eps
+
+    def draw(op: Any, dev: torch.device | str) -> tuple:
+        negative = torch.full((DRAWS,), -1.0, dtype=x.dtype).to(dev)
+        if overload == "rrelu":
+            return op(negative, lo, hi, True), None
+        noise = torch.empty(DRAWS, dtype=x.dtype).to(dev)
+        return op(negative, noise, lo, hi, True), noise
+
+    def test(drawn: tuple) -> str | None:
+        out, noise = drawn
+        slopes = -out
+        outside = int(((slopes < lo * (1 - 2 * eps)) | (slopes > hi * (1 + 2 * eps))).sum())
+        if outside:
+            return f"{outside} slopes of negative inputs outside [{lo:g}, {hi:g}]"
+        if noise is not None and bool(((noise - slopes).abs() > 2 * eps * slopes.abs()).any()):
+            return "the noise written is not the slope each negative input was scaled by"
+        u = (slopes - lo) / (hi - lo)
+        return moments_test(u, 0.5, 1 / 12, 1 / 80, "scaled slope ")
+
+    return Model(f"{overload} training slopes in [{lo:g}, {hi:g}]", draw, test)
 
 
 def _cauchy(args: dict[str, Any]) -> Model | None:

@@ -89,3 +89,24 @@ def test_wrong_draws_break_their_laws() -> None:
 
     ascents = _verdict(_model("randperm"), sorted_prefix)
     assert ascents is not None and "ascents" in ascents
+
+
+def test_rrelu_in_training_owes_uniform_slopes_and_the_noise_it_used():
+    law = parametric.model_of("rrelu", Call("rrelu", (torch.randn(4), 0.1, 0.3, True)))
+    assert _verdict(law, resolve("rrelu")) is None
+    narrow = _verdict(law, lambda x, lo, hi, t: torch.ops.aten.rrelu(x, lo, hi * 0.95, t))
+    assert narrow is not None and "scaled slope mean" in narrow
+    noisy = parametric.model_of(
+        "rrelu_with_noise",
+        Call("rrelu_with_noise", (torch.randn(4), torch.empty(4), 0.1, 0.3, True)),
+    )
+    assert _verdict(noisy, resolve("rrelu_with_noise")) is None
+
+    def stale_noise(x, noise, lo, hi, training):
+        out = torch.ops.aten.rrelu_with_noise(x, noise, lo, hi, training)
+        noise.fill_(0.2)
+        return out
+
+    assert "noise written" in (_verdict(noisy, stale_noise) or "")
+    eval_mode = Call("rrelu", (torch.randn(4), 0.1, 0.3, False))
+    assert parametric.model_of("rrelu", eval_mode) is None  # deterministic: compared with CPU

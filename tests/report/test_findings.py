@@ -291,3 +291,38 @@ def test_one_device_error_in_cases_and_scenarios_is_one_finding() -> None:
     assert findings[0].key.message == (
         "device raised RuntimeError: pyreg: expected all tensors on pyreg, got a cpu tensor in <op>"
     )
+
+
+def test_one_random_kernel_is_one_finding_whatever_statistic_saw_it() -> None:
+    """A dropout without its scale fails a two-sample test in some cases and its law in
+    others: each words it differently, one kernel is wrong (issue 80)."""
+    records = [
+        rec("dropout", "float32", "contiguous", "failed", "values",
+            "output (random draws): not the distribution cpu draws from: Kolmogorov-Smirnov "
+            "statistic 0.31 > 0.05 over 4096 draws", overload="default"),
+        rec("dropout", "float16", "transposed", "failed", "values",
+            "output (random draws): 12 of 4096 device draws above 1.5, the largest of cpu's "
+            "4096 draws", overload="default"),
+        rec("dropout", "bfloat16", "contiguous", "failed", "values",
+            "random draws: dropout p=0.3 of ones, with its backward, 131072 draws in one call: "
+            "91826 kept values of an input of ones are not 1/(1-p)", overload="default"),
+        rec("normal_", "float32", "contiguous", "failed", "values",
+            "random draws: normal mean=2 std=3, 131072 draws in one call: standardised "
+            "variance 1.21, expected 1", overload="default"),
+    ]  # fmt: skip
+    findings = group_findings(records)
+    assert sorted(f.count for f in findings) == [1, 3]  # dropout's three, normal_'s own
+
+
+def test_a_wrong_forward_seen_by_its_grad_cases_is_the_forward_finding() -> None:
+    records = [
+        rec("lstm", "float32", "contiguous", "failed", "values",
+            "output 0: 30/30 elements differ (max abs 0.2)", overload="input"),
+        rec("lstm", "float64", "transposed", "failed", "grad",
+            "output 0 of the forward with requires_grad: 30/30 elements differ (max abs 0.2)",
+            overload="input"),
+        rec("gelu", "float32", "contiguous", "failed", "grad",
+            "output 0 of the forward with requires_grad: 3/8 elements differ", overload="default"),
+    ]  # fmt: skip
+    findings = group_findings(records)
+    assert sorted(f.count for f in findings) == [1, 2]  # lstm's forward and -grad; gelu's own
