@@ -17,7 +17,6 @@ import torch
 from conformance.engine.draw_tests import (
     DRAWS,
     Model,
-    Z,
     categories_test,
     integers_test,
     moments_test,
@@ -236,4 +235,4 @@ def _cauchy(args: dict[str, Any]) -> Model | None:
     return Model(f"cauchy median={median:g} sigma={sigma:g}", draw, test)
 
 
-__all__ = ("DROPOUTS", "Z", "model_of")
+__all__ = ("DROPOUTS", "model_of")
