@@ -407,7 +407,8 @@ def _forward_under_grad(findings: list[Finding]) -> list[Finding]:
     kept = []
     for f in findings:
         owner = forward.get(tuple(f.ops))
-        if f.key.check == "grad" and f.key.message.startswith(FORWARD_UNDER_GRAD) and owner:
+        said = f.key.message.removeprefix("[grad] ")  # the -grad cases' own prefix
+        if f.key.check == "grad" and said.startswith(FORWARD_UNDER_GRAD) and owner:
             owner.cases += f.cases
         else:
             kept.append(f)

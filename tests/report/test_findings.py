@@ -319,8 +319,8 @@ def test_a_wrong_forward_seen_by_its_grad_cases_is_the_forward_finding() -> None
         rec("lstm", "float32", "contiguous", "failed", "values",
             "output 0: 30/30 elements differ (max abs 0.2)", overload="input"),
         rec("lstm", "float64", "transposed", "failed", "grad",
-            "output 0 of the forward with requires_grad: 30/30 elements differ (max abs 0.2)",
-            overload="input"),
+            "[grad] output 0 of the forward with requires_grad: 30/30 elements differ (max abs "
+            "0.2)", overload="input"),  # as engine/gradients.py words it
         rec("gelu", "float32", "contiguous", "failed", "grad",
             "output 0 of the forward with requires_grad: 3/8 elements differ", overload="default"),
     ]  # fmt: skip
