@@ -22,8 +22,10 @@ dtypes and layouts where an op's own kernel is missing.
 Then findings whose cases have the same failure class and the same distinguishing factor are
 merged: the messages of one op that differ only in CPU's wording, and crashes without a culprit
 that share a factor ("all 110 cases are float64; the same ops pass in 6 other dtypes"); a random
-op's draws judged wrong by different statistics (one kernel); and a -grad case failing in the
-forward it runs where the same op's forward cases fail on their values (one wrong forward). Every
+op's draws judged wrong by different statistics (one kernel); a -grad case failing in the
+forward it runs where the same op's forward cases fail on their values (one wrong forward); and
+a module case naming the op that diverged where that op's own cases fail (one kernel, seen by
+its op cases and by the modules that call it). Every
 finding says what its cases have in common against the passing cases of the same ops
 (``Finding.factor``).
 
@@ -38,6 +40,7 @@ torch-version report can all share it::
 from __future__ import annotations
 
 import hashlib
+import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -380,10 +383,35 @@ def _merge_by_factor(findings: list[Finding], records: list[CaseRecord]) -> list
         else:  # one op, one check: messages that differ in CPU's wording
             group = ("op", k.check, k.crash, k.culprit, tuple(f.ops), factor[:2])
         _merge_into(out, group, f)
-    merged = _forward_under_grad(list(out.values()))
+    merged = _modules_into_ops(_forward_under_grad(list(out.values())))
     for f in merged:
         f.factor = _describe(f, _factor(f, passing))
     return merged
+
+
+#: a module case's first line where the search named the op that diverged (modules family)
+_MODULE_NAMES_OP = re.compile(r"^\[module\] (?:aten\.)?([A-Za-z0-9_]+)")
+
+
+def _modules_into_ops(findings: list[Finding]) -> list[Finding]:
+    """A module finding whose first line names the op that diverged, where that op's own cases
+    fail too, is that op's finding: one broken kernel, seen by its op cases and by the modules
+    that call it."""
+    by_op: dict[str, Finding] = {}
+    for f in findings:
+        if f.key.check not in ("module", "crash") and not f.key.blocked_by and f.ops:
+            for op in f.ops:
+                by_op.setdefault(op.split(".")[0], f)
+    kept = []
+    for f in findings:
+        said = _text(f.cases[0].message) if f.key.check == "module" else ""  # as written
+        named = _MODULE_NAMES_OP.match(said)
+        owner = by_op.get(named.group(1)) if named else None
+        if owner is not None:
+            owner.cases += f.cases
+        else:
+            kept.append(f)
+    return kept
 
 
 def _random_draws(key: FindingKey) -> bool:

@@ -326,3 +326,28 @@ def test_a_wrong_forward_seen_by_its_grad_cases_is_the_forward_finding() -> None
     ]  # fmt: skip
     findings = group_findings(records)
     assert sorted(f.count for f in findings) == [1, 2]  # lstm's forward and -grad; gelu's own
+
+
+def test_a_module_case_naming_a_failing_op_is_that_ops_finding() -> None:
+    """echo_npu's bn_running_var_biased fails native_batch_norm's op cases and every BatchNorm
+    module case, whose search names native_batch_norm: one kernel, one finding (issue 80). A
+    module case naming an op whose own cases pass stays a finding of its own."""
+    module = "[module] aten.native_batch_norm.default: running_var after the call: 3/3 differ"
+    records = [
+        rec("native_batch_norm", "float32", "contiguous", "failed", "values",
+            "running_var: 3/3 elements differ (max abs 0.3)", overload="default"),
+        CaseRecord.from_json({
+            "id": "test_module[nn.BatchNorm2d-float32-train-contiguous-0]", "op": "module",
+            "overload": "nn.BatchNorm2d", "status": "failed", "check": "module",
+            "message": module + "\n  in nn.BatchNorm2d: running_var after the step differs",
+        }),
+        CaseRecord.from_json({
+            "id": "test_module[nn.GroupNorm-float32-train-contiguous-0]", "op": "module",
+            "overload": "nn.GroupNorm", "status": "failed", "check": "module",
+            "message": "[module] aten.native_group_norm.default: output 0: 2/8 differ",
+        }),
+    ]  # fmt: skip
+    findings = group_findings(records)
+    assert sorted(f.count for f in findings) == [1, 2]
+    both = next(f for f in findings if f.count == 2)
+    assert both.key.check == "values" and "native_batch_norm" in both.ops
