@@ -123,6 +123,15 @@ def test_mutants_are_judged_by_the_real_suite_and_classified(tmp_path):
     assert "control: 0 failing case(s)" in done.stdout
 
 
+def test_a_kernel_registered_at_the_autograd_key_alone_is_mutated_there(tmp_path):
+    """echo_npu's gelu has a kernel at AutogradPrivateUse1 only (issue 80): the campaign plans
+    it, wraps it at that key, and the op cases that now judge it kill the mutant."""
+    done = _campaign(tmp_path, "--mutant", "gelu=ulp:64")
+    results = {r["name"]: r for r in map(json.loads, (tmp_path / "out/mutants.jsonl").open())}
+    assert results["gelu=ulp:64"]["verdict"] == "killed", done.stdout + done.stderr
+    assert results["gelu=ulp:64"]["case"].startswith("test_matches_cpu[gelu-")
+
+
 def test_a_survivor_fails_check_unless_a_known_gap(tmp_path):
     known = tmp_path / "known.md"
     known.write_text("<!-- mutants-known:begin -->\n<!-- mutants-known:end -->\n")

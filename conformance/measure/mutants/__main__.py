@@ -95,7 +95,7 @@ def _mutants(args: argparse.Namespace) -> tuple[list[Mutant], list[str]]:
     from conformance.engine.backend import load_backend
 
     backend = load_backend(args.backend)
-    registered = sorted(discovery.registered_overloads(backend.dispatch_key))
+    registered = discovery.case_overloads(backend.dispatch_key)  # the autograd key's too
     if args.mutant:
         pairs = sorted({pair for m in args.mutant for pair in parse(m)})  # each judged alone
         unknown = [o for o, _ in pairs if o not in registered]

@@ -3,12 +3,13 @@
 so every process of a run that loads the backend installs the same mutants.
 
 `CONFORMANCE_MUTANTS="abs.out=ulp:4;exp=sign-small"`: overload=operator pairs, one mutant per
-overload. Each replaces the overload's kernel at the device's key (or its autograd key, for a
-registration operator) with a Python kernel (`torch.library`) that calls the kernel it replaced
-(`torch.library.get_kernel`, torch >= 2.9) and changes what the operator says. With
-`CONFORMANCE_MUTANT_LOG=FILE`, the first call of each mutant in a process and the first change it
-made are appended to FILE as JSON lines (how the campaign tells an equivalent or unreached mutant
-from a survivor). The kernels stay replaced for the life of the process.
+overload. Each replaces the overload's kernel at the device's key (or its autograd key: for a
+registration operator, and for an overload the backend registers there alone) with a Python
+kernel (`torch.library`) that calls the kernel it replaced (`torch.library.get_kernel`, torch >=
+2.9) and changes what the operator says. With `CONFORMANCE_MUTANT_LOG=FILE`, the first call of
+each mutant in a process and the first change it made are appended to FILE as JSON lines (how
+the campaign tells an equivalent or unreached mutant from a survivor). The kernels stay replaced
+for the life of the process.
 """
 
 from __future__ import annotations
@@ -60,12 +61,18 @@ class Mutants:
 
     def install(self, overload: str, op: Operator) -> None:
         sig = Signature.of(overload)
-        key = f"{op.key}{self.key}" if op.key else self.key
         qualified = f"aten::{overload}"
-        if not torch._C._dispatch_has_kernel_for_dispatch_key(qualified, self.key):
+        # the kernel it wraps: at the device's key, or (a vendor's kernel registered there
+        # alone, as torch_npu's dropout) at its autograd key
+        home = next(
+            (k for k in (self.key, f"Autograd{self.key}") if _has_kernel(qualified, k)), None
+        )
+        if home is None:
             raise ConformanceUsageError(
-                f"{MUTANTS_VARIABLE}: the backend registers no kernel for {overload} at {self.key}"
+                f"{MUTANTS_VARIABLE}: the backend registers no kernel for {overload} at "
+                f"{self.key} or Autograd{self.key}"
             )
+        key = f"{op.key}{self.key}" if op.key else home
         original = torch.library.get_kernel(qualified, key)
         name = f"{overload}={op.name}"
 
@@ -106,6 +113,13 @@ class Mutants:
             os.write(fd, (line + "\n").encode())
         finally:
             os.close(fd)
+
+
+def _has_kernel(qualified: str, key: str) -> bool:
+    try:
+        return bool(torch._C._dispatch_has_kernel_for_dispatch_key(qualified, key))
+    except RuntimeError:  # no such dispatch key in this torch
+        return False
 
 
 INSTALLED: list[Mutants] = []  # kept alive: a library that is collected deregisters its kernels
