@@ -68,13 +68,15 @@ def check_written(s: Sample) -> None:
             )  # fmt: skip
         if cview.untyped_storage()._cdata != cbase.untyped_storage()._cdata:
             continue  # CPU pointed it at other memory (set_): the view's values were compared
-        inside = spec.check_values and not s.nondeterministic
+        # the view's values, judged above by every rule of compare_result (a device as close
+        # to float64 as CPU passes there): the buffer must hold them where CPU's view points
+        judged = read_back(view) if spec.check_values and not s.nondeterministic else None
         if s.backend.profile.storage.value:
-            _compare_buffer(leaf.arg, read_storage(view), cbase, cview, spec, inside)
+            _compare_buffer(leaf.arg, read_storage(view), cbase, cview, spec, judged)
         elif tuple(cview.shape) == tuple(leaf.placement.size):
             # no memory to observe: the buffer it was placed in, by value (write-through); an
             # out= that cpu resized has no memory around it on a device without storage
-            _compare_buffer(leaf.arg, read_back(base).reshape(-1), cbase, cview, spec, inside)
+            _compare_buffer(leaf.arg, read_back(base).reshape(-1), cbase, cview, spec, judged)
 
 
 def _compare_old_contents(
@@ -112,21 +114,27 @@ def _compare_buffer(
     cbase: torch.Tensor,
     cview: torch.Tensor,
     spec: OpSpec,
-    include_view: bool,
+    judged: torch.Tensor | None,
 ) -> None:
     """The backing buffer of a written argument equals CPU's: outside the view always (nothing
-    may be written there), inside it only where values are compared. `storage`: the device's
-    buffer read back, 1-D."""
+    may be written there); inside it, where values are compared, it holds the view's values as
+    judged (`judged`: the device's view read back, which compare_result judged by every rule)
+    at the places CPU's view points to (the device wrote them where it says it did).
+    `storage`: the device's buffer read back, 1-D."""
     actual = storage[: cbase.numel()]
     if actual.shape != cbase.shape:
         return  # storage was replaced by a smaller one (out= resize): the view check covers it
     expected = cbase
-    if not include_view and cview.numel():
+    if cview.numel():
         inside = element_offsets(cview).reshape(-1)
-        inside = inside[inside < cbase.numel()]
-        keep = torch.ones(cbase.numel(), dtype=torch.bool)
-        keep[inside] = False
-        actual, expected = actual[keep], cbase[keep]
+        held = inside < cbase.numel()
+        if judged is not None and judged.shape == cview.shape:
+            expected = cbase.clone()
+            expected[inside[held]] = judged.reshape(-1)[held].to(cbase.dtype)
+        else:
+            keep = torch.ones(cbase.numel(), dtype=torch.bool)
+            keep[inside[held]] = False
+            actual, expected = actual[keep], cbase[keep]
     try:
         compare_values(f"{arg} buffer", actual, expected, spec.tol_scale, ErrorStats())
     except Mismatch as m:

@@ -66,6 +66,7 @@ class CaseList:
         )
         samples.fallback_only = cases.fallback_only_set
         cases.derived = lambda o, d: "derived" in samples.arguments(o, d).values()
+        cases.referenced = samples.has_reference
         return cases
 
     def __init__(
@@ -106,6 +107,8 @@ class CaseList:
         self.coverage = None
         # whether (overload, dtype) has derived -arguments calls (None: assume so)
         self.derived: Callable[[str, torch.dtype], bool] | None = None
+        # whether (overload, dtype) has -reference calls (None: assume so)
+        self.referenced: Callable[[str, torch.dtype], bool] | None = None
         # --shard: a spawned runner collects every case (its parent chose which ones run)
         self.shard = options.shard if sharded else None
         self.partition = self._partition() if sharded else None
@@ -361,6 +364,9 @@ class CaseList:
                     continue
                 if v == "arguments" and probe and not self._derives(overload, dtype):
                     continue  # every class reached, or none can be made
+                if v == "reference" and probe and self.referenced is not None:
+                    if not self.referenced(overload, dtype):
+                        continue  # OpInfo has no reference input unlike its samples
                 out += ids
         return out + self._mode_cases(overload, dtypes, paths, layouts, probe, keep)
 

@@ -27,7 +27,7 @@ PATHS = ("native", "fallback")
 ORDINARY = "ordinary"  # the value set of the ordinary samples (ids without a values part)
 # every value set of samples/valuesets.py (a meta test checks they agree; this module is read
 # by --help without torch)
-VALUE_SETS = (ORDINARY, "special", "promotion", "arguments", "sizes", "models")
+VALUE_SETS = (ORDINARY, "special", "promotion", "reference", "arguments", "sizes", "models")
 SIZE_SETS = ("boundaries", "large", "none")  # samples/sizes.py
 # execution modes beyond the plain forward call (ids end in -<mode>): a module each in
 # engine/modes/; those not named here run on request only (--modes compile)

@@ -153,6 +153,14 @@ class RunSamples:
         what = "arguments" if derive else "arguments-ordinary"
         return self.remember(overload, dtype, what, compute)
 
+    def has_reference(self, overload: str, dtype: torch.dtype) -> bool:
+        """Whether (overload, dtype) has OpInfo reference inputs unlike its samples (the calls
+        of its -reference case), remembered."""
+        count = self.remember(
+            overload, dtype, "reference", lambda o: len(self.calls(o, dtype, "reference"))
+        )
+        return bool(count)
+
     def limit(self, overload: str) -> int:
         if overload in self.fallback_only:
             return samples.MAX_FALLBACK_SAMPLES

@@ -20,6 +20,7 @@ import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from functools import cache, lru_cache
+from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -29,10 +30,12 @@ from conformance.engine.calls import Call, clone_tree, load_calls, save_calls
 from conformance.engine.discovery import overload_name
 from conformance.samples.guarded import BACKWARD, guarded
 
-CACHE_SALT = "v5"  # of the captures (v5: captured with the device hidden from torch.accelerator)
+CACHE_SALT = "v6"  # of the captures (v6: the ordinary reference inputs kept too)
 INDEX_SALT = "v4"  # of the index alone (v4: the foreach databases joined op_db)
-KINDS = ("samples", "special", "promotion")
+KINDS = ("samples", "special", "promotion", "reference")
 REFERENCE_SCAN = 400  # reference samples looked at per (OpInfo, dtype)
+REFERENCE_CANDIDATES = 64  # ordinary reference inputs to choose the varied ones among
+REFERENCE_ELEMENTS = 1 << 16  # the largest tensor an ordinary reference input may hold
 SAMPLES_PER_OPINFO = 16
 CAPTURES_PER_OVERLOAD = 12
 
@@ -205,8 +208,9 @@ def _no_test_fn() -> None:
 
 def capture(full_name: str, dtype: torch.dtype, kind: str = "samples") -> dict[str, dict]:
     """{kind: {overload: [Call]}}: the OpInfo's samples ("samples"), or its reference inputs
-    that hold special values or mix dtypes ("special" and "promotion", from one scan), run for
-    `dtype` on CPU with the aten calls they make recorded."""
+    that hold special values or mix dtypes ("special" and "promotion") and the ordinary ones
+    unlike any of sample_inputs ("reference": other shapes, broadcasts, arguments), from one
+    scan, run for `dtype` on CPU with the aten calls they make recorded."""
     with untracked():
         if dtype.is_floating_point or dtype.is_complex:  # IEEE arithmetic does not trap
             return _capture(full_name, dtype, kind)
@@ -248,20 +252,78 @@ def _capture(
         return {}
     found: dict[str, dict[str, list[Call]]] = {k: defaultdict(list) for k in KINDS[1:]}
     recorders = {k: _Recorder(_bases(op), found[k]) for k in KINDS[1:]}
-    kept = dict.fromkeys(KINDS[1:], 0)
+    kept = dict.fromkeys(("special", "promotion"), 0)
+    candidates: list[tuple[int, Any]] = []  # ordinary reference inputs unlike sample_inputs
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        ordinary = {shape_of(s) for s in op.sample_inputs("cpu", dtype, requires_grad=False)}
+        torch.manual_seed(0)
         references = op.reference_inputs("cpu", dtype, requires_grad=False, set_seed=False)
         for i, sample in enumerate(references):
-            if i >= REFERENCE_SCAN or min(kept.values()) >= SAMPLES_PER_OPINFO:
+            full = min(kept.values()) >= SAMPLES_PER_OPINFO
+            if i >= REFERENCE_SCAN or (full and len(candidates) >= REFERENCE_CANDIDATES):
                 break
             k = sample_kind(sample, dtype)
+            if k == "samples":
+                if shape_of(sample) not in ordinary and _small(sample) and i not in skip:
+                    candidates.append((i, sample))
+                continue
             if k in kept and kept[k] < SAMPLES_PER_OPINFO and i not in skip:
                 kept[k] += 1
                 started(i)
                 _run_variants(op, sample, recorders[k])
+        for i, sample in varied(candidates, SAMPLES_PER_OPINFO):
+            started(i)
+            _run_variants(op, sample, recorders["reference"])
     return {k: dict(v) for k, v in found.items()}
+
+
+def _small(sample) -> bool:
+    """No tensor past `REFERENCE_ELEMENTS` elements (the -sizes cases grow extents)."""
+    leaves = [sample.input, *sample.args, *sample.kwargs.values()]
+    return all(t.numel() <= REFERENCE_ELEMENTS for t in leaves if isinstance(t, torch.Tensor))
+
+
+def varied(candidates: list[tuple[int, Any]], n: int) -> list[tuple[int, Any]]:
+    """Up to `n` candidates: first one of each set of keyword arguments (`alpha=-3.125`), then
+    one of each other shape of the call (a broadcast, a number operand, another rank), then the
+    rest in order (the -reference case keeps the first few)."""
+    tiers: tuple[list, list, list] = ([], [], [])
+    keywords: set[str] = set()
+    shapes: set[str] = set()
+    for i, sample in candidates:
+        said, shape = repr(sorted(sample.kwargs.items())), _arguments(sample)
+        tier = 0 if said not in keywords else 1 if shape not in shapes else 2
+        tiers[tier].append((i, sample))
+        keywords.add(said)
+        shapes.add(shape)
+    return (tiers[0] + tiers[1] + tiers[2])[:n]
+
+
+def _arguments(sample) -> str:
+    """A sample's arguments that are not tensor values: numbers, options, tensor ranks."""
+
+    def part(x) -> str:
+        return f"T{x.dim()}" if isinstance(x, torch.Tensor) else repr(x)
+
+    args = ",".join(part(a) for a in sample.args)
+    return f"{part(sample.input)}|{args}|{sorted((k, part(v)) for k, v in sample.kwargs.items())}"
+
+
+def shape_of(sample) -> str:
+    """What a sample is besides its values: its tensors' shapes, strides and dtypes and its
+    other arguments (a reference input with the same is one of sample_inputs' again)."""
+
+    def part(x) -> str:
+        if isinstance(x, torch.Tensor):
+            return f"T{tuple(x.shape)}{x.stride()}{x.dtype}"
+        if isinstance(x, list | tuple):
+            return "[" + ",".join(part(y) for y in x) + "]"
+        return repr(x)
+
+    kwargs = ",".join(f"{k}={part(v)}" for k, v in sorted(sample.kwargs.items()))
+    return f"{part(sample.input)}|{part(list(sample.args))}|{kwargs}"
 
 
 def _bases(op) -> tuple[str, ...]:

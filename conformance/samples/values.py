@@ -51,6 +51,8 @@ def applies(overload: str, dtype: torch.dtype, values: str) -> bool:
     if values == "promotion":
         lists = any(kind(a) == "tensors" for a in tensors)
         return bool(tensors) and (len(operands) >= 2 or lists)
+    if values == "reference":
+        return bool(tensors)
     raise ValueError(f"unknown value set {values!r}; valid: {', '.join(VALUE_SETS)}")
 
 

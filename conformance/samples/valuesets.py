@@ -5,6 +5,9 @@
   the ordinary samples refilled: values.py);
 - `promotion`: an operand of another dtype (OpInfo's reference inputs, else the ordinary
   samples re-typed: values.py);
+- `reference`: OpInfo's ordinary reference inputs unlike any of its sample_inputs (the
+  shapes, broadcasts and argument values PyTorch's own reference tests use: `alpha=-3.125`),
+  where the overload has them;
 - `arguments`: the value classes of every schema argument the ordinary samples miss
   (reduction none/mean/sum, optional tensors present and absent, both bools, negative and
   several dims, ignore_index hit and missed, ...), each an ordinary sample with one argument
@@ -62,6 +65,13 @@ def _table() -> dict[str, ValueSet]:
             lambda o, d: values.applies(o, d, "promotion"),
             lambda o, d, calls, _: values.promotion_calls(calls, d),
             from_opinfo=True,
+        ),
+        ValueSet(
+            "reference",
+            lambda o, d: values.applies(o, d, "reference"),
+            lambda o, d, calls, _: [],  # OpInfo's own only: nothing is generated
+            from_opinfo=True,
+            cached=False,
         ),
         ValueSet(
             "arguments",

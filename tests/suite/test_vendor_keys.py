@@ -163,3 +163,35 @@ def test_what_the_device_declares_of_its_dtypes_agrees_with_what_it_does(
     (row,) = rows
     assert row["status"] == status, row["message"]
     assert words in (row["message"] or ""), row["message"]
+
+
+@pytest.mark.parametrize("fault", ["", "1"])
+def test_reference_inputs_judge_the_arguments_sample_inputs_never_use(
+    tmp_path: Path, fault: str
+) -> None:
+    """OpInfo's ordinary reference inputs are a value set of their own (-reference, issue 80):
+    an add that rounds a fractional alpha passes every other case (sample_inputs use alpha 1
+    and 2) and fails the -reference cases (alpha=-3.125)."""
+    _, rows = _run(
+        tmp_path, "conformance/test_conformance.py", "--backend", "alpha_npu",
+        "--ops", "add.Tensor", "--paths", "native", env={"ALPHA_NPU_ROUNDS": fault},
+    )  # fmt: skip
+    reference = [r for r in rows if r["id"].endswith("-reference]")]
+    assert reference and all(r["samples"] for r in reference)
+    failed = _failed(rows)
+    if not fault:
+        assert not failed, failed[:1]
+        return
+    assert failed and all(r["id"].endswith("-reference]") for r in failed), failed[:1]
+
+
+def test_an_in_place_kernel_more_accurate_than_cpu_passes_its_buffer_check(tmp_path: Path):
+    """echo_npu's add_/add.out round `x + alpha * y` once; CPU rounds alpha * y to bfloat16
+    first (alpha=-3.125, a -reference sample): the written values are judged by compare_result
+    (as close to float64 as CPU's), and the buffer check then asks that the buffer hold them
+    where CPU's view points, not CPU's values again (it failed 4 cases when the value set came)."""
+    _, rows = _run(
+        tmp_path, "conformance/test_conformance.py", "--ops", "add_.Tensor,add.out",
+        "-k", "reference and (float16 or bfloat16)", env={},
+    )  # fmt: skip
+    assert len(rows) >= 4 and all(r["status"] == "passed" for r in rows), _failed(rows)[:1]
