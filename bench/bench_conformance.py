@@ -309,8 +309,8 @@ def new_families_ratio(env: dict[str, str], default_cpu: float) -> None:
 
 def vendor_keys_share(env: dict[str, str]) -> None:
     """What issue 80's cases cost in one default run, from its records' durations: the op
-    cases of the kernels at the autograd key, the suite's own module specs, and the autocast
-    family (now also on lower-precision and mixed inputs)."""
+    cases of the kernels at the autograd key, the suite's own module specs, the autocast family
+    (now also on lower-precision and mixed inputs) and the -reference value set."""
     import json
 
     from conformance.engine.modules.suite_specs import SPECS
@@ -339,6 +339,8 @@ def vendor_keys_share(env: dict[str, str]) -> None:
         ("the suite's own module specs", lambda r: r["id"].startswith(specs)),
         ("the autocast family (float32, lower and mixed inputs)",
          lambda r: r.get("family") == "autocast"),
+        ("the -reference cases (OpInfo's ordinary reference inputs)",
+         lambda r: r["id"].endswith("-reference]")),
     ):  # fmt: skip
         n, seconds = part(keep)
         print(
