@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 
 DISPATCH_KEY = "PrivateUse1"
@@ -65,10 +67,10 @@ def registrations_by_key(dispatch_key: str = DISPATCH_KEY) -> dict[str, list[str
     return {key: registered_overloads(key) for key in keys}
 
 
-def case_overloads(dispatch_key: str = DISPATCH_KEY) -> list[str]:
-    """Every overload the backend registered a kernel for at its backend or its autograd key:
-    each is an op case (a vendor's dropout or lstm at the autograd key included)."""
-    return sorted({o for names in registrations_by_key(dispatch_key).values() for o in names})
+def case_overloads(by_key: Mapping[str, list[str]]) -> list[str]:
+    """Every overload of `registrations_by_key`'s answer, whatever its key: each is an op case
+    (a vendor's dropout or lstm at the autograd key included)."""
+    return sorted({o for names in by_key.values() for o in names})
 
 
 def schemaless_registrations(dispatch_key: str = DISPATCH_KEY) -> list[str]:

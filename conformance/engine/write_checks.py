@@ -70,7 +70,7 @@ def check_written(s: Sample) -> None:
             continue  # CPU pointed it at other memory (set_): the view's values were compared
         # the view's values, judged above by every rule of compare_result (a device as close
         # to float64 as CPU passes there): the buffer must hold them where CPU's view points
-        judged = read_back(view) if spec.check_values and not s.nondeterministic else None
+        judged = s.host(view) if spec.check_values and not s.nondeterministic else None
         if s.backend.profile.storage.value:
             _compare_buffer(leaf.arg, read_storage(view), cbase, cview, spec, judged)
         elif tuple(cview.shape) == tuple(leaf.placement.size):

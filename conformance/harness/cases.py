@@ -93,7 +93,7 @@ class CaseList:
         # every key's kernels are op cases; only the backend key's can be routed through the
         # boxed fallback (a kernel at the autograd key runs before any routing)
         self.by_key = discovery.registrations_by_key(key)
-        self.registered = discovery.case_overloads(key)
+        self.registered = discovery.case_overloads(self.by_key)
         self.routable = frozenset(self.by_key[key])
         self.schemaless = discovery.schemaless_registrations(key)
         self.has_fallback = discovery.has_backend_fallback(key)

@@ -9,9 +9,19 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
+import torch
+
 from conformance.engine.spec import OpSpec
 
-__all__ = ["SPECS", "OpSpec", "register", "spec_for", "specs_with_samples", "tolerance_scales"]
+__all__ = [
+    "SPECS",
+    "OpSpec",
+    "register",
+    "seeded_randn",
+    "spec_for",
+    "specs_with_samples",
+    "tolerance_scales",
+]
 
 
 SPECS: dict[str, OpSpec] = {}
@@ -22,6 +32,12 @@ RUNTIME_CALLS = {
     "record_stream": "a runtime call (the stream the caching allocator must wait for), no op "
     "with a CPU result: judged by the contract case record-stream (conformance/contract)",
 }
+
+
+def seeded_randn(shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """Standard normal values of `shape` from a generator of its own seeded with `seed` (the
+    same every run), in `dtype`: the op specs' samples."""
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
 
 
 def register(spec: OpSpec) -> OpSpec:

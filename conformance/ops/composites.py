@@ -10,24 +10,20 @@ from __future__ import annotations
 import torch
 
 from conformance.engine.calls import Call
-from conformance.ops import OpSpec, register
+from conformance.ops import OpSpec, register, seeded_randn
 
 FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 RNN_FLOATS = (torch.float32, torch.float64)
 SEQ, BATCH, INPUT, HIDDEN = 3, 2, 4, 5
 
 
-def _randn(shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.Tensor:
-    return torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
-
-
 def _dropout_samples(overload: str):
     def samples(dtype: torch.dtype) -> list[Call]:
         if dtype not in FLOATS:
             return []
-        x = _randn((64, 64), dtype, 1)
+        x = seeded_randn((64, 64), dtype, 1)
         return [Call(overload, (x, p, train)) for p, train in ((0.3, True), (0.5, True))] + [
-            Call(overload, (_randn((4, 5), dtype, 2), 0.3, False))
+            Call(overload, (seeded_randn((4, 5), dtype, 2), 0.3, False))
         ]
 
     return samples
@@ -41,7 +37,7 @@ def _lstm_params(layers: int, directions: int, bias: bool, dtype: torch.dtype) -
             shapes = [(4 * HIDDEN, width), (4 * HIDDEN, HIDDEN)]
             shapes += [(4 * HIDDEN,), (4 * HIDDEN,)] if bias else []
             for shape in shapes:
-                params.append(_randn(shape, dtype, seed) * 0.5)
+                params.append(seeded_randn(shape, dtype, seed) * 0.5)
                 seed += 1
     return params
 
@@ -58,9 +54,18 @@ def _lstm_samples(dtype: torch.dtype) -> list[Call]:
     ):
         shape = (BATCH, SEQ, INPUT) if batch_first else (SEQ, BATCH, INPUT)
         state = (layers * directions, BATCH, HIDDEN)
-        hx = [_randn(state, dtype, 3), _randn(state, dtype, 4)]
+        hx = [seeded_randn(state, dtype, 3), seeded_randn(state, dtype, 4)]
         params = _lstm_params(layers, directions, bias, dtype)
-        args = (_randn(shape, dtype, 5), hx, params, bias, layers, 0.0, False, directions == 2)
+        args = (
+            seeded_randn(shape, dtype, 5),
+            hx,
+            params,
+            bias,
+            layers,
+            0.0,
+            False,
+            directions == 2,
+        )
         calls.append(Call("lstm.input", (*args, batch_first)))
     return calls
 

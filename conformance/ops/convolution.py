@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from conformance.engine.calls import Call
-from conformance.ops import OpSpec, register
+from conformance.ops import OpSpec, register, seeded_randn
 
 aten = torch.ops.aten
 
@@ -19,18 +19,14 @@ GEOMETRIES = [
 ]
 
 
-def _randn(shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.Tensor:
-    return torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
-
-
 def _forward_samples(dtype: torch.dtype) -> list[Call]:
     calls = []
     for i, (x, w, stride, padding, dilation, groups) in enumerate(GEOMETRIES):
         zeros = [0] * len(stride)
         args = (
-            _randn(x, dtype, i),
-            _randn(w, dtype, 10 + i),
-            _randn((w[0],), dtype, 20 + i),
+            seeded_randn(x, dtype, i),
+            seeded_randn(w, dtype, 10 + i),
+            seeded_randn((w[0],), dtype, 20 + i),
             stride,
             padding,
             dilation,
@@ -47,7 +43,7 @@ def _backward_samples(dtype: torch.dtype) -> list[Call]:
     for i, fwd in enumerate(_forward_samples(dtype)):
         x, w, b, stride, padding, dilation, transposed, out_pad, groups = fwd.args
         out = aten.convolution(x, w, b, stride, padding, dilation, transposed, out_pad, groups)
-        grad = _randn(tuple(out.shape), dtype, 30 + i)
+        grad = seeded_randn(tuple(out.shape), dtype, 30 + i)
         args = (
             grad,
             x,

@@ -13,23 +13,19 @@ from __future__ import annotations
 import torch
 
 from conformance.engine.calls import Call
-from conformance.ops import OpSpec, register
+from conformance.ops import OpSpec, register, seeded_randn
 
 BATCH, HIDDEN = 3, 4
 FLOATS = (torch.float32, torch.float64)
 
 
-def _randn(shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.Tensor:
-    return torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
-
-
 def _gates(factor: int, dtype: torch.dtype, bias: bool) -> tuple:
     width = factor * HIDDEN
-    gates = (_randn((BATCH, width), dtype, 1), _randn((BATCH, width), dtype, 2))
-    cell = _randn((BATCH, HIDDEN), dtype, 3)
+    gates = (seeded_randn((BATCH, width), dtype, 1), seeded_randn((BATCH, width), dtype, 2))
+    cell = seeded_randn((BATCH, HIDDEN), dtype, 3)
     if not bias:
         return (*gates, cell)
-    return (*gates, cell, _randn((width,), dtype, 4), _randn((width,), dtype, 5))
+    return (*gates, cell, seeded_randn((width,), dtype, 4), seeded_randn((width,), dtype, 5))
 
 
 def lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
@@ -83,7 +79,10 @@ def _lstm_backward_samples(dtype: torch.dtype) -> list[Call]:
     for bias in (True, False):
         args = _gates(4, dtype, bias)
         _, cy, workspace = lstm_cell(*args)
-        grad_hy, grad_cy = _randn((BATCH, HIDDEN), dtype, 6), _randn((BATCH, HIDDEN), dtype, 7)
+        grad_hy, grad_cy = (
+            seeded_randn((BATCH, HIDDEN), dtype, 6),
+            seeded_randn((BATCH, HIDDEN), dtype, 7),
+        )
         cx = args[2]
         calls.append(
             Call(
@@ -102,7 +101,7 @@ def _gru_backward_samples(dtype: torch.dtype) -> list[Call]:
     calls = []
     for bias in (True, False):
         _, workspace = gru_cell(*_gates(3, dtype, bias))
-        grad_hy = _randn((BATCH, HIDDEN), dtype, 6)
+        grad_hy = seeded_randn((BATCH, HIDDEN), dtype, 6)
         calls.append(Call("_thnn_fused_gru_cell_backward", (grad_hy, workspace, bias)))
     return calls
 

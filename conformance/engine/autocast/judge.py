@@ -317,8 +317,7 @@ def _truth(info: Any, sample: Any, n: int, leaves: list) -> list | None:
     cpu = policy.cpu_regime(torch.float64)
     rounded = sample
     if first.dtype != torch.float32:
-        cast = policy.cast_floats(policy.inputs_of(sample), [first.dtype] * n)
-        rounded = SimpleNamespace(input=cast[0], args=cast[1], kwargs=cast[2])
+        rounded = _cast(sample, [first.dtype] * n)
     try:
         wide = tree_flatten(policy.run(info.op, rounded, cpu, [torch.float64] * n, False))[0]
     except Exception:  # noqa: BLE001 - no float64 run: the base tolerance judges

@@ -75,7 +75,8 @@ def _autograd_kernels(key: str) -> set[str]:
     from conformance.engine import discovery
     from conformance.engine.oracles import is_nondeterministic
 
-    names = discovery.registrations_by_key(key).get(discovery.autograd_key(key) or "", [])
+    autograd = discovery.autograd_key(key)
+    names = discovery.registered_overloads(autograd) if autograd else []
     return {
         name.split(".")[0] for name in names if not is_nondeterministic(discovery.resolve(name))
     }

@@ -113,17 +113,22 @@ class FirstDivergence(TorchDispatchMode):
         return value
 
     def _difference(self, func: Any, got: Any, want: Any) -> str | None:
-        for name, d, c in _named_values(func, got, want):
+        found = self.first_difference(_named_values(func, got, want), self.scale(str(func)))
+        return f"{func}: {found}" if found is not None else None
+
+    @staticmethod
+    def first_difference(values: Any, scale: Scale) -> str | None:
+        """What the first (name, device value, CPU value) whose tensors differ says (dtype or
+        shape, else values beyond the tolerance under `scale`), None if none does."""
+        for name, d, c in values:
             if not (isinstance(d, torch.Tensor) and isinstance(c, torch.Tensor)):
                 continue
             if d.shape != c.shape or d.dtype != c.dtype:
-                return (
-                    f"{func}: {name} is {d.dtype} {list(d.shape)}, CPU's {c.dtype} {list(c.shape)}"
-                )
+                return f"{name} is {d.dtype} {list(d.shape)}, CPU's {c.dtype} {list(c.shape)}"
             try:
-                compare_values(name, read_back(d.detach()), c, self.scale(str(func)), ErrorStats())
+                compare_values(name, read_back(d.detach()), c, scale, ErrorStats())
             except Mismatch as exc:
-                return f"{func}: {exc.message}"
+                return exc.message
         return None
 
 
@@ -154,14 +159,10 @@ class KernelsAboveDispatch(TorchFunctionMode):
         except Exception:  # noqa: BLE001 - CPU refuses these inputs: nothing to compare
             return out
         pairs = zip(tree_flatten(out)[0], tree_flatten(expected)[0], strict=False)
-        for i, (d, c) in enumerate(pairs):
-            if isinstance(d, torch.Tensor) and isinstance(c, torch.Tensor):
-                try:
-                    got = read_back(d.detach())
-                    compare_values(f"output {i}", got, c, search.scale(name), ErrorStats())
-                except Mismatch as exc:
-                    search.found = f"{name} (its kernel at the autograd key): {exc.message}"
-                    break
+        outputs = [(f"output {i}", d, c) for i, (d, c) in enumerate(pairs)]
+        found = search.first_difference(outputs, search.scale(name))
+        if found is not None:
+            search.found = f"{name} (its kernel at the autograd key): {found}"
         return out
 
 

@@ -95,7 +95,8 @@ def _mutants(args: argparse.Namespace) -> tuple[list[Mutant], list[str]]:
     from conformance.engine.backend import load_backend
 
     backend = load_backend(args.backend)
-    registered = discovery.case_overloads(backend.dispatch_key)  # the autograd key's too
+    # the autograd key's too
+    registered = discovery.case_overloads(discovery.registrations_by_key(backend.dispatch_key))
     if args.mutant:
         pairs = sorted({pair for m in args.mutant for pair in parse(m)})  # each judged alone
         unknown = [o for o, _ in pairs if o not in registered]
