@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from conformance.engine import oracles
 from conformance.engine.checks import Sample, returned, sample_check
 from conformance.engine.compare import Mismatch, same_values
 from conformance.engine.errorclass import first_line
@@ -53,15 +54,29 @@ def check_identity(s: Sample) -> None:
 
 def _wrote_the_same(s: Sample, again: Materialized) -> None:
     """The second call, below autograd on the same inputs, wrote what the first wrote (issue 79:
-    a kernel wrong on its second call in a process passed, this call's values unjudged). Not
-    for random ops, whose draws move on."""
-    if s.nondeterministic or not s.spec.check_values:
+    a kernel wrong on its second call in a process passed, this call's values unjudged); a
+    random op's second draws, which move on, are draws of the distribution CPU's came from
+    (the two-sample oracle, oracles.py)."""
+    if not s.spec.check_values:
         return
-    first = [view for leaf, _, view in s.dev.bases if leaf.written]
+    first = [
+        view for leaf, _, view in (s.cpu if s.nondeterministic else s.dev).bases if leaf.written
+    ]
     second = [(leaf.arg, view) for leaf, _, view in again.bases if leaf.written]
     for a, (arg, b) in zip(first, second, strict=False):
         x, y = s.host(a), s.host(b)
         if x.shape != y.shape or x.dtype != y.dtype:
+            continue
+        if s.nondeterministic:
+            if x.numel() < oracles.MIN_DRAWS:
+                continue  # too few draws to judge alone (the first call's are pooled with reruns)
+            problem = oracles.distribution_problem(y, x)
+            if problem:
+                raise Mismatch(
+                    "values",
+                    f"{arg}: called again on the same inputs (below autograd) the kernel drew "
+                    f"values CPU's draws contradict: {problem}",
+                )
             continue
         differ = int((~same_values(x, y)).sum())
         if differ:

@@ -70,6 +70,39 @@ def test_a_survivor_no_check_of_this_device_can_see_is_unobservable():
     assert classify(Mutant("abs", "ulp:4"), passed, CHANGED, set(), none).verdict == "survived"
 
 
+def test_a_random_op_moved_within_its_law_is_unobservable_and_beyond_it_survives():
+    """A random op's contract is its law: draws moved less than a law test of them can see are
+    unobservable (named as such), never equivalent nor a plain survivor; one change beyond the
+    law on any call is a survivor."""
+    passed = [_record("test_matches_cpu[normal_-float32-contiguous-native]", Status.PASSED)]
+    within = [{"event": "called"}, {"event": "within-law", "what": "1 ulp(s) off (D 0.01)"}]
+    mutant = Mutant("normal_", "ulp:1")
+    assert classify(mutant, passed, within, set()).verdict == "unobservable"
+    assert classify(mutant, passed, within + CHANGED[1:], set()).verdict == "survived"
+
+
+def test_the_law_shift_sees_moved_laws_and_left_supports():
+    """values.law_shift: a draw a few ulps off moves no law a test sees; draws shifted by their
+    spread, integers made fractional, a finite draw made NaN do."""
+    import torch
+
+    from conformance.measure.mutants import values
+
+    torch.manual_seed(0)
+    x = torch.randn(131072)
+    assert values.law_shift(x, values.ulps(4)(x)) < values.LAW_RESOLUTION
+    assert values.law_shift(x, values.sign_of_small()(x)) < values.LAW_RESOLUTION  # symmetric
+    assert values.law_shift(x, values.off(x)) > values.LAW_RESOLUTION
+    assert values.law_shift(x, x + 0.05) > values.LAW_RESOLUTION  # 5 % of a sigma
+    ints = torch.randint(0, 1000, (4096,)).float()
+    assert values.law_shift(ints, values.ulps(1)(ints)) == float("inf")
+    one = torch.tensor([-2.0])  # one integral draw is no integer law
+    assert values.law_shift(one, values.ulps(1)(one)) < values.LAW_RESOLUTION
+    nan = x.clone()
+    nan[0] = float("nan")
+    assert values.law_shift(x, nan) == float("inf")
+
+
 def test_known_gaps_are_read_from_their_block(tmp_path):
     doc = tmp_path / "POWER.md"
     doc.write_text(
@@ -227,6 +260,9 @@ def test_the_ci_sample_of_mutants_has_no_new_miss(tmp_path):
         # the identity check's second call (below autograd) wrote unjudged values
         ("relu_=call:2", "float32", "values"),
         ("mul.out=call:2", "float32", "values"),
+        # a random op's second call: its draws were never judged (they move on)
+        ("normal_=call:2", "float32", "values"),
+        ("random_.from=call:2", "float32", "values"),
     ],
 )
 def test_holes_the_campaign_found_stay_closed(mutant, dtype, check):

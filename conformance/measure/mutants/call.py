@@ -6,6 +6,7 @@ never sees its own work."""
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -45,6 +46,8 @@ class Call:
     kwargs: dict[str, Any]
     index: int  # 1 for the first call of this overload in this process
     changed: list[str] = field(default_factory=list)  # what the mutant changed, if anything
+    # a random op's draws changed less than any law test of them could see (values.law_shift)
+    within_law: list[str] = field(default_factory=list)
 
     def run(self, args: tuple | None = None, kwargs: dict[str, Any] | None = None) -> Any:
         """The original kernel on these arguments (default: the call's own)."""
@@ -68,7 +71,10 @@ class Call:
         return [t for t in _tensors(found) if t.numel() > 0]
 
     def rewrite(self, t: torch.Tensor, transform: values.Transform, why: str) -> bool:
-        """Read `t` back, apply `transform`, write it back where it differs: whether it did."""
+        """Read `t` back, apply `transform`, write it back where it differs: whether it did. A
+        random op's draws changed by less than a law test of them can see (`values.law_shift`
+        below `values.LAW_RESOLUTION`) are `within_law`, not `changed`: no check of a law could
+        tell the mutant from the original on those draws."""
         with own_work():
             host = t.detach().cpu().contiguous() if t.device.type != "cpu" else t.detach().clone()
             new = transform(host.clone())
@@ -78,7 +84,11 @@ class Call:
                 version = version_of(t)
                 t.detach().copy_(new.to(t.device))
                 set_version(t, version)
-        self.changed.append(why)
+            shift = values.law_shift(host, new) if self.sig.category == "random" else math.inf
+        if shift < values.LAW_RESOLUTION:
+            self.within_law.append(f"{why} (its law moved by D sqrt(n) = {shift:.2g})")
+        else:
+            self.changed.append(why)
         return True
 
     def device_clone(self, t: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,10 @@ The classes: `killed` (a case of the mutated overload failed a check), `killed-e
 another overload's case failed: the failure names the wrong op), `crashed` (the mutant's cases
 crashed or hung), `error` (the suite reported its own error: a harness defect), `survived`,
 `equivalent` (called, and its results equal the original's on every call the suite made),
-`unreached` (the suite never called the kernel), `not-run` (out of the time budget).
+`unreached` (the suite never called the kernel), `not-run` (out of the time budget),
+`unobservable` (a survivor the run cannot see: a device fact the operator needs is missing from
+the run's profile, or a random op's draws moved by less than any law test of the suite's draws
+can see).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from pathlib import Path
 from conformance.measure.mutants.install import LOG_VARIABLE, MUTANTS_VARIABLE, WRAPPER
 from conformance.measure.mutants.operators import OPERATORS
 from conformance.measure.mutants.signature import Signature, category
+from conformance.measure.mutants.values import LAW_RESOLUTION
 from conformance.record import CaseRecord, Status
 from conformance.report.load import load_run
 
@@ -245,6 +249,15 @@ def classify(
             return Result(mutant, verdict, first.id, check + message, changed=changed)
     if not any(e["event"] == "called" for e in events):
         return Result(mutant, "unreached", message="the suite never called the kernel")
+    within_law = next((e.get("what", "") for e in events if e["event"] == "within-law"), "")
+    if not changed and within_law:
+        return Result(
+            mutant,
+            "unobservable",
+            message=f"{within_law} on every call: below what a law test of the suite's draws "
+            f"sees at its false-alarm rate (D sqrt(n) > {LAW_RESOLUTION:.2f})",
+            changed=within_law,
+        )
     if not changed:
         return Result(
             mutant,

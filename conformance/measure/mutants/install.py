@@ -7,8 +7,9 @@ overload. Each replaces the overload's kernel at the device's key (or its autogr
 registration operator, and for an overload the backend registers there alone) with a Python
 kernel (`torch.library`) that calls the kernel it replaced (`torch.library.get_kernel`, torch >=
 2.9) and changes what the operator says. With `CONFORMANCE_MUTANT_LOG=FILE`, the first call of
-each mutant in a process and the first change it made are appended to FILE as JSON lines (how
-the campaign tells an equivalent or unreached mutant from a survivor). The kernels stay replaced
+each mutant in a process and the first change it made (or, for a random op, the first change
+within its law) are appended to FILE as JSON lines (how the campaign tells an equivalent,
+unobservable or unreached mutant from a survivor). The kernels stay replaced
 for the life of the process.
 """
 
@@ -97,6 +98,10 @@ class Mutants:
             result = op.run(call)
             if call.changed:
                 self._log(name, "changed", call.changed[0])
+            elif call.within_law:
+                self._log(name, "within-law", call.within_law[0])
+            elif call.within_law:
+                self._log(name, "within-law", call.within_law[0])
             return result
 
         library = torch.library.Library("aten", "IMPL", key)

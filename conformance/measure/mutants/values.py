@@ -5,9 +5,12 @@ mutant is then equivalent on that call."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
+
+from conformance.engine import oracles
 
 Transform = Callable[[torch.Tensor], torch.Tensor]
 
@@ -137,6 +140,35 @@ def integers_off(every: int = 8) -> Transform:
         return torch.where(_every(t, every), off(t), t)
 
     return transform
+
+
+#: a law that moved by D is seen in n draws only past D sqrt(n) > KS_C: Kolmogorov-Smirnov's
+#: c(alpha) at the suite's false-alarm rate for random ops (engine/oracles.py)
+LAW_RESOLUTION = oracles.KS_C
+
+
+#: draws that are all integers are an integer law from this many on (one draw of -2.0 is not)
+INTEGRAL_LAW = 64
+
+
+def law_shift(old: torch.Tensor, new: torch.Tensor) -> float:
+    """How far a random op's draws moved as a law: D sqrt(n), D the largest distance between the
+    empirical distributions of the original draws and the rewritten ones (the same draws, so
+    nothing of it is sampling noise); infinite where the rewrite left the law's support (integer
+    draws made fractional, a finite one made NaN or infinite, a NaN made finite)."""
+    a, b = old.reshape(-1).to(torch.float64), new.reshape(-1).to(torch.float64)
+    if a.numel() == 0:
+        return 0.0
+    if not torch.equal(a.isfinite(), b.isfinite()):
+        return math.inf
+    finite = a.isfinite() & b.isfinite()
+    a, b = a[finite], b[finite]
+    integral = a.numel() >= INTEGRAL_LAW and bool((a == a.round()).all())
+    if integral and not bool((b == b.round()).all()):
+        return math.inf
+    if a.numel() == 0:
+        return 0.0
+    return oracles.ks_statistic(a, b) * math.sqrt(a.numel())
 
 
 def identical(a: torch.Tensor, b: torch.Tensor) -> bool:
