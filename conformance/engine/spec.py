@@ -37,6 +37,10 @@ class OpSpec:
     # CPU's result is exact, bit for bit (engine/exactness.py): None measures it; True declares
     # it (conversions, whose result IEEE defines); False never judges it exact
     exact: bool | None = None
+    # each output element is computed from its own inputs alone, as torch's `pointwise` tag
+    # says of the ops it tags (a fused RNN cell): its rounding errors are independent, so their
+    # sides are judged (engine/error_balance.py); never an op with a shared sum or normaliser
+    elementwise: bool = False
     # indices of the returned values that are compared (None: all). For ops whose other results
     # are the backend's own business (an attention kernel's RNG state, sequence offsets)
     compared_outputs: tuple[int, ...] | None = None

@@ -15,7 +15,9 @@ import torch
 from conformance.engine.calls import Call
 from conformance.ops import OpSpec, register, seeded_randn
 
-BATCH, HIDDEN = 3, 4
+#: 256 elements per hidden output: enough for their errors' sides to be judged
+#: (engine/error_balance.py), a few kernels' worth of work
+BATCH, HIDDEN = 8, 32
 FLOATS = (torch.float32, torch.float64)
 
 
@@ -121,5 +123,6 @@ for overload, samples, reference, compared in (
             reference=reference,
             dtypes=FLOATS,
             compared_outputs=compared,
+            elementwise=True,  # per (batch, hidden) element; a bias gradient sums the batch
         )
     )

@@ -29,8 +29,13 @@ register(OpSpec("as_strided", layouts=STORAGE_KEEPING))
 
 
 def _resize_samples(dtype: torch.dtype) -> list[Call]:
-    """Growing (the storage must move, keeping its contents) and shrinking."""
+    """Growing (the storage must move, keeping its contents) and shrinking; a floating `self`
+    keeps a zero of each sign, a NaN and a subnormal among its old contents, which a copy keeps
+    bit for bit."""
     old = torch.arange(1, 25).to(dtype).reshape(4, 6)
+    if dtype.is_floating_point:
+        special = [0.0, -0.0, float("nan"), torch.finfo(dtype).tiny / 2]
+        old.view(-1)[: len(special)] = torch.tensor(special, dtype=dtype)
     return [
         Call("resize_", (old, [8, 6])),
         Call("resize_", (old, [5, 7])),

@@ -263,6 +263,17 @@ def test_the_ci_sample_of_mutants_has_no_new_miss(tmp_path):
         # a random op's second call: its draws were never judged (they move on)
         ("normal_=call:2", "float32", "values"),
         ("random_.from=call:2", "float32", "values"),
+        # the fused cells: a few ulps one way on every element, within float32's atol
+        ("_thnn_fused_lstm_cell=ulp:4", "float32", "rounding"),
+        ("_thnn_fused_gru_cell_backward=ulp:4@float64", "float64", "rounding"),
+        # resize_'s kept contents were judged by the tolerance, with nothing special in them
+        ("resize_=nan-to-zero", "float32", "values"),
+        ("resize_=ulp:1", "float64", "values"),
+        # set_ computes nothing: its values are the source's bits
+        ("set_.source_Storage=ulp:4@float64", "float64", "rounding"),
+        # any/all samples whose answer hangs on every element (read on a strided layout)
+        ("any=strided-as-contiguous", "bool", "values"),
+        ("all=strided-as-contiguous", "float32", "values"),
     ],
 )
 def test_holes_the_campaign_found_stay_closed(mutant, dtype, check):
@@ -275,7 +286,7 @@ def test_holes_the_campaign_found_stay_closed(mutant, dtype, check):
         "--dtypes",
         dtype,
         "--layouts",
-        "contiguous",
+        "noncontiguous" if "strided" in mutant else "contiguous",
         "--values",
         "ordinary",
         "--modes",
