@@ -156,6 +156,16 @@ def test_mutants_are_judged_by_the_real_suite_and_classified(tmp_path):
     assert "control: 0 failing case(s)" in done.stdout
 
 
+@pytest.mark.slow
+def test_a_kernel_no_op_case_calls_is_judged_by_the_other_families(tmp_path):
+    """record_stream has no op case; the runtime contract calls it (once): the mutant is run
+    again over every other family, and found called, never `unreached`."""
+    _campaign(tmp_path, "--mutant", "record_stream=leak-after-first")
+    (result,) = map(json.loads, (tmp_path / "out/mutants.jsonl").open())
+    assert result["verdict"] == "equivalent", result  # its one call keeps nothing
+    assert (tmp_path / "out/runs/record_stream=leak-after-first/all/run.json").exists()
+
+
 def test_a_kernel_registered_at_the_autograd_key_alone_is_mutated_there(tmp_path):
     """echo_npu's gelu has a kernel at AutogradPrivateUse1 only (issue 80): the campaign plans
     it, wraps it at that key, and the op cases that now judge it kill the mutant."""

@@ -2,10 +2,11 @@
 (a seeded sample of them, within a time budget), each mutant run through the real suite.
 
 Each mutant is one `python -m pytest conformance --ops OVERLOAD --maxfail 1` with the mutant
-installed by the backend wrapper (engine/wrapping.py, `install.py`): the cases, runners, checks
-and verdicts of a user's run, on any backend. Before them, one control run over the same
-overloads with the identity mutant ("none") says which cases already fail: those never count
-as a kill, and a verdict the identity changes is a defect of the wrapper.
+installed by the backend wrapper (engine/wrapping.py, `install.py`; a mutant no op case calls
+runs again over every other family: the runtime contract calls record_stream): the cases,
+runners, checks and verdicts of a user's run, on any backend. Before them, one control run
+over the same overloads with the identity mutant ("none") says which cases already fail: those
+never count as a kill, and a verdict the identity changes is a defect of the wrapper.
 
 The classes: `killed` (a case of the mutated overload failed a check), `killed-elsewhere` (only
 another overload's case failed: the failure names the wrong op), `crashed` (the mutant's cases
@@ -38,6 +39,7 @@ from conformance.record import CaseRecord, Status
 from conformance.report.load import load_run
 
 SUITE_DIR = Path(__file__).resolve().parents[2]  # the conformance package
+OP_CASES = SUITE_DIR / "test_conformance.py"  # the op family's test module
 KILLS = {Status.FAILED, Status.BLOCKED, Status.XPASSED}
 CRASHES = {Status.CRASHED, Status.HUNG}
 
@@ -119,7 +121,9 @@ class Campaign:
 
     def pytest(self, overloads: list[str], results: Path, maxfail: bool) -> list[str]:
         """The suite's command line for one run (a mutant's stops at its first failure; the
-        control's is spread over `jobs` xdist workers)."""
+        control's is spread over `jobs` xdist workers). No overloads: every family but the op
+        cases (for a kernel no op case calls, as the runtime contract calls record_stream)."""
+        select = ["--ops", ",".join(overloads)] if overloads else ["--ignore", str(OP_CASES)]
         argv = [
             sys.executable,
             "-m",
@@ -128,8 +132,7 @@ class Campaign:
             "-q",
             "-p",
             "no:cacheprovider",
-            "--ops",
-            ",".join(overloads),
+            *select,
             "--results",
             str(results),
             *self.extra,
@@ -183,6 +186,14 @@ class Campaign:
         except Exception as exc:  # noqa: BLE001 - the campaign's own failure, recorded
             return Result(mutant, "error", message=f"campaign: {exc}")
         result = classify(mutant, records, events, self.control_failing, profile)
+        if result.verdict == "unreached":  # no op case called it: the other families may
+            try:
+                records, events, tail, profile = self._run(mutant.name, [], folder / "all", True)
+            except Exception as exc:  # noqa: BLE001 - the campaign's own failure, recorded
+                return Result(mutant, "error", message=f"campaign: {exc}")
+            result = classify(mutant, records, events, self.control_failing, profile)
+            if result.verdict == "unreached":
+                result.message = "neither an op case nor another family's item called the kernel"
         result.seconds = round(time.monotonic() - start, 2)
         if not records:
             result.message = result.message or tail
