@@ -14,7 +14,7 @@ import pytest
 
 from conformance.measure.mutants.campaign import Mutant, classify
 from conformance.measure.mutants.install import WRAPPER
-from conformance.measure.mutants.report import known_gaps
+from conformance.measure.mutants.report import known_gaps, render
 from conformance.record import CaseRecord, Status
 from tests.helpers import REPO, clean_env, run_pytest
 
@@ -70,6 +70,25 @@ def test_a_survivor_no_check_of_this_device_can_see_is_unobservable():
     assert classify(Mutant("abs", "ulp:4"), passed, CHANGED, set(), none).verdict == "survived"
 
 
+def test_a_write_past_the_end_is_caught_in_its_op(tmp_path):
+    """The seed bug as an operator: one element past the end of the result's block, on a device
+    whose heap the suite's red zones see (the control run's profile says so), fails the op
+    that wrote it, by the memory check."""
+    _campaign(tmp_path, "--mutant", "abs=write-past-end", "--jobs", "1")
+    (result,) = map(json.loads, (tmp_path / "out/mutants.jsonl").open())
+    assert result["verdict"] == "killed", result
+    assert "[memory]" in result["message"] and "past the end of a heap block" in result["message"]
+
+
+def test_a_write_past_the_end_is_held_back_where_the_host_cannot_see_the_memory():
+    """Without heap zones (a real GPU's memory) the operator never writes: unobservable."""
+    passed = [_record(ABS, Status.PASSED)]
+    mutant = Mutant("abs", "write-past-end")
+    assert classify(mutant, passed, CALLED, set(), {}).verdict == "unobservable"
+    seen = {"heap_zones": {"value": "_C.so", "how": "probed"}}
+    assert classify(mutant, passed, CALLED, set(), seen).verdict == "equivalent"
+
+
 def test_a_random_op_moved_within_its_law_is_unobservable_and_beyond_it_survives():
     """A random op's contract is its law: draws moved less than a law test of them can see are
     unobservable (named as such), never equivalent nor a plain survivor; one change beyond the
@@ -77,8 +96,11 @@ def test_a_random_op_moved_within_its_law_is_unobservable_and_beyond_it_survives
     passed = [_record("test_matches_cpu[normal_-float32-contiguous-native]", Status.PASSED)]
     within = [{"event": "called"}, {"event": "within-law", "what": "1 ulp(s) off (D 0.01)"}]
     mutant = Mutant("normal_", "ulp:1")
-    assert classify(mutant, passed, within, set()).verdict == "unobservable"
+    unseen = classify(mutant, passed, within, set())
+    assert unseen.verdict == "unobservable" and "D 0.01" in unseen.message
     assert classify(mutant, passed, within + CHANGED[1:], set()).verdict == "survived"
+    table = render([unseen], {})  # out of the score, listed with why
+    assert "| `normal_=ulp:1` | 1 ulp(s) off (D 0.01)" in table
 
 
 def test_the_law_shift_sees_moved_laws_and_left_supports():

@@ -86,7 +86,7 @@ class Call:
                 set_version(t, version)
             shift = values.law_shift(host, new) if self.sig.category == "random" else math.inf
         if shift < values.LAW_RESOLUTION:
-            self.within_law.append(f"{why} (its law moved by D sqrt(n) = {shift:.2g})")
+            self.within_law.append(f"{why} (its law moved by D sqrt(n) = {shift:.2g} there)")
         else:
             self.changed.append(why)
         return True

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from conformance.measure.mutants.install import LOG_VARIABLE, MUTANTS_VARIABLE, WRAPPER
-from conformance.measure.mutants.operators import OPERATORS
+from conformance.measure.mutants.operators import FACTS_VARIABLE, OPERATORS
 from conformance.measure.mutants.signature import Signature, category
 from conformance.measure.mutants.values import LAW_RESOLUTION
 from conformance.record import CaseRecord, Status
@@ -118,6 +118,9 @@ class Campaign:
     budget: float | None = None  # seconds; mutants not started by then are `not-run`
     extra: list[str] = field(default_factory=list)  # more pytest arguments (--dtypes, ...)
     control_failing: set[str] = field(default_factory=set)
+    # the device facts the control run's profile holds: an operator that needs one it lacks
+    # (a write past the end needs memory the suite's heap zones see) stays its identity
+    facts: set[str] = field(default_factory=set)
 
     def pytest(self, overloads: list[str], results: Path, maxfail: bool) -> list[str]:
         """The suite's command line for one run (a mutant's stops at its first failure; the
@@ -152,6 +155,7 @@ class Campaign:
             "CONFORMANCE_BACKEND_WRAPPER": WRAPPER,
             MUTANTS_VARIABLE: spec,
             LOG_VARIABLE: str(log),
+            FACTS_VARIABLE: ",".join(sorted(self.facts)),
         }
         done = subprocess.run(
             self.pytest(overloads, results, maxfail),
@@ -173,7 +177,8 @@ class Campaign:
     def control(self, overloads: list[str]) -> list[CaseRecord]:
         """The identity on every overload at once: the cases that fail without a mutant."""
         spec = ";".join(f"{o}=none" for o in overloads)
-        records = self._run(spec, overloads, self.out / "control", maxfail=False)[0]
+        records, _, _, profile = self._run(spec, overloads, self.out / "control", maxfail=False)
+        self.facts = {name for name in profile if _fact(profile, name)}
         failing = [r for r in records if r.failing]
         self.control_failing = {r.id for r in failing}
         return failing
@@ -260,13 +265,21 @@ def classify(
             return Result(mutant, verdict, first.id, check + message, changed=changed)
     if not any(e["event"] == "called" for e in events):
         return Result(mutant, "unreached", message="the suite never called the kernel")
+    lacking = [f for f in OPERATORS[mutant.operator].needs if not _fact(profile or {}, f)]
+    if lacking and not changed:  # the operator held back: the device lacks what it needs
+        return Result(
+            mutant,
+            "unobservable",
+            message=f"not applied: the device profile has no {', '.join(lacking)} (the run "
+            "header names the check it leaves out)",
+        )
     within_law = next((e.get("what", "") for e in events if e["event"] == "within-law"), "")
     if not changed and within_law:
         return Result(
             mutant,
             "unobservable",
-            message=f"{within_law} on every call: below what a law test of the suite's draws "
-            f"sees at its false-alarm rate (D sqrt(n) > {LAW_RESOLUTION:.2f})",
+            message=f"{within_law}; every call it changed stayed below what a law test of the "
+            f"suite's draws sees at its false-alarm rate (D sqrt(n) > {LAW_RESOLUTION:.2f})",
             changed=within_law,
         )
     if not changed:
@@ -275,7 +288,6 @@ def classify(
             "equivalent",
             message="called; every result equal to the original's, bit for bit",
         )
-    lacking = [f for f in OPERATORS[mutant.operator].needs if not _fact(profile or {}, f)]
     if lacking:
         return Result(
             mutant,

@@ -11,6 +11,8 @@ kept), `registration` (the same mutant at the device's autograd key), and `none`
 
 from __future__ import annotations
 
+import ctypes
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +24,13 @@ from conformance.measure.mutants.call import Call, own_work, set_version, versio
 from conformance.measure.mutants.signature import Signature
 
 Run = Callable[[Call], Any]
+#: the device facts of the campaign's control run (comma-separated names, engine/profile.py)
+FACTS_VARIABLE = "CONFORMANCE_MUTANT_FACTS"
+
+
+def device_facts() -> set[str]:
+    """The facts the campaign found in the device's profile (none outside a campaign)."""
+    return set(filter(None, os.environ.get(FACTS_VARIABLE, "").split(",")))
 
 
 @dataclass(frozen=True)
@@ -401,6 +410,28 @@ def _leak_past_size(call: Call) -> Any:
     result = call.run()
     if any(t.numel() > 1024 for t in call.outputs(result)):
         _leak(call, "kept 16 KiB")
+    return result
+
+
+@operator(
+    "write-past-end",
+    "runtime",
+    "one element written past the end of the result's memory (the seed bug: a kernel that "
+    "overflows its output block)",
+    lambda sig: writes(sig) and sig.kind != "view",
+    needs=("heap_zones",),
+)
+def _write_past_end(call: Call) -> Any:
+    result = call.run()
+    if "heap_zones" not in device_facts():
+        return result  # memory the host may not write (a real GPU's): never poked
+    for t in call.outputs(result):
+        storage = t.untyped_storage()
+        if t.device.type == "cpu" or storage.nbytes() == 0:
+            continue
+        ctypes.memset(storage.data_ptr() + storage.nbytes(), 0x5A, t.element_size())
+        call.note("wrote one element past the end")
+        break
     return result
 
 

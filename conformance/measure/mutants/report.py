@@ -41,7 +41,8 @@ def _rows(results: list[Result], key: str) -> list[str]:
 
 
 def render(results: list[Result], known: dict[str, str], header: str = "") -> str:
-    """The campaign's Markdown: totals, the two tables, every miss with why and its repro."""
+    """The campaign's Markdown: totals, the two tables, every miss with why and its repro, and
+    every unobservable mutant with why."""
     counts = Counter(r.verdict for r in results)
     killed, judged = score(results)
     lines = [header] if header else []
@@ -68,6 +69,10 @@ def render(results: list[Result], known: dict[str, str], header: str = "") -> st
             lines.append(
                 f"| `{r.mutant.name}` | {r.verdict} | {_cell(why)} | {what} | `{r.mutant.repro}` |"
             )
+    unseen = [r for r in results if r.verdict == "unobservable"]
+    if unseen:  # out of the score, never out of sight
+        lines += ["", "| unobservable mutant | why no check of this run sees it |", "| --- | --- |"]
+        lines += [f"| `{r.mutant.name}` | {_cell(r.message)} |" for r in unseen]
     return "\n".join(lines) + "\n"
 
 
