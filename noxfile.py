@@ -109,18 +109,3 @@ def power(session: nox.Session) -> None:
     install_and_build(session, MATRIX.cell(""))
     session.chdir(ROOT)
     session.run("python", "-m", "conformance.measure.power", "--check", *session.posargs)
-
-
-@nox.session(python=PYTHON, default=False)
-def mutants(session: nox.Session) -> None:
-    """The full mutation campaign (conformance/measure/mutants): every kernel echo_npu registers
-    crossed with every mutation operator, judged by the real suite; fails on a miss that
-    docs/POWER.md does not list as a known gap. `-- --budget 3600 --jobs 4`, `-- --write
-    docs/POWER.md` republishes the table; the seed is $CONFORMANCE_MUTANT_SEED (the nightly's
-    date)."""
-    install_and_build(session, MATRIX.cell(""))
-    session.chdir(ROOT)
-    session.run(
-        "python", "-m", "conformance.measure.mutants", "--check", "--out", "results/mutants",
-        *session.posargs,
-    )  # fmt: skip

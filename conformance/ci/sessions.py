@@ -264,6 +264,34 @@ def register(
                 *extra,
             )
 
+    @nox.session(python=python, default=False)
+    def mutants(session: nox.Session) -> None:
+        """The mutation campaign on the matrix's default cell (conformance/measure/mutants, docs/
+        POWER.md): every kernel the backend registers crossed with every mutation operator,
+        judged by the suite; fails on a miss the known gaps do not list (docs/POWER.md's block
+        where the repository has one, or -- --known FILE). `-- --budget 3600 --jobs 4`; the
+        seed is $CONFORMANCE_MUTANT_SEED (the nightly's run number)."""
+        cell = loaded.cell("")
+        install_and_build(session, cell)
+        try:
+            env = suite_environment(cell)
+        except LaunchError as exc:
+            session.error(str(exc))
+        known = root_dir / "docs" / "POWER.md"
+        suite = stage_suite(Path(session.create_tmp()) / "suite", root_dir / ".pytest_cache")
+        with session.chdir(suite):
+            session.run(
+                "python",
+                "-m",
+                "conformance.measure.mutants",
+                "--check",
+                "--out",
+                str(root_dir / "results" / "mutants"),
+                *(["--known", str(known)] if known.is_file() else []),
+                *session.posargs,
+                env=env,
+            )
+
     @nox.session(venv_backend="none", default=False)
     def bisect(session: nox.Session) -> None:
         """First torch release where a case changes: nox -s bisect -- EXPR --good 2.7 --bad 2.12."""

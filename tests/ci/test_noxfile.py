@@ -109,7 +109,7 @@ def test_user_repository_thin_noxfile_lists_its_backend_cells(tmp_path: Path) ->
     ]
     assert all("mynpu" in s["description"] for s in listed)
     names = _nox_in(repo, "-l").stdout
-    for session in ("report", "bisect", "nightly", "conformance"):
+    for session in ("report", "bisect", "nightly", "conformance", "mutants"):
         assert f"- {session} -> " in names
     bad = _nox_in(repo, "-s", "conformance-2.99")
     assert bad.returncode != 0 and "valid: 2.12, 2.13" in bad.stderr.strip().splitlines()[-1]

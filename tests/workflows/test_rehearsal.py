@@ -122,11 +122,13 @@ def test_rehearsal_runs_the_nightly_jobs_and_builds_the_version_report(
         ("conformance (conformance-2.12, 2-of-2)", "success"),
         ("conformance (conformance-2.13, 1-of-2)", "success"),
         ("conformance (conformance-2.13, 2-of-2)", "success"),
+        ("mutants", "skipped"),  # scheduled nights or `mutants: true` (an hour of campaign)
         ("report", "success"),
     ]
     assert data["inputs"] == {
         "filter": "^(conformance\\-2\\.12|conformance\\-2\\.13)$",
         "shards": "",
+        "mutants": False,
     }
     assert data["artifacts"] == [
         "conformance-2.12-shard-1-of-2",
