@@ -141,7 +141,7 @@ jobs:
       - name: Install nox
         if: ${{ !env.ACT }}
         run: @@INSTALL@@
-      - run: nox -s mutants -- --budget 5400 --jobs 2
+      - run: nox -s mutants -- --budget 4800 --jobs 2
       - uses: actions/upload-artifact@v4
         if: always()
         with:

@@ -120,6 +120,9 @@ def test_the_law_shift_sees_moved_laws_and_left_supports():
     assert values.law_shift(ints, values.ulps(1)(ints)) == float("inf")
     one = torch.tensor([-2.0])  # one integral draw is no integer law
     assert values.law_shift(one, values.ulps(1)(one)) < values.LAW_RESOLUTION
+    assert values.law_shift(one, torch.tensor([1e30])) == float("inf")  # few draws, far moved
+    few = torch.randint(0, 9, (25,))
+    assert values.law_shift(few, few + 1) == float("inf")
     nan = x.clone()
     nan[0] = float("nan")
     assert values.law_shift(x, nan) == float("inf")
@@ -176,6 +179,16 @@ def test_mutants_are_judged_by_the_real_suite_and_classified(tmp_path):
     assert results["neg=ulp:1"]["verdict"] == "killed"  # neg is exact: one ulp is wrong
     assert done.returncode == 0, done.stdout + done.stderr  # no miss, the control passed
     assert "control: 0 failing case(s)" in done.stdout
+
+
+def test_a_failure_of_another_family_kills_the_mutant_its_run_was_for():
+    """The other families' records name items (a contract item), never the overload: in their
+    run every new failure is the mutant's, and one that failed in their control is not."""
+    contract = _record("test_record_stream", Status.FAILED, op="contract", check="contract")
+    mutant = Mutant("record_stream", "version-not-bumped")
+    assert classify(mutant, [contract], CHANGED, set(), anywhere=True).verdict == "killed"
+    already = {"test_record_stream"}
+    assert classify(mutant, [contract], CHANGED, already, anywhere=True).verdict == "survived"
 
 
 @pytest.mark.slow

@@ -84,7 +84,7 @@ class Call:
                 version = version_of(t)
                 t.detach().copy_(new.to(t.device))
                 set_version(t, version)
-            shift = values.law_shift(host, new) if self.sig.category == "random" else math.inf
+            shift = values.law_shift(host, new) if self.sig.draws else math.inf
         if shift < values.LAW_RESOLUTION:
             self.within_law.append(f"{why} (its law moved by D sqrt(n) = {shift:.2g} there)")
         else:

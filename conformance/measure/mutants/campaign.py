@@ -25,6 +25,7 @@ import os
 import random
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -121,6 +122,10 @@ class Campaign:
     # the device facts the control run's profile holds: an operator that needs one it lacks
     # (a write past the end needs memory the suite's heap zones see) stays its identity
     facts: set[str] = field(default_factory=set)
+    # the other families' cases that fail under the identity (their control, run when a mutant
+    # no op case calls first needs it)
+    others_failing: set[str] | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def pytest(self, overloads: list[str], results: Path, maxfail: bool) -> list[str]:
         """The suite's command line for one run (a mutant's stops at its first failure; the
@@ -183,6 +188,15 @@ class Campaign:
         self.control_failing = {r.id for r in failing}
         return failing
 
+    def other_families_failing(self, overload: str) -> set[str]:
+        """The cases of every family but the op cases that fail under the identity (run once)."""
+        with self._lock:
+            if self.others_failing is None:
+                spec = f"{overload}=none"
+                records = self._run(spec, [], self.out / "control-others", maxfail=False)[0]
+                self.others_failing = {r.id for r in records if r.failing}
+            return self.others_failing
+
     def judge(self, mutant: Mutant) -> Result:
         start = time.monotonic()
         folder = self.out / "runs" / mutant.name.replace("/", "_").replace(":", "_")
@@ -193,10 +207,12 @@ class Campaign:
         result = classify(mutant, records, events, self.control_failing, profile)
         if result.verdict == "unreached":  # no op case called it: the other families may
             try:
+                failing = self.other_families_failing(mutant.overload)
                 records, events, tail, profile = self._run(mutant.name, [], folder / "all", True)
             except Exception as exc:  # noqa: BLE001 - the campaign's own failure, recorded
                 return Result(mutant, "error", message=f"campaign: {exc}")
-            result = classify(mutant, records, events, self.control_failing, profile)
+            # their records name items, not overloads: a new failure there is this mutant's
+            result = classify(mutant, records, events, failing, profile, anywhere=True)
             if result.verdict == "unreached":
                 result.message = "neither an op case nor another family's item called the kernel"
         result.seconds = round(time.monotonic() - start, 2)
@@ -241,16 +257,18 @@ def classify(
     events: list[dict],
     control_failing: set[str],
     profile: dict | None = None,
+    anywhere: bool = False,
 ) -> Result:
     """The mutant's verdict from its run's records, its log and the run's device profile
     (run.json `profile`: a fact the operator needs that the run lacks makes a survivor
-    `unobservable`, as the run header says)."""
+    `unobservable`, as the run header says). `anywhere`: a run of the other families, whose
+    new failures are all the mutant's (their records name items, not overloads)."""
     new = [
         r
         for r in records
         if r.failing and r.id not in control_failing and r.status is not Status.NOT_RUN
     ]
-    own = [r for r in new if r.op_name == mutant.overload]
+    own = new if anywhere else [r for r in new if r.op_name == mutant.overload]
     changed = next((e.get("what", "") for e in events if e["event"] == "changed"), "")
     for verdict, chosen in (
         ("killed", [r for r in own if r.status in KILLS]),

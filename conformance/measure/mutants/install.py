@@ -100,8 +100,6 @@ class Mutants:
                 self._log(name, "changed", call.changed[0])
             elif call.within_law:
                 self._log(name, "within-law", call.within_law[0])
-            elif call.within_law:
-                self._log(name, "within-law", call.within_law[0])
             return result
 
         library = torch.library.Library("aten", "IMPL", key)

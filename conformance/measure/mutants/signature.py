@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from conformance.engine import oracles
+
 #: op categories of the campaign's table, first match wins (by the op's base name)
 CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foreach", ("_foreach_", "_fused_")),
@@ -179,6 +181,12 @@ class Signature:
     @property
     def category(self) -> str:
         return category(self.overload)
+
+    @property
+    def draws(self) -> bool:
+        """The overload draws random numbers (its schema: oracles.is_nondeterministic), so its
+        results owe a law, not values (dropout's backward, in the random category, does not)."""
+        return oracles.is_nondeterministic(op_of(self.overload))
 
     def bind(self, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
         """The call's arguments by name (positional first, then keywords)."""

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import torch
 
-from conformance.engine import oracles
+from conformance.engine import exactness, oracles
 
 Transform = Callable[[torch.Tensor], torch.Tensor]
 
@@ -149,18 +149,28 @@ LAW_RESOLUTION = oracles.KS_C
 
 #: draws that are all integers are an integer law from this many on (one draw of -2.0 is not)
 INTEGRAL_LAW = 64
+#: ulps a draw of a small call may move and leave its law where it was
+LAW_ULPS = 4
 
 
 def law_shift(old: torch.Tensor, new: torch.Tensor) -> float:
     """How far a random op's draws moved as a law: D sqrt(n), D the largest distance between the
     empirical distributions of the original draws and the rewritten ones (the same draws, so
     nothing of it is sampling noise); infinite where the rewrite left the law's support (integer
-    draws made fractional, a finite one made NaN or infinite, a NaN made finite)."""
+    draws made fractional, a finite one made NaN or infinite, a NaN made finite). A call of
+    fewer than the oracle's `MIN_DRAWS` draws (which the suite pools with reruns) says how far
+    its law moved only where no draw moved more than `LAW_ULPS` ulps: infinite otherwise (one
+    draw of 1e30 in place of 0.3 moves its law however few the draws)."""
     a, b = old.reshape(-1).to(torch.float64), new.reshape(-1).to(torch.float64)
     if a.numel() == 0:
         return 0.0
     if not torch.equal(a.isfinite(), b.isfinite()):
         return math.inf
+    if a.numel() < oracles.MIN_DRAWS:
+        if not old.is_floating_point():
+            return math.inf  # an integer draw moved is another value
+        moved = exactness.ulp_distance(new.reshape(-1), old.reshape(-1))
+        return 0.0 if int(moved.max()) <= LAW_ULPS else math.inf
     finite = a.isfinite() & b.isfinite()
     a, b = a[finite], b[finite]
     integral = a.numel() >= INTEGRAL_LAW and bool((a == a.round()).all())
