@@ -41,6 +41,9 @@ class OpSpec:
     # says of the ops it tags (a fused RNN cell): its rounding errors are independent, so their
     # sides are judged (engine/error_balance.py); never an op with a shared sum or normaliser
     elementwise: bool = False
+    # the reference (for an op CPU lacks) is differentiable as the device's autograd formula
+    # is: -grad cases compare the device's gradients with CPU's autograd of the reference
+    grad_reference: bool = False
     # indices of the returned values that are compared (None: all). For ops whose other results
     # are the backend's own business (an attention kernel's RNG state, sequence offsets)
     compared_outputs: tuple[int, ...] | None = None

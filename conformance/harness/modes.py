@@ -59,12 +59,13 @@ class ModeAccount:
         except Exception as exc:  # noqa: BLE001 - the sample source's failure is a reason
             return f"building its float32 samples failed ({type(exc).__name__})"
         placed = [p for c in calls if (p := place(c, "contiguous", op._schema)) is not None]
-        return None if gradients.differentiable_on_cpu(op, placed) else NOT_DIFFERENTIABLE
+        on_cpu = spec_for(overload).reference or op  # an op CPU lacks: its reference
+        return None if gradients.differentiable_on_cpu(on_cpu, placed) else NOT_DIFFERENTIABLE
 
     @staticmethod
     def _static_grad_reason(overload: str) -> str | None:
         spec = spec_for(overload)
-        if spec.reference is not None or not spec.check_values:
+        if (spec.reference is not None and not spec.grad_reference) or not spec.check_values:
             return "no comparable values (its op spec)"
         schema = resolve(overload)._schema
         if _writes(schema):

@@ -37,7 +37,8 @@ def lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
     i, f, g, o = gates.chunk(4, 1)
     i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
     cy = f * cx + i * g
-    return o * cy.tanh(), cy, torch.cat([i, f, g, o], 1)
+    # the workspace is not differentiable (derivatives.yaml): the backward reads it
+    return o * cy.tanh(), cy, torch.cat([i, f, g, o], 1).detach()
 
 
 def lstm_cell_backward(grad_hy, grad_cy, cx, cy, workspace, has_bias):
@@ -59,7 +60,7 @@ def gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):
     hr, hi, hn = hidden_gates.chunk(3, 1)
     r, z = (ir + hr).sigmoid(), (ii + hi).sigmoid()
     n = (in_ + r * hn).tanh()
-    return n + z * (hx - n), torch.cat([r, z, n, hx, hn], 1)
+    return n + z * (hx - n), torch.cat([r, z, n, hx, hn], 1).detach()
 
 
 def gru_cell_backward(grad_hy, workspace, has_bias):
@@ -124,5 +125,7 @@ for overload, samples, reference, compared in (
             dtypes=FLOATS,
             compared_outputs=compared,
             elementwise=True,  # per (batch, hidden) element; a bias gradient sums the batch
+            # the forward's -grad cases run the backward kernel on the forward's workspace
+            grad_reference=overload in ("_thnn_fused_lstm_cell", "_thnn_fused_gru_cell"),
         )
     )
