@@ -56,27 +56,19 @@ def _wrote_the_same(s: Sample, again: Materialized) -> None:
     """The second call, below autograd on the same inputs, wrote what the first wrote (issue 79:
     a kernel wrong on its second call in a process passed, this call's values unjudged); a
     random op's second draws, which move on, are draws of the distribution CPU's came from
-    (the two-sample oracle, oracles.py)."""
+    (the two-sample oracle, oracles.py, where the call draws `MIN_DRAWS`; where the first
+    call's draws are wrong too, the written check names that)."""
     if not s.spec.check_values:
         return
-    first = [
-        view for leaf, _, view in (s.cpu if s.nondeterministic else s.dev).bases if leaf.written
-    ]
+    first = [view for leaf, _, view in s.dev.bases if leaf.written]
+    cpu = [view for leaf, _, view in s.cpu.bases if leaf.written]
     second = [(leaf.arg, view) for leaf, _, view in again.bases if leaf.written]
-    for a, (arg, b) in zip(first, second, strict=False):
+    for a, c, (arg, b) in zip(first, cpu, second, strict=False):
         x, y = s.host(a), s.host(b)
         if x.shape != y.shape or x.dtype != y.dtype:
             continue
         if s.nondeterministic:
-            if x.numel() < oracles.MIN_DRAWS:
-                continue  # too few draws to judge alone (the first call's are pooled with reruns)
-            problem = oracles.distribution_problem(y, x)
-            if problem:
-                raise Mismatch(
-                    "values",
-                    f"{arg}: called again on the same inputs (below autograd) the kernel drew "
-                    f"values CPU's draws contradict: {problem}",
-                )
+            _drew_from_cpus_law(arg, x, y, s.host(c))
             continue
         differ = int((~same_values(x, y)).sum())
         if differ:
@@ -86,6 +78,23 @@ def _wrote_the_same(s: Sample, again: Materialized) -> None:
                 f"other values than its first call: {differ} of {x.numel()} elements differ (a "
                 "result that depends on the call: a stale cache, a race)",
             )
+
+
+def _drew_from_cpus_law(
+    arg: str, first: torch.Tensor, again: torch.Tensor, cpu: torch.Tensor
+) -> None:
+    """A random op's second draws against CPU's, where the first call's passed."""
+    if cpu.numel() < oracles.MIN_DRAWS or cpu.shape != again.shape:
+        return  # too few draws to judge alone (the first call's are pooled with reruns)
+    if oracles.distribution_problem(first, cpu) is not None:
+        return  # the first call's draws are wrong too: the written check names it
+    problem = oracles.distribution_problem(again, cpu)
+    if problem:
+        raise Mismatch(
+            "values",
+            f"{arg}: called again on the same inputs (below autograd) the kernel drew values "
+            f"CPU's draws contradict: {problem}",
+        )
 
 
 def _returns_written(s: Sample, result: Any, dev: Materialized, where: str) -> None:
