@@ -288,8 +288,8 @@ def classify(
         return Result(
             mutant,
             "unobservable",
-            message=f"not applied: the device profile has no {', '.join(lacking)} (the run "
-            "header names the check it leaves out)",
+            message=f"the device profile has no {', '.join(lacking)}, which it needs to be "
+            "seen or armed (the run header names the check it leaves out)",
         )
     within_law = next((e.get("what", "") for e in events if e["event"] == "within-law"), "")
     if not changed and within_law:
