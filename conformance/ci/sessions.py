@@ -140,17 +140,23 @@ def _run_cell(session: nox.Session, cell: Cell, pytest_args: list[str], root: Pa
         shard = shard_of(pytest_args, os.environ)
     except ConformanceUsageError as exc:
         session.error(str(exc))
-    install_and_build(session, cell)
     out = root / "results" / (cell.session + (shard.suffix if shard else ""))
+    env, suite = _staged(session, cell, root)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
+    with session.chdir(suite):
+        session.run("python", *suite_argv(cell, out), *pytest_args, env=env)
+
+
+def _staged(session: nox.Session, cell: Cell, root: Path) -> tuple[dict[str, str], Path]:
+    """The cell's backend built into the session, the suite's environment for it and the
+    suite staged in the session's temporary folder (the cells and the mutants run from it)."""
+    install_and_build(session, cell)
     try:
         env = suite_environment(cell)
     except LaunchError as exc:
         session.error(str(exc))
-    suite = stage_suite(Path(session.create_tmp()) / "suite", root / ".pytest_cache")
-    with session.chdir(suite):
-        session.run("python", *suite_argv(cell, out), *pytest_args, env=env)
+    return env, stage_suite(Path(session.create_tmp()) / "suite", root / ".pytest_cache")
 
 
 def _make_cell_session(cell: Cell, root: Path, python: str | None) -> None:
@@ -271,14 +277,8 @@ def register(
         judged by the suite; fails on a miss the known gaps do not list (docs/POWER.md's block
         where the repository has one, or -- --known FILE). `-- --budget 3600 --jobs 4`; the
         seed is $CONFORMANCE_MUTANT_SEED (the nightly's run number)."""
-        cell = loaded.cell("")
-        install_and_build(session, cell)
-        try:
-            env = suite_environment(cell)
-        except LaunchError as exc:
-            session.error(str(exc))
+        env, suite = _staged(session, loaded.cell(""), root_dir)
         known = root_dir / "docs" / "POWER.md"
-        suite = stage_suite(Path(session.create_tmp()) / "suite", root_dir / ".pytest_cache")
         with session.chdir(suite):
             session.run(
                 "python",

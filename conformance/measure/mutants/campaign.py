@@ -284,12 +284,14 @@ def classify(
     if not any(e["event"] == "called" for e in events):
         return Result(mutant, "unreached", message="the suite never called the kernel")
     lacking = [f for f in OPERATORS[mutant.operator].needs if not _fact(profile or {}, f)]
-    if lacking and not changed:  # the operator held back: the device lacks what it needs
+    if lacking:  # a survivor no check of this device sees, or an operator held back
+        what = f"{changed}; every case passed: " if changed else ""
         return Result(
             mutant,
             "unobservable",
-            message=f"the device profile has no {', '.join(lacking)}, which it needs to be "
-            "seen or armed (the run header names the check it leaves out)",
+            message=f"{what}the device profile has no {', '.join(lacking)}, which it needs to "
+            "be seen or armed (the run header names the check it leaves out)",
+            changed=changed,
         )
     within_law = next((e.get("what", "") for e in events if e["event"] == "within-law"), "")
     if not changed and within_law:
@@ -305,14 +307,6 @@ def classify(
             mutant,
             "equivalent",
             message="called; every result equal to the original's, bit for bit",
-        )
-    if lacking:
-        return Result(
-            mutant,
-            "unobservable",
-            message=f"{changed}; every case passed: the device profile has no "
-            f"{', '.join(lacking)} (the run header names the check it leaves out)",
-            changed=changed,
         )
     return Result(mutant, "survived", message=f"{changed}; every case passed", changed=changed)
 
