@@ -12,15 +12,16 @@ from pathlib import Path
 from conformance.errors import ConformanceUsageError
 from conformance.report.load import load_results
 from conformance.upstream.evidence import build
+from conformance.upstream.models import DEFAULT_TESTS, UpstreamTest, model
+from conformance.upstream.reach import partial_reasons
 from conformance.upstream.render import render
-from conformance.upstream.targets import DEFAULT_TEMPLATES, Template, template
 
 __all__ = ["main"]
 
 
-def _test(text: str) -> Template:
+def _test(text: str) -> UpstreamTest:
     try:
-        return template(text)
+        return model(text)
     except ConformanceUsageError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -30,8 +31,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m conformance.upstream",
         description=__doc__.split("\n\n")[0],
-        epilog="Then: PYTHONPATH=<its folder> python -m pytest -p <its module> test/test_ops.py "
-        "in a PyTorch checkout of the same release.",
+        epilog="Then, in a PyTorch checkout of the same release: the command the file's "
+        "docstring gives (PYTHONPATH=<its folder> python -m pytest -p <its module> test/...).",
     )
     parser.add_argument("results", nargs="+", metavar="RESULTS_DIR", help="results folder(s)")
     parser.add_argument("-o", "--output", required=True, metavar="FILE", help="the module to write")
@@ -40,9 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="append",
         type=_test,
         metavar="CLASS.TEST",
-        help="a test the expected failures and tolerances apply to (repeatable; default "
-        + ", ".join(t.name for t in DEFAULT_TEMPLATES)
-        + ", judged at its atol = rtol = 1e-3; others at assertEqual's default tolerance)",
+        help="a modelled upstream test the entries apply to (repeatable; default: every "
+        "modelled test, docs/UPSTREAM.md)",
     )
     parser.add_argument(
         "--allowlist",
@@ -50,10 +50,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="apply op_allowlist (torch fails a test file whose @ops list it empties)",
     )
     parser.add_argument(
-        "--bypass-device-restrictions",
+        "--keep-device-restrictions",
         action="store_true",
-        help="set PrivateUse1TestBase.bypass_device_restrictions: @onlyOn/@onlyCUDA tests run "
-        "on the device (test_compare_cpu is @onlyOn(['cuda', 'xpu']))",
+        help="leave PrivateUse1TestBase.bypass_device_restrictions unset: the tests gated by "
+        "@onlyOn (test_compare_cpu) stay skipped and get no entries",
+    )
+    parser.add_argument(
+        "--include-unmeasured",
+        action="store_true",
+        help="keep OpInfos the run did not measure in the allowlist (their tests run unexcused)",
+    )
+    parser.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="accept results of a run that did not finish or whose files are cut short (the "
+        "file says so; what the run did not record excuses nothing)",
     )
     parser.add_argument(
         "--cache-dir",
@@ -64,14 +75,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         runs = load_results(args.results)
+        partial = [f"{run.path}: {why}" for run in runs for why in partial_reasons(run)]
+        if partial and not args.allow_partial:
+            raise ConformanceUsageError(
+                f"{partial[0]}: measure again, or accept it with --allow-partial"
+            )
+        tests = tuple(args.test or DEFAULT_TESTS)
+        if args.keep_device_restrictions:
+            tests = tuple(t for t in tests if not t.needs_bypass)
         warnings.simplefilter("ignore")  # OpInfo captures warn of dtypes they try
         config = build(
             [(run.meta, run.cases) for run in runs],
             source=" ".join(args.results),
-            templates=tuple(args.test or DEFAULT_TEMPLATES),
+            tests=tests,
             cache_dir=args.cache_dir,
             apply_allowlist=args.allowlist,
-            bypass_device_restrictions=args.bypass_device_restrictions,
+            bypass_device_restrictions=any(t.needs_bypass for t in tests),
+            partial=partial,
+            include_unmeasured=args.include_unmeasured,
         )
     except ConformanceUsageError as exc:  # ReportError included
         print(f"error: {exc}", file=sys.stderr)
@@ -86,7 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError as exc:
             print(f"error: cannot write {args.output}: {exc.strerror}", file=sys.stderr)
             return 2
-    for line in [*config.prerequisites, *config.not_excused][:20]:
+    for line in [*config.partial, *config.prerequisites, *config.unmeasured,
+                 *config.not_excused][:20]:  # fmt: skip
         print(f"warning: {line}", file=sys.stderr)
     print(f"wrote {args.output}: {config.describe()}", file=sys.stderr)
     return 0

@@ -9,13 +9,14 @@ nothing, as in the baseline.
   only on request (`--allowlist`): torch 2.13-2.15 raise "An empty op_list was passed to @ops"
   for every @ops list it empties (test_ops.py's python_ref_db lists), so a test file stops
   collecting.
-- op_overrides: a strict `unittest.expectedFailure` on a test template (`targets.py`) for an
-  OpInfo and dtype whose test makes the very call a case failed (opinfos.py), with a failure
-  that template sees (values beyond its tolerance, dtype, shape, an error or a missing kernel
-  where CPU computes); `unittest.skip("crash: ...")` on every test of the OpInfo and dtype for a
-  crash or hang of a call its test makes; a measured `toleranceOverride` where passing cases
-  (judged against float64: the device as close as CPU) differ from CPU by more than the
-  template's tolerance, at most `TOLERANCE_CAP` times it, never over a failure.
+- op_overrides: a strict `unittest.expectedFailure` on a modelled upstream test (models.py)
+  for an OpInfo and dtype it runs, where it sees a failure the run measured (seeing.py: the
+  call it makes, on the inputs it uses, beyond its tolerance); `unittest.skip("crash: ...")` on
+  every test of the OpInfo and dtype for a crash or hang of a call its test makes; a measured
+  `toleranceOverride` where passing cases (judged against float64: the device as close as CPU)
+  differ from CPU by more than the tolerance of a test comparing the OpInfo's own inputs with
+  CPU or numpy, at most `TOLERANCE_CAP` times it, never over a failure. A failure no modelled
+  test sees is listed, with why, as not excused.
 - test_exclusions: the test classes the device profile says the device cannot run.
 - capabilities (torch 2.15+): from what the run measured; a capability it did not measure is
   declared absent (a test that needs it skips rather than runs unjudged).
@@ -33,8 +34,10 @@ from conformance.harness.baseline_contexts import contexts_of
 from conformance.harness.found import expected_crash, expected_status, found, kernel_lacked
 from conformance.record import OP_FAMILY, CaseId, CaseRecord, Status, torch_minor
 from conformance.upstream.api import TestConfigApi, api_for
-from conformance.upstream.opinfos import COMPARED, OpInfoView, input_ops, is_functional
-from conformance.upstream.targets import DEFAULT_TEMPLATES, Template, failing_sample, sees
+from conformance.upstream.models import DEFAULT_TESTS, UpstreamTest, dtypes_of, op_list
+from conformance.upstream.opinfos import OpInfoView, input_ops, is_functional
+from conformance.upstream.reach import unmeasured
+from conformance.upstream.seeing import Seer
 
 __all__ = (
     "EXCLUSIONS",
@@ -46,7 +49,7 @@ __all__ = (
     "missing_input_ops",
 )
 
-#: a measured tolerance is never more than this many times the template's
+#: a measured tolerance is never more than this many times the test's
 TOLERANCE_CAP = 4.0
 #: a device profile fact -> the PyTorch test classes that need what the fact says is missing:
 #: `compiler` is "aot_eager" where a run with --modes compile found no Inductor backend for the
@@ -75,7 +78,7 @@ class Override:
     op: str
     kind: str
     reason: str
-    template: Template | None = None  # xfail, tolerance: the test it applies to (skip: all)
+    test: UpstreamTest | None = None  # xfail, tolerance: the test it applies to (skip: all)
     dtypes: set[str] = field(default_factory=set)
     evidence: set[str] = field(default_factory=set)  # finding ids, repro lines, case ids
     atol: float = 0.0
@@ -89,7 +92,7 @@ class UpstreamConfig:
     api: TestConfigApi
     meta: Mapping[str, Any]
     source: str
-    templates: tuple[Template, ...]
+    tests: tuple[UpstreamTest, ...]
     allowlist: list[str]
     overrides: list[Override]
     exclusions: dict[str, tuple[str, str]]  # class -> ("*", why)
@@ -97,6 +100,8 @@ class UpstreamConfig:
     measured_dtypes: list[str]
     not_excused: list[str]  # what the evidence could not excuse: those tests will fail
     prerequisites: list[str] = field(default_factory=list)  # input kernels the device lacks
+    unmeasured: list[str] = field(default_factory=list)  # OpInfos, dtypes the run did not measure
+    partial: list[str] = field(default_factory=list)  # why the results were partial (accepted)
     apply_allowlist: bool = False
     bypass_device_restrictions: bool = False
     generated: str = field(
@@ -115,8 +120,8 @@ class UpstreamConfig:
         return (
             f"{c['allowlist']} OpInfos in the allowlist ({allow}); {c['xfail']} expected "
             f"failure(s), {c['skip']} skip(s), {c['tolerance']} measured tolerance(s) (OpInfo x "
-            f"dtype x template); {c['exclusions']} excluded class(es); {len(self.not_excused)} "
-            "failure(s) not excused"
+            f"dtype x test); {c['exclusions']} excluded class(es); {len(self.not_excused)} "
+            "line(s) not excused"
         )
 
 
@@ -151,16 +156,18 @@ def _failures(records: Sequence[CaseRecord]) -> Iterable[tuple[CaseRecord, str, 
 
 
 class _Builder:
-    def __init__(self, view: OpInfoView, templates: tuple[Template, ...]) -> None:
+    def __init__(
+        self, view: OpInfoView, tests: tuple[UpstreamTest, ...], records: Sequence[CaseRecord]
+    ) -> None:
         self.view = view
-        self.templates = templates
+        self.tests = tests
+        self.seer = Seer(view, {str(CaseId.parse(r.id)): r for r in records})
         self.overrides: dict[tuple, Override] = {}
         self.failing: set[tuple[str, str]] = set()  # (OpInfo, dtype) with a failure
         self.not_excused: list[str] = []
-        self.elsewhere = 0  # failures on inputs OpInfo tests do not make
 
     def add(
-        self, op: str, kind: str, reason: str, dtype: str, evidence: str, t: Template | None
+        self, op: str, kind: str, reason: str, dtype: str, evidence: str, t: UpstreamTest | None
     ) -> Override:
         key = (op, kind, reason, t)
         o = self.overrides.setdefault(key, Override(op, kind, reason, t))
@@ -170,6 +177,20 @@ class _Builder:
             self.failing.add((op, dtype))
         return o
 
+    def running(self, op: str, dtype: str) -> list[UpstreamTest]:
+        """The modelled tests that run OpInfo `op` in `dtype`."""
+        return [
+            t
+            for t in self.tests
+            if op in op_list(t.ops) and dtype in dtypes_of(t, self.view.db[op])
+        ]
+
+    def tested_dtypes(self, op: str) -> set[str]:
+        """The dtypes the modelled tests run OpInfo `op` in."""
+        return {
+            d for t in self.tests if op in op_list(t.ops) for d in dtypes_of(t, self.view.db[op])
+        }
+
     def failure(self, record: CaseRecord, status: str, evidence: str, case_text: str) -> None:
         try:
             case = CaseId.parse(case_text)
@@ -178,28 +199,21 @@ class _Builder:
         if status in ("crash", "skip"):
             self._crash(record, status, evidence, case, culprit=case_text != record.id)
             return
-        sample = failing_sample(record.message or "")
-        excused = False
-        if self.view.spoken_for(case) and sample and is_functional(case.overload):
-            for op in self.view.of_overload(case.overload):
-                values = str(record.check) == "values"
-                if str(record.check) not in COMPARED or not self.view.made(
-                    op, case.dtype, sample, values
-                ):
-                    continue
-                excused = True
-                for t in self.templates:
-                    seen = sees(t, record, case.dtype)
-                    if seen:
-                        self.add(op, "xfail", _reason(record, status, case.overload), case.dtype,
-                                 evidence, t)  # fmt: skip
-                    else:
-                        why = "names no element to judge by" if seen is None else (
-                            "is within the test's tolerance: its test likely passes"
-                        )  # fmt: skip
-                        self.not_excused.append(f"{op} {case.dtype} {t.name}: {case} {why}")
-        if not excused:
-            self.elsewhere += 1
+        seen, why = False, {}
+        for op in self.view.of_overload(case.overload):
+            for t in self.running(op, case.dtype):
+                sight = self.seer.sees(t, op, record, case)
+                if sight.seen:
+                    seen = True
+                    self.add(op, "xfail", _reason(record, status, case.overload), case.dtype,
+                             evidence, t)  # fmt: skip
+                else:
+                    why.setdefault(sight.why, []).append(t.test)
+        if not seen:
+            because = "; ".join(f"{', '.join(sorted(set(ts)))}: {w}" for w, ts in why.items())
+            self.not_excused.append(
+                f"{case}: no upstream test sees it ({because or 'no modelled test runs it'})"
+            )
 
     def _crash(
         self, record: CaseRecord, status: str, evidence: str, case: CaseId, culprit: bool
@@ -222,7 +236,8 @@ class _Builder:
             self.not_excused.append(f"{case}: a {what} no OpInfo test is known to reach")
 
     def tolerance(self, record: CaseRecord) -> None:
-        """A measured tolerance from a passing case."""
+        """A measured tolerance from a passing case, for the tests that compare the OpInfo's own
+        inputs with CPU or numpy."""
         try:
             case = CaseId.parse(record.id)
         except ValueError:
@@ -232,15 +247,17 @@ class _Builder:
         if case.dtype not in ("float16", "bfloat16", "float32", "float64"):
             return
         abs_err, rel_err = record.max_abs_err or 0.0, record.max_rel_err or 0.0
-        for t in self.templates:
-            rtol, atol = t.tolerance(case.dtype)
-            if abs_err <= atol or rel_err <= rtol:
-                continue  # within the template's tolerance (atol + rtol * |expected| holds)
-            for op in self.view.of_overload(case.overload):
-                if (op, case.dtype) in self.failing or not self.view.reaches(
-                    op, case.overload, case.dtype
-                ):
+        for op in self.view.of_overload(case.overload):
+            if (op, case.dtype) in self.failing or not self.view.reaches(
+                op, case.overload, case.dtype
+            ):
+                continue
+            for t in self.running(op, case.dtype):
+                if t.inputs == "generated" or t.compares == "self":
                     continue
+                rtol, atol = t.tolerance_for(case.dtype)
+                if abs_err <= atol or rel_err <= rtol:
+                    continue  # within the test's tolerance (atol + rtol * |expected| holds)
                 if abs_err > TOLERANCE_CAP * atol and rel_err > TOLERANCE_CAP * rtol:
                     self.not_excused.append(
                         f"{op} {case.dtype} {t.name}: measured max abs {abs_err:.3g} / rel "
@@ -337,10 +354,12 @@ def build(
     runs: Sequence[tuple[Mapping[str, Any], Iterable[CaseRecord]]],
     *,
     source: str,
-    templates: Sequence[Template] = DEFAULT_TEMPLATES,
+    tests: Sequence[UpstreamTest] = DEFAULT_TESTS,
     cache_dir: str | None = None,
     apply_allowlist: bool = False,
     bypass_device_restrictions: bool = False,
+    partial: Sequence[str] = (),
+    include_unmeasured: bool = False,
 ) -> UpstreamConfig:
     """The configuration that `runs` (one torch minor, one backend) measured."""
     runs = [(meta, list(records)) for meta, records in runs]
@@ -355,7 +374,7 @@ def build(
         for case, r in ctx.records.items()
         if case not in ctx.differing and r.family == OP_FAMILY
     ]
-    builder = _Builder(OpInfoView(cache_dir), tuple(templates))
+    builder = _Builder(OpInfoView(cache_dir), tuple(tests), records)
     for ctx in contexts:
         if ctx.differing:
             builder.not_excused.append(
@@ -364,27 +383,26 @@ def build(
             )
     for record, status, evidence, case in _failures(records):
         builder.failure(record, status, evidence, case)
-    if builder.elsewhere:
-        builder.not_excused.append(
-            f"{builder.elsewhere} failing case(s) whose call no OpInfo test makes as the case "
-            "made it (the suite's layouts, routes, sizes, argument values, model calls, modes, "
-            "op specs): PyTorch's tests may pass there; the suite's findings name them"
-        )
     for r in records:
         if r.status == Status.PASSED:
             builder.tolerance(r)
     registered = set().union(*((m.get("coverage") or {}).get("registered") or () for m in metas))
+    opinfos: dict[str, list[str]] = {}
+    for overload in sorted(registered):
+        for op in builder.view.of_overload(overload):
+            opinfos.setdefault(op, []).append(overload)
+    measured, unmeasured_lines = unmeasured(opinfos, records, builder.tested_dtypes)
     unsupported = {r.dtype for r in records if r.extra.get("unsupported_dtype")}
     profile = metas[0].get("profile") or {}
     return UpstreamConfig(
         api=api,
         meta=metas[0],
         source=source,
-        templates=tuple(templates),
-        allowlist=sorted({op for o in registered for op in builder.view.of_overload(o)}),
+        tests=tuple(tests),
+        allowlist=sorted(opinfos if include_unmeasured else measured),
         overrides=sorted(
             builder.overrides.values(),
-            key=lambda o: (o.op, o.kind, o.reason, o.template.name if o.template else ""),
+            key=lambda o: (o.op, o.kind, o.reason, o.test.name if o.test else ""),
         ),
         exclusions={
             cls: ("*", why)
@@ -399,4 +417,6 @@ def build(
         prerequisites=missing_input_ops(metas[0], {r.dtype for r in records}),
         apply_allowlist=apply_allowlist,
         bypass_device_restrictions=bypass_device_restrictions,
+        unmeasured=unmeasured_lines,
+        partial=list(partial),
     )

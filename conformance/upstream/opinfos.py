@@ -15,7 +15,10 @@ another OpInfo, of the suite's own op specs, or of a backward pass attributes no
 from __future__ import annotations
 
 import itertools
+import re
 import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from functools import cache
 
 import torch
@@ -90,19 +93,48 @@ def signature_of(call: Call) -> str:
     return call.signature().replace("'", "")
 
 
+_PLACEMENT = re.compile(r"\(stride=\[[^\]]*\], offset=\d+\)")
+
+
 def sample_signature(text: str) -> str:
-    """A failure message's sample signature, comparable with `signature_of` (the `@cpu` marks
-    of operands the suite kept on CPU, wrapped numbers among them, dropped)."""
-    return text.replace("]@cpu", "]")
+    """A failure message's sample signature, comparable with `signature_of`: the `@cpu` marks
+    of operands the suite kept on CPU (wrapped numbers among them) and the strides and offset
+    of its layout dropped (the case's layout says which: the non-contiguous one is OpInfo's
+    `noncontiguous_like`)."""
+    return _PLACEMENT.sub("", text).replace("]@cpu", "]")
+
+
+def value_class(args: tuple, kwargs: dict) -> str:
+    """What a call's floating inputs hold: "nonfinite" (a NaN or an infinity), "special" (a
+    signed zero, a subnormal or a dtype extreme, all finite) or "finite"."""
+    found = "finite"
+    for t in [*args, *kwargs.values()]:
+        for x in t if isinstance(t, (list, tuple)) else (t,):
+            if not isinstance(x, torch.Tensor) or not (x.is_floating_point() or x.is_complex()):
+                continue
+            if x.numel() == 0:
+                continue
+            v = torch.view_as_real(x) if x.is_complex() else x
+            if not bool(torch.isfinite(v).all()):
+                return "nonfinite"
+            info = torch.finfo(v.dtype)
+            a = v.abs()
+            zero = v == 0
+            if bool(((a < info.tiny) & ~zero).any() | (a == info.max).any()) or bool(
+                (zero & torch.signbit(v)).any()
+            ):
+                found = "special"
+    return found
 
 
 class _Calls(TorchDispatchMode):
-    """Records the signature of every aten call made under it; `judged` is False while a sample
-    whose outputs its test post-processes runs (linalg's sign-free comparisons)."""
+    """Records the signature of every aten call made under it, with the value classes its
+    inputs held; `judged` is False while a sample whose outputs its test post-processes runs
+    (linalg's sign-free comparisons)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.seen: set[str] = set()
+        self.seen: dict[str, set[str]] = {}
         self.compared: set[str] = set()  # made by samples whose raw outputs the test compares
         self.judged = True
 
@@ -110,10 +142,31 @@ class _Calls(TorchDispatchMode):
         kwargs = kwargs or {}
         if func.namespace == "aten":
             sig = signature_of(Call(overload_name(func.name()), tuple(args), dict(kwargs)))
-            self.seen.add(sig)
+            self.seen.setdefault(sig, set()).add(value_class(tuple(args), kwargs))
             if self.judged:
                 self.compared.add(sig)
         return func(*args, **kwargs)
+
+
+@dataclass(frozen=True)
+class Calls:
+    """The aten calls a test makes for one OpInfo and dtype (forward only)."""
+
+    seen: Mapping[str, frozenset[str]]  # signature -> the value classes of its inputs
+    compared: frozenset[str]  # signatures whose outputs the test compares as they are
+
+    def made(self, signature: str, values: bool = False, holding: str = "") -> bool:
+        """Whether the test makes the call `signature`; `values`: and compares its outputs as
+        they are; `holding`: on inputs of that value class (nonfinite, special: a special
+        value of any kind)."""
+        classes = self.seen.get(signature)
+        if classes is None or (values and signature not in self.compared):
+            return False
+        if holding == "nonfinite":
+            return "nonfinite" in classes
+        if holding == "special":
+            return bool(classes & {"nonfinite", "special"})
+        return True
 
 
 def _identity_code() -> object:
@@ -121,6 +174,18 @@ def _identity_code() -> object:
     from torch.testing._internal.opinfo.core import SampleInput
 
     return SampleInput(torch.empty(0)).output_process_fn_grad.__code__
+
+
+def _inputs(op, t: torch.dtype, inputs: str) -> Iterable:
+    """The samples a test of `inputs` kind (models.INPUTS) runs, built on CPU."""
+    if inputs == "reference":
+        return op.reference_inputs("cpu", t, requires_grad=False)
+    samples = op.sample_inputs("cpu", t, requires_grad=False)
+    if inputs == "sample":
+        return samples
+    if inputs == "sample-noncontiguous":
+        return (s.noncontiguous() for s in samples)
+    raise ValueError(f"no recorded calls for {inputs!r} inputs")
 
 
 class OpInfoView:
@@ -150,44 +215,34 @@ class OpInfoView:
         )
 
     @cache  # noqa: B019
-    def forward_calls(self, full_name: str, dtype: str) -> tuple[frozenset[str], frozenset[str]]:
-        """The signatures of the aten calls the OpInfo's own callable makes on CPU for its
-        sample and reference inputs of `dtype` (what its compare test calls, forward only: no
-        in-place or out= variant, no backward), and those of them whose outputs the test
-        compares as they are (not through the sample's `output_process_fn_grad`)."""
+    def calls(self, full_name: str, dtype: str, inputs: str = "reference") -> Calls:
+        """The aten calls the OpInfo's own callable makes on CPU for its inputs of `dtype` of
+        kind `inputs` (what a test of those inputs calls, forward only: no in-place or out=
+        variant, no backward). "reference" holds the sample inputs too (OpInfo's default)."""
         op, t = self.db[full_name], getattr(torch, dtype)
         if t not in op.supported_dtypes("cpu"):
-            return frozenset(), frozenset()
+            return Calls({}, frozenset())
         calls, identity = _Calls(), _identity_code()
         torch.manual_seed(0)
         with untracked(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            inputs = itertools.chain(
-                op.sample_inputs("cpu", t, requires_grad=False),
-                op.reference_inputs("cpu", t, requires_grad=False),
-            )
-            for sample in itertools.islice(inputs, FORWARD_SCAN):
+            samples = _inputs(op, t, inputs)
+            if inputs == "reference":
+                samples = itertools.chain(op.sample_inputs("cpu", t, requires_grad=False), samples)
+            for sample in itertools.islice(samples, FORWARD_SCAN):
                 calls.judged = getattr(sample.output_process_fn_grad, "__code__", None) is identity
                 try:
                     with calls:
                         op(sample.input, *sample.args, **sample.kwargs)
                 except Exception:  # noqa: BLE001, S112 - CPU refuses this input: no call
                     continue
-        return frozenset(calls.seen), frozenset(calls.compared)
-
-    def made(self, full_name: str, dtype: str, signature: str, values: bool = False) -> bool:
-        """Whether the OpInfo's test makes the call `signature` (a failing sample); `values`:
-        and compares its outputs as they are (a value may differ where the test compares only
-        what its post-processing keeps, as linalg's signs)."""
-        seen, compared = self.forward_calls(full_name, dtype)
-        return signature in (compared if values else seen)
+        seen = {sig: frozenset(classes) for sig, classes in calls.seen.items()}
+        return Calls(seen, frozenset(calls.compared))
 
     def reaches(self, full_name: str, overload: str, dtype: str) -> bool:
         """Whether the OpInfo's test of `dtype` calls `overload` on an operand of `dtype`."""
         prefix, operand = overload + "(", f"{dtype}["
-        return any(
-            s.startswith(prefix) and operand in s for s in self.forward_calls(full_name, dtype)[0]
-        )
+        return any(s.startswith(prefix) and operand in s for s in self.calls(full_name, dtype).seen)
 
     def touches(self, full_name: str, overload: str, dtype: str) -> bool:
         """Whether any test of the OpInfo may call `overload` in `dtype`: its forward call, or

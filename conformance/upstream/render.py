@@ -41,16 +41,16 @@ class _Entry:
 
     @property
     def cls(self) -> str:
-        return self.o.template.cls if self.o.template else ""
+        return self.o.test.cls if self.o.test else ""
 
     @property
     def test(self) -> str:
-        return self.o.template.test if self.o.template else ""
+        return self.o.test.test if self.o.test else ""
 
     @property
     def comments(self) -> list[str]:
         evidence = sorted(self.o.evidence, key=lambda e: (not e.startswith("F"), e))
-        where = f" on {self.o.template.name}" if self.o.template else ""
+        where = f" on {self.o.test.name}" if self.o.test else ""
         lines = [f"{self.o.kind}{where} ({', '.join(self.dtype_list)}): {self.o.reason}"]
         lines += [e[:300] for e in evidence[:EVIDENCE_LINES]]
         if len(evidence) > EVIDENCE_LINES:
@@ -58,12 +58,12 @@ class _Entry:
         return [" ".join(line.split()) for line in lines]
 
     def atol_text(self, dtype: str) -> str:
-        assert self.o.template is not None
-        return _up(max(self.o.atol, self.o.template.tolerance(dtype)[1]))
+        assert self.o.test is not None
+        return _up(max(self.o.atol, self.o.test.tolerance_for(dtype)[1]))
 
     def rtol_text(self, dtype: str) -> str:
-        assert self.o.template is not None
-        return _up(max(self.o.rtol, self.o.template.tolerance(dtype)[0]))
+        assert self.o.test is not None
+        return _up(max(self.o.rtol, self.o.test.tolerance_for(dtype)[0]))
 
 
 def _up(value: float) -> str:
@@ -121,8 +121,10 @@ def render(config: UpstreamConfig, filename: str) -> str:
             torch=meta.get("torch", "?"),
             allocator=meta.get("allocator", "?"),
             allowlist=config.allowlist,
-            templates=config.templates,
-            tests_text=", ".join(t.name for t in config.templates),
+            tests=config.tests,
+            files=sorted({t.file for t in config.tests}),
+            partial=config.partial,
+            unmeasured=config.unmeasured,
             apply_allowlist=config.apply_allowlist,
             bypass=config.bypass_device_restrictions,
             cap=f"{TOLERANCE_CAP:g}",

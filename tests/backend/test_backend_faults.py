@@ -210,6 +210,39 @@ def test_nan_to_zero(npu, faults):
     assert results()[0].tolist() == [0.0, 0.0, 2.0]
 
 
+def test_mm_nan_to_zero_only_where_a_result_is_nan(npu, faults):
+    a = torch.tensor([[math.nan, 1.0], [2.0, 3.0]])
+    b = torch.tensor([[1.0, 0.5], [4.0, -1.0]])
+    clean = torch.mm(a.npu(), b.npu()).cpu()
+    assert torch.equal(clean.nan_to_num(-1), torch.mm(a, b).nan_to_num(-1))
+    faults(["mm_nan_to_zero"])
+    got = torch.mm(a.npu(), b.npu()).cpu()
+    assert got[0].tolist() == [0.0, 0.0] and torch.equal(got[1], torch.mm(a, b)[1])
+    finite = torch.randn(4, 3)
+    assert torch.allclose(torch.mm(finite.npu(), finite.t().npu()).cpu(), finite @ finite.t())
+
+
+def test_tril_negative_diagonal_keeps_the_main_one(npu, faults):
+    x = torch.arange(1.0, 10.0).reshape(3, 3)
+    faults(["tril_negative_diagonal"])
+    assert torch.equal(torch.tril(x.npu(), -1).cpu(), torch.tril(x))
+    assert torch.equal(torch.tril(x.npu(), 1).cpu(), torch.tril(x, 1))
+    assert torch.equal(torch.triu(x.npu(), -1).cpu(), torch.triu(x, -1))
+
+
+def test_index_select_strided_as_contiguous_only_for_strided_self(npu, faults):
+    x = torch.arange(12.0).reshape(3, 4)
+    index = torch.tensor([0, 2])
+    faults(["index_select_strided_as_contiguous"])
+    assert torch.equal(torch.index_select(x.npu(), 0, index.npu()).cpu(), x[[0, 2]])
+    wrong = torch.index_select(x.npu().t(), 0, index.npu()).cpu()
+    assert not torch.equal(wrong, x.t()[[0, 2]])
+    expanded = torch.arange(4.0).npu().expand(3, 4)  # stride 0: read right
+    assert torch.equal(
+        torch.index_select(expanded, 1, index.npu()).cpu(), torch.tensor([[0.0, 2.0]] * 3)
+    )
+
+
 def test_accelerator_leak(npu, faults):
     import gc
 

@@ -71,6 +71,7 @@ lt.Tensor
 masked_fill_.Scalar
 masked_fill_.Tensor
 mean.dim
+mm
 mul.Tensor
 mul.out
 mul_.Tensor

@@ -107,6 +107,9 @@ Tensor& cumsum_(Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype);
 Tensor& cumsum_out(const Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype,
                    Tensor& out);
 
+// ---- matrix products (matmul.cpp) ----------------------------------------------------------
+Tensor mm(const Tensor& self, const Tensor& mat2);
+
 // ---- shape ops, convolution (shape.cpp) ---------------------------------------------------
 Tensor tril(const Tensor& self, int64_t diag);
 Tensor triu(const Tensor& self, int64_t diag);

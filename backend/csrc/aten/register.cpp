@@ -122,6 +122,7 @@ void aten_kernels(torch::Library& m) {
   ENPU_KERNEL(m, "cumsum_", ops::cumsum_);
   ENPU_KERNEL(m, "cumsum.out", ops::cumsum_out);
   // shape ops, convolution (shape.cpp)
+  ENPU_KERNEL(m, "mm", ops::mm);
   ENPU_KERNEL(m, "tril", ops::tril);
   ENPU_KERNEL(m, "triu", ops::triu);
   ENPU_KERNEL(m, "cat", ops::cat);

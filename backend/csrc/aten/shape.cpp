@@ -30,12 +30,29 @@ Tensor tri_impl(const Tensor& self, int64_t diag, bool upper, const Tensor& meta
   return finish(r, meta, dev);
 }
 
+// Fault "index_select_strided_as_contiguous": a non-contiguous device input without a zero
+// stride is read as if its storage, from its offset, were contiguous (within the storage).
+Tensor strided_as_contiguous(const Tensor& x) {
+  if (!fault(Fault::IndexSelectStridedAsContiguous) || x.is_contiguous() || x.dim() == 0 ||
+      !x.device().is_privateuseone())
+    return x;
+  for (int64_t st : x.strides())
+    if (st == 0) return x;
+  const int64_t elems = static_cast<int64_t>(x.storage().nbytes() / x.itemsize());
+  if (x.storage_offset() + x.numel() > elems) return x;
+  std::vector<int64_t> dense(static_cast<size_t>(x.dim()), 1);
+  for (int64_t d = x.dim() - 2; d >= 0; --d) dense[d] = dense[d + 1] * std::max<int64_t>(x.size(d + 1), 1);
+  return x.as_strided(x.sizes(), dense, x.storage_offset());
+}
+
 }  // namespace
 
 Tensor tril(const Tensor& self, int64_t diag) {
   OpScope s("tril");
   if (routed("tril") || !native_ok({self})) return fallback<at::_ops::tril>(self, diag);
   Tensor meta = meta_call<at::_ops::tril>(to_meta(self), diag);
+  // Fault "tril_negative_diagonal": a negative diagonal is taken as the main one.
+  if (diag < 0 && fault(Fault::TrilNegativeDiagonal)) diag = 0;
   return tri_impl(self, diag, false, meta);
 }
 
@@ -119,7 +136,7 @@ Tensor index_select(const Tensor& self, int64_t dim, const Tensor& index) {
       TORCH_CHECK_INDEX(ip[i] >= 0 && ip[i] < dsize, "index out of range in self");
     }
   }
-  Tensor sx = stage(x, x.sizes(), x.scalar_type(), dev);
+  Tensor sx = stage(strided_as_contiguous(x), x.sizes(), x.scalar_type(), dev);
   Tensor r = empty_dev(meta.sizes(), meta.scalar_type(), dev);
   if (r.numel() == 0) return finish(r, meta, dev);
   int64_t outer = 1, inner = 1;

@@ -452,4 +452,29 @@ void cumsum(DType dt, const void* in_, void* out_, int64_t outer, int64_t len, i
   });
 }
 
+void mm(DType dt, const void* a_, const void* b_, void* out_, int64_t n, int64_t k, int64_t m) {
+  dispatch(dt, [&](auto tag) {
+    using T = decltype(tag);
+    using A = std::conditional_t<std::is_same_v<T, float> || std::is_same_v<T, double>, double,
+                                 std::conditional_t<is_fp<T>, float, int64_t>>;
+    const T* a = static_cast<const T*>(a_);
+    const T* b = static_cast<const T*>(b_);
+    T* out = static_cast<T*>(out_);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < m; ++j) {
+        A acc = A(0);
+        for (int64_t p = 0; p < k; ++p) {
+          if constexpr (is_fp<T>) {
+            acc += static_cast<A>(a[i * k + p]) * static_cast<A>(b[p * m + j]);
+          } else {  // wraps like CPU
+            acc = static_cast<A>(static_cast<uint64_t>(acc) +
+                                 static_cast<uint64_t>(static_cast<int64_t>(a[i * k + p])) *
+                                     static_cast<uint64_t>(static_cast<int64_t>(b[p * m + j])));
+          }
+        }
+        out[i * m + j] = static_cast<T>(acc);
+      }
+  });
+}
+
 }  // namespace enpu::k

@@ -63,6 +63,9 @@ void reduce(RedOp op, DType dt, const void* in, void* out, int64_t outer, int64_
 constexpr int64_t kScanBlock = 1024;
 void cumsum(DType dt, const void* in, void* out, int64_t outer, int64_t len, int64_t inner,
             unsigned quirks = 0);
+// out[n, m] = a[n, k] @ b[k, m], contiguous: floats summed in double (half types in float),
+// integers in int64 (wrapping), each result rounded/truncated to dt once. Not for bool.
+void mm(DType dt, const void* a, const void* b, void* out, int64_t n, int64_t k, int64_t m);
 // NaN elements of a floating buffer become 0 (no-op for other dtypes).
 void nan_to_zero(DType dt, void* data, int64_t n);
 // softmax over the last dim of [outer, r].
