@@ -11,7 +11,7 @@ from pathlib import Path
 
 from conformance.errors import ConformanceUsageError
 from conformance.report.load import load_results
-from conformance.upstream.evidence import build
+from conformance.upstream.evidence import UpstreamConfig, build
 from conformance.upstream.models import DEFAULT_TESTS, UpstreamTest, model
 from conformance.upstream.reach import partial_reasons
 from conformance.upstream.render import render
@@ -24,6 +24,23 @@ def _test(text: str) -> UpstreamTest:
         return model(text)
     except ConformanceUsageError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+#: lines of each kind printed (the file lists them all)
+SHOWN = 8
+
+
+def _summary(config: UpstreamConfig) -> list[str]:
+    """What the file lists as unmeasured and not excused, in a few lines each."""
+    lines = []
+    for what, items in (
+        ("not measured by the run", config.unmeasured),
+        ("not excused", config.not_excused),
+    ):
+        lines += [f"{what}: {item}" for item in items[:SHOWN]]
+        if len(items) > SHOWN:
+            lines.append(f"{what}: ... and {len(items) - SHOWN} more (listed in the file)")
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -107,8 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError as exc:
             print(f"error: cannot write {args.output}: {exc.strerror}", file=sys.stderr)
             return 2
-    for line in [*config.partial, *config.prerequisites, *config.unmeasured,
-                 *config.not_excused][:20]:  # fmt: skip
+    for line in [*config.partial, *config.prerequisites, *_summary(config)]:
         print(f"warning: {line}", file=sys.stderr)
     print(f"wrote {args.output}: {config.describe()}", file=sys.stderr)
     return 0

@@ -25,7 +25,7 @@ nothing, as in the baseline.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +34,7 @@ from conformance.harness.baseline_contexts import contexts_of
 from conformance.harness.found import expected_crash, expected_status, found, kernel_lacked
 from conformance.record import OP_FAMILY, CaseId, CaseRecord, Status, torch_minor
 from conformance.upstream.api import TestConfigApi, api_for
-from conformance.upstream.models import DEFAULT_TESTS, UpstreamTest, dtypes_of, op_list
+from conformance.upstream.models import DEFAULT_TESTS, UpstreamTest, dtypes_of, op_list, resolved
 from conformance.upstream.opinfos import OpInfoView, input_ops, is_functional
 from conformance.upstream.reach import unmeasured
 from conformance.upstream.seeing import Seer
@@ -157,11 +157,15 @@ def _failures(records: Sequence[CaseRecord]) -> Iterable[tuple[CaseRecord, str, 
 
 class _Builder:
     def __init__(
-        self, view: OpInfoView, tests: tuple[UpstreamTest, ...], records: Sequence[CaseRecord]
+        self,
+        view: OpInfoView,
+        tests: tuple[UpstreamTest, ...],
+        records: Sequence[CaseRecord],
+        registered: Collection[str],
     ) -> None:
         self.view = view
         self.tests = tests
-        self.seer = Seer(view, {str(CaseId.parse(r.id)): r for r in records})
+        self.seer = Seer(view, {str(CaseId.parse(r.id)): r for r in records}, registered)
         self.overrides: dict[tuple, Override] = {}
         self.failing: set[tuple[str, str]] = set()  # (OpInfo, dtype) with a failure
         self.not_excused: list[str] = []
@@ -374,7 +378,9 @@ def build(
         for case, r in ctx.records.items()
         if case not in ctx.differing and r.family == OP_FAMILY
     ]
-    builder = _Builder(OpInfoView(cache_dir), tuple(tests), records)
+    registered = set().union(*((m.get("coverage") or {}).get("registered") or () for m in metas))
+    tests = tuple(resolved(t) for t in tests)
+    builder = _Builder(OpInfoView(cache_dir), tests, records, registered)
     for ctx in contexts:
         if ctx.differing:
             builder.not_excused.append(
@@ -386,7 +392,6 @@ def build(
     for r in records:
         if r.status == Status.PASSED:
             builder.tolerance(r)
-    registered = set().union(*((m.get("coverage") or {}).get("registered") or () for m in metas))
     opinfos: dict[str, list[str]] = {}
     for overload in sorted(registered):
         for op in builder.view.of_overload(overload):

@@ -17,6 +17,7 @@ test/test_reductions.py, and the installed torch's `torch.testing._internal` (th
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache
@@ -25,14 +26,24 @@ import torch
 
 from conformance.errors import ConformanceUsageError
 
-__all__ = ("MODELS", "DEFAULT_TESTS", "UpstreamTest", "dtypes_of", "model", "op_list")
+__all__ = (
+    "MODELS",
+    "DEFAULT_TESTS",
+    "UpstreamTest",
+    "binary_ufuncs_class",
+    "dtypes_of",
+    "model",
+    "op_list",
+    "resolved",
+)
 
 #: compares: the device against torch on CPU, against the OpInfo's numpy reference (computed on a
 #: CPU copy of the inputs: as CPU for the suite's purposes), or against itself
 COMPARES = ("cpu", "numpy", "self")
 #: inputs: OpInfo.reference_inputs / sample_inputs as they come, sample inputs made
-#: non-contiguous (`SampleInput.noncontiguous()`), or the test's own generated tensors
-INPUTS = ("reference", "sample", "sample-noncontiguous", "generated")
+#: non-contiguous (`SampleInput.noncontiguous()`), sample inputs through the function and the
+#: in-place variant (on a copy), or the test's own generated tensors
+INPUTS = ("reference", "sample", "sample-noncontiguous", "sample-inplace", "generated")
 
 FLOATING = ("float16", "bfloat16", "float32", "float64", "complex64", "complex128")
 
@@ -131,6 +142,12 @@ MODELS: tuple[UpstreamTest, ...] = (
         note="each sample made non-contiguous (last dim doubled, every other element) against "
         "the contiguous sample, on the device",
     ),
+    UpstreamTest(
+        "test_ops.py", "TestCommon", "test_variant_consistency_eager", "op_db", "supported",
+        "sample-inplace", "self", allowed=("float32", "complex64"),
+        note="the method and in-place variants against the function on the device, and the "
+        "in-place result in its input's storage (gradients too upstream: not modelled)",
+    ),
     *(
         UpstreamTest(
             "test_unary_ufuncs.py", "TestUnaryUfuncs", f"test_reference_numerics_{kind}",
@@ -173,10 +190,27 @@ MODELS: tuple[UpstreamTest, ...] = (
 DEFAULT_TESTS = MODELS
 
 
+@cache
+def binary_ufuncs_class() -> str:
+    """test_binary_ufuncs.py's test class in the installed torch: `TestBinaryUfuncsDevice` where
+    op_db's DecorateInfos name it so (torch 2.13), else `TestBinaryUfuncs`."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    names = {getattr(d, "cls_name", None) for op in op_db for d in op.decorators}
+    return "TestBinaryUfuncsDevice" if "TestBinaryUfuncsDevice" in names else "TestBinaryUfuncs"
+
+
+def resolved(test: UpstreamTest) -> UpstreamTest:
+    """`test` with its class named as the installed torch names it."""
+    if test.cls == "TestBinaryUfuncs":
+        return dataclasses.replace(test, cls=binary_ufuncs_class())
+    return test
+
+
 def model(name: str) -> UpstreamTest:
     """`Class.test_name` -> its model, or a one-line error naming the modelled tests."""
     for m in MODELS:
-        if m.name == name:
+        if name in (m.name, resolved(m).name):
             return m
     raise ConformanceUsageError(
         f"--test {name}: not a modelled upstream test; modelled: "

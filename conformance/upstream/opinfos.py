@@ -176,12 +176,26 @@ def _identity_code() -> object:
     return SampleInput(torch.empty(0)).output_process_fn_grad.__code__
 
 
+def _inplace(op, sample, calls: _Calls) -> None:
+    """The in-place variant's call on a copy of the sample, as test_variant_consistency_eager
+    makes it (not where the function's result has another dtype, or the sample broadcasts its
+    input: the test skips those)."""
+    if op.inplace_variant is None or sample.broadcasts_input:
+        return
+    expected = op(sample.input, *sample.args, **sample.kwargs)
+    tensor = sample.input if isinstance(sample.input, torch.Tensor) else None
+    if tensor is None or not isinstance(expected, torch.Tensor) or expected.dtype != tensor.dtype:
+        return
+    with calls:
+        op.inplace_variant(tensor.clone(), *sample.args, **sample.kwargs)
+
+
 def _inputs(op, t: torch.dtype, inputs: str) -> Iterable:
     """The samples a test of `inputs` kind (models.INPUTS) runs, built on CPU."""
     if inputs == "reference":
         return op.reference_inputs("cpu", t, requires_grad=False)
     samples = op.sample_inputs("cpu", t, requires_grad=False)
-    if inputs == "sample":
+    if inputs in ("sample", "sample-inplace"):
         return samples
     if inputs == "sample-noncontiguous":
         return (s.noncontiguous() for s in samples)
@@ -234,10 +248,16 @@ class OpInfoView:
                 try:
                     with calls:
                         op(sample.input, *sample.args, **sample.kwargs)
+                    if inputs == "sample-inplace":
+                        _inplace(op, sample, calls)
                 except Exception:  # noqa: BLE001, S112 - CPU refuses this input: no call
                     continue
         seen = {sig: frozenset(classes) for sig, classes in calls.seen.items()}
         return Calls(seen, frozenset(calls.compared))
+
+    def has_inplace(self, full_name: str) -> bool:
+        """Whether the OpInfo has an in-place variant (test_variant_consistency_eager's)."""
+        return self.db[full_name].inplace_variant is not None
 
     def reaches(self, full_name: str, overload: str, dtype: str) -> bool:
         """Whether the OpInfo's test of `dtype` calls `overload` on an operand of `dtype`."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from conformance.record import CaseId, CaseRecord, Status
@@ -89,9 +89,15 @@ def _beyond(device: complex, cpu: complex, atol: float, rtol: float) -> bool:
 class Seer:
     """Judges failures against the modelled tests; `records` are the run's, by case id."""
 
-    def __init__(self, view: OpInfoView, records: Mapping[str, CaseRecord]) -> None:
+    def __init__(
+        self,
+        view: OpInfoView,
+        records: Mapping[str, CaseRecord],
+        registered: Collection[str] = (),
+    ) -> None:
         self.view = view
         self.records = records
+        self.registered = frozenset(registered)  # the overloads the backend has kernels for
 
     def _passed(self, case: CaseId) -> bool:
         twin = self.records.get(str(case))
@@ -100,7 +106,7 @@ class Seer:
     def sees(self, test: UpstreamTest, op: str, record: CaseRecord, case: CaseId) -> Sight:
         """Whether `test` of OpInfo `op` fails on the failure `record` (of `case`) shows."""
         check = str(record.check)
-        if check not in COMPARED:
+        if check not in COMPARED and not (check == "inplace" and test.inputs == "sample-inplace"):
             return Sight(False, f"its {check} check is not one a comparison of outputs sees")
         if case.path != "native":
             return Sight(False, f"the {case.path} route")
@@ -110,8 +116,13 @@ class Seer:
             wanted = ["noncontiguous", "contiguous"] if raised else ["noncontiguous"]
         if case.layout not in wanted:
             return Sight(False, f"the {case.layout} layout (the test runs {wanted[0]} inputs)")
+        if case.values == "grad":
+            return Sight(False, "a backward failure: gradients are not modelled (upstream, "
+                         "test_noncontiguous_samples compares them too)")  # fmt: skip
         if case.values not in OPINFO_VALUES:
-            return Sight(False, f"the suite's own {case.values} inputs")
+            return Sight(False, f"the suite's own {case.values} cases")
+        if test.inputs == "sample-inplace":
+            return self._variant(test, op, record, case)
         if not is_functional(case.overload):
             return Sight(False, "an in-place or out= overload (its OpInfo test calls the function)")
         if test.inputs == "generated":
@@ -132,6 +143,36 @@ class Seer:
             if not self._passed(twin):
                 return Sight(False, f"{twin} failed too: the device may agree with itself")
         return self._beyond(test, record, case, first)
+
+    def _variant(self, test: UpstreamTest, op: str, record: CaseRecord, case: CaseId) -> Sight:
+        """test_variant_consistency_eager: the function against its in-place variant (and the
+        method, the same call) on the sample inputs, on the device. It fails where either call
+        raises, where the in-place result is not its input (`inplace`), and where the two
+        disagree: a failing in-place case whose function passed, or a failing function whose
+        in-place variant passed or is served by CPU's kernel (no kernel of the backend's)."""
+        if case.values:
+            return Sight(False, f"the {case.values} inputs (the test runs the sample inputs)")
+        sample = failing_sample(record.message or "")
+        if sample is None:
+            return Sight(None, "the failure names no sample")
+        if not self.view.calls(op, case.dtype, test.inputs).made(sample):
+            return Sight(False, f"the test makes no call {sample}")
+        check = str(record.check)
+        if check in ("error", "unsupported", "inplace"):
+            return Sight(True)
+        name, dot, tag = case.overload.partition(".")
+        if name.endswith("_"):  # the in-place variant failed: the function must have passed
+            twin = CaseId(f"{name[:-1]}{dot}{tag}", case.dtype, case.layout, case.path)
+            if not self._passed(twin):
+                return Sight(False, f"{twin} did not pass: the variants may agree")
+        else:  # the function failed: the in-place variant must compute what CPU does
+            if not self.view.has_inplace(op):
+                return Sight(False, "the OpInfo has no in-place variant to disagree with")
+            twin = CaseId(f"{name}_{dot}{tag}", case.dtype, case.layout, case.path)
+            served = str(twin.overload) not in self.registered and bool(self.registered)
+            if not (served or self._passed(twin)):
+                return Sight(False, f"{twin} did not pass: the variants may agree")
+        return self._beyond(test, record, case, first_element(record))
 
     def _generated(self, test: UpstreamTest, op: str, record: CaseRecord, case: CaseId) -> Sight:
         if not self.view.reaches(op, case.overload, case.dtype):

@@ -124,14 +124,18 @@ def test_a_nan_failure_excuses_no_test_of_finite_inputs(view: OpInfoView) -> Non
 def test_a_value_failure_is_seen_by_compare_cpu_beyond_its_tolerance(view: OpInfoView) -> None:
     sample = _call(view, "tril", "float32", "reference")
     beyond = _record("tril-float32-contiguous-native", sample=sample, first="device 5.0 vs cpu 1.0")
-    assert _entries(_build([beyond])) == [
-        ("tril", "xfail", ["float32"], "TestCommon.test_compare_cpu")
-    ]
+    assert ("tril", "xfail", ["float32"], "TestCommon.test_compare_cpu") in _entries(
+        _build([beyond])
+    )
     within = _record("tril-float32-contiguous-native", sample=sample,
                      first="device 1.0004 vs cpu 1.0")  # fmt: skip
     config = _build([within])
-    assert not config.overrides
-    assert any("within the test's tolerance" in line for line in config.not_excused)
+    assert {t for *_, t in _entries(config)} == {  # tril_ (CPU's) disagrees at 1.3e-6
+        "TestCommon.test_variant_consistency_eager"
+    }
+    alone = _build([within], tests=[model("TestCommon.test_compare_cpu")])
+    assert not alone.overrides
+    assert any("within the test's tolerance" in line for line in alone.not_excused)
     # --test narrows the tests an entry applies to
     only = _build([beyond], tests=[model("TestCommon.test_noncontiguous_samples")])
     assert not only.overrides
@@ -153,6 +157,30 @@ def test_a_noncontiguous_only_failure_is_the_noncontiguous_tests(view: OpInfoVie
         _entries(both)
     )  # the device may agree with itself
     assert any("may agree with itself" in line for line in both.not_excused)
+
+
+def test_variants_that_disagree_on_the_device_are_the_variant_tests(view: OpInfoView) -> None:
+    """test_variant_consistency_eager sees an in-place failure whose function passed, an
+    in-place result that is not its input, and a failing function whose in-place variant
+    passed or is CPU's (no kernel of the backend's): not variants that fail alike."""
+    variant = "TestCommon.test_variant_consistency_eager"
+    sample = _call(view, "abs", "float32", "sample")
+    inplace = sample.replace("abs(", "abs_(", 1)
+    wrong = {"sample": inplace, "first": "device 5.0 vs cpu 1.0"}
+    config = _build([_record("abs_-float32-contiguous-native", **wrong),
+                     _passing("abs-float32-contiguous-native")])  # fmt: skip
+    assert _entries(config) == [("abs", "xfail", ["float32"], variant)]
+    both = {**META, "coverage": {"registered": ["abs", "abs_"]}}  # abs_: the backend's kernel
+    alike = build([(both, [_record("abs_-float32-contiguous-native", **wrong),
+                           _record("abs-float32-contiguous-native", sample=sample)])],
+                  source="synthetic")  # fmt: skip
+    assert variant not in {t for *_, t in _entries(alike)}
+    assert any("the variants may agree" in line for line in alike.not_excused)
+    returns_new = _record("abs_-float32-contiguous-native", check="inplace", sample=inplace)
+    assert _entries(_build([returns_new])) == [("abs", "xfail", ["float32"], variant)]
+    tril = _call(view, "tril", "float32", "sample")
+    fn_wrong = _record("tril-float32-contiguous-native", sample=tril, first="device 5.0 vs cpu 1.0")
+    assert ("tril", "xfail", ["float32"], variant) in _entries(_build([fn_wrong]))  # tril_: CPU's
 
 
 def test_a_missing_kernel_is_seen_by_every_test_of_the_op_and_dtype() -> None:
@@ -230,7 +258,7 @@ def test_input_kernels_the_tests_need_are_named_when_missing() -> None:
 def test_what_the_run_did_not_measure_is_named_and_left_out() -> None:
     config = _build([_passing("relu-float32-contiguous-native")])
     assert "nn.functional.relu" in config.allowlist and "tril" not in config.allowlist
-    assert any(line.startswith("tril: not measured by the run") for line in config.unmeasured)
+    assert "tril: none of tril ran" in config.unmeasured
     assert any(line.startswith("nn.functional.relu: dtypes") and "float64" in line
                for line in config.unmeasured)  # fmt: skip
     assert "tril" in _build([], include_unmeasured=True).allowlist

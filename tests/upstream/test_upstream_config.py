@@ -1,14 +1,17 @@
 """The upstream configuration generator, end to end on echo_npu with planted faults, against the
-modelled PyTorch tests (tests/upstream/pytorch/: test_ops' compare_cpu, numpy_ref and
-noncontiguous_samples, test_unary_ufuncs' and test_binary_ufuncs' reference numerics,
-test_reductions' extremal values, written in PyTorch's style from conformance/upstream/models.py).
+modelled PyTorch tests (tests/upstream/pytorch/: test_ops' compare_cpu, numpy_ref,
+noncontiguous_samples and variant_consistency_eager, test_unary_ufuncs' and test_binary_ufuncs'
+reference numerics, test_reductions' extremal values, written in PyTorch's style from
+conformance/upstream/models.py).
 
 One measured run with the faults `nan_to_zero` (relu and where turn NaN into 0: relu has a numpy
 reference and is a unary ufunc, where is test_numpy_ref's), `tril_negative_diagonal` (a value
-fault of an op without one: test_compare_cpu's), `index_select_strided_as_contiguous` (only
+fault of an op without one: test_compare_cpu's; and tril_, CPU's through the fallback, disagrees
+with it: test_variant_consistency_eager's), `index_select_strided_as_contiguous` (only
 non-contiguous inputs: test_noncontiguous_samples'), `mm_nan_to_zero` (only NaN results: no test
-of finite inputs sees it) and `int_not_implemented` (exp has no integer kernel) becomes a
-configuration; the modelled tests then run on echo_npu (a) without it: they fail exactly where
+of finite inputs sees it), `int_not_implemented` (exp has no integer kernel) and
+`inplace_returns_new` (add_ returns a new tensor) becomes a configuration; the modelled tests
+then run on echo_npu (a) without it: they fail exactly where
 the faults are; (b) with it: no failure, no unexpected success, every expected failure backed by
 a case of the run; (c) with it and a fault it does not excuse (`exp_skips_tail`): exp's tests
 fail. Also: a key that names no OpInfo is an error, bad input a one-line error, and the evidence
@@ -33,11 +36,14 @@ pytestmark = pytest.mark.slow
 
 FAULTS = (
     "nan_to_zero,tril_negative_diagonal,index_select_strided_as_contiguous,mm_nan_to_zero,"
-    "int_not_implemented"
+    "int_not_implemented,inplace_returns_new"
 )
 #: the OpInfos the modelled tests run (abs, eq and amax: clean ops the file must leave alone)
-OPS = "exp,nn.functional.relu,where,abs,tril,index_select,mm,eq,amax"
-SUITE_OPS = "exp,relu,where.self,abs,tril,index_select,mm,eq.Tensor,amax"
+OPS = "exp,nn.functional.relu,where,abs,tril,index_select,mm,eq,amax,add"
+SUITE_OPS = (
+    "exp,exp_,relu,relu_,where.self,abs,abs_,tril,index_select,mm,eq.Tensor,amax,add.Tensor,"
+    "add_.Tensor"
+)
 FOLDER = "tests/upstream/pytorch"
 MODULES = [f"{FOLDER}/pytorch_test_{m}.py" for m in ("ops", "unary_ufuncs", "binary_ufuncs",
                                                      "reductions")]  # fmt: skip
@@ -50,6 +56,8 @@ EXPECTED = {
     "test_noncontiguous_samples_index_select_npu_float32",
     "test_noncontiguous_samples_index_select_npu_int64",
     "test_noncontiguous_samples_exp_npu_int64",  # exp has no integer kernel
+    "test_variant_consistency_eager_add_npu_float32",  # add_ returns a new tensor
+    "test_variant_consistency_eager_tril_npu_float32",  # tril wrong, tril_ CPU's (fallback)
     *(f"test_reference_numerics_extremal_nn_functional_relu_npu_{d}" for d in _FLOATS),
     *(f"test_reference_numerics_{k}_exp_npu_{d}" for k in ("normal", "small") for d in _INTS),
     *(f"test_reference_numerics_large_exp_npu_{d}" for d in ("int16", "int32", "int64")),
@@ -132,7 +140,7 @@ def test_the_file_runs_the_tests_under_unittest_too(config: Path) -> None:
                        "PYTHONPATH": f"{REPO / FOLDER}:{REPO}"}),
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    assert "expected failures=1" in run.stderr, run.stderr[-2000:]
+    assert "expected failures=2" in run.stderr, run.stderr[-2000:]  # compare_cpu, variants
 
 
 def test_a_key_naming_no_opinfo_is_an_error(config: Path, tmp_path: Path) -> None:

@@ -14,6 +14,8 @@ from torch.testing._internal.opinfo.core import (
     generate_elementwise_binary_tensors,
 )
 
+from conformance.upstream.models import binary_ufuncs_class
+
 binary_ufuncs_with_references = listed("binary_ufuncs_with_ref")
 _FLOATING = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64,
              torch.complex128)  # fmt: skip
@@ -60,7 +62,12 @@ class TestBinaryUfuncs(TestCase):
         self._test_reference_numerics(dtype, op, gen)
 
 
-instantiate_device_type_tests(TestBinaryUfuncs, globals(), only_for="privateuse1")
+# named as the installed torch names it (TestBinaryUfuncsDevice in 2.13): op_db's skips match it
+_generic = TestBinaryUfuncs
+del TestBinaryUfuncs
+_generic.__name__ = _generic.__qualname__ = binary_ufuncs_class()
+globals()[_generic.__name__] = _generic
+instantiate_device_type_tests(_generic, globals(), only_for="privateuse1")
 
 if __name__ == "__main__":
     run_tests()

@@ -1,7 +1,8 @@
 """TestCommon's device-vs-CPU, device-vs-numpy and device-vs-itself tests, written in PyTorch's
 style from conformance/upstream/models.py's rows (test/test_ops.py): test_compare_cpu,
-test_numpy_ref, test_noncontiguous_samples (forward only). Run by tests/upstream/ in a child
-pytest on the backend $UPSTREAM_BACKEND, for the OpInfos $UPSTREAM_OPS."""
+test_numpy_ref, test_noncontiguous_samples and test_variant_consistency_eager (forward only).
+Run by tests/upstream/ in a child pytest on the backend $UPSTREAM_BACKEND, for the OpInfos
+$UPSTREAM_OPS."""
 
 import unittest
 
@@ -16,6 +17,7 @@ from torch.testing._internal.common_device_type import (
 )
 from torch.testing._internal.common_utils import (
     TestCase,
+    clone_input_helper,
     run_tests,
     set_default_dtype,
     suppress_warnings,
@@ -65,6 +67,26 @@ class TestCommon(TestCase):
             actual = op(ncs.input, *ncs.args, **ncs.kwargs)
             actual = ncs.output_process_fn_grad(actual)
             self.assertEqual(actual, expected)
+
+    @suppress_warnings
+    @ops(listed("op_db"), dtypes=OpDTypes.supported,
+         allowed_dtypes=(torch.float32, torch.complex64))  # fmt: skip
+    def test_variant_consistency_eager(self, device, dtype, op):
+        variants = [v for v in (op.method_variant, op.inplace_variant) if v is not None]
+        for sample in op.sample_inputs(device, dtype, requires_grad=False):
+            expected = op(sample.input, *sample.args, **sample.kwargs)
+            tensor = sample.input if isinstance(sample.input, torch.Tensor) else sample.input[0]
+            skip_inplace = isinstance(expected, torch.Tensor) and expected.dtype is not tensor.dtype
+            for variant in variants:
+                inplace = variant is op.inplace_variant
+                if inplace and (skip_inplace or sample.broadcasts_input):
+                    continue
+                cloned = clone_input_helper(sample.input) if inplace else sample.input
+                storage = (cloned if isinstance(cloned, torch.Tensor) else cloned[0]).data_ptr()
+                actual = variant(cloned, *sample.args, **sample.kwargs)
+                self.assertEqual(expected, actual)
+                if inplace:  # the result is the input, written in place
+                    self.assertEqual(storage, actual.data_ptr(), atol=0, rtol=0)
 
 
 instantiate_device_type_tests(TestCommon, globals(), only_for="privateuse1")
