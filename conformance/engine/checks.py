@@ -33,6 +33,7 @@ from conformance.engine.compare import (
     tolerance,
 )
 from conformance.engine.exactness import Exactness
+from conformance.engine.held_stderr import CASE_WARNINGS
 from conformance.engine.lazy import LazyRuntime
 from conformance.engine.placing import Materialized, PlacedCall
 from conformance.engine.precision import DtypePolicy, compare_result
@@ -62,12 +63,21 @@ class Outcome:
     exc: BaseException | None = None
 
 
-def invoke(fn: Callable[..., Any], m: Materialized, seeded: bool = False, draw: int = 0) -> Outcome:
+def invoke(
+    fn: Callable[..., Any],
+    m: Materialized,
+    seeded: bool = False,
+    draw: int = 0,
+    device: bool = False,
+) -> Outcome:
     """Call `fn` on materialised arguments; an exception is the outcome, not raised. `seeded`:
-    right after seeding with `SEED + draw` (random ops, `oracles.py`)."""
+    right after seeding with `SEED + draw` (random ops, `oracles.py`). What a `device` call
+    warns is the case's (harness/case_warnings.py records it); CPU's reference calls are
+    quiet (torch's own warnings about the reference, not the device)."""
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+            if not (device and CASE_WARNINGS.active):
+                warnings.simplefilter("ignore")
             if seeded:
                 oracles.seed(draw)
             return Outcome(fn(*m.args, **m.kwargs))
@@ -270,7 +280,7 @@ def _redraw(s: Sample, k: int) -> Redraw | None:
     if expected.exc is not None:
         return None
     with s.backend.routed_through_fallback(s.route):
-        actual = invoke(s.op, dev, seeded=True, draw=k)
+        actual = invoke(s.op, dev, seeded=True, draw=k, device=True)
     again = f"run again after manual_seed({oracles.SEED + k})"
     if actual.exc is not None:
         got = errorclass.classify(actual.exc).describe()

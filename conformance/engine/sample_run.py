@@ -159,7 +159,7 @@ def run_sample(
     counts = lazy.counts() if lazy is not None else None
     with backend.routed_through_fallback(ctx.route), mode():
         started = time.perf_counter()
-        actual = invoke(ctx.op, dev, ctx.nondeterministic)
+        actual = invoke(ctx.op, dev, ctx.nondeterministic, device=True)
         backend.first_calls.setdefault(ctx.overload, time.perf_counter() - started)
     _heap_phase(backend, f"in {ctx.overload} (its own call, before its results were read)")
     if lazy is not None and counts is not None:

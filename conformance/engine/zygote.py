@@ -12,7 +12,7 @@ pipe sent with the request when the zygote reaps it. The zygote ends when its la
 and with the process that started it.
 
     {"op": "task", "fn": "module:name", "payload": ..., "warm": ["module:name", ...]}
-                                                         fds: progress, status
+                                                         fds: progress, the asker's stderr, status
     {"op": "runner", "job": {...}}                       fds: runner's (harness/runners.py), status
     {"op": "adopt"}                                      fds: a new link (a spawned runner's)
     {"op": "imported", "modules": [...]}                 (no reply; from a runner: LazyImports)
@@ -84,7 +84,9 @@ class ZygoteLink:
         # the asker's import path: its task function may live where only it looks (a test
         # module pytest imported by its folder)
         message = {"op": "task", "fn": fn, "payload": data, "warm": list(warm), "path": sys.path}
-        return self.request(message, [progress_fd])
+        # and the asker's stderr: the task writes where the asker's fd 2 goes now (a runner's
+        # log, or the file that holds the start's output: harness/case_warnings.py)
+        return self.request(message, [progress_fd, 2])
 
     def fork_runner(self, job: dict, fds: list[int]) -> forking.Child:
         return self.request({"op": "runner", "job": job}, fds)
@@ -236,6 +238,8 @@ class ZygoteServer:
             if self.tasks is not None:
                 self.tasks.close()
             if request["op"] == "task":
+                if len(passed) > 1:  # the asker's stderr
+                    os.dup2(passed[1], 2)
                 sys.path[:0] = [p for p in request.get("path", ()) if p not in sys.path]
                 payload = pickle.loads(base64.b64decode(request["payload"]))
                 forking.run_task(request["fn"], payload, passed[0])

@@ -30,6 +30,7 @@ from conformance.findings import group_findings
 from conformance.harness.accounting import Accounting, not_run_record
 from conformance.harness.baseline import write_run_baseline
 from conformance.harness.case_reports import attach_record, ends_case, logged_record
+from conformance.harness.case_warnings import CaseWarnings, QuietSetup, summary_line
 from conformance.harness.exiting import end_at_exit, interrupt_on_sigterm, is_command_line
 from conformance.harness.families import registry
 from conformance.harness.header import header_lines, key_header_lines
@@ -90,6 +91,10 @@ class ConformanceRun:
         self._session: pytest.Session | None = None  # the session that ended (exit status)
         config.pluginmanager.register(self.terminal, "conformance-terminal")
         config.pluginmanager.register(ControllerHooks(self), "conformance-xdist-controller")
+        is_case = lambda item: self.started and registry().of_item(item) is not None  # noqa: E731
+        config.pluginmanager.register(CaseWarnings(is_case), "conformance-case-warnings")
+        self.quiet_setup = QuietSetup()  # the start's and collection's stderr held
+        config.pluginmanager.register(self.quiet_setup, "conformance-quiet-setup")
 
     @property
     def role(self) -> Role:
@@ -412,6 +417,8 @@ class ConformanceRun:
         )
         suite.samples.summary.save()  # what the stale-entry check derived (all of the matrix)
         summary.notes += registry().end_notes(records)
+        lines = [summary_line(records), self.quiet_setup.summary_line()]
+        summary.notes += [f"conformance: {line}" for line in lines if line]
         note = self.accounting.start_failure_note()
         if note is not None:
             summary.notes.append(note)
@@ -422,6 +429,7 @@ class ConformanceRun:
         if self.info is not None and self.recorder is not None:
             stats = terminalreporter.stats
             finish_info(self.info, suite, stats, self.records, counts, findings, exitstatus)
+            self.info["capture_warnings"] = self.quiet_setup.to_json()
             self.recorder.write_run_info(self.info)
         return None if collect_only and not summary.stale else summary
 

@@ -20,6 +20,7 @@ import torch
 
 from conformance.engine.calls import Call, clone_tree, load_calls, save_calls
 from conformance.engine.forking import read_progress
+from conformance.engine.held_stderr import HELD
 from conformance.engine.zygote import FORKER
 
 TIMEOUT = 10.0  # seconds a batch may take on CPU
@@ -46,11 +47,12 @@ def _run_batch(calls: list[Call], run, timeout: float) -> tuple[int, int | None]
     try:
         save_calls({"calls": {"calls": calls}}, path)
         payload = {"calls": path, "run": f"{run.__module__}:{run.__qualname__}"}
-        try:
-            child = FORKER.start(f"{__name__}:batch_task", payload, write_fd, "cpu-survivors")
-        finally:
-            os.close(write_fd)
-        lines, status = read_progress(read_fd, child, timeout)
+        with HELD.held():  # torch's warnings about the suite's CPU runs: tallied, not printed
+            try:
+                child = FORKER.start(f"{__name__}:batch_task", payload, write_fd, "cpu-survivors")
+            finally:
+                os.close(write_fd)
+            lines, status = read_progress(read_fd, child, timeout)
     finally:
         os.close(read_fd)
         os.unlink(path)

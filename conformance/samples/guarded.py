@@ -23,6 +23,7 @@ import torch
 
 from conformance.engine.calls import Call, load_calls, save_calls
 from conformance.engine.forking import read_progress
+from conformance.engine.held_stderr import HELD
 from conformance.engine.zygote import FORKER
 
 TIMEOUT = 120.0  # seconds one capture may take
@@ -127,11 +128,12 @@ def _forked(
     read_fd, write_fd = os.pipe()
     payload = {**payload, "fn": f"{fn.__module__}:{fn.__qualname__}", "out": path}
     try:
-        try:
-            child = FORKER.start(f"{__name__}:{task}", payload, write_fd, task, warm)
-        finally:
-            os.close(write_fd)
-        lines, status = read_progress(read_fd, child, timeout)
+        with HELD.held():  # torch's warnings about the capture: tallied, not printed
+            try:
+                child = FORKER.start(f"{__name__}:{task}", payload, write_fd, task, warm)
+            finally:
+                os.close(write_fd)
+            lines, status = read_progress(read_fd, child, timeout)
         done = bool(lines) and lines[-1] == "done"
         done = done and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
         return done, (load(path) if done else None), lines, status

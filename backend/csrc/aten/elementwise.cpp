@@ -408,6 +408,7 @@ Tensor neg(const Tensor& self) {
   OpScope s("neg");
   if (fault(Fault::NegAbortsAfterAbs) && g_abs_ran.load()) std::abort();
   if (use_fallback("neg", {self})) return fallback<at::_ops::neg>(self);
+  if (fault(Fault::NegWarns)) TORCH_WARN("echo_npu: neg ran on the slow path (fault neg_warns)");
   Tensor r = unary_functional<at::_ops::neg>(k::UnOp::Neg, self);
   if (fault(Fault::NegWritesPast) && r.numel() > 0) {
     // correct values, then 32 bytes written past the output block, over the start of the

@@ -1,0 +1,91 @@
+"""Torch's warnings kept out of the terminal: the suite's own CPU work's, held and tallied here;
+a case's, recorded while `CASE_WARNINGS.active` (harness/case_warnings.py).
+
+Sample capture runs torch's CPU kernels on inputs nobody chose, in forked children, and c10's
+default handler prints what they warn (`[W... Resize.cpp:30] Warning: An output with one or
+more elements was resized ...`) straight to fd 2: the children write where the asker's fd 2
+goes (engine/zygote.py passes it). `HELD.held()` points fd 2 at a file while such work runs:
+warning lines are tallied (the run's summary line and run.json `capture_warnings`, harness/
+case_warnings.py), every other line is written back to stderr when it ends. Nested holds are
+one hold. A hard crash while held leaves the file (`conformance-held-stderr-*` in the temp
+folder) in place.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+__all__ = ("CASE_WARNINGS", "CPP_WARNING", "HELD", "CaseRecording", "HeldStderr", "cpp_warnings")
+
+#: c10's default handler: `[W1129 21:55:38.906107180 Resize.cpp:30] Warning: <text> (function f)`
+CPP_WARNING = re.compile(r"^\[W\S* \S+ [^\]]+\] Warning: (?P<text>.*?)(?: \(function \S+\))?$")
+
+
+def cpp_warnings(text: str) -> Counter:
+    """The C++ warnings among stderr lines: ("c10", text) -> count."""
+    found: Counter = Counter()
+    for line in text.splitlines():
+        m = CPP_WARNING.match(line.strip())
+        if m:
+            found[("c10", m.group("text"))] += 1
+    return found
+
+
+class HeldStderr:
+    """fd 2 held in a file while the suite's own CPU work runs (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.tally: Counter = Counter()
+        self.depth = 0
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        if self.depth:
+            self.depth += 1
+            try:
+                yield
+            finally:
+                self.depth -= 1
+            return
+        sys.stderr.flush()
+        fd, path = tempfile.mkstemp(prefix=f"conformance-held-stderr-{os.getpid()}-")
+        saved = os.dup(2)
+        os.dup2(fd, 2)
+        self.depth = 1
+        try:
+            yield
+        finally:
+            self.depth = 0
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.lseek(fd, 0, os.SEEK_SET)
+            with os.fdopen(fd, "rb") as kept:
+                text = kept.read().decode(errors="replace")
+            os.unlink(path)
+            self.tally.update(cpp_warnings(text))
+            rest = [ln for ln in text.splitlines() if not CPP_WARNING.match(ln.strip())]
+            if rest:
+                sys.stderr.write("\n".join(rest) + "\n")
+                sys.stderr.flush()
+
+
+HELD = HeldStderr()
+
+
+class CaseRecording:
+    """Whether this process is recording a case's warnings now (harness/case_warnings.py sets
+    it around a case's call phase): the device's calls then warn into the case's record;
+    elsewhere they stay quiet, as CPU's reference calls always do (engine/checks.py)."""
+
+    def __init__(self) -> None:
+        self.active = False
+
+
+CASE_WARNINGS = CaseRecording()

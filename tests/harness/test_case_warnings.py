@@ -1,0 +1,76 @@
+"""What torch or the backend warns stays out of the terminal: a case's warnings in its record
+(and a count in the summary), the suite's own CPU work's in one summary line and run.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import warnings
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from conformance.engine.held_stderr import CPP_WARNING, HeldStderr, cpp_warnings
+from conformance.harness.case_warnings import captured
+from tests.helpers import run_pytest
+
+LINE = "[W1129 21:55:38.906107180 Resize.cpp:30] Warning: An output was resized (function f)"
+
+
+def _records(folder: Path) -> dict[str, dict]:
+    rows = [
+        json.loads(ln) for f in folder.glob("cases-*.jsonl") for ln in f.read_text().splitlines()
+    ]
+    return {r["id"]: r for r in rows}
+
+
+def test_a_kernels_warning_is_in_its_record_and_the_summary_not_the_terminal(tmp_path) -> None:
+    args = ("conformance", "--ops", "neg", "--dtypes", "float32", "--layouts", "contiguous",
+            "--paths", "native", "--modes", "none", "-p", "no:cacheprovider")  # fmt: skip
+    run = run_pytest(*args, "--results", str(tmp_path / "r"), env={"ECHO_NPU_FAULTS": "neg_warns"})
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-3000:]
+    record = _records(tmp_path / "r")["test_matches_cpu[neg-float32-contiguous-native]"]
+    (warned,) = record["warnings"]
+    assert "neg ran on the slow path (fault neg_warns)" in warned["message"]
+    assert warned["count"] >= 1
+    assert re.search(r"warnings: \d+ case\(s\) warned, 1 distinct warning", output)
+    assert not [ln for ln in output.splitlines() if CPP_WARNING.match(ln.strip())]
+    assert (
+        "slow path"
+        not in output.replace(record["warnings"][0]["message"], "", 1).split("most often")[0]
+    )  # only the summary's line names it
+    clean = run_pytest(*args, "--results", str(tmp_path / "c"))
+    assert (
+        "warnings"
+        not in _records(tmp_path / "c")["test_matches_cpu[neg-float32-contiguous-native]"]
+    )
+    assert "case(s) warned" not in clean.stdout
+
+
+def test_held_stderr_tallies_warnings_and_gives_back_the_rest(capfd) -> None:
+    held = HeldStderr()
+    with held.held():
+        with held.held():  # nested: one hold
+            os.write(2, f"{LINE}\nsomething else\n".encode())
+    assert held.tally == cpp_warnings(LINE) and sum(held.tally.values()) == 1
+    err = capfd.readouterr().err
+    assert "something else" in err and "Resize.cpp" not in err
+
+
+def test_the_users_warning_filters_still_apply_in_a_case() -> None:
+    config = SimpleNamespace(
+        getini=lambda name: [],
+        known_args_namespace=SimpleNamespace(pythonwarnings=["error::UserWarning"]),
+    )
+    with pytest.raises(UserWarning), captured(config):
+        warnings.warn("asked to be an error", UserWarning, stacklevel=1)
+    plain = SimpleNamespace(getini=lambda name: [],
+                            known_args_namespace=SimpleNamespace(pythonwarnings=None))  # fmt: skip
+    with captured(plain) as tally:
+        warnings.warn("kept", UserWarning, stacklevel=1)
+        print(LINE, file=sys.stderr)  # read back where fd 2 is a file (a runner's log)
+    assert tally[("UserWarning", "kept")] == 1
