@@ -219,16 +219,32 @@ def overhead(backend: str, rounds: int) -> None:
         print(f"    {phase:52s} {sec * 1e3:7.1f} ms  {100 * sec / total:5.1f} %")
 
 
+def cases_in(summary: str) -> int:
+    """The cases pytest's last line counts (`13840 passed, 1671 skipped, 2 xfailed in ...`)."""
+    return sum(
+        int(n)
+        for n, _ in re.findall(r"(\d+) (passed|failed|skipped|xfailed|xpassed|error)", summary)
+    )
+
+
 def full_run(name: str, args: list[str], env: dict[str, str], target_min: float) -> float:
-    """Time one run; returns its CPU seconds (a load-independent measure of its work)."""
+    """Time one run; returns its CPU seconds (a load-independent measure of its work). Its
+    cases a second and CPU milliseconds a case are printed beside it (issue 85): growth of the
+    suite and cost per case told apart."""
     results = tempfile.mkdtemp()
     run(pytest_cmd(*args, "--results", results, "--collect-only"), env)  # import caches
     wall, cpu, summary = run(pytest_cmd(*args, "--results", results), env)
     shutil.rmtree(results, ignore_errors=True)
+    cases = cases_in(summary)
+    per_case = (
+        f"; {cases} cases, {cases / wall:.0f} a second, {1000 * cpu / cases:.1f} ms CPU a case"
+        if cases
+        else ""
+    )
     print(
         f"{name}: {wall / 60:.2f} min wall (target <= {target_min:g} min: "
         f"{verdict(wall, target_min * 60)}); {cpu:.0f} s CPU, i.e. {cpu / 2 / 60:.2f} min on 2 "
-        f"idle cores  [{summary}] [{load()}]"
+        f"idle cores{per_case}  [{summary}] [{load()}]"
     )
     return cpu
 
