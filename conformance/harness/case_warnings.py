@@ -11,7 +11,9 @@ the cases that warned. A crash's stderr is untouched (the runner's log keeps it)
 
 from __future__ import annotations
 
+import importlib
 import os
+import re
 import stat
 import sys
 import warnings
@@ -21,7 +23,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from _pytest.warnings import apply_warning_filters
 
 from conformance.engine.held_stderr import CASE_WARNINGS, HELD, cpp_warnings
 from conformance.harness.case_reports import RECORD_PROPERTY, ends_case
@@ -42,6 +43,27 @@ def _stderr_file_size() -> int | None:
     return info.st_size if stat.S_ISREG(info.st_mode) else None
 
 
+def _add_filter(text: str, escape: bool) -> None:
+    """One `action:message:category:module:lineno` filter, as pytest reads `-W` (message and
+    module literal: `escape`) and ini `filterwarnings` (regular expressions); pytest's own
+    parser is private and moved between releases. One it cannot read is left out (pytest
+    itself refused it already)."""
+    action, message, category, module, lineno = [*text.split(":", 4), "", "", "", ""][:5]
+    try:
+        kind: type[Warning] = Warning
+        if category.strip():
+            where, _, name = category.strip().rpartition(".")
+            kind = getattr(importlib.import_module(where or "builtins"), name)
+        message, module = message.strip(), module.strip()
+        if escape:
+            message = re.escape(message)
+            module = re.escape(module) + r"\Z" if module else ""
+        number = int(lineno) if lineno.strip() else 0
+        warnings.filterwarnings(action.strip() or "default", message, kind, module, number)  # type: ignore[arg-type]
+    except (ImportError, AttributeError, ValueError, TypeError, AssertionError, re.error):
+        return
+
+
 @contextmanager
 def captured(config: pytest.Config) -> Iterator[Counter]:
     """Record what is warned while active into the yielded Counter ((category, text) -> n)."""
@@ -50,9 +72,10 @@ def captured(config: pytest.Config) -> Iterator[Counter]:
     start = _stderr_file_size()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        apply_warning_filters(
-            config.getini("filterwarnings"), config.known_args_namespace.pythonwarnings or []
-        )
+        for text in config.getini("filterwarnings"):  # ini first: the command line wins
+            _add_filter(text, escape=False)
+        for text in config.known_args_namespace.pythonwarnings or []:
+            _add_filter(text, escape=True)
         CASE_WARNINGS.active = True
         try:
             yield tally
