@@ -27,14 +27,22 @@ __all__ = ("CASE_WARNINGS", "CPP_WARNING", "HELD", "CaseRecording", "HeldStderr"
 CPP_WARNING = re.compile(r"^\[W\S* \S+ [^\]]+\] Warning: (?P<text>.*?)(?: \(function \S+\))?$")
 
 
-def cpp_warnings(text: str) -> Counter:
-    """The C++ warnings among stderr lines: ("c10", text) -> count."""
+def split_warnings(text: str) -> tuple[Counter, list[str]]:
+    """Stderr lines split: the C++ warnings (("c10", text) -> count) and every other line."""
     found: Counter = Counter()
+    rest = []
     for line in text.splitlines():
         m = CPP_WARNING.match(line.strip())
         if m:
             found[("c10", m.group("text"))] += 1
-    return found
+        else:
+            rest.append(line)
+    return found, rest
+
+
+def cpp_warnings(text: str) -> Counter:
+    """The C++ warnings among stderr lines: ("c10", text) -> count."""
+    return split_warnings(text)[0]
 
 
 class HeldStderr:
@@ -69,8 +77,8 @@ class HeldStderr:
             with os.fdopen(fd, "rb") as kept:
                 text = kept.read().decode(errors="replace")
             os.unlink(path)
-            self.tally.update(cpp_warnings(text))
-            rest = [ln for ln in text.splitlines() if not CPP_WARNING.match(ln.strip())]
+            found, rest = split_warnings(text)
+            self.tally.update(found)
             if rest:
                 sys.stderr.write("\n".join(rest) + "\n")
                 sys.stderr.flush()

@@ -176,13 +176,12 @@ def _identity_code() -> object:
     return SampleInput(torch.empty(0)).output_process_fn_grad.__code__
 
 
-def _inplace(op, sample, calls: _Calls) -> None:
+def _inplace(op, sample, expected: object, calls: _Calls) -> None:
     """The in-place variant's call on a copy of the sample, as test_variant_consistency_eager
-    makes it (not where the function's result has another dtype, or the sample broadcasts its
-    input: the test skips those)."""
+    makes it (not where the function's result `expected` has another dtype, or the sample
+    broadcasts its input: the test skips those)."""
     if op.inplace_variant is None or sample.broadcasts_input:
         return
-    expected = op(sample.input, *sample.args, **sample.kwargs)
     tensor = sample.input if isinstance(sample.input, torch.Tensor) else None
     if tensor is None or not isinstance(expected, torch.Tensor) or expected.dtype != tensor.dtype:
         return
@@ -247,9 +246,9 @@ class OpInfoView:
                 calls.judged = getattr(sample.output_process_fn_grad, "__code__", None) is identity
                 try:
                     with calls:
-                        op(sample.input, *sample.args, **sample.kwargs)
+                        result = op(sample.input, *sample.args, **sample.kwargs)
                     if inputs == "sample-inplace":
-                        _inplace(op, sample, calls)
+                        _inplace(op, sample, result, calls)
                 except Exception:  # noqa: BLE001, S112 - CPU refuses this input: no call
                     continue
         seen = {sig: frozenset(classes) for sig, classes in calls.seen.items()}

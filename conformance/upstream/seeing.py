@@ -75,7 +75,7 @@ def _finite(z: complex) -> bool:
     return math.isfinite(z.real) and math.isfinite(z.imag)
 
 
-def _beyond(device: complex, cpu: complex, atol: float, rtol: float) -> bool:
+def _differs(device: complex, cpu: complex, atol: float, rtol: float) -> bool:
     """Whether `device` differs from `cpu` beyond atol + rtol * |cpu| (NaN equal to NaN)."""
     for d, c in ((device.real, cpu.real), (device.imag, cpu.imag)):
         if math.isnan(d) or math.isnan(c):
@@ -201,6 +201,6 @@ class Seer:
         if first is None:
             return Sight(None, "the message names no element to judge by")
         rtol, atol = test.tolerance_for(case.dtype)
-        if _beyond(*first, atol, rtol):
+        if _differs(*first, atol, rtol):
             return Sight(True)
         return Sight(False, "within the test's tolerance: its test likely passes")
