@@ -1,6 +1,7 @@
 """Benchmark of the conformance suite (run on demand, prints figures; not a test).
 
     python bench/bench_conformance.py [--backend echo_npu] [--skip-default] [--all] [--compile]
+                                      [--baseline REV|none]
 
 Each figure is printed against its target (issue 13, 2 cores). Ratios are taken within one run
 (both sides measured in the same run, interleaved), so they hold on a machine that others load;
@@ -30,6 +31,9 @@ over 2 is what the run would take on 2 idle cores).
   its CPU seconds against the default run's (the default run keeps it out while that ratio is
   above 0.5x: the default run must stay within 1.5x)
 - echo_npu: every registered overload has samples (from the suite's own account)
+- the default run's CPU by kind of process (controller, xdist workers, zygotes, runners, task
+  processes), and its CPU milliseconds a case at least 1.5x lower than at `--baseline` (an older
+  commit run in this bench run on the same backend; its verdicts compared case by case)
 """
 
 from __future__ import annotations
@@ -384,6 +388,37 @@ def compile_axis(env: dict[str, str], default_cpu: float | None) -> None:
         )
 
 
+def cost_per_case(env: dict[str, str], baseline: str | None) -> None:
+    """The default run's CPU split by kind of process, and (with a baseline commit) the same run
+    of that commit of the suite, on the same backend and torch, in this bench run: its CPU
+    milliseconds a case against this one's, and their verdicts case by case (issue 85)."""
+    import process_cost
+
+    now = process_cost.measured_run(pytest_cmd("-n", "2"), REPO, env)
+    process_cost.print_split("the default run", now)
+    if not baseline:
+        return
+    path = process_cost.worktree(REPO, baseline)
+    try:
+        paths = [path, env.get("PYTHONPATH", "")]
+        old_env = {**env, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+        cmd = [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:randomly", "-n", "2"]
+        process_cost.measured_run(cmd, path, old_env)  # warm-up: that commit's sample cache
+        old = process_cost.measured_run(cmd, path, old_env)
+        now = process_cost.measured_run(pytest_cmd("-n", "2"), REPO, env)  # measured after it
+    finally:
+        process_cost.drop_worktree(REPO, path)
+    ratio = old.ms_a_case / now.ms_a_case
+    print(
+        f"CPU a case: {now.ms_a_case:.2f} ms ({now.cases} cases, {now.cpu:.0f} s, "
+        f"{now.wall:.0f} s wall) against {old.ms_a_case:.2f} ms at {baseline} ({old.cases} "
+        f"cases, {old.cpu:.0f} s, {old.wall:.0f} s wall): {ratio:.2f}x lower (target >= 1.5x: "
+        f"{'ok' if ratio >= 1.5 else 'UNDER TARGET'}) [{load()}]"
+    )
+    process_cost.print_split(f"{baseline}'s default run", old)
+    print(process_cost.compare_verdicts(old, now))
+
+
 def coverage(env: dict[str, str]) -> None:
     """The suite's own account (run header) of registered overloads with samples."""
     proc = subprocess.run(
@@ -412,6 +447,13 @@ def main() -> None:
     parser.add_argument("--skip-default", action="store_true", help="skip the default run")
     parser.add_argument(
         "--cold", action="store_true", help="no warm-up run first (figures of cold caches)"
+    )
+    parser.add_argument(
+        "--baseline",
+        default="118dbd1",
+        help="an older commit whose default run is measured in this bench run, on the same "
+        "backend and torch (a git worktree), for the CPU a case and the verdicts compared case "
+        "by case; 'none' to skip (default: 118dbd1, issue 85's reference)",
     )
     parser.add_argument("--all", action="store_true", help="also time --fallback-ops all")
     parser.add_argument(
@@ -451,6 +493,7 @@ def main() -> None:
         runtime_ratio(env, default_cpu)
         new_families_ratio(env, default_cpu)
         vendor_keys_share(env)
+        cost_per_case(env, None if opts.baseline == "none" else opts.baseline)
         collectives_selection(env)
     if opts.compile:
         compile_axis(env, default_cpu)

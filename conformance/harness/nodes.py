@@ -43,16 +43,35 @@ def node_bases(config: pytest.Config, family_folders: Iterable[str]) -> list[str
 def is_conformance_nodeid(nodeid: str, bases: Iterable[str], family_folders: Iterable[str]) -> bool:
     """A generated case or a case of a family, from its node id alone (an xdist controller has
     no items): the file it names, resolved against `bases`, is the suite's."""
-    file, _, name = nodeid.partition("::")
-    if not name:
-        return False
-    package = os.path.realpath(PACKAGE_DIR) + os.sep
-    families = tuple(os.path.realpath(d) + os.sep for d in family_folders)
-    for base in bases:
-        path = os.path.realpath(os.path.join(base, file))
-        if path.startswith(package) and os.path.isfile(path):
-            return name.startswith(TEST_NAME + "[") or path.startswith(families)
-    return False
+    return NodeJudge(bases, family_folders)(nodeid)
+
+
+class NodeJudge:
+    """is_conformance_nodeid for one session, each file resolved once (an xdist controller
+    judges every report of the run: tens of thousands of node ids over a handful of files)."""
+
+    def __init__(self, bases: Iterable[str], family_folders: Iterable[str]) -> None:
+        self.bases = list(bases)
+        self.package = os.path.realpath(PACKAGE_DIR) + os.sep
+        self.families = tuple(os.path.realpath(d) + os.sep for d in family_folders)
+        self.files: dict[str, str | None] = {}  # file part of a node id -> "cases", "family"
+
+    def __call__(self, nodeid: str) -> bool:
+        file, _, name = nodeid.partition("::")
+        if not name:
+            return False
+        kind = self.files[file] if file in self.files else self._kind(file)
+        return kind == "family" or (kind == "cases" and name.startswith(TEST_NAME + "["))
+
+    def _kind(self, file: str) -> str | None:
+        kind = None
+        for base in self.bases:
+            path = os.path.realpath(os.path.join(base, file))
+            if path.startswith(self.package) and os.path.isfile(path):
+                kind = "family" if path.startswith(self.families) else "cases"
+                break
+        self.files[file] = kind
+        return kind
 
 
 def targets_conformance(config: pytest.Config) -> bool:

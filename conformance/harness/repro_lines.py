@@ -32,6 +32,8 @@ class ReproLines:
         self.backend = backend
         self.cases = cases
         self.invocation_dir = invocation_dir
+        self._prefixes: dict[bool, str] = {}  # env_prefix, once per process (every record has one)
+        self._targets: dict[str | None, tuple[str, str | None]] = {}  # _target's resolved files
 
     def environment(self) -> dict[str, str]:
         """The environment a case depends on (repros, run.json): the variables of the backend
@@ -48,10 +50,12 @@ class ReproLines:
     def env_prefix(self, compiled: bool = False) -> str:
         """`VAR=value ...` for the repro line; `compiled`: with the variables Inductor and its
         C++ compiler read (a -compile case's kernel depends on them)."""
-        env = self.environment()
-        if compiled:
-            env.update(compiler_variables())
-        return " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+        if compiled not in self._prefixes:
+            env = self.environment()
+            if compiled:
+                env.update(compiler_variables())
+            self._prefixes[compiled] = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+        return self._prefixes[compiled]
 
     @staticmethod
     def checkers() -> list[str]:
@@ -66,12 +70,20 @@ class ReproLines:
         move): its file relative to that directory when it lies inside it, else `--pyargs` and
         the module (any folder, any rootdir)."""
         name = nodeid.rpartition("::")[2]
+        if path not in self._targets:
+            self._targets[path] = self._file_target(path)
+        file, module = self._targets[path]
+        return [f"{file}::{name}"] if module is None else ["--pyargs", f"{module}::{name}"]
+
+    def _file_target(self, path: str | None) -> tuple[str, str | None]:
+        """(the file relative to the invocation folder, None) when it lies inside it, else
+        ("", its module)."""
         path = os.path.realpath(path or os.path.join(PACKAGE_DIR, CASES_FILE))
         here = os.path.realpath(self.invocation_dir)
         if path.startswith(here + os.sep):
-            return [f"{os.path.relpath(path, here)}::{name}"]
+            return os.path.relpath(path, here), None
         module = os.path.relpath(os.path.splitext(path)[0], os.path.dirname(PACKAGE_DIR))
-        return ["--pyargs", f"{module.replace(os.sep, '.')}::{name}"]
+        return "", module.replace(os.sep, ".")
 
     def repro(self, nodeid: str, path: str | None = None) -> str:
         """One command that runs exactly this case again with every option that created it:

@@ -351,13 +351,17 @@ def serve(
                 continue
             nextitem = by_id.get(next_nodeid) if next_nodeid else None
             _send(out, "start", nodeid)
-            passed = True
+            passed, lines = True, []
             for report in runtestprotocol(item, log=False, nextitem=nextitem):
                 passed = passed and report.passed
                 if not replay:
                     data = config.hook.pytest_report_to_serializable(config=config, report=report)
-                    _send(out, "report", nodeid, data)
-            _send(out, "finish", nodeid, RETIRE if _broken(backend, lazy, passed) else None)
+                    lines.append(_line("report", nodeid, data))
+            if lazy or not passed:  # the reports leave before the device is asked after them
+                _send_lines(out, lines)
+                lines = []
+            lines.append(_line("finish", nodeid, RETIRE if _broken(backend, lazy, passed) else None))
+            _send_lines(out, lines)  # one write and one wake-up of the owner a case, not five
             if after_case is not None:
                 after_case()
     except BaseException:  # noqa: BLE001 - anything here must not run the parent's code
@@ -401,6 +405,15 @@ def exercise_heap() -> None:
 RETIRE = "retire"
 
 
+def _line(kind: str, nodeid: str, data: Any = None) -> str:
+    return json.dumps([kind, nodeid, data]) + "\n"
+
+
 def _send(out, kind: str, nodeid: str, data: Any = None) -> None:
-    out.write(json.dumps([kind, nodeid, data]) + "\n")
-    out.flush()
+    _send_lines(out, [_line(kind, nodeid, data)])
+
+
+def _send_lines(out, lines: list[str]) -> None:
+    if lines:
+        out.write("".join(lines))
+        out.flush()

@@ -69,6 +69,7 @@ class ConformanceRun:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.forked_child = False  # set by isolation.py in the children it forks
+        self._role: Role | None = None  # role_of, kept once the suite started (role)
         self.worker = getattr(config, "workerinput", {}).get("workerid", "main")
         self._suite: Suite | None = None
         self._family_folders: set[str] | None = None  # realpaths (pytest_ignore_collect)
@@ -98,8 +99,11 @@ class ConformanceRun:
 
     @property
     def role(self) -> Role:
-        """Asked when needed: xdist registers its controller after this object is created."""
-        return Role.FORKED_CHILD if self.forked_child else role_of(self.config)
+        """Asked when needed: xdist registers its controller after this object is created; kept
+        once the suite started (asked for every report a controller logs)."""
+        if self._role is None or not self.started:
+            self._role = role_of(self.config)
+        return Role.FORKED_CHILD if self.forked_child else self._role
 
     # ---- the suite, created on first use (imports the backend) ------------------------------
     @property

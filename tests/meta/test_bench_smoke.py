@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.helpers import clean_env
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -20,3 +22,29 @@ def test_the_bench_runs_its_smoke_configuration_to_the_end():
     assert proc.returncode == 0, out[-3000:]
     assert "harness overhead, add.Tensor float32" in out and "target <= 1.5x" in out, out
     assert "the op on CPU and device (invoke)" in out, out  # the phase timer wrapped it
+
+
+def test_the_cpu_split_names_the_processes_of_an_xdist_run_and_reads_its_records():
+    """bench/process_cost.py on the path the bench measures (`pytest conformance -n 2`): the
+    workers, their runner zygotes and the runners are told apart, each with CPU seconds, and
+    every record's status is read back (the verdicts compared case by case)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import process_cost
+    finally:
+        sys.path.pop(0)
+    cmd = [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:randomly", "-n", "2",
+           "-k", "masked_fill_.Scalar and float32"]  # fmt: skip
+    run = process_cost.measured_run(cmd, str(REPO), clean_env())
+    assert run.cases >= 20 and set(run.statuses.values()) <= {"passed", "skipped"}, run.summary
+    kinds = {kind: cpu for kind, (_, cpu) in run.split.items()}
+    for kind in ("pytest process (xdist controller)", "xdist workers", "runner zygotes",
+                 "runners (the cases)"):  # fmt: skip
+        assert kinds.get(kind, 0) > 0, run.split
+    changed = dict(run.statuses)
+    case = next(iter(changed))
+    changed[case] = "failed"
+    older = process_cost.MeasuredRun(1, 1, len(changed), "", {}, changed)
+    text = process_cost.compare_verdicts(older, run)
+    assert f"{len(run.statuses)} cases in both runs, 1 changed status" in text, text
+    assert f"{case}: failed -> {run.statuses[case]}" in text, text

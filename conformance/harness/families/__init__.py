@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from conformance.harness.families.base import Family
-from conformance.harness.nodes import PACKAGE_DIR, is_conformance_nodeid, node_bases, targets_only
+from conformance.harness.nodes import PACKAGE_DIR, NodeJudge, node_bases, targets_only
 from conformance.record import CaseRecord
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ class Families:
         spelled it: harness/nodes.py), for this session."""
         folders = self.folders()
         bases = node_bases(config, folders)
-        return lambda nodeid: is_conformance_nodeid(nodeid, bases, folders)
+        return NodeJudge(bases, folders)
 
     def targets_only(self, config: pytest.Config, *names: str) -> bool:
         """Whether the command line names nothing but the folders of these families (of every

@@ -1,0 +1,206 @@
+"""Where a run's CPU goes, by kind of process, and a run of an older commit beside this one.
+
+Used by bench_conformance.py (issue 85): the default run's CPU seconds split between the pytest
+process (the xdist controller), the xdist workers, the runner zygotes, the runners (where the
+cases run), the task zygotes and their children; and the same default run of an older commit of
+the suite (a git worktree, the same backend and torch), its CPU milliseconds a case against this
+one's, with their verdicts compared case by case.
+
+Linux only: the split polls /proc (every 50 ms) for the run's process tree; a process that ends
+between two polls loses its last few milliseconds (printed as "not attributed").
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import resource
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+
+TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+XDIST_WORKER = "import sys;exec(eval(sys.stdin.readline()))"  # execnet's bootstrap
+
+
+@dataclass
+class Proc:
+    parent: int
+    cmdline: str
+    cpu: float = 0.0
+
+
+@dataclass
+class ProcessTree:
+    """The CPU seconds of every process under `root`, polled until `stop()`."""
+
+    root: int
+    procs: dict[int, Proc] = field(default_factory=dict)
+    _done: threading.Event = field(default_factory=threading.Event)
+
+    def start(self) -> ProcessTree:
+        threading.Thread(target=self._poll, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._done.set()
+
+    def _poll(self) -> None:
+        while not self._done.is_set():
+            table = _proc_table()
+            ours = {self.root}
+            grew = True
+            while grew:
+                grew = False
+                for pid, (parent, _) in table.items():
+                    if parent in ours and pid not in ours:
+                        ours.add(pid)
+                        grew = True
+            for pid in ours & table.keys():
+                if pid not in self.procs:
+                    self.procs[pid] = Proc(table[pid][0], _cmdline(pid))
+                self.procs[pid].cpu = table[pid][1]
+            time.sleep(0.05)
+
+    def kind(self, pid: int) -> str:
+        """The kind of a process of the run, from its command line and its parent's kind."""
+        proc = self.procs[pid]
+        if pid == self.root:
+            return "pytest process (xdist controller)"
+        parent = self.kind(proc.parent) if proc.parent in self.procs else ""
+        if XDIST_WORKER in proc.cmdline:
+            return "xdist workers"
+        if "conformance.engine.zygote" in proc.cmdline:
+            return "task zygotes"
+        if parent == "task zygotes" or parent.startswith("task children"):
+            return "task children"
+        if parent == "xdist workers" and "pytest" in proc.cmdline:
+            return "runner zygotes"
+        if parent in ("runner zygotes", "pytest process (xdist controller)"):
+            return "runners (the cases)" if "pytest" in proc.cmdline else "other"
+        if parent == "runners (the cases)":
+            return "runners' own children"
+        return "other"
+
+    def by_kind(self) -> dict[str, tuple[int, float]]:
+        """kind -> (processes, CPU seconds)."""
+        out: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
+        for pid, proc in self.procs.items():
+            row = out[self.kind(pid)]
+            row[0] += 1
+            row[1] += proc.cpu
+        return {k: (int(n), cpu) for k, (n, cpu) in out.items()}
+
+
+def _proc_table() -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, CPU seconds so far), for every process /proc shows."""
+    table = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        table[int(name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / TICKS)
+    return table
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@dataclass
+class MeasuredRun:
+    """One timed run: wall and CPU seconds (all its processes), its cases and its split."""
+
+    wall: float
+    cpu: float
+    cases: int
+    summary: str
+    split: dict[str, tuple[int, float]]
+    statuses: dict[str, str]  # record id -> status
+
+    @property
+    def ms_a_case(self) -> float:
+        return 1000 * self.cpu / max(self.cases, 1)
+
+
+def measured_run(cmd: list[str], cwd: str, env: dict[str, str]) -> MeasuredRun:
+    """Run `cmd` (a pytest command line without --results) with results in a temporary
+    folder; its CPU split by kind of process and the status of every record."""
+    results = tempfile.mkdtemp(prefix="bench-results-")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        [*cmd, "--results", results], cwd=cwd, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    tree = ProcessTree(proc.pid).start()
+    out, _ = proc.communicate()
+    wall = time.perf_counter() - start
+    tree.stop()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    statuses = {}
+    for name in sorted(os.listdir(results)):
+        if name.startswith("cases-") and name.endswith(".jsonl"):
+            with open(os.path.join(results, name)) as f:
+                for line in f:
+                    if line.strip():
+                        record = json.loads(line)
+                        statuses[record["id"]] = record["status"]
+    shutil.rmtree(results, ignore_errors=True)
+    lines = out.strip().splitlines()
+    return MeasuredRun(wall, cpu, len(statuses), lines[-1] if lines else "", tree.by_kind(),
+                       statuses)  # fmt: skip
+
+
+def print_split(name: str, run: MeasuredRun) -> None:
+    print(f"  where {name}'s {run.cpu:.0f} s of CPU go (by kind of process):")
+    attributed = 0.0
+    for kind, (n, cpu) in sorted(run.split.items(), key=lambda kv: -kv[1][1]):
+        attributed += cpu
+        print(f"    {kind:36s} {n:4d} process(es) {cpu:7.1f} s  {100 * cpu / run.cpu:5.1f} %")
+    print(f"    {'not attributed (ended between polls)':36s} {'':17s}"
+          f"{max(run.cpu - attributed, 0.0):7.1f} s")  # fmt: skip
+
+
+def worktree(repo: str, rev: str) -> str:
+    """A git worktree of `rev` in a temporary folder (removed by `drop_worktree`)."""
+    path = tempfile.mkdtemp(prefix=f"bench-{rev[:12]}-")
+    subprocess.run(
+        ["git", "worktree", "add", "--detach", "-f", path, rev],
+        cwd=repo, check=True, capture_output=True,
+    )  # fmt: skip
+    return path
+
+
+def drop_worktree(repo: str, path: str) -> None:
+    subprocess.run(["git", "worktree", "remove", "--force", path], cwd=repo, capture_output=True)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def compare_verdicts(old: MeasuredRun, new: MeasuredRun, limit: int = 10) -> str:
+    """One line (and up to `limit` examples): the cases both runs recorded, how many changed
+    status, how many only one of them has."""
+    both = old.statuses.keys() & new.statuses.keys()
+    changed = sorted(i for i in both if old.statuses[i] != new.statuses[i])
+    text = (
+        f"verdicts: {len(both)} cases in both runs, {len(changed)} changed status; "
+        f"{len(new.statuses.keys() - both)} only in this commit's run, "
+        f"{len(old.statuses.keys() - both)} only in the older one's"
+    )
+    for case in changed[:limit]:
+        text += f"\n    {case}: {old.statuses[case]} -> {new.statuses[case]}"
+    return text
