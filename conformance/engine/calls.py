@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,19 +119,34 @@ def save_calls(captured: dict[str, dict[str, list[Call]]], path: str) -> None:
             os.remove(tmp)
 
 
-def load_calls(path: str) -> dict[str, dict[str, list[Call]]]:
-    """What `save_calls` wrote."""
+def load_calls(path: str) -> dict[str, Mapping[str, list[Call]]]:
+    """What `save_calls` wrote, each overload's calls restored when first asked for."""
     data = torch.load(path, weights_only=False)
-    return {
-        kind: {
-            overload: [
+    return {kind: RestoredCalls(by_overload) for kind, by_overload in data.items()}
+
+
+class RestoredCalls(Mapping[str, list[Call]]):
+    """{overload: [Call]} of one kind of a saved file, each overload's calls restored on first
+    use: restoring copies every storage (`restored`), and a file holds every overload an OpInfo
+    reaches while a case asks for one."""
+
+    def __init__(self, saved: dict[str, list[tuple]]) -> None:
+        self._saved = saved
+        self._calls: dict[str, list[Call]] = {}
+
+    def __getitem__(self, overload: str) -> list[Call]:
+        if overload not in self._calls:
+            self._calls[overload] = [
                 Call(name, restored(args), restored(kwargs), cpu_args)
-                for name, args, kwargs, cpu_args in calls
+                for name, args, kwargs, cpu_args in self._saved[overload]
             ]
-            for overload, calls in by_overload.items()
-        }
-        for kind, by_overload in data.items()
-    }
+        return self._calls[overload]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._saved)
+
+    def __len__(self) -> int:
+        return len(self._saved)
 
 
 def content_digest(calls: list[Call]) -> str:
