@@ -61,3 +61,33 @@ def test_the_lazy_runtimes_time_and_the_suites_own_share():
     no_execute = lazy_time_line([rec("cosh", 10.0, compile_s=6.0)])
     assert "(execute time not measured); the suite's own 4.0 s = 40 %" in (no_execute or "")
     assert lazy_time_line([rec("abs", 4.0)]) is None
+
+
+def test_passed_setup_and_teardown_reports_with_nothing_to_print_leave_the_terminal_stats():
+    """pytest scans every report under stats[""] for each failure's teardown sections
+    (quadratic in a run with many failures): Terminal keeps there only what pytest would print
+    (a teardown report with a teardown section) and every report that did not pass."""
+    from types import SimpleNamespace
+
+    from conformance.harness.terminal import Terminal
+
+    stats: dict[str, list] = {}
+    reporter = SimpleNamespace(stats=stats)
+    plugins = SimpleNamespace(get_plugin=lambda name: reporter)
+    config = SimpleNamespace(pluginmanager=plugins, invocation_params=SimpleNamespace(args=()))
+    terminal = Terminal(config, lambda tr, status: None)
+
+    def logged(when: str, outcome: str = "passed", sections=()) -> pytest.TestReport:
+        report = pytest.TestReport("t.py::x", ("t.py", 0, "x"), {}, outcome, None, when,
+                                   sections=list(sections))  # fmt: skip
+        if not (report.passed and when != "call"):
+            return report  # pytest files it under its outcome
+        stats.setdefault("", []).append(report)  # as TerminalReporter does, before us
+        terminal.pytest_runtest_logreport(report)
+        return report
+
+    logged("setup")
+    logged("teardown")
+    printed = logged("teardown", sections=[("Captured stdout teardown", "bye")])
+    logged("teardown", sections=[("Captured stdout call", "hi")])
+    assert stats[""] == [printed]
