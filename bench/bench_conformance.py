@@ -400,6 +400,7 @@ def cost_per_case(env: dict[str, str], baseline: str | None) -> None:
     milliseconds a case against this one's, and their verdicts case by case (issue 85)."""
     now = process_cost.measured_run(pytest_cmd("-n", "2"), REPO, env)
     process_cost.print_split("the default run", now)
+    process_cost.print_case_time("the default run", now)
     if env.get("CONFORMANCE_BACKEND") == "echo_npu":
         failure_cost(env, now)
     if not baseline:
@@ -441,6 +442,7 @@ def failure_cost(env: dict[str, str], clean: process_cost.MeasuredRun) -> None:
         f"[{faulted.summary}] [{load()}]"
     )
     process_cost.print_split("the faulted run", faulted)
+    process_cost.print_case_time("the faulted run", faulted)
 
 
 def coverage(env: dict[str, str]) -> None:

@@ -130,6 +130,7 @@ class MeasuredRun:
     summary: str
     split: dict[str, tuple[int, float]]
     statuses: dict[str, str]  # record id -> status
+    case_time: dict[str, tuple[int, float]] = field(default_factory=dict)  # part -> (n, s)
 
     @property
     def ms_a_case(self) -> float:
@@ -152,7 +153,8 @@ def measured_run(cmd: list[str], cwd: str, env: dict[str, str]) -> MeasuredRun:
     tree.stop()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    statuses = {}
+    statuses: dict[str, str] = {}
+    case_time: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
     for name in sorted(os.listdir(results)):
         if name.startswith("cases-") and name.endswith(".jsonl"):
             with open(os.path.join(results, name)) as f:
@@ -160,10 +162,29 @@ def measured_run(cmd: list[str], cwd: str, env: dict[str, str]) -> MeasuredRun:
                     if line.strip():
                         record = json.loads(line)
                         statuses[record["id"]] = record["status"]
+                        part = case_time[part_of(record)]
+                        part[0] += 1
+                        part[1] += record.get("duration") or 0.0
     shutil.rmtree(results, ignore_errors=True)
     lines = out.strip().splitlines()
+    parts = {k: (int(n), t) for k, (n, t) in case_time.items()}
     return MeasuredRun(wall, cpu, len(statuses), lines[-1] if lines else "", tree.by_kind(),
-                       statuses)  # fmt: skip
+                       statuses, parts)  # fmt: skip
+
+
+def part_of(record: dict) -> str:
+    """A record's family, and for an op case its mode or value set (`-grad`, `-special`, ...;
+    "ordinary" without one)."""
+    from conformance.record import CaseId
+
+    family = record.get("family") or "ops"
+    if family != "ops":
+        return family
+    try:
+        values = CaseId.parse(record["id"].partition("[")[2].rstrip("]")).values
+    except ValueError:
+        values = ""
+    return f"ops -{values}" if values else "ops (ordinary)"
 
 
 def print_split(name: str, run: MeasuredRun) -> None:
@@ -174,6 +195,16 @@ def print_split(name: str, run: MeasuredRun) -> None:
         print(f"    {kind:36s} {n:4d} process(es) {cpu:7.1f} s  {100 * cpu / run.cpu:5.1f} %")
     print(f"    {'not attributed (ended between polls)':36s} {'':17s}"
           f"{max(run.cpu - attributed, 0.0):7.1f} s")  # fmt: skip
+
+
+def print_case_time(name: str, run: MeasuredRun) -> None:
+    """The records' own durations by family and mode: what the cases cost, and what the run
+    costs beyond them (its wall time on 2 workers against half the cases' time)."""
+    total = sum(t for _, t in run.case_time.values())
+    print(f"  {name}: {total:.0f} s of case time in the records ({run.wall:.0f} s wall on 2 "
+          f"workers: {max(run.wall - total / 2, 0.0):.0f} s of it outside the cases):")  # fmt: skip
+    for part, (n, t) in sorted(run.case_time.items(), key=lambda kv: -kv[1][1]):
+        print(f"    {part:36s} {n:6d} cases {t:7.1f} s  {1000 * t / max(n, 1):6.1f} ms a case")
 
 
 def worktree(repo: str, rev: str) -> str:

@@ -41,6 +41,7 @@ def test_the_cpu_split_names_the_processes_of_an_xdist_run_and_reads_its_records
     for kind in ("pytest process (xdist controller)", "xdist workers", "runner zygotes",
                  "runners (the cases)"):  # fmt: skip
         assert kinds.get(kind, 0) > 0, run.split
+    assert run.case_time["ops (ordinary)"][0] >= 1 and run.case_time["ops (ordinary)"][1] > 0
     changed = dict(run.statuses)
     case = next(iter(changed))
     changed[case] = "failed"
