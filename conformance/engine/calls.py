@@ -21,6 +21,12 @@ class Call:
     kwargs: dict = field(default_factory=dict)
     # positional indices of tensor args that stay on CPU in the device run (e.g. _copy_from)
     cpu_args: frozenset[int] = frozenset()
+    # what placing learns of the call once for every layout and case (engine/placing.py)
+    placing: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __getstate__(self) -> dict:
+        """Pickled (to a forked task) without what placing learned (views of its tensors)."""
+        return {**self.__dict__, "placing": {}}
 
     def tensors(self) -> list[torch.Tensor]:
         leaves, _ = tree_flatten((self.args, self.kwargs))

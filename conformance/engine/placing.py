@@ -126,22 +126,33 @@ def place(
     written: tuple[str, ...] = (),
 ) -> PlacedCall | None:
     """Choose placements for `layout`; None when the layout changes no argument."""
-    top = list(call.args) + list(call.kwargs.values())
-    roles = arg_roles(schema, call, written)
-    per_top: list[list[tuple[torch.Tensor, str, bool, bool]]] = []
-    for i, (value, (name, written)) in enumerate(zip(top, roles, strict=True)):
-        flat, _ = tree_flatten(value)
-        per_top.append(
-            [(t, name, written, i in call.cpu_args) for t in flat if isinstance(t, torch.Tensor)]
-        )
-    tensors = [x for group in per_top for x in group]
+    tensors, leaves_in, spec = _flattened(call, schema, written)
     chosen = _choose(tensors, layout, resize_out)
     if chosen is None:
         return None
-    leaves_in, spec = tree_flatten((call.args, call.kwargs))
     it = iter(chosen)
     leaves = [next(it) if isinstance(x, torch.Tensor) else x for x in leaves_in]
     return PlacedCall(call, layout, leaves, spec)
+
+
+def _flattened(
+    call: Call, schema: torch._C.FunctionSchema, written: tuple[str, ...]
+) -> tuple[list[tuple[torch.Tensor, str, bool, bool]], list, Any]:
+    """(each tensor with its argument's name, whether it is written, whether it stays on CPU;
+    the leaves of (args, kwargs); their tree spec): the same for every layout and case of the
+    call, so learned once (kept on the call)."""
+    key = (schema.name, schema.overload_name, written)
+    if key not in call.placing:
+        top = list(call.args) + list(call.kwargs.values())
+        tensors = []
+        for i, (value, (name, writes)) in enumerate(
+            zip(top, arg_roles(schema, call, written), strict=True)
+        ):
+            flat, _ = tree_flatten(value)
+            cpu = i in call.cpu_args
+            tensors += [(t, name, writes, cpu) for t in flat if isinstance(t, torch.Tensor)]
+        call.placing[key] = (tensors, *tree_flatten((call.args, call.kwargs)))
+    return call.placing[key]
 
 
 def _choose(tensors, layout: str, resize_out: bool) -> list[Leaf] | None:

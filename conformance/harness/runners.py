@@ -360,7 +360,8 @@ def serve(
             if lazy or not passed:  # the reports leave before the device is asked after them
                 _send_lines(out, lines)
                 lines = []
-            lines.append(_line("finish", nodeid, RETIRE if _broken(backend, lazy, passed) else None))
+            retire = RETIRE if _broken(backend, lazy, passed) else None
+            lines.append(_line("finish", nodeid, retire))
             _send_lines(out, lines)  # one write and one wake-up of the owner a case, not five
             if after_case is not None:
                 after_case()
