@@ -29,6 +29,8 @@ from conformance.harness.case_reports import RECORD_PROPERTY, ends_case
 
 __all__ = ("CaseWarnings", "QuietSetup", "captured", "summary_line")
 
+RELAY_KEY = "conformance-capture-warnings"  # in an xdist worker's workeroutput
+
 #: distinct warnings kept in one record (the rest are counted in the last entry)
 KEPT = 20
 _TALLY = pytest.StashKey[Counter]()
@@ -145,7 +147,13 @@ class CaseWarnings:
 
 class QuietSetup:
     """The suite's start and collection run with fd 2 held (engine/held_stderr.py): what torch
-    warns about the suite's own CPU work there is tallied, not printed; one summary line."""
+    warns about the suite's own CPU work there is tallied, not printed; one summary line. An
+    xdist worker hands its tally to the controller through xdist's own channel
+    (`workeroutput`), so the line and run.json speak for every worker, not only the process that
+    prints them."""
+
+    def __init__(self) -> None:
+        self.relayed: Counter = Counter()  # the workers' tallies
 
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session):
@@ -157,17 +165,30 @@ class QuietSetup:
         with HELD.held():
             yield
 
-    @staticmethod
-    def to_json() -> list[dict[str, Any]]:
-        return as_json(HELD.tally)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        output = getattr(session.config, "workeroutput", None)  # an xdist worker's to send
+        if output is not None:
+            output[RELAY_KEY] = [[c, m, n] for (c, m), n in HELD.tally.items()]
 
-    @staticmethod
-    def summary_line() -> str | None:
-        if not HELD.tally:
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object | None) -> None:
+        """xdist controller: a worker's tally (sent at its end; none from a worker that died)."""
+        for c, m, n in getattr(node, "workeroutput", {}).get(RELAY_KEY, []):
+            self.relayed[c, m] += int(n)
+
+    def tally(self) -> Counter:
+        return HELD.tally + self.relayed
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return as_json(self.tally())
+
+    def summary_line(self) -> str | None:
+        tally = self.tally()
+        if not tally:
             return None
-        (_, top), n = HELD.tally.most_common(1)[0]
+        (_, top), n = tally.most_common(1)[0]
         return (
-            f"sample capture: torch warned {sum(HELD.tally.values())} time(s) on CPU "
-            f"({len(HELD.tally)} distinct; run.json `capture_warnings`), not printed; most "
+            f"sample capture: torch warned {sum(tally.values())} time(s) on CPU "
+            f"({len(tally)} distinct; run.json `capture_warnings`), not printed; most "
             f"often ({n}x): {top[:120]}"
         )

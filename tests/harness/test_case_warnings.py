@@ -74,3 +74,26 @@ def test_the_users_warning_filters_still_apply_in_a_case() -> None:
         warnings.warn("kept", UserWarning, stacklevel=1)
         print(LINE, file=sys.stderr)  # read back where fd 2 is a file (a runner's log)
     assert tally[("UserWarning", "kept")] == 1
+
+
+def test_a_workers_capture_warnings_reach_the_controllers_line_and_run_json(monkeypatch) -> None:
+    """Under xdist the samples are captured in the workers: each sends its tally at its end
+    through xdist's workeroutput, and the controller's summary line and run.json count it."""
+    from conformance.engine import held_stderr
+    from conformance.harness import case_warnings
+    from conformance.harness.case_warnings import QuietSetup
+
+    worker_held = HeldStderr()
+    worker_held.tally.update(cpp_warnings(LINE) + cpp_warnings(LINE))
+    monkeypatch.setattr(case_warnings, "HELD", worker_held)
+    output: dict = {}
+    QuietSetup().pytest_sessionfinish(SimpleNamespace(config=SimpleNamespace(workeroutput=output)))
+    sent = json.loads(json.dumps(output))  # what execnet carries: lists, strings, numbers
+
+    monkeypatch.setattr(case_warnings, "HELD", held_stderr.HeldStderr())  # the controller's
+    controller = QuietSetup()
+    assert controller.summary_line() is None
+    controller.pytest_testnodedown(SimpleNamespace(workeroutput=sent), None)
+    controller.pytest_testnodedown(SimpleNamespace(workeroutput={}), "died")  # sent nothing
+    assert "torch warned 2 time(s) on CPU" in (controller.summary_line() or "")
+    assert controller.to_json()[0]["count"] == 2
