@@ -237,14 +237,17 @@ def cases_in(summary: str) -> int:
     )
 
 
-def full_run(name: str, args: list[str], env: dict[str, str], target_min: float) -> float:
-    """Time one run; returns its CPU seconds (a load-independent measure of its work). Its
-    cases a second and CPU milliseconds a case are printed beside it (issue 85): growth of the
-    suite and cost per case told apart."""
+def full_run(
+    name: str, args: list[str], env: dict[str, str], target_min: float
+) -> process_cost.MeasuredRun:
+    """Time one run; returns it (its CPU seconds: a load-independent measure of its work; its
+    split by kind of process; its records' statuses). Its cases a second and CPU milliseconds a
+    case are printed beside it (issue 85): growth of the suite and cost per case told apart."""
     results = tempfile.mkdtemp()
     run(pytest_cmd(*args, "--results", results, "--collect-only"), env)  # import caches
-    wall, cpu, summary = run(pytest_cmd(*args, "--results", results), env)
     shutil.rmtree(results, ignore_errors=True)
+    measured = process_cost.measured_run(pytest_cmd(*args), REPO, env)
+    wall, cpu, summary = measured.wall, measured.cpu, measured.summary
     cases = cases_in(summary)
     per_case = (
         f"; {cases} cases, {cases / wall:.0f} a second, {1000 * cpu / cases:.1f} ms CPU a case"
@@ -256,7 +259,7 @@ def full_run(name: str, args: list[str], env: dict[str, str], target_min: float)
         f"{verdict(wall, target_min * 60)}); {cpu:.0f} s CPU, i.e. {cpu / 2 / 60:.2f} min on 2 "
         f"idle cores{per_case}  [{summary}] [{load()}]"
     )
-    return cpu
+    return measured
 
 
 def modes_ratio(env: dict[str, str], with_modes_cpu: float) -> None:
@@ -264,7 +267,7 @@ def modes_ratio(env: dict[str, str], with_modes_cpu: float) -> None:
     the two runs are sequential, so wall time would compare two different loads)."""
     without = full_run(
         "default run without modes (-n 2 --modes none)", ["-n", "2", "--modes", "none"], env, 2
-    )
+    ).cpu
     ratio = with_modes_cpu / without
     print(
         f"modes: the default run costs {ratio:.2f}x the run without them (CPU seconds; "
@@ -276,7 +279,7 @@ def value_sets_ratio(env: dict[str, str], default_cpu: float) -> None:
     """The default run against the same run without the value sets of issue 43 (CPU seconds;
     both after a collect-only pass, so their samples are built and cached: a warm run)."""
     older = ["-n", "2", "--values", "ordinary,special,promotion"]
-    without = full_run("default run without -arguments/-sizes/-models", older, env, 2)
+    without = full_run("default run without -arguments/-sizes/-models", older, env, 2).cpu
     ratio = default_cpu / without
     print(
         f"value sets: the default run costs {ratio:.2f}x the run without -arguments, -sizes "
@@ -288,7 +291,7 @@ def heap_zones_ratio(env: dict[str, str], default_cpu: float) -> None:
     """The default run against the same run without the suite's heap red zones (CPU seconds)."""
     without = full_run(
         "default run with --heap-zones off", ["-n", "2", "--heap-zones", "off"], env, 2
-    )
+    ).cpu
     ratio = default_cpu / without
     print(
         f"heap red zones: the default run costs {ratio:.2f}x the run without them (CPU "
@@ -301,7 +304,7 @@ def runtime_ratio(env: dict[str, str], default_cpu: float) -> None:
     -asynchronous mode (CPU seconds)."""
     modes = ",".join(m for m in DEFAULT_MODES if m != "asynchronous")
     args = ["-n", "2", "--ignore", "conformance/contract", "--modes", modes]
-    without = full_run("default run without the contract and -asynchronous", args, env, 2)
+    without = full_run("default run without the contract and -asynchronous", args, env, 2).cpu
     ratio = default_cpu / without
     print(
         f"runtime contract: the default run costs {ratio:.2f}x the run without the contract "
@@ -382,8 +385,8 @@ def compile_axis(env: dict[str, str], default_cpu: float | None) -> None:
     env = {**env, "TORCHINDUCTOR_CACHE_DIR": cache}
     args = ["-n", "2", "--modes", "compile", "-k", "compile"]
     name = "compiled axis (--modes compile -k compile)"
-    cold = full_run(f"{name}, cold Inductor caches", args, env, 10)
-    warm = full_run(f"{name}, warm Inductor caches", args, env, 10)
+    cold = full_run(f"{name}, cold Inductor caches", args, env, 10).cpu
+    warm = full_run(f"{name}, warm Inductor caches", args, env, 10).cpu
     shutil.rmtree(cache, ignore_errors=True)
     if default_cpu:
         within = 1 + warm / default_cpu
@@ -394,11 +397,10 @@ def compile_axis(env: dict[str, str], default_cpu: float | None) -> None:
         )
 
 
-def cost_per_case(env: dict[str, str], baseline: str | None) -> None:
-    """The default run's CPU split by kind of process, and (with a baseline commit) the same run
-    of that commit of the suite, on the same backend and torch, in this bench run: its CPU
-    milliseconds a case against this one's, and their verdicts case by case (issue 85)."""
-    now = process_cost.measured_run(pytest_cmd("-n", "2"), REPO, env)
+def cost_per_case(env: dict[str, str], now: process_cost.MeasuredRun, baseline: str | None) -> None:
+    """The default run's (`now`) CPU split by kind of process, and (with a baseline commit) the
+    same run of that commit of the suite, on the same backend and torch, in this bench run: its
+    CPU milliseconds a case against this one's, and their verdicts case by case (issue 85)."""
     process_cost.print_split("the default run", now)
     process_cost.print_case_time("the default run", now)
     if env.get("CONFORMANCE_BACKEND") == "echo_npu":
@@ -512,14 +514,15 @@ def main() -> None:
     overhead(opts.backend, opts.rounds)
     default_cpu = None
     if not opts.skip_default:
-        default_cpu = full_run("default run (-n 2)", ["-n", "2"], env, 2)
+        default = full_run("default run (-n 2)", ["-n", "2"], env, 2)
+        default_cpu = default.cpu
         modes_ratio(env, default_cpu)
         value_sets_ratio(env, default_cpu)
         heap_zones_ratio(env, default_cpu)
         runtime_ratio(env, default_cpu)
         new_families_ratio(env, default_cpu)
         vendor_keys_share(env)
-        cost_per_case(env, None if opts.baseline == "none" else opts.baseline)
+        cost_per_case(env, default, None if opts.baseline == "none" else opts.baseline)
         collectives_selection(env)
     if opts.compile:
         compile_axis(env, default_cpu)

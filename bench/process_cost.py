@@ -23,6 +23,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from conformance.record import CaseId
+
 TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 XDIST_WORKER = "import sys;exec(eval(sys.stdin.readline()))"  # execnet's bootstrap
 
@@ -175,8 +177,6 @@ def measured_run(cmd: list[str], cwd: str, env: dict[str, str]) -> MeasuredRun:
 def part_of(record: dict) -> str:
     """A record's family, and for an op case its mode or value set (`-grad`, `-special`, ...;
     "ordinary" without one)."""
-    from conformance.record import CaseId
-
     family = record.get("family") or "ops"
     if family != "ops":
         return family

@@ -40,15 +40,11 @@ def node_bases(config: pytest.Config, family_folders: Iterable[str]) -> list[str
     return [*bases, PACKAGE_DIR, os.path.dirname(PACKAGE_DIR), *family_folders]
 
 
-def is_conformance_nodeid(nodeid: str, bases: Iterable[str], family_folders: Iterable[str]) -> bool:
-    """A generated case or a case of a family, from its node id alone (an xdist controller has
-    no items): the file it names, resolved against `bases`, is the suite's."""
-    return NodeJudge(bases, family_folders)(nodeid)
-
-
 class NodeJudge:
-    """is_conformance_nodeid for one session, each file resolved once (an xdist controller
-    judges every report of the run: tens of thousands of node ids over a handful of files)."""
+    """Whether a node id names a generated case or a case of a family, from the id alone (an
+    xdist controller has no items): the file it names, resolved against `bases`, is the
+    suite's. Each file is resolved once (a controller judges every report of the run: tens of
+    thousands of node ids over a handful of files)."""
 
     def __init__(self, bases: Iterable[str], family_folders: Iterable[str]) -> None:
         self.bases = list(bases)

@@ -6,15 +6,14 @@ from __future__ import annotations
 import os
 
 from conformance.harness.families import registry
-from conformance.harness.nodes import PACKAGE_DIR
-from conformance.harness.nodes import is_conformance_nodeid as judged
+from conformance.harness.nodes import PACKAGE_DIR, NodeJudge
 
 CASE = "test_matches_cpu[abs-float32-contiguous-native]"
 FOLDERS = registry().folders()
 
 
 def is_conformance_nodeid(nodeid: str, bases: list[str]) -> bool:
-    return judged(nodeid, bases, FOLDERS)
+    return NodeJudge(bases, FOLDERS)(nodeid)
 
 
 def test_a_case_or_scenario_is_recognised_relative_to_any_base(tmp_path):
