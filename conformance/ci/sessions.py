@@ -63,7 +63,32 @@ from conformance.sharding import Shard
 
 __all__ = ["find_links", "register"]
 
-REPORT_DEPS = ("jinja2>=3.1", "packaging>=23", "matplotlib>=3.7")
+REPORT_DEPS = ("jinja2>=3.1", "packaging>=23", "matplotlib>=3.7", "sqlalchemy>=2")
+
+
+def append_history(
+    session: nox.Session, dirs: list[str], root_dir: Path, results: Path
+) -> list[str]:
+    """The results appended to $CONFORMANCE_STORE (shards tied by CI's run id), the store's
+    summary written to results/history.md and its trend pictures to results/trends/; returns
+    the report's arguments that draw them (none without a store, or where it gave none). A
+    store that cannot take the results is a line of the log, never a failed report."""
+    where = os.environ.get("CONFORMANCE_STORE", "")
+    if not where:
+        return []
+    if "://" not in where:
+        where = str((root_dir / where).resolve())
+    group = os.environ.get("GITHUB_RUN_ID", "")
+    cli = ["python", "-m", "conformance.history", "--store", where]
+    codes = {"success_codes": [0, 1, 2], "external": True}
+    session.run(*cli, "add", *dirs, *(["--run-group", group] if group else []), **codes)
+    keep = os.environ.get("CONFORMANCE_STORE_KEEP_DAYS", "180")  # an artifact store stays small
+    session.run(*cli, "prune", "--keep-days", keep, **codes)
+    session.run(*cli, "summary", "--output", str(results / "history.md"), **codes)
+    trends = results / "trends"
+    shutil.rmtree(trends, ignore_errors=True)  # never an earlier night's pictures
+    session.run(*cli, "pictures", "--output", str(trends), **codes)
+    return ["--trends", str(trends)] if (trends / "trends.json").is_file() else []
 
 
 def _suite_pythonpath() -> dict[str, str]:
@@ -243,7 +268,9 @@ def register(
         """Markdown + HTML report over results/* (or the folders given after --), plus the
         torch-version report and the scorecard (results/scorecard/);
         $CONFORMANCE_PREVIOUS_RESULTS (a previous nightly's results) adds
-        new failures / new passes."""
+        new failures / new passes; $CONFORMANCE_STORE (the results store: a SQLite file or a
+        database URL) gets the results appended, writes results/history.md and draws the
+        trends (results/trends/) into the HTML report and beside the scorecard."""
         session.install(*REPORT_DEPS)
         results = root_dir / "results"
         dirs = [str((root_dir / d).resolve()) for d in session.posargs] or [str(results)]
@@ -252,6 +279,7 @@ def register(
         extra = ["--previous", str(prev_dir)] if prev_dir and prev_dir.is_dir() else []
         suite = stage_suite(Path(session.create_tmp()) / "suite", root_dir / ".pytest_cache")
         with session.chdir(suite):
+            extra += append_history(session, dirs, root_dir, results)
             session.run(
                 "python",
                 "-m",

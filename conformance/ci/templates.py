@@ -177,13 +177,22 @@ jobs:
             gh run download "$prev" --repo "$GITHUB_REPOSITORY" --name nightly-results \\
               --dir previous || echo "no results from run $prev"
           fi
+          # the results store: from the latest of the last 10 nightlies that uploaded one
+          for run in $(gh run list --repo "$GITHUB_REPOSITORY" --workflow @@WORKFLOW_FILE@@ \\
+              --limit 10 --json databaseId --jq '.[].databaseId' || true); do
+            gh run download "$run" --repo "$GITHUB_REPOSITORY" --name nightly-history \\
+              --dir history 2>/dev/null && echo "results store of run $run" && break
+          done
       - run: nox -s report
         env:
           CONFORMANCE_PREVIOUS_RESULTS: previous
+          # the results store: this SQLite file travels from nightly to nightly as an
+          # artifact; a team with a database server puts its URL here instead
+          CONFORMANCE_STORE: history/history.db
       - name: Step summary
         run: >-
           python -m conformance.ci.steps summary results/scorecard/scorecard.md
-          results/versions.md results/report.md
+          results/versions.md results/history.md results/report.md
       - uses: actions/upload-artifact@v4
         with:
           name: report
@@ -192,11 +201,17 @@ jobs:
             results/report.md
             results/versions.html
             results/versions.md
+            results/history.md
             results/scorecard/
       - uses: actions/upload-artifact@v4
         with:
           name: nightly-results
           path: results/conformance-*
+      - uses: actions/upload-artifact@v4
+        with:
+          name: nightly-history
+          path: history/history.db
+          if-no-files-found: ignore
 """
 
 PR_YML = """\

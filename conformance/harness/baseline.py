@@ -78,15 +78,23 @@ def _reason(finding: Finding) -> str:
     return text + (f" ({finding.factor})" if finding.factor else "")
 
 
-def _comment(finding: Finding) -> str:
+def _comment(finding: Finding, flaky: Mapping[str, str]) -> str:
     rep = finding.representative
     lines = [f"{finding.id}: {finding.count} case(s) in {', '.join(finding.ops[:8])}"]
     if rep.repro:
         lines.append(f"repro: {rep.repro}")
+    shaky = [case.id for case in finding.cases if case.id in flaky]
+    if shaky:  # an xfail of a case that also passes xpasses on those nights
+        lines.append(
+            f"FLAKY: {len(shaky)} of its case(s) also pass on the same configuration (results "
+            f"store), so this entry can xpass; e.g. {shaky[0]}: {flaky[shaky[0]]}"
+        )
     return "\n".join(lines)
 
 
-def _finding_groups(ctx: Context, groups: dict[tuple[str, ...], Group]) -> None:
+def _finding_groups(
+    ctx: Context, groups: dict[tuple[str, ...], Group], flaky: Mapping[str, str]
+) -> None:
     """The failing cases of a context, one group per finding and entry status (harness/found.py:
     what the run found); an unsupported finding has one group per kernel the device lacks."""
     records = [r for case, r in ctx.records.items() if case not in ctx.differing]
@@ -99,7 +107,8 @@ def _finding_groups(ctx: Context, groups: dict[tuple[str, ...], Group]) -> None:
             reason = f"the device has no kernel for {item.kernel} where cpu computes"
         group = groups.get(key)
         if group is None:
-            group = groups[key] = Group(key, status, category_of(record), reason, _comment(finding))
+            comment = _comment(finding, flaky)
+            group = groups[key] = Group(key, status, category_of(record), reason, comment)
         case = item.culprit or case_id(record)
         group.members.setdefault((ctx.minor, ctx.allocator), set()).add(str(case))
         if status == "xfail":
@@ -270,9 +279,11 @@ def baseline(
     *,
     split: bool = False,
     source: str = "",
+    flaky: Mapping[str, str] | None = None,
 ) -> Baseline:
     """The manifest(s) that expect what `runs` found; `manifest`: the one the runs used (its
-    entries are carried over as written); `split`: common.toml + torch-<minor>.toml."""
+    entries are carried over as written); `split`: common.toml + torch-<minor>.toml; `flaky`:
+    case id -> why the results store calls it flaky (its entry says so)."""
     contexts = contexts_of(runs)
     minors = sorted({c.minor for c in contexts})
     if not split and len(minors) > 1:
@@ -285,7 +296,7 @@ def baseline(
     dtypes: set[str] = set()
     for ctx in contexts:
         _carried_groups(ctx, manifest, groups, dtypes)
-        _finding_groups(ctx, groups)
+        _finding_groups(ctx, groups, flaky or {})
     texts: dict[str, list[str]] = {}
     for key in sorted(groups, key=lambda k: (k[0] != "carried", k)):
         for name, entries in _place(groups[key], contexts, split).items():

@@ -317,6 +317,11 @@ class Options:
         default="results",
         parse=_results,
     )
+    store: str | None = option(
+        "at the end of the run, append its results to the results store: a SQLite file or a "
+        "database URL (python -m conformance.history answers questions over the runs in it)",
+        parse=lambda v: v or None,
+    )
     shard: Shard | None = option(
         "run shard K of N (K/N or K-of-N, 1 <= K <= N): the same partition of the cases in "
         "every shard, "

@@ -91,7 +91,7 @@ class ReproLines:
         --fallback-ops narrowed to the case's overload, the backend's environment."""
         # one case runs alone: the shard it was in does not apply to it, nor does the baseline
         override: dict[str, str | None] = dict.fromkeys(
-            ("results", "repro_dir", "shard", "shard_durations", "write_expectations")
+            ("results", "repro_dir", "shard", "shard_durations", "store", "write_expectations")
         )
         case = None  # a family's case (its test file is `path`): its options as given
         if path is None:  # a generated op case

@@ -45,6 +45,7 @@ from conformance.harness.rundir import RunDir
 from conformance.harness.runinfo import finish_info, start_info
 from conformance.harness.runners import serve_spawned, spawned_cases, spawned_profile
 from conformance.harness.stale import stale_expectations
+from conformance.harness.stored import append_run
 from conformance.harness.suite import Suite
 from conformance.harness.terminal import Summary, Terminal
 from conformance.harness.watch import PROBE_KEY, CaseWatch, ControllerHooks
@@ -435,6 +436,8 @@ class ConformanceRun:
             finish_info(self.info, suite, stats, self.records, counts, findings, exitstatus)
             self.info["capture_warnings"] = self.quiet_setup.to_json()
             self.recorder.write_run_info(self.info)
+            if suite.options.store:
+                summary.notes.append(append_run(suite.options.store, self.recorder.directory))
         return None if collect_only and not summary.stale else summary
 
     @pytest.hookimpl(trylast=True)

@@ -38,6 +38,24 @@ def _carried_manifest(records: Iterable[CaseRecord]) -> Manifest:
         return Manifest()
 
 
+def flaky_cases(where: str) -> dict[str, str]:
+    """Case id -> why the store at ``where`` calls it flaky (every cell)."""
+    from conformance.history.cases import flaky
+    from conformance.history.runs import Runs
+    from conformance.history.store import Store
+
+    store = Store(where)
+    try:
+        with store.reading() as conn:
+            found = flaky(Runs(conn))
+    finally:
+        store.close()
+    return {
+        f.case: f"failed {f.failed} and passed {f.passed} of {len(f.statuses)} runs in {f.cell}"
+        for f in found
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line; exit status 0, or 2 on unreadable input."""
     parser = argparse.ArgumentParser(
@@ -50,9 +68,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = parser.add_mutually_exclusive_group(required=True)
     out.add_argument("-o", "--output", metavar="FILE", help="one manifest (one torch version)")
     out.add_argument("--dir", metavar="DIR", help="common.toml + torch-<minor>.toml in DIR")
+    parser.add_argument(
+        "--store",
+        metavar="STORE",
+        help="the results store (conformance/history): entries of cases it finds flaky say so",
+    )
     args = parser.parse_args(argv)
     try:
         runs = load_results(args.results)
+        flaky = flaky_cases(args.store) if args.store else {}
         pairs = [(run.meta, run.cases) for run in runs]
         records = [r for _, rs in pairs for r in rs]
         result = baseline(
@@ -60,6 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _carried_manifest(records),
             split=bool(args.dir),
             source=", ".join(args.results),
+            flaky=flaky,
         )
     except ConformanceUsageError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -13,6 +13,7 @@ from pathlib import Path
 from conformance.report.html import render_html
 from conformance.report.load import ReportError, load_results
 from conformance.report.markdown import render_markdown
+from conformance.report.trends import load_trends
 
 DESCRIPTION = """\
 Turn conformance results folders into a Markdown summary and a static HTML page.
@@ -74,6 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit 1 if any case crashed, failed, errored, xpassed or was not run, or a run is "
         "incomplete (did not finish, shards missing)",
     )
+    parser.add_argument(
+        "--trends",
+        metavar="DIR",
+        help="the results store's pictures and flaky cases (`python -m conformance.history "
+        "pictures --output DIR`): drawn in the HTML page and beside the scorecard, flaky cases "
+        "marked",
+    )
     card = parser.add_argument_group("scorecard (conformance/report/scorecard.py)")
     card.add_argument(
         "--scorecard",
@@ -117,6 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         runs = load_results(args.results)
+        trends = load_trends(args.trends) if args.trends else None
     except ReportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -140,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _write(args.markdown, markdown)
     if args.html:
         stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")  # noqa: UP017
-        _write(args.html, render_html(runs, title=args.title, generated=stamp))
+        _write(args.html, render_html(runs, title=args.title, generated=stamp, trends=trends))
     if args.versions_md or args.versions_html:
         from conformance.report.versions import (
             build_version_grid,
@@ -171,7 +180,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")  # noqa: UP017
         try:
             paths = write_scorecard(
-                runs, args.scorecard, bisect=args.bisect, report=report, generated=stamp
+                runs,
+                args.scorecard,
+                bisect=args.bisect,
+                report=report,
+                generated=stamp,
+                trends=trends,
             )
         except (OSError, ValueError) as exc:
             print(f"error: --scorecard: {exc}", file=sys.stderr)

@@ -23,6 +23,7 @@ from conformance.report.summary import (
     family_tables,
     ordered,
 )
+from conformance.report.trends import Trends
 
 __all__ = ["TEMPLATE_DIR", "render_html"]
 
@@ -80,9 +81,14 @@ def _environment() -> jinja2.Environment:
 
 
 def render_html(
-    runs: Sequence[Run], *, title: str = "Conformance report", generated: str = ""
+    runs: Sequence[Run],
+    *,
+    title: str = "Conformance report",
+    generated: str = "",
+    trends: Trends | None = None,
 ) -> str:
-    """The HTML page for ``runs`` (one grid section per run, in the given order)."""
+    """The HTML page for ``runs`` (one grid section per run, in the given order); ``trends``:
+    the results store's pictures (a section) and flaky cases (marked where they fail)."""
     views = []
     for run in runs:
         counts = run.counts()
@@ -121,6 +127,7 @@ def render_html(
         findings=findings,
         families=families,
         total_cases=sum(v.total for v in views),
+        trends=trends or Trends(Path()),
     )
 
 

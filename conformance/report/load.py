@@ -43,6 +43,7 @@ __all__ = [
     "Run",
     "load_durations",
     "load_results",
+    "results_folders",
     "load_run",
     "status_rank",
     "worst_status",
@@ -219,7 +220,7 @@ def load_run(path: str | os.PathLike[str]) -> Run:
     return run
 
 
-def _folders(path: Path) -> list[Path]:
+def results_folders(path: Path) -> list[Path]:
     """The results folders ``path`` stands for: its subfolders with results, else itself."""
     if not path.is_dir():
         raise ReportError(f"results folder {path} does not exist")
@@ -238,7 +239,7 @@ def load_durations(path: str | os.PathLike[str]) -> dict[str, float]:
     """Seconds per case id in the results under ``path`` (a run, or a folder of runs: the
     longest where several recorded a case), for ``--shard-durations``."""
     out: dict[str, float] = {}
-    for folder in _folders(Path(path)):
+    for folder in results_folders(Path(path)):
         for case in load_run(folder).cases:
             if case.duration is not None:
                 out[case.id] = max(case.duration, out.get(case.id, 0.0))
@@ -327,5 +328,5 @@ def load_results(paths: Iterable[str | os.PathLike[str]]) -> list[Run]:
     by name; the shards of one run become one run, where its first shard was. Raises
     :class:`ReportError` when a path does not exist or holds no results, or when shards clash.
     """
-    runs = [load_run(folder) for raw in paths for folder in _folders(Path(raw))]
+    runs = [load_run(folder) for raw in paths for folder in results_folders(Path(raw))]
     return _merge_sharded(runs)

@@ -28,6 +28,7 @@ from conformance.record import FAILING, STATUS_ORDER, CaseId, CaseRecord
 from conformance.report.html import TEMPLATE_DIR
 from conformance.report.load import Run
 from conformance.report.summary import ordered
+from conformance.report.trends import Trends
 
 __all__ = ["Scorecard", "build_scorecard", "render_badge", "render_scorecard", "write_scorecard"]
 
@@ -226,10 +227,18 @@ def _cell(text: object, limit: int = 200, code: bool = False) -> str:
     return value if code else value.replace("<", "&lt;").replace(">", "&gt;")
 
 
-def render_scorecard(card: Scorecard, generated: str = "") -> str:
-    """The Markdown page."""
+def render_scorecard(card: Scorecard, generated: str = "", trends: Trends | None = None) -> str:
+    """The Markdown page (``trends``: the store's pictures, linked from trends/, and flaky
+    cases, counted per finding)."""
+    trends = trends or Trends(Path())
+    flaky = {case for cases in trends.flaky.values() for case in cases}
     template = _environment().get_template("scorecard.md.j2")
-    return template.render(card=card, generated=generated)
+    return template.render(
+        card=card,
+        generated=generated,
+        trends=trends,
+        flaky=lambda finding: sum(c.id in flaky for c in finding.cases),
+    )
 
 
 def render_badge(card: Scorecard, label: str = "conformance") -> str:
@@ -243,13 +252,15 @@ def render_badge(card: Scorecard, label: str = "conformance") -> str:
 
 def write_scorecard(
     runs: Sequence[Run], directory: str | Path, *, bisect: Sequence[str] = (), report: str = "",
-    generated: str = "",
+    generated: str = "", trends: Trends | None = None,
 ) -> list[Path]:  # fmt: skip
-    """Write DIR/scorecard.md and DIR/badge.svg; returns their paths."""
+    """Write DIR/scorecard.md and DIR/badge.svg (and the store's trend pictures into
+    DIR/trends/, linked from the page); returns their paths."""
     card = build_scorecard(runs, bisect=bisect, report=report)
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
     page, badge = folder / "scorecard.md", folder / "badge.svg"
-    page.write_text(render_scorecard(card, generated), encoding="utf-8")
+    pictures = trends.copy_pictures(folder / "trends") if trends else []
+    page.write_text(render_scorecard(card, generated, trends), encoding="utf-8")
     badge.write_text(render_badge(card), encoding="utf-8")
-    return [page, badge]
+    return [page, badge, *pictures]

@@ -141,11 +141,25 @@ ROOM_MAY_IMPORT: dict[str, set[str]] = {
     "tools": {"ci"},
     # the rooms that work across runs: bisection, the CI matrix, measuring the suite
     "bisect": {"ci", "report", "engine", "record", "errors", "sharding"},
-    "measure": {"harness", "report", "samples", "ops", "engine", "findings", "record", "errors"},
+    "measure": {
+        *("harness", "history", "report", "samples", "ops"),
+        *("engine", "findings", "record", "errors"),
+    },
     "ci": {"engine", "sharding", "errors"},
     "upstream": {"harness", "report", "samples", "engine", "findings", "record", "errors"},
     # the run: the families' test folders (below), the pytest plumbing, the reports it writes
-    "harness": {"report", "samples", "ops", "engine", "findings", "sharding", "record", "errors"},
+    "harness": {
+        "history",
+        "report",
+        "samples",
+        "ops",
+        "engine",
+        "findings",
+        "sharding",
+        "record",
+        "errors",
+    },
+    "history": {"report", "findings", "sharding", "record", "errors"},
     "report": {"findings", "sharding", "record", "errors"},
     # one case: its samples, the op specs, the engine that judges it
     "samples": {"ops", "engine", "record", "errors"},

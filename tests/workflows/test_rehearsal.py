@@ -21,6 +21,7 @@ NOXFILE = '''
 them as the suite's --shard does ($CONFORMANCE_SHARD, set by the nightly's jobs)."""
 import json, os, pathlib, sys
 import nox
+from conformance.ci.sessions import append_history
 from conformance.sharding import Partition, Shard, digest
 
 ROOT = pathlib.Path(__file__).resolve().parent
@@ -36,7 +37,8 @@ def cell(minor, version, failing):
         mine = [s == shard.index - 1 for s in part.assign(ids)]
         meta = {"index": shard.index, "count": shard.count, "cases": sum(mine), "total": 8}
         meta.update(case_list=digest(ids), partition=part.last_digest)
-        info = {"torch": version, "finished": "t", "shard": meta}
+        info = {"torch": version, "started": "2026-11-30T02:00:00+00:00", "finished": "t",
+                "shard": meta}
         (out / "run.json").write_text(json.dumps(info))
         lines = []
         for i in range(8):
@@ -66,11 +68,12 @@ cell("2.13", "2.13.0", True)
 
 @nox.session(venv_backend="none")
 def report(session):
-    """The report over results/ (host python)."""
+    """The report over results/ (host python), with the real session's results store."""
+    trends = append_history(session, ["results"], ROOT, ROOT / "results")
     session.run(sys.executable, "-m", "conformance.report", "results",
                 "--markdown", "results/report.md", "--html", "results/report.html",
                 "--versions-md", "results/versions.md", "--versions-html", "results/versions.html",
-                "--scorecard", "results/scorecard", external=True)
+                "--scorecard", "results/scorecard", *trends, external=True)
 '''
 
 
@@ -135,10 +138,20 @@ def test_rehearsal_runs_the_nightly_jobs_and_builds_the_version_report(
         "conformance-2.12-shard-2-of-2",
         "conformance-2.13-shard-1-of-2",
         "conformance-2.13-shard-2-of-2",
+        "nightly-history",
         "nightly-results",
         "report",
     ]
     art = out / "artifacts"
+    # the results store travels to the next nightly; its summary is in the report
+    assert (art / "nightly-history" / "history.db").is_file()
+    history = (art / "report" / "history.md").read_text()
+    assert "# Results over time: 2 run(s) in the store" in history, history
+    assert "## Failing in the latest run of conformance-2.13: 5 case(s)" in history
+    assert 'alt="conformance-2.13: pass rate"' in (art / "report" / "report.html").read_text()
+    card = (art / "report" / "scorecard" / "scorecard.md").read_text()
+    assert "(trends/conformance-2.13-run-time.svg)" in card
+    assert (art / "report" / "scorecard" / "trends" / "conformance-2.13-run-time.svg").is_file()
     # v4 layout: no parent dirs
     assert (art / "conformance-2.13-shard-2-of-2" / "cases-main.jsonl").is_file()
     assert (art / "nightly-results" / "conformance-2.12-shard-1-of-2" / "run.json").is_file()
