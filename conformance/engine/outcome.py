@@ -38,6 +38,9 @@ class CaseOutcome:
     failure: Mismatch | None = None
     failed_sample: str | None = None
     failed_call: PlacedCall | None = None  # for standalone repro scripts
+    # --repro-dir: the smallest sample failing the same check, and its failure (the repro's)
+    repro_call: PlacedCall | None = None
+    repro_failure: Mismatch | None = None
     skip_reason: str | None = None
     unsupported: str | None = None  # the first "not implemented" of the device
     # whether CPU computed a sample the device said "not implemented" for (else CPU raised too)

@@ -13,6 +13,7 @@ backend may lack); backend hooks appear only when the case used them.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -228,4 +229,25 @@ def write_repro(
     path = os.path.join(directory, name + ".py")
     with open(path, "w") as f:
         f.write(script)
+    facts = {  # what a bug report's standalone script is built from (conformance/bugs)
+        "case": case_id,
+        "overload": overload,
+        "headline": headline,
+        "signature": placed.signature(),
+        "backend": backend,
+        "register": register,
+        "device_type": device_type or torch._C._get_privateuse1_backend_name(),
+        "routed": routed,
+        "compiler": compiler,
+        "env_prefix": env_prefix,
+        "reference": "op"
+        if ref is None
+        else "aten"
+        if isinstance(ref, torch._ops.OpOverload)
+        else "spec",
+        "reference_name": reference.split("=", 1)[1].strip() if "=" in reference else "op",
+        "data": name + ".pt",
+    }
+    with open(os.path.join(directory, name + ".json"), "w") as f:
+        json.dump(facts, f, indent=1)
     return path

@@ -12,6 +12,7 @@ case fails on its own and names the broken foundation it might be related to.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -51,6 +52,7 @@ def run_case(
     exactness: Exactness | None = None,
     policy: DtypePolicy | None = None,
     evidence: bool = False,
+    smallest_failing: bool = False,
 ) -> CaseOutcome:
     """Run every sample of the case; stop at the first failed check.
 
@@ -65,7 +67,9 @@ def run_case(
     `evidence`: each sample's tolerance is CPU's own error against float64 (engine/evidence.py:
     the -sizes cases).
     `placements`: `placed_calls(calls, layout, ...)` computed earlier (the cases of one overload,
-    dtype and layout share their placements and what depends on them alone)."""
+    dtype and layout share their placements and what depends on them alone).
+    `smallest_failing` (--repro-dir): after a failure, smaller samples are tried for the repro
+    (`repro_call`); the verdict stays the first failure's."""
     op = resolve(overload)
     mode = modes.mode_of(mode) if isinstance(mode, str) else mode
     outcome = CaseOutcome(evidence=mode.new_evidence())
@@ -143,6 +147,8 @@ def run_case(
             outcome.failed_call = placed
             break
         outcome.samples += compared
+    if outcome.failure is not None and smallest_failing:
+        _smallest_failing(ctx, mode, placements, outcome)
     if outcome.failure is None and outcome.samples:
         mode.after(ctx, placements, outcome)
     if outcome.failure is None:
@@ -171,6 +177,39 @@ def run_case(
         found = blame(outcome, foundations, layout)
         outcome.blocked_by, outcome.related = found.blocked_by, found.related
     return outcome
+
+
+#: failures whose repro is never traded for a smaller sample: after memory corruption or the
+#: suite's own error the device's later answers are not evidence
+_KEEP_SAMPLE = frozenset({"memory", "leak", "harness"})
+#: smaller samples tried for a repro, smallest first
+SHRINK_TRIES = 8
+
+
+def _elements(placed: PlacedCall) -> int:
+    return sum(math.prod(leaf.placement.size) for leaf in placed.tensor_leaves())
+
+
+def _smallest_failing(
+    ctx: RunContext, mode: CaseMode, placements: list[PlacedCall], outcome: CaseOutcome
+) -> None:
+    """The smallest sample that fails the same check (up to SHRINK_TRIES samples smaller than
+    the failing one, smallest first), kept as the repro's sample: a report shows the fewest
+    elements that still show the divergence."""
+    failure, failed = outcome.failure, outcome.failed_call
+    if failure is None or failed is None or failure.check in _KEEP_SAMPLE:
+        return
+    size = _elements(failed)
+    smaller = sorted((p for p in placements if _elements(p) < size), key=_elements)
+    for placed in smaller[:SHRINK_TRIES]:
+        try:
+            mode.run_sample(ctx, placed, CaseOutcome(evidence=mode.new_evidence()), False)
+        except Mismatch as exc:
+            if exc.check == failure.check:
+                outcome.repro_call, outcome.repro_failure = placed, exc
+                return
+        except Exception:  # noqa: BLE001, S112 - another problem is not this repro's
+            continue
 
 
 def blame(outcome: CaseOutcome, foundations: Foundations, layout: str) -> Blame:

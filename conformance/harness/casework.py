@@ -53,6 +53,7 @@ class CaseWork:
     strict_errors: bool = False
     # what the manifest declares of the device's arithmetic in a dtype (flush, compute width)
     policy: Callable[[str], DtypePolicy] = lambda _dtype: DtypePolicy()
+    smallest_failing: bool = False  # --repro-dir: a failure's repro of its smallest sample
 
     def placements(self, case: CaseId) -> tuple[list, list[PlacedCall]]:
         """(calls, placed calls) of the case; SampleError when building them fails."""
@@ -101,4 +102,5 @@ class CaseWork:
             exactness=self.exactness(case),
             policy=self.policy(case.dtype),
             evidence=case.values in EVIDENCE_SETS,
+            smallest_failing=self.smallest_failing,
         )

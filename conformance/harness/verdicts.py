@@ -69,6 +69,7 @@ class CaseVerdicts:
             self.registered,
             options.strict_errors,
             expectations.manifest.policy,
+            smallest_failing=bool(options.repro_dir),
         )
 
     def run(self, case: CaseId, item: pytest.Item) -> None:
@@ -184,12 +185,12 @@ class CaseVerdicts:
     def _write_repro(self, case: CaseId, outcome: CaseOutcome, routed: bool) -> str:
         from conformance.engine.repro import write_repro
 
-        failure = outcome.failure
+        failure = outcome.repro_failure or outcome.failure
         compiled = mode_of(case.values).compiled
         return write_repro(
             self.options.repro_dir,
             str(case),
-            outcome.failed_call,
+            outcome.repro_call or outcome.failed_call,
             backend=self.backend.module_name,
             headline=f"[{failure.check}] {failure.message}",
             routed=routed,

@@ -204,9 +204,16 @@ def _version(text: str) -> Version:
         return Version("0")
 
 
-def bisect_range(runs: Runs, case_id: int, name: str, allocator: str | None = None) -> BisectRange:
+def bisect_range(
+    runs: Runs,
+    case_id: int,
+    name: str,
+    allocator: str | None = None,
+    environment: str | None = None,
+) -> BisectRange:
     """The newest torch where the case passes below the oldest of the failing torches above
-    every pass, from each torch's latest run of the case (of ``allocator`` where given)."""
+    every pass, from each torch's latest run of the case (of ``allocator`` and the backend
+    ``environment``, rows.environment_json, where given)."""
     query = (
         select(RESULTS.c.status, RUNS.c.torch, RUNS.c.started)
         .join(RUNS, RUNS.c.id == RESULTS.c.run_id)
@@ -215,6 +222,8 @@ def bisect_range(runs: Runs, case_id: int, name: str, allocator: str | None = No
     )
     if allocator:
         query = query.where(RUNS.c.allocator == allocator)
+    if environment is not None:
+        query = query.where(RUNS.c.environment == environment)
     by_torch: dict[str, str] = {}
     for row in runs.conn.execute(query):
         by_torch[row.torch] = row.status  # the latest run of each torch wins

@@ -45,8 +45,10 @@ class RunRows:
     findings: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _environment(meta: dict[str, Any]) -> dict[str, Any]:
-    return {"environment": meta.get("environment") or {}, "checkers": meta.get("checkers") or []}
+def environment_json(meta: dict[str, Any]) -> str:
+    """The run's backend environment and memory checkers, as the store keeps them."""
+    env = {"environment": meta.get("environment") or {}, "checkers": meta.get("checkers") or []}
+    return json.dumps(env, sort_keys=True)
 
 
 def run_rows(run: Run, source: str, added: str) -> RunRows:
@@ -61,7 +63,6 @@ def run_rows(run: Run, source: str, added: str) -> RunRows:
     built = built if isinstance(built, dict) else {}
     shard = run.shard
     whole = "merged" in shard  # shards merged by the report's loader before appending
-    environment = _environment(meta)
     row: dict[str, Any] = {
         "started": str(meta["started"]),
         "finished": str(meta["finished"]) if meta.get("finished") else None,
@@ -73,7 +74,7 @@ def run_rows(run: Run, source: str, added: str) -> RunRows:
         "device": str(meta.get("device") or "?"),
         "allocator": run.allocator,
         "python": str(meta.get("python") or "?"),
-        "environment": json.dumps(environment, sort_keys=True),
+        "environment": environment_json(meta),
         "shard_index": None if whole or not shard else int(shard.get("index") or 0),
         "shard_count": int(shard["count"]) if shard.get("count") else None,
         "exitstatus": meta.get("exitstatus"),

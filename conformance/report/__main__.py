@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 from collections.abc import Sequence
 from datetime import datetime, timezone
@@ -81,6 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="the results store's pictures and flaky cases (`python -m conformance.history "
         "pictures --output DIR`): drawn in the HTML page and beside the scorecard, flaky cases "
         "marked",
+    )
+    parser.add_argument(
+        "--bug-reports",
+        metavar="DIR",
+        help="one Markdown bug report per finding, with a script that needs only torch and the "
+        "backend (python -m conformance.bugs: runs each finding's simplest case again, so the "
+        "backend must be importable here)",
     )
     card = parser.add_argument_group("scorecard (conformance/report/scorecard.py)")
     card.add_argument(
@@ -192,11 +200,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         for path in paths:
             print(f"wrote {path}", file=sys.stderr)
+    if args.bug_reports:  # a room above the reports: its own process (it runs the backend)
+        bugs = [sys.executable, "-m", "conformance.bugs", *args.results, "--out", args.bug_reports]
+        if subprocess.run(bugs, check=False).returncode:
+            return 2
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if args.step_summary and summary:
         with open(summary, "a", encoding="utf-8") as fh:
             fh.write(markdown)
     written = (args.markdown, args.html, args.versions_md, args.versions_html, args.scorecard)
+    written += (args.bug_reports,)
     if not (any(written) or args.step_summary):
         sys.stdout.write(markdown)
     if args.fail_on_failures and any(run.failures() or run.incomplete for run in runs):

@@ -145,6 +145,7 @@ ROOM_MAY_IMPORT: dict[str, set[str]] = {
         *("harness", "history", "report", "samples", "ops"),
         *("engine", "findings", "record", "errors"),
     },
+    "bugs": {"history", "report", "engine", "findings", "record", "errors"},
     "ci": {"engine", "sharding", "errors"},
     "upstream": {"harness", "report", "samples", "engine", "findings", "record", "errors"},
     # the run: the families' test folders (below), the pytest plumbing, the reports it writes

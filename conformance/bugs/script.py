@@ -1,0 +1,236 @@
+"""A failing case's repro (what `--repro-dir` saved: `<case>.pt` and `<case>.json`) as the script
+of a bug report: it needs torch and the backend only, its inputs are written inline where they
+are small (a `.pt` beside it otherwise), and it prints CPU's and the device's results, where they
+differ bit for bit, and exits 1 when they do.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+#: a tensor base of at most this many elements is written into the script
+INLINE_ELEMENTS = 64
+
+HEADER = '''"""{title}
+
+Found by torch-conformance, case {case}:
+  {headline}
+Sample: {signature}
+Run: {env}python {name}   (needs torch and {backend} only)
+Prints CPU's and the device's results; exits 1 where they differ bit for bit.
+"""
+
+import os
+import sys
+
+import torch
+import {backend}  # registers the device{register}
+
+op = {op}
+device = {device!r}
+'''
+
+BODY = '''
+
+def read_back(t):
+    """A device tensor on CPU as a backend-neutral copy: its whole storage, one contiguous
+    device->host copy, then size/strides/offset rebuilt on CPU."""
+    if t.device.type == "cpu":
+        return t
+    n = t.untyped_storage().nbytes() // t.element_size()
+    host = torch.empty(n, dtype=t.dtype)
+    if n:
+        host.copy_(t.detach().as_strided((n,), (1,), 0))
+    return host.as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+def tensors(value):
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in tensors(v)]
+    return []
+
+
+def bits(t):
+    """The tensor's elements as integers of its width (NaN payloads made one NaN)."""
+    t = t.detach().contiguous()
+    if t.dtype.is_floating_point:
+        t = torch.where(torch.isnan(t), torch.full_like(t, float("nan")), t)
+        return t.view({{2: torch.int16, 4: torch.int32, 8: torch.int64}}[t.element_size()])
+    return t
+
+
+def run(where):
+    args, kwargs = inputs(where)
+    try:
+        return {call}, args, None
+    except Exception as exc:  # noqa: BLE001 - what each side raises is part of the report
+        return None, args, exc
+
+
+cpu, cpu_args, cpu_exc = run("cpu")
+dev, dev_args, dev_exc = run(device)
+print("cpu   :", repr(cpu_exc) if cpu_exc else "returned")
+print("device:", repr(dev_exc) if dev_exc else "returned")
+if cpu_exc or dev_exc:
+    sys.exit(0 if cpu_exc and dev_exc and type(dev_exc) is type(cpu_exc) else 1)
+differs = False
+pairs = [("output", c, read_back(d)) for c, d in zip(tensors(cpu), tensors(dev))]
+written = zip(tensors(cpu_args), tensors(dev_args))
+pairs += [("argument after the call", c, read_back(d)) for c, d in written]
+for i, (what, c, d) in enumerate(pairs):
+    head = (f"{{what}} {{i}}: cpu {{c.dtype}} {{tuple(c.shape)}} strides {{c.stride()}}; "
+            f"device {{d.dtype}} {{tuple(d.shape)}} strides {{d.stride()}}")
+    if (c.dtype, c.shape) != (d.dtype, d.shape):
+        print(head, "-- DIFFERENT")
+        differs = True
+        continue
+    same = bits(c) == bits(d)
+    if bool(same.all()):
+        continue
+    differs = True
+    where = (~same).nonzero().tolist()
+    print(head)
+    print(f"  {{len(where)}} of {{c.numel()}} element(s) differ bit for bit; first at {{where[0]}}")
+    for index in where[:{shown}]:
+        at = tuple(index)
+        print(f"    {{index}}: cpu {{c[at].item()!r}}  device {{d[at].item()!r}}")
+    if c.numel() <= {shown}:
+        print("  cpu   :", c.tolist())
+        print("  device:", d.tolist())
+print("the device differs from cpu" if differs else "the device agrees with cpu")
+sys.exit(1 if differs else 0)
+'''
+
+
+@dataclass(frozen=True)
+class Repro:
+    """A case's saved repro: its facts (`<case>.json`) and inputs (`<case>.pt`)."""
+
+    facts: dict[str, Any]
+    saved: dict[str, Any]
+
+    @classmethod
+    def load(cls, facts: Path) -> Repro:
+        data = json.loads(facts.read_text(encoding="utf-8"))
+        saved = torch.load(facts.parent / data["data"], weights_only=False)
+        return cls(data, saved)
+
+    @property
+    def standalone(self) -> bool:
+        """Whether CPU's side is the op itself or another aten overload (not the suite's own
+        reference, which would need the suite)."""
+        return self.facts["reference"] in ("op", "aten")
+
+
+def _number(value: float) -> str:
+    if math.isnan(value):
+        return 'float("nan")'
+    if math.isinf(value):
+        return 'float("inf")' if value > 0 else 'float("-inf")'
+    return repr(value)
+
+
+def _literal(base: torch.Tensor) -> str:
+    values = base.tolist()
+    if base.dtype.is_floating_point:
+        values = "[" + ", ".join(_number(v) for v in values) + "]"
+    return f"torch.tensor({values}, dtype={base.dtype})"
+
+
+class _Code:
+    """The script's `inputs(where)`: each saved tensor inline or from the `.pt` beside."""
+
+    def __init__(self, saved: dict[str, Any]) -> None:
+        self.saved = saved
+        self.lines: list[str] = []
+        self.beside: dict[int, torch.Tensor] = {}
+
+    def tensor(self, index: int) -> str:
+        p = self.saved["tensors"][index]
+        base = p["base"]
+        if base.numel() <= INLINE_ELEMENTS and not base.is_complex():
+            self.lines.append(
+                f"    base{index} = {_literal(base.reshape(-1))}.reshape({list(base.shape)})"
+            )
+        else:
+            self.beside[index] = base
+            self.lines.append(f"    base{index} = saved[{index}].clone()")
+        place = "base{i}" if p["on_cpu"] else "base{i}.to(where)"
+        self.lines.append(
+            f"    t{index} = {place.format(i=index)}.as_strided({p['size']}, {p['stride']}, "
+            f"{p['offset']})"
+        )
+        return f"t{index}"
+
+    def value(self, x: Any) -> str:
+        if isinstance(x, tuple) and len(x) == 2 and x[0] == "__tensor__":
+            return self.tensor(x[1])
+        if isinstance(x, tuple) and len(x) == 2 and isinstance(x[1], str):
+            return f"torch.{x[1]}"  # a memory format, saved by name
+        if isinstance(x, torch.device):
+            return "torch.device(where)"
+        if isinstance(x, torch.dtype):
+            return str(x)
+        if isinstance(x, float):
+            return _number(x)
+        if isinstance(x, list):
+            return "[" + ", ".join(self.value(v) for v in x) + "]"
+        if isinstance(x, tuple):
+            return "(" + "".join(self.value(v) + ", " for v in x) + ")"
+        if x is None or isinstance(x, (bool, int, str)):
+            return repr(x)
+        raise ValueError(f"no literal for {type(x).__name__}")
+
+
+def standalone_script(repro: Repro, title: str, name: str) -> tuple[str, dict[int, torch.Tensor]]:
+    """The script's text and the tensors it reads from `<name>.pt` beside it (none: all
+    inline). Raises ValueError where an input cannot be written as code."""
+    facts, code = repro.facts, _Code(repro.saved)
+    args = [code.value(a) for a in repro.saved["args"]]
+    kwargs = {k: code.value(v) for k, v in repro.saved["kwargs"].items()}
+    packet, _, attr = facts["overload"].partition(".")
+    op = f"torch.ops.aten.{packet}.{attr or 'default'}"
+    register = f"\n{facts['backend']}.{facts['register']}()" if facts["register"] else ""
+    route = ""
+    if facts["routed"]:  # the case's path: the overload through the backend's cpu_fallback
+        route = f"\n{facts['backend']}.set_fallback_routes([{facts['overload']!r}])"
+    text = (
+        HEADER.format(
+            title=title.replace('"""', "'''"),
+            case=facts["case"],
+            headline=facts["headline"].splitlines()[0].replace('"""', "'''"),
+            signature=facts["signature"],
+            env=facts["env_prefix"] + " " if facts["env_prefix"] else "",
+            name=name + ".py",
+            backend=facts["backend"],
+            register=register,
+            op=op,
+            device=facts["device_type"],
+        )
+        + route
+    )
+    if code.beside:
+        text += (
+            "\nsaved = torch.load(os.path.join(os.path.dirname(os.path.abspath(__file__)), "
+            f"{name + '.pt'!r}))\n"
+        )
+    text += '\n\ndef inputs(where):\n    """The failing sample\'s arguments, as placed."""\n'
+    text += "\n".join(code.lines) + "\n"
+    named = ", ".join(f"{k!r}: {v}" for k, v in kwargs.items())
+    text += f"    return [{', '.join(args)}], {{{named}}}\n"
+    call = "op(*args, **kwargs)"
+    if facts["compiler"]:
+        call = (
+            f"torch.compile(lambda a, k: op(*a, **k), backend={facts['compiler']!r}, "
+            "fullgraph=True)(args, kwargs) if where != 'cpu' else op(*args, **kwargs)"
+        )
+    text += BODY.format(call=call, shown=16)
+    return text, code.beside
