@@ -11,7 +11,9 @@ writes, into ``--dir`` (default: the current folder):
   ``[backend]`` description; validated before anything is written;
 - ``noxfile.py``: three lines calling :func:`conformance.ci.sessions.register`;
 - ``.github/workflows/conformance-pr.yml`` and ``conformance-nightly.yml`` (the nightly from the
-  same template as torch-conformance's own, rehearsed locally by ``nox -s nightly -- 2.12 2.13``).
+  same template as torch-conformance's own, rehearsed locally by ``nox -s nightly -- 2.12 2.13``);
+- with ``--crcr``, ``conformance-crcr.yml``: PyTorch's cross-repository CI relay
+  (ci/crcr_template.py).
 
 Existing files are left alone unless ``--force``. Then: ``nox -l``, ``nox -s conformance-<minor>``.
 """
@@ -24,6 +26,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from conformance.ci.crcr_template import user_crcr
 from conformance.ci.matrix_file import DEFAULT_MATRIX_PATH, load_matrix
 from conformance.ci.matrix_spec import PRELOADS, MatrixError
 from conformance.ci.templates import MATRIX_TOML, NOXFILE_PY, render, user_nightly, user_pr
@@ -154,6 +157,10 @@ def write_files(args: argparse.Namespace) -> list[Path]:
             args.module, MATRIX_FILE
         ),
     }
+    if args.crcr:
+        files[target / ".github" / "workflows" / "conformance-crcr.yml"] = user_crcr(
+            args.module, args.build
+        )
     existing = [p for p in files if p.exists()]
     if existing and not args.force:
         names = ", ".join(str(p.relative_to(target)) for p in existing)
@@ -202,6 +209,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--fault-env", default=None, help="variable switching injected faults")
     p.add_argument("--pr-cells", default=None, help="cells of the PR workflow (default: default)")
+    p.add_argument(
+        "--crcr",
+        action="store_true",
+        help="also .github/workflows/conformance-crcr.yml: PyTorch's cross-repository CI relay "
+        "(its PRs and pushes dispatched here, a nightly self-report; ci/crcr_template.py)",
+    )
     p.add_argument("--force", action="store_true", help="overwrite existing files")
     return p
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.ci.expressions import interpolate, to_text
+from conformance.ci.relay import ACTION, CallbackError, callback
 from conformance.ci.sources import iter_files
 
 __all__ = ["RehearsalError", "StepRunner", "parse_kv_file", "write_shims"]
@@ -197,6 +198,13 @@ class StepRunner:
             self._upload(with_, ws, log)
         elif action == "actions/download-artifact":
             self._download(with_, ws, log)
+        elif action == ACTION:  # PyTorch's relay: what it would be sent, written down
+            try:
+                sent = callback(with_, ctx, self.artifacts.parent / "crcr-callbacks.jsonl")
+            except CallbackError as exc:
+                raise RehearsalError(str(exc)) from None
+            log.write(f"crcr callback: {sent['workflow']['status']} "
+                      f"{sent['workflow']['conclusion'] or ''}\n")  # fmt: skip
         else:
             raise RehearsalError(f"action {uses} is not emulated by the rehearsal")
 

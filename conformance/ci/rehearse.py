@@ -12,7 +12,9 @@ jobs in ``needs`` order with their ``if:`` conditions, ``strategy.matrix`` (also
 Emulated actions: ``actions/checkout`` (a copy of the project, without ``.git``, ``.nox``,
 ``results``, build products), ``actions/setup-python`` (the host python),
 ``actions/upload-artifact`` / ``actions/download-artifact`` (a local artifact store with their v4
-layout: one folder per artifact, ``pattern`` downloads into ``path/<name>/``). Any other action is
+layout: one folder per artifact, ``pattern`` downloads into ``path/<name>/``), PyTorch's CRCR
+callback (ci/relay.py: checked, and what it would send written to ``crcr-callbacks.jsonl``;
+``--event repository_dispatch --event-payload FILE`` gives it its dispatch). Any other action is
 an error. ``ACT=true`` is set, as nektos/act does, so steps guarded by ``if: ${{ !env.ACT }}``
 (installing tools, talking to GitHub) are skipped.
 
@@ -79,6 +81,7 @@ class Rehearsal:
         keep: bool = False,
         event: str = "workflow_dispatch",
         echo: bool = True,
+        payload: Mapping[str, Any] | None = None,
     ) -> None:
         import yaml  # a dev requirement; imported here so --help works without it
 
@@ -93,6 +96,7 @@ class Rehearsal:
         data["on"] = data.pop(True, data.get("on"))  # YAML 1.1 reads `on` as True
         self.wf = data
         self.event = event
+        self.payload = dict(payload or {})  # github.event (repository_dispatch: client_payload)
         self.out = out or root / "results" / "rehearsal"
         self.work = work or root / ".nox" / "rehearsal"
         self.keep = keep
@@ -141,6 +145,7 @@ class Rehearsal:
         ctx: dict[str, Any] = {
             "github": {
                 "event_name": self.event,
+                "event": self.payload,
                 "repository": f"local/{self.root.name}",
                 "token": "",
                 "workflow": self.wf.get("name", self.workflow_path.name),
@@ -264,7 +269,8 @@ class Rehearsal:
                     step.get("name") or step.get("uses") or str(step.get("run", "")).split("\n")[0]
                 )
                 step_env = dict(env_ctx)
-                ctx = {**base, "env": step_env, "steps": steps_ctx}
+                job_status = {"status": "failure" if job_failed else "success"}
+                ctx = {**base, "env": step_env, "steps": steps_ctx, "job": job_status}
                 status = {"success": not job_failed, "failure": job_failed, "cancelled": False}
                 sid = step.get("id") or f"__step{index}"
                 try:
@@ -371,6 +377,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="comma-separated nox sessions: sets the input 'filter' to match exactly these",
     )
     parser.add_argument("--event", default="workflow_dispatch", help="the triggering event")
+    parser.add_argument(
+        "--event-payload",
+        metavar="FILE",
+        help='github.event as JSON (a repository_dispatch\'s {"client_payload": ...})',
+    )
     parser.add_argument("--out", default=None, help="output folder (default results/rehearsal)")
     parser.add_argument("--keep", action="store_true", help="keep the job workspaces")
     args = parser.parse_args(argv)
@@ -385,6 +396,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         inputs["filter"] = "^(" + "|".join(names) + ")$"
     root = Path(args.root).resolve()
     try:
+        payload = json.loads(Path(args.event_payload).read_text()) if args.event_payload else {}
+    except (OSError, ValueError) as exc:
+        print(f"error: --event-payload {args.event_payload}: {exc}", file=sys.stderr)
+        return 2
+    try:
         rehearsal = Rehearsal(
             Path(args.workflow).resolve(),
             root,
@@ -392,6 +408,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             out=Path(args.out).resolve() if args.out else None,
             keep=args.keep,
             event=args.event,
+            payload=payload,
         )
         return rehearsal.run()
     except (RehearsalError, ExpressionError) as exc:

@@ -154,6 +154,8 @@ class CaseList:
         wanted = self.options.ops
         if not wanted:
             return self.registered
+        if wanted == ["none"]:  # only --fallback-ops (a selection without a registered one)
+            return []
         chosen = [o for o in self.registered if any(fnmatch.fnmatchcase(o, w) for w in wanted)]
         unknown = [w for w in wanted if not any(fnmatch.fnmatchcase(o, w) for o in self.registered)]
         if unknown:

@@ -196,7 +196,7 @@ class Options:
     )
     ops: list[str] | None = option(
         "comma-separated overloads or globs to test, e.g. 'masked_fill_.*,add.Tensor' "
-        "(default: every overload the backend registered)",
+        "(default: every overload the backend registered; 'none': only --fallback-ops)",
         parse=_list,
     )
     fallback_ops: list[str] | None = option(

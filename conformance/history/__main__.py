@@ -7,12 +7,13 @@ import argparse
 import functools
 import os
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from conformance.errors import ConformanceUsageError
-from conformance.history import cases, render, trends
+from conformance.history import cases, relay, render, trends
 from conformance.history.pictures import write_pictures
 from conformance.history.runs import Runs
 from conformance.history.store import Store
@@ -69,6 +70,16 @@ def build_parser() -> argparse.ArgumentParser:
         "configuration started within a day of each other",
     )
     sub.add_parser("runs", help="the runs in the store")
+    choose = sub.add_parser(
+        "select", help="a PR-sized selection that fits --budget: prints the suite's --ops=..."
+    )
+    choose.add_argument("--budget", required=True, help="wall time, e.g. 20m, 1h, 900")
+    choose.add_argument("--cell")
+    choose.add_argument("--changed", metavar="FILE", help="the change's files, one path a line")
+    choose.add_argument("--fixed", type=float, default=60.0, help="start-up seconds (60)")
+    relay = sub.add_parser("relay", help="PyTorch CI relay level-3 figures, warned about early")
+    relay.add_argument("--cell")
+    relay.add_argument("--days", type=int, default=7, help="window (default 7 days)")
     pictures = sub.add_parser(
         "pictures",
         help="trend pictures per cell (SVG) and trends.json into --output DIR, for "
@@ -146,6 +157,11 @@ def _answer(runs: Runs, args: argparse.Namespace) -> tuple[Any, str]:
         found = cases.bisect_range(runs, case_id, name, args.allocator)
         return found, render.bisect_text(found, args.allocator or "")
     cell = runs.cell(args.cell)
+    if command == "select":
+        return _select(runs, cell, args)
+    if command == "relay":
+        level = relay.level_figures(runs, cell, args.days)
+        return level, render.level_text(level)
     if command == "failing":
         lines = cases.failing_now(runs, cell)
         return [_timeline(t) for t in lines], render.failing_table(cell, lines)
@@ -163,6 +179,22 @@ def _answer(runs: Runs, args: argparse.Namespace) -> tuple[Any, str]:
         return table, render.rates_text(table)
     times = trends.run_times(runs, cell, args.last)
     return times, render.times_text(cell, times)
+
+
+def _select(runs: Runs, cell: str, args: argparse.Namespace) -> tuple[Any, str]:
+    """The selection; its Markdown is the suite's argument (for `$(...)`), the why on stderr."""
+    try:
+        budget = relay.parse_budget(args.budget)
+        changed = Path(args.changed).read_text().split() if args.changed else []
+    except (ValueError, OSError) as exc:
+        raise ConformanceUsageError(f"select: {exc}") from None
+    chosen = relay.select_cases(runs, cell, budget, changed, args.fixed)
+    why = Counter(chosen.reasons.values())
+    minutes = f"about {chosen.estimate_s:.0f} s of {budget:.0f} s"
+    print(f"selected {len(chosen.ops)} op(s) of {cell} ({why['changed']} changed, "
+          f"{why['failed']} failed recently, {why['sample']} sampled), {chosen.left_out} left "
+          f"out: {minutes}", file=sys.stderr)  # fmt: skip
+    return chosen, " ".join(chosen.pytest_args()) + "\n"
 
 
 def _summary(runs: Runs) -> tuple[Any, str]:

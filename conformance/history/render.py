@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from conformance.history.cases import BisectRange, Flake, Point, Timeline
+from conformance.history.relay import Level
 from conformance.history.runs import RunGroup
 from conformance.history.trends import Changes, FindingRow, FindingTimeline, Rates, RunTime
 
@@ -165,3 +166,25 @@ def _plain(value: Any) -> Any:
 def as_json(value: Any) -> str:
     """Any answer of the history as JSON (dataclasses as objects, runs with their times)."""
     return json.dumps(_plain(value), indent=1, default=str) + "\n"
+
+
+def level_text(level: Level) -> str:
+    """The relay's level-3 figures of a cell, and the warnings."""
+
+    def pct(v: float | None) -> str:
+        return "-" if v is None else f"{v:.1%}"
+
+    def hours(v: float | None) -> str:
+        return "-" if v is None else f"{v / 3600:.2f} h"
+
+    rows = [
+        ["job pass rate", pct(level.pass_rate), ">= 90 %"],
+        ["timeout rate", pct(level.timeout_rate), "< 1 %"],
+        ["median run time", hours(level.median_s), "< 3 h end to end"],
+        ["longest run time", hours(level.longest_s), "< 3 h"],
+        ["last run", (level.last_run or "-")[:19].replace("T", " "), "within 36 h"],
+    ]
+    out = [f"## {level.cell}: PyTorch CI relay, level 3 over {level.runs} run(s) in {level.days} "
+           "days", "", _table(["figure", "value", "level 3"], rows), ""]  # fmt: skip
+    out += [f"- warning: {w}" for w in level.warnings] or ["No warning."]
+    return "\n".join(out) + "\n"

@@ -51,6 +51,13 @@ def environment_json(meta: dict[str, Any]) -> str:
     return json.dumps(env, sort_keys=True)
 
 
+def _registered(meta: dict[str, Any]) -> list[str]:
+    """The overloads the backend registered (run.json coverage): what `--ops` may name."""
+    coverage = meta.get("coverage")
+    found = coverage.get("registered") if isinstance(coverage, dict) else None
+    return [str(o) for o in found] if isinstance(found, list) else []
+
+
 def run_rows(run: Run, source: str, added: str) -> RunRows:
     """The rows of one results folder; raises NotARun for a folder without run.json."""
     meta = run.meta
@@ -83,6 +90,7 @@ def run_rows(run: Run, source: str, added: str) -> RunRows:
         "collected": (meta.get("accounting") or {}).get("collected"),
         "source": source,
         "added": added,
+        "registered": json.dumps(sorted(_registered(meta))),
     }
     row["configuration"] = digest(
         [row[k] for k in ("torch", "torch_git", "backend_version", "cell", "environment")]

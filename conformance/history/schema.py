@@ -70,6 +70,7 @@ RUNS = Table(
     Column("cases", Integer, nullable=False),
     Column("collected", Integer),
     Column("pruned", Integer, nullable=False, default=0),  # 1: its case rows were dropped
+    Column("registered", Text, nullable=False, default="[]"),  # JSON: the backend's overloads
     Column("source", Text, nullable=False),  # the folder it was read from
     Column("added", String(40), nullable=False),
 )

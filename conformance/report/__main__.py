@@ -84,6 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
         "marked",
     )
     parser.add_argument(
+        "--crcr",
+        metavar="FILE",
+        help="what the run reports to PyTorch's CI relay: FILE (the callback's test-results: "
+        "counts, findings, timeouts, the run's link) and FILE's <stem>-failed.json "
+        "(failed-tests-detail)",
+    )
+    parser.add_argument(
         "--bug-reports",
         metavar="DIR",
         help="one Markdown bug report per finding, with a script that needs only torch and the "
@@ -200,6 +207,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         for path in paths:
             print(f"wrote {path}", file=sys.stderr)
+    if args.crcr:
+        from conformance.report.crcr import write_crcr
+
+        for path in write_crcr(runs, args.crcr):
+            print(f"wrote {path}", file=sys.stderr)
     if args.bug_reports:  # a room above the reports: its own process (it runs the backend)
         bugs = [sys.executable, "-m", "conformance.bugs", *args.results, "--out", args.bug_reports]
         if subprocess.run(bugs, check=False).returncode:
@@ -209,7 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with open(summary, "a", encoding="utf-8") as fh:
             fh.write(markdown)
     written = (args.markdown, args.html, args.versions_md, args.versions_html, args.scorecard)
-    written += (args.bug_reports,)
+    written += (args.bug_reports, args.crcr)
     if not (any(written) or args.step_summary):
         sys.stdout.write(markdown)
     if args.fail_on_failures and any(run.failures() or run.incomplete for run in runs):
