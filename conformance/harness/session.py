@@ -57,6 +57,7 @@ PLUGIN_NAME = "conformance-run"
 # header says it once instead
 SEED_WARNING = r"Set seed for `?\w+`? device does not take effect"
 MAX_WORKER_RESTARTS = 1000  # --max-worker-restart unless given (workers rarely die: isolation.py)
+RUNNING_ONLY = (Role.FORKED_CHILD, Role.SPAWNED_RUNNER, Role.ZYGOTE)  # they write no results
 
 
 def run_of(config: pytest.Config) -> ConformanceRun:
@@ -202,11 +203,7 @@ class ConformanceRun:
     def _open_results(self) -> None:
         suite = self._suite
         assert suite is not None
-        if not suite.options.results or self.role in (
-            Role.FORKED_CHILD,
-            Role.SPAWNED_RUNNER,
-            Role.ZYGOTE,
-        ):
+        if not suite.options.results or self.role in RUNNING_ONLY:
             return
         self.recorder = Recorder(suite.options.results, self.worker)
         if self.role is not Role.XDIST_WORKER:  # the process that starts the run
