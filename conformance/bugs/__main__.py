@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from conformance.bugs.report import write_report
+from conformance.bugs.script import DIFFERS
 from conformance.errors import ConformanceUsageError
 from conformance.findings import Finding
 from conformance.report.load import ReportError, Run, load_results
@@ -88,9 +89,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             for finding in run.findings():
                 since = _since(store, finding, run)
                 path, status = write_report(finding, run, out, since, Path.cwd())
-                shown = {None: "no standalone script", 0: "its script did NOT show the "
-                         "divergence alone", 1: "its script shows the divergence"}  # fmt: skip
-                print(f"wrote {path}: {shown.get(status, f'its script exited {status}')}")
+                shown = {None: "no standalone script", DIFFERS: "its script shows the divergence",
+                         0: "its script did NOT show the divergence alone"}  # fmt: skip
+                print(f"wrote {path}: {shown.get(status, f'its script broke (exit {status})')}")
                 written += 1
     except (ReportError, ConformanceUsageError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -123,11 +123,14 @@ def write_report(
         if beside:
             torch.save(beside, out / f"{stem}.pt")
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in again.env.items())
-        done = subprocess.run([sys.executable, "-I", "-c", ALONE, str(script)], cwd=out,
-                              env={**os.environ, **again.env}, capture_output=True, text=True,
-                              timeout=RERUN_TIMEOUT)  # fmt: skip
-        status = done.returncode
-        printed = "\n".join((done.stdout + done.stderr).strip().splitlines()[:60])
+        try:
+            done = subprocess.run([sys.executable, "-I", "-c", ALONE, str(script)], cwd=out,
+                                  env={**os.environ, **again.env}, capture_output=True,
+                                  text=True, timeout=RERUN_TIMEOUT)  # fmt: skip
+            status, printed = done.returncode, done.stdout + done.stderr
+        except subprocess.TimeoutExpired:
+            status, printed = -1, f"(ran past {RERUN_TIMEOUT} s: stopped)"
+        printed = "\n".join(printed.strip().splitlines()[:60])
         lines += [f"`{script.name}`" + (f" (inputs in `{stem}.pt` beside it)" if beside else "")
                   + ":", "", _fence(text, "python"), ""]  # fmt: skip
         command = f"{env} python {script.name}".strip()

@@ -1,7 +1,7 @@
 """A failing case's repro (what `--repro-dir` saved: `<case>.pt` and `<case>.json`) as the script
 of a bug report: it needs torch and the backend only, its inputs are written inline where they
 are small (a `.pt` beside it otherwise), and it prints CPU's and the device's results, where they
-differ bit for bit, and exits 1 when they do.
+differ bit for bit, and exits 3 when they do (1 is Python's own failure: a crash, an import).
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import torch
 
 #: a tensor base of at most this many elements is written into the script
 INLINE_ELEMENTS = 64
+#: the script's exit status when the device differs (its BODY says the same)
+DIFFERS = 3
 
 HEADER = '''"""{title}
 
@@ -23,7 +25,7 @@ Found by torch-conformance, case {case}:
   {headline}
 Sample: {signature}
 Run: {env}python {name}   (needs torch and {backend} only)
-Prints CPU's and the device's results; exits 1 where they differ bit for bit.
+Prints CPU's and the device's results; exits 3 where they differ bit for bit.
 """
 
 import os
@@ -33,7 +35,9 @@ import torch
 import {backend}  # registers the device{register}
 
 op = {op}
+reference = {reference}  # CPU's side
 device = {device!r}
+DIFFERS = 3  # the exit status that says the device differs (a crash or ImportError exits 1)
 '''
 
 BODY = '''
@@ -50,27 +54,30 @@ def read_back(t):
     return host.as_strided(t.shape, t.stride(), t.storage_offset())
 
 
-def tensors(value):
-    if isinstance(value, torch.Tensor):
-        return [value]
+def leaves(value):
+    """The results in order: tensors, and plain values (a bool, a number)."""
     if isinstance(value, (list, tuple)):
-        return [t for v in value for t in tensors(v)]
-    return []
+        return [x for v in value for x in leaves(v)]
+    return [value]
 
 
 def bits(t):
     """The tensor's elements as integers of its width (NaN payloads made one NaN)."""
     t = t.detach().contiguous()
+    if t.is_complex():
+        t = torch.view_as_real(t)
     if t.dtype.is_floating_point:
         t = torch.where(torch.isnan(t), torch.full_like(t, float("nan")), t)
-        return t.view({{2: torch.int16, 4: torch.int32, 8: torch.int64}}[t.element_size()])
+        widths = {{1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}}
+        return t.view(widths[t.element_size()])
     return t
 
 
 def run(where):
     args, kwargs = inputs(where)
+    fn = reference if where == "cpu" else {device_fn}
     try:
-        return {call}, args, None
+        return fn(*args, **kwargs), args, None
     except Exception as exc:  # noqa: BLE001 - what each side raises is part of the report
         return None, args, exc
 
@@ -80,10 +87,23 @@ dev, dev_args, dev_exc = run(device)
 print("cpu   :", repr(cpu_exc) if cpu_exc else "returned")
 print("device:", repr(dev_exc) if dev_exc else "returned")
 if cpu_exc or dev_exc:
-    sys.exit(0 if cpu_exc and dev_exc and type(dev_exc) is type(cpu_exc) else 1)
+    same = cpu_exc is not None and dev_exc is not None and type(dev_exc) is type(cpu_exc)
+    print("the device agrees with cpu (both raised)" if same else "the device differs from cpu")
+    sys.exit(0 if same else DIFFERS)
 differs = False
-pairs = [("output", c, read_back(d)) for c, d in zip(tensors(cpu), tensors(dev))]
-written = zip(tensors(cpu_args), tensors(dev_args))
+outputs, device_outputs = leaves(cpu), leaves(dev)
+if len(outputs) != len(device_outputs):
+    print(f"cpu returned {{len(outputs)}} value(s), the device {{len(device_outputs)}}")
+    differs = True
+pairs = []
+for i, (c, d) in enumerate(zip(outputs, device_outputs)):
+    if isinstance(c, torch.Tensor) and isinstance(d, torch.Tensor):
+        pairs.append(("output", c, read_back(d)))
+    elif c != d and not (c != c and d != d):  # plain values (NaN equals NaN here)
+        print(f"output {{i}}: cpu {{c!r}}  device {{d!r}}")
+        differs = True
+written = zip([a for a in leaves(cpu_args) if isinstance(a, torch.Tensor)],
+              [a for a in leaves(dev_args) if isinstance(a, torch.Tensor)])
 pairs += [("argument after the call", c, read_back(d)) for c, d in written]
 for i, (what, c, d) in enumerate(pairs):
     head = (f"{{what}} {{i}}: cpu {{c.dtype}} {{tuple(c.shape)}} strides {{c.stride()}}; "
@@ -92,6 +112,8 @@ for i, (what, c, d) in enumerate(pairs):
         print(head, "-- DIFFERENT")
         differs = True
         continue
+    if c.stride() != d.stride():
+        print(head, "-- strides differ (the suite judges them for some ops: see its message)")
     same = bits(c) == bits(d)
     if bool(same.all()):
         continue
@@ -106,7 +128,7 @@ for i, (what, c, d) in enumerate(pairs):
         print("  cpu   :", c.tolist())
         print("  device:", d.tolist())
 print("the device differs from cpu" if differs else "the device agrees with cpu")
-sys.exit(1 if differs else 0)
+sys.exit(DIFFERS if differs else 0)
 '''
 
 
@@ -213,6 +235,7 @@ def standalone_script(repro: Repro, title: str, name: str) -> tuple[str, dict[in
             backend=facts["backend"],
             register=register,
             op=op,
+            reference=facts["reference_name"] if facts["reference"] == "aten" else "op",
             device=facts["device_type"],
         )
         + route
@@ -226,11 +249,11 @@ def standalone_script(repro: Repro, title: str, name: str) -> tuple[str, dict[in
     text += "\n".join(code.lines) + "\n"
     named = ", ".join(f"{k!r}: {v}" for k, v in kwargs.items())
     text += f"    return [{', '.join(args)}], {{{named}}}\n"
-    call = "op(*args, **kwargs)"
-    if facts["compiler"]:
-        call = (
-            f"torch.compile(lambda a, k: op(*a, **k), backend={facts['compiler']!r}, "
-            "fullgraph=True)(args, kwargs) if where != 'cpu' else op(*args, **kwargs)"
+    device_fn = "op"
+    if facts["compiler"]:  # the case's compiled path: the op under torch.compile on the device
+        device_fn = (
+            f"(lambda *a, **k: torch.compile(lambda a, k: op(*a, **k), "
+            f"backend={facts['compiler']!r}, fullgraph=True)(a, k))"
         )
-    text += BODY.format(call=call, shown=16)
+    text += BODY.format(device_fn=device_fn, shown=16)
     return text, code.beside

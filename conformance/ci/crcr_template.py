@@ -37,7 +37,7 @@ on:
         description: "time budget of the case selection (e.g. 20m, 1h)"
         default: "20m"
       args:
-        description: "more arguments for the suite (e.g. --ops 'add.*')"
+        description: "more arguments for the suite, split on spaces (e.g. --ops=add.*)"
         default: ""
 
 permissions:
@@ -55,6 +55,10 @@ env:
   BUDGET: ${{ inputs.budget || '20m' }}
   SUITE_ARGS: ${{ inputs.args || '' }}
   PR_NUMBER: ${{ github.event.client_payload.payload.pull_request.number || '' }}
+  # the results store: this SQLite file travels from run to run as an artifact (concurrent
+  # dispatches each upload theirs: the last one wins); set the secret CONFORMANCE_STORE_URL to
+  # a database server's URL (postgresql://...) to keep every run
+  STORE: ${{ secrets.CONFORMANCE_STORE_URL || 'history/history.db' }}
   PYTORCH_REF: >-
     ${{ github.event.client_payload.payload.pull_request.head.sha
     || github.event.client_payload.payload.after || 'nightly' }}
@@ -106,25 +110,34 @@ jobs:
               --jq '.[].filename' > changed.txt || true
           fi
       - name: Select the cases that fit the budget
+        # the nightly self-report runs everything: it is also what later selections choose from
+        if: ${{ github.event_name != 'schedule' }}
         run: |
-          touch changed.txt selection.txt
-          if [ -f history/history.db ]; then
-            python -m conformance.history --store history/history.db select --cell crcr \\
+          touch changed.txt
+          if [ -f history/history.db ] || [ "$STORE" != history/history.db ]; then
+            python -m conformance.history --store "$STORE" select --cell crcr \\
               --budget "$BUDGET" --changed changed.txt > selection.txt || : > selection.txt
           fi
+          touch selection.txt
           echo "selection: $(cat selection.txt) $SUITE_ARGS"
       - name: Run the suite
-        # shellcheck disable=SC2046
-        run: >-
-          python -m pytest --pyargs conformance --backend @@MODULE@@ -n auto
-          $(cat selection.txt) $SUITE_ARGS --results results/crcr --store history/history.db
+        timeout-minutes: 120
+        run: |
+          set -f  # the arguments are words, never file patterns
+          touch selection.txt
+          # shellcheck disable=SC2046,SC2086
+          python -m pytest --pyargs conformance --backend @@MODULE@@ -n auto \\
+            $(cat selection.txt) $SUITE_ARGS --results results/crcr
+      - name: Keep the run in the results store (also when it was stopped)
+        if: ${{ always() }}
+        run: python -m conformance.history --store "$STORE" add results/crcr || true
       - name: What the relay is told
         id: report
         if: ${{ always() }}
         run: |
           python -m conformance.report results/crcr --crcr results/crcr.json \\
             --markdown results/crcr.md --step-summary
-          python -m conformance.history --store history/history.db relay --cell crcr \\
+          python -m conformance.history --store "$STORE" relay --cell crcr \\
             >> "$GITHUB_STEP_SUMMARY" || true
           {
             echo "test_results=$(cat results/crcr.json)"

@@ -39,7 +39,7 @@ examples:
   python -m conformance.history --store postgresql://user@host/db times
 
 The store: --store, else $CONFORMANCE_STORE, else {DEFAULT_STORE}. A path is a SQLite file; a URL
-(postgresql://..., mysql+pymysql://...) is a server SQLAlchemy can reach.
+(postgresql://user@host/db) is a server SQLAlchemy can reach (SQLite and PostgreSQL are tested).
 Exit status: 0, 1 when a folder could not be appended, 2 on bad input (one line)."""
 
 
@@ -154,7 +154,8 @@ def _answer(runs: Runs, args: argparse.Namespace) -> tuple[Any, str]:
         return found, render.flaky_text(found, args.days)
     if command == "bisect":
         case_id, name = runs.case(args.case)
-        found = cases.bisect_range(runs, case_id, name, args.allocator)
+        env = cases.latest_environment(runs, case_id)
+        found = cases.bisect_range(runs, case_id, name, args.allocator, env)
         return found, render.bisect_text(found, args.allocator or "")
     cell = runs.cell(args.cell)
     if command == "select":

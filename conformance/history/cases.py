@@ -1,11 +1,13 @@
 """A case over time: its timeline in a cell (since when it fails, when it last passed, how often
 it flipped), the flaky cases of a store, and the torch releases a bisect would probe.
 
-The flake rule: a case is flaky only where it both failed and passed (or failed as expected) on
-one configuration (torch commit, backend version, cell, the backend's environment and checkers)
-within the window (default 30 days back from the newest run asked about): a case that changed
-because torch, the backend or a fault switch changed is a change, not a flake, and evidence older
-than the window expires.
+The flake rule: a case is flaky only where its behaviour both failed (failed, blocked, crashed,
+hung, or failed as its manifest expects) and passed (passed, or passed against its manifest) on
+one configuration (torch commit, backend version, device, allocator, cell, the backend's
+environment and checkers) within the window (default 30 days back from the newest run asked
+about): a case that changed because torch, the backend or a fault switch changed is a change, not
+a flake; a manifest edit (failed -> xfailed) changes no behaviour; the suite's own errors and
+cases not run are no evidence; evidence older than the window expires.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from conformance.history.schema import CASE_NAMES, RESULTS, RUNS
 
 #: how far back flake evidence counts, by default
 FLAKE_DAYS = 30
+#: the flake rule's evidence: what the device did, whatever the manifest expected
+BEHAVED_BADLY = frozenset({"failed", "blocked", "crashed", "hung", "xfailed"})
+BEHAVED_WELL = frozenset({"passed", "xpassed"})
 
 
 @dataclass
@@ -83,20 +88,21 @@ class Flake:
 
     @property
     def failed(self) -> int:
-        return sum(s in BAD for s in self.statuses)
+        return sum(s in BEHAVED_BADLY for s in self.statuses)
 
     @property
     def passed(self) -> int:
-        return sum(s in GOOD for s in self.statuses)
+        return sum(s in BEHAVED_WELL for s in self.statuses)
 
     @property
     def flips(self) -> int:
-        return flips([s in BAD for s in self.statuses if s in BAD | GOOD])
+        evidence = BEHAVED_BADLY | BEHAVED_WELL
+        return flips([s in BEHAVED_BADLY for s in self.statuses if s in evidence])
 
     @property
     def rate(self) -> float:
-        """Flips per chance to flip (runs - 1)."""
-        judged = sum(s in BAD | GOOD for s in self.statuses)
+        """Flips per chance to flip (runs with evidence - 1)."""
+        judged = self.failed + self.passed
         return self.flips / (judged - 1) if judged > 1 else 0.0
 
 
@@ -146,8 +152,8 @@ def flaky(runs: Runs, cell: str | None = None, days: int = FLAKE_DAYS) -> list[F
         return []
     newest = max(datetime.fromisoformat(g.started) for g in scope)
     cutoff = (newest - timedelta(days=days)).isoformat()
-    bad = func.sum(case((RESULTS.c.status.in_(sorted(BAD)), 1), else_=0))
-    good = func.sum(case((RESULTS.c.status.in_(sorted(GOOD)), 1), else_=0))
+    bad = func.sum(case((RESULTS.c.status.in_(sorted(BEHAVED_BADLY)), 1), else_=0))
+    good = func.sum(case((RESULTS.c.status.in_(sorted(BEHAVED_WELL)), 1), else_=0))
     where = [RUNS.c.started >= cutoff] + ([RUNS.c.cell == cell] if cell else [])
     pairs = (
         select(RESULTS.c.case_id, RUNS.c.configuration)
@@ -202,6 +208,19 @@ def _version(text: str) -> Version:
         return Version(_release(text))
     except InvalidVersion:
         return Version("0")
+
+
+def latest_environment(runs: Runs, case_id: int) -> str | None:
+    """The backend environment of the newest run that recorded the case (a bisect compares
+    torches under it: a fault switched on elsewhere is not a torch's doing)."""
+    query = (
+        select(RUNS.c.environment)
+        .join(RESULTS, RESULTS.c.run_id == RUNS.c.id)
+        .where(RESULTS.c.case_id == case_id)
+        .order_by(RUNS.c.started.desc())
+        .limit(1)
+    )
+    return runs.conn.execute(query).scalar()
 
 
 def bisect_range(

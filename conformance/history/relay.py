@@ -5,7 +5,9 @@ The selection (for a PR-sized job): the ops a change touches where that can be k
 names in the changed files' paths), then the ops that failed in the cell's recent runs, then a
 stable sample (the same ops every time, by a hash of their names), while the estimated wall
 time fits the budget; the estimate scales the cell's latest run (its wall time beyond a fixed
-start-up cost, shared by its cases in proportion to their recorded durations).
+start-up cost, shared by its cases in proportion to their recorded durations). The ops chosen
+from are every op the cell's runs of the last 30 days ran (each costed by the latest run that
+ran it), so a selection's own run never narrows the next selection.
 
 The level-3 figures (pytorch/rfcs RFC-0050's levels; a job is one run of the cell): the job pass
 rate (runs that finished with exit status 0), the timeout rate (runs that never finished: killed
@@ -29,6 +31,8 @@ from conformance.sharding import stable_hash
 
 #: recent runs whose failing ops a selection takes first
 RECENT_RUNS = 5
+#: the ops a selection chooses from: those of the cell's runs this far back from its latest
+UNIVERSE = timedelta(days=30)
 #: level 3: at least this job pass rate, under this timeout rate, under these run times
 PASS_RATE, TIMEOUT_RATE, MEDIAN_S, LONGEST_S = 0.90, 0.01, 3 * 3600, 3 * 3600
 #: warned about this far before the threshold; a backend whose last run is older is degraded
@@ -45,12 +49,13 @@ def parse_budget(text: str) -> float:
 
 
 def touched_ops(ops: list[str], changed: list[str]) -> list[str]:
-    """The ops whose name starts a word of a changed file's path (`SortingKernel.cpp` touches
-    sort; a name of three letters or more)."""
-    words = {w for path in changed for w in re.split(r"[/_.\-]+", path.lower()) if w}
+    """The ops whose name starts a word of a changed file's path, underscores aside
+    (`SortingKernel.cpp` touches sort, `index_select_kernel.cu` index_select; three letters
+    or more)."""
+    words = {w.replace("_", "") for p in changed for w in re.split(r"[/.\-]+", p.lower()) if w}
     out = []
     for op in ops:
-        name = op.split(".")[0].strip("_").lower()
+        name = op.split(".")[0].strip("_").lower().replace("_", "")
         if len(name) >= 3 and any(w.startswith(name) for w in words):
             out.append(op)
     return out
@@ -79,6 +84,17 @@ class Selection:
         return [f"--ops={','.join(native)}", f"--fallback-ops={','.join(fallback)}"]
 
 
+def _op_costs(runs: Runs, group: RunGroup) -> dict[str, float]:
+    """Seconds of recorded case time per op of one run."""
+    query = (
+        select(CASE_NAMES.c.op, func.sum(func.coalesce(RESULTS.c.duration, 0.0)))
+        .join(CASE_NAMES, CASE_NAMES.c.id == RESULTS.c.case_id)
+        .where(RESULTS.c.run_id.in_(group.run_ids), CASE_NAMES.c.family == "ops")
+        .group_by(CASE_NAMES.c.op)
+    )
+    return {op: float(seconds) for op, seconds in runs.conn.execute(query)}
+
+
 def select_cases(
     runs: Runs, cell: str, budget_s: float, changed: list[str], fixed_s: float = 60.0
 ) -> Selection:
@@ -89,17 +105,20 @@ def select_cases(
         raise QuestionError(f"no run of {cell} with its cases in the store: nothing to estimate")
     latest = kept[-1]
     chosen.basis = latest
-    query = (
-        select(CASE_NAMES.c.op, func.sum(func.coalesce(RESULTS.c.duration, 0.0)))
-        .join(CASE_NAMES, CASE_NAMES.c.id == RESULTS.c.case_id)
-        .where(RESULTS.c.run_id.in_(latest.run_ids), CASE_NAMES.c.family == "ops")
-        .group_by(CASE_NAMES.c.op)
-    )
-    cost = {op: float(seconds) for op, seconds in runs.conn.execute(query)}
-    rows = runs.conn.execute(select(RUNS.c.registered).where(RUNS.c.id.in_(latest.run_ids)))
-    chosen.registered = {op for (text,) in rows for op in json.loads(text or "[]")}
-    total = sum(cost.values()) or 1.0
-    per_case_s = max((latest.wall_s or total) - fixed_s, 1.0) / total  # wall per recorded s
+    newest = datetime.fromisoformat(latest.started)
+    cost: dict[str, float] = {}  # each op's case time in the latest run that ran it
+    per_case_s = 1.0
+    for group in reversed(kept):  # a selection's run never narrows what later ones choose from
+        if datetime.fromisoformat(group.started) < newest - UNIVERSE:
+            break
+        ran = _op_costs(runs, group)
+        if group is latest:
+            total = sum(ran.values()) or 1.0
+            per_case_s = max((latest.wall_s or total) - fixed_s, 1.0) / total
+        for op, seconds in ran.items():
+            cost.setdefault(op, seconds)
+        rows = runs.conn.execute(select(RUNS.c.registered).where(RUNS.c.id.in_(group.run_ids)))
+        chosen.registered |= {op for (text,) in rows for op in json.loads(text or "[]")}
     recent = [i for g in kept[-RECENT_RUNS:] for i in g.run_ids]
     failed = select(CASE_NAMES.c.op).join(RESULTS, RESULTS.c.case_id == CASE_NAMES.c.id)
     failed = failed.where(RESULTS.c.run_id.in_(recent), RESULTS.c.status.in_(sorted(BAD)))

@@ -92,9 +92,8 @@ def run_rows(run: Run, source: str, added: str) -> RunRows:
         "added": added,
         "registered": json.dumps(sorted(_registered(meta))),
     }
-    row["configuration"] = digest(
-        [row[k] for k in ("torch", "torch_git", "backend_version", "cell", "environment")]
-    )
+    keys = ("torch", "torch_git", "backend_version", "device", "allocator", "cell", "environment")
+    row["configuration"] = digest([row[k] for k in keys])
     row["key"] = digest([run.path.name, row["started"], row["shard_index"], row["cell"]])
     rows = RunRows(run=row)
     finding_of: dict[str, str] = {}

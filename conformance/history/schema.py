@@ -28,6 +28,7 @@ from sqlalchemy import (
     Text,
     inspect,
     select,
+    text,
 )
 from sqlalchemy.engine import Connection
 
@@ -79,7 +80,7 @@ CASE_NAMES = Table(
     "case_names",
     METADATA,
     Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("name", String(1000), nullable=False, unique=True),
+    Column("name", Text, nullable=False, unique=True),
     Column("family", String(40), nullable=False),
     Column("op", String(200), nullable=False),
     Column("dtype", String(40), nullable=False),
@@ -110,11 +111,13 @@ FINDINGS = Table(
     Column("check_name", String(80)),
     Column("cases", Integer, nullable=False),
     Column("ops", Text, nullable=False),  # JSON list
-    Column("representative", String(1000), nullable=False),
+    Column("representative", Text, nullable=False),
     Column("repro", Text, nullable=False),
     Column("message", Text),
 )
 
+#: the PostgreSQL advisory lock that serialises a store's writers (any constant: it names it)
+PG_LOCK = 0x7C0F0A11
 #: version -> the step that takes a store of that version to the next one
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {}
 
@@ -135,8 +138,10 @@ def stored_version(conn: Connection) -> int | None:
 
 def prepare(conn: Connection, where: str) -> int:
     """Create the tables of an empty store, migrate an older one; returns the version found
-    (None counts as 0). Raises StoreSchemaError for a newer store."""
-    version = stored_version(conn)
+    (0: an empty store). Raises StoreSchemaError for a newer store."""
+    if conn.dialect.name == "postgresql":  # two first opens at once: one creates the tables
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_LOCK})
+    found = version = stored_version(conn)
     if version is None:
         METADATA.create_all(conn)
         conn.execute(STORE_INFO.insert().values(key="schema_version", value=str(SCHEMA_VERSION)))
@@ -155,4 +160,4 @@ def prepare(conn: Connection, where: str) -> int:
             .where(STORE_INFO.c.key == "schema_version")
             .values(value=str(version))
         )
-    return version
+    return found

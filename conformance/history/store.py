@@ -24,7 +24,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlch
 
 from conformance.errors import ConformanceUsageError
 from conformance.history.rows import RunRows, run_rows
-from conformance.history.schema import CASE_NAMES, FINDINGS, RESULTS, RUNS, prepare
+from conformance.history.schema import CASE_NAMES, FINDINGS, PG_LOCK, RESULTS, RUNS, prepare
 from conformance.report.load import Run
 from conformance.sharding import digest
 
@@ -32,13 +32,8 @@ from conformance.sharding import digest
 SHARD_WINDOW = timedelta(hours=24)
 #: case names looked up per query (SQLite allows at least 999 parameters)
 _CHUNK = 500
-#: the advisory lock key PostgreSQL appends hold (any constant: it names this store's lock)
-_PG_LOCK = 0x7C0F0A11
 
-DRIVERS = {
-    "postgresql": "pip install 'psycopg[binary]' (and use postgresql+psycopg://...)",
-    "mysql": "pip install pymysql (and use mysql+pymysql://...)",
-}
+DRIVERS = {"postgresql": "pip install 'psycopg[binary]' (and use postgresql+psycopg://...)"}
 
 
 class StoreError(ConformanceUsageError):
@@ -79,19 +74,23 @@ def _first_line(exc: BaseException) -> str:
 
 def _sqlite_locking(engine: Engine) -> None:
     """Let SQLAlchemy, not the sqlite3 module, begin transactions, and begin them IMMEDIATE:
-    the write lock is taken when the transaction starts, so two appenders queue (busy timeout)
-    instead of one failing on an upgrade from a read lock."""
+    the write lock is taken when a writing transaction starts, so two appenders queue (busy
+    timeout) instead of one failing on an upgrade from a read lock; readers begin deferred."""
 
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA foreign_keys=ON")
+        # write-ahead log: a reader never blocks an appender's commit (in the rollback journal
+        # a commit waits for every reader); the last connection to close folds the log back in
+        cursor.execute("PRAGMA journal_mode=WAL")
         cursor.close()
 
     @event.listens_for(engine, "begin")
-    def _begin(conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+    def _begin(conn: Connection) -> None:  # a reader (Store.reading) takes no write lock
+        reader = conn.get_execution_options().get("reader")
+        conn.exec_driver_sql("BEGIN" if reader else "BEGIN IMMEDIATE")
 
 
 class Store:
@@ -128,7 +127,7 @@ class Store:
         """A connection for the questions (one transaction)."""
         try:
             with self.engine.connect() as conn:
-                yield conn
+                yield conn.execution_options(reader=True)
         except DBAPIError as exc:
             raise StoreError(f"store {self.where}: {_first_line(exc)}") from None
 
@@ -175,7 +174,7 @@ class Store:
 
     def _append(self, conn: Connection, rows: RunRows, run_group: str | None) -> Appended:
         if not self.sqlite and conn.dialect.name == "postgresql":
-            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK})
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_LOCK})
         row, source = rows.run, rows.run["source"]
         old = conn.execute(select(RUNS.c.id, RUNS.c.run_group).where(RUNS.c.key == row["key"]))
         found = old.first()

@@ -58,10 +58,15 @@ def findings_of(runs: Runs, group: RunGroup) -> dict[str, FindingRow]:
 
 
 def _statuses(runs: Runs, group: RunGroup, case_ids: list[int]) -> dict[int, tuple[str, str]]:
-    query = select(RESULTS.c.case_id, RESULTS.c.status, RESULTS.c.finding).where(
-        RESULTS.c.run_id.in_(group.run_ids), RESULTS.c.case_id.in_(case_ids)
-    )
-    return {row.case_id: (row.status, row.finding or "") for row in runs.conn.execute(query)}
+    """Each case's status and finding in the run (500 ids a query: any finding's size)."""
+    out = {}
+    for start in range(0, len(case_ids), 500):
+        query = select(RESULTS.c.case_id, RESULTS.c.status, RESULTS.c.finding).where(
+            RESULTS.c.run_id.in_(group.run_ids),
+            RESULTS.c.case_id.in_(case_ids[start : start + 500]),
+        )
+        out.update((r.case_id, (r.status, r.finding or "")) for r in runs.conn.execute(query))
+    return out
 
 
 def changes(runs: Runs, cell: str) -> Changes:
@@ -86,14 +91,14 @@ def changes(runs: Runs, cell: str) -> Changes:
         ids = [row.case_id for row in runs.conn.execute(query)]
         today = _statuses(runs, latest, ids)
         failing = sorted({f for status, f in today.values() if status in BAD})
-        if not today:
-            finding.note = "none of its cases ran in the latest run"
+        judged = sum(status in GOOD for status, _ in today.values())
+        if not failing and not judged:  # not run, or skipped/unsupported now: nothing says
+            finding.note = f"none of its {len(ids)} case(s) was judged in the latest run"
             result.unjudged.append(finding)
         elif failing:
             finding.note = "its cases fail under " + ", ".join(f or "no finding" for f in failing)
             result.moved.append(finding)
         else:
-            judged = sum(status in GOOD for status, _ in today.values())
             finding.note = f"{judged} of its {len(ids)} case(s) pass now"
             result.fixed.append(finding)
     return result

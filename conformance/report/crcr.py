@@ -19,8 +19,9 @@ from conformance.record import FAILING, Status
 from conformance.report.load import Run
 
 #: the relay keeps at most this many failed tests, and this much of each message; the whole list
-#: stays under MAX_BYTES (it travels as a step output and an environment variable)
-MAX_FAILED, MESSAGE_BYTES, MAX_BYTES = 1000, 1024, 256 * 1024
+#: stays under MAX_BYTES: the action gets it as one environment variable, which Linux caps at
+#: 128 KiB (MAX_ARG_STRLEN)
+MAX_FAILED, MESSAGE_BYTES, MAX_BYTES = 1000, 1024, 100 * 1024
 #: findings listed by title in the summary (the rest are counted)
 LISTED_FINDINGS = 20
 #: what counts as passed and as skipped in the relay's three counts (failing: record.FAILING)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conformance.bugs.report import ALONE
+from conformance.bugs.script import DIFFERS
 from tests.helpers import REPO, clean_env, run_pytest
 
 pytestmark = pytest.mark.slow
@@ -53,7 +54,7 @@ def test_one_report_per_finding_whose_script_shows_the_divergence_alone(reports)
         text = script.read_text()
         assert "conformance" not in text.split('"""', 2)[2].replace("torch-conformance", "")
         faulty = _alone(script, FAULTS)
-        assert faulty.returncode == 1 and "differ bit for bit" in faulty.stdout, faulty
+        assert faulty.returncode == DIFFERS and "differ bit for bit" in faulty.stdout, faulty
         clean = _alone(script, None)  # the divergence is the fault's
         assert clean.returncode == 0 and "the device agrees with cpu" in clean.stdout, clean
 

@@ -16,6 +16,7 @@ def write_run(
     finished: bool = True,
     exitstatus: int = 0,
     duration: float = 0.01,
+    allocator: str = "malloc",
 ) -> Path:
     """A results folder with one case per ``statuses`` item (`op-dtype` -> status)."""
     folder.mkdir(parents=True)
@@ -23,7 +24,7 @@ def write_run(
         "torch": torch,
         "backend": "echo_npu",
         "device": "npu",
-        "allocator": "malloc",
+        "allocator": allocator,
         "python": "3.11.7",
         "started": started,
         "finished": started.replace(":00+", ":30+") if finished else None,

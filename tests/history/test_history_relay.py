@@ -78,3 +78,13 @@ def test_level_figures_warn_before_a_threshold_is_crossed(tmp_path, capsys) -> N
     ask.add(write_run(tmp_path / "old" / "nightly", {"abs-float32": "passed"}, started=old))
     capsys.readouterr()
     assert "degraded" in " ".join(ask("relay", "--cell", "nightly", capsys=capsys)["warnings"])
+
+
+def test_a_selection_run_never_narrows_the_next_selection(tmp_path, capsys) -> None:
+    """The ops chosen from are those of the cell's runs of 30 days, not of its latest run."""
+    ask = _store(tmp_path, capsys)
+    ask.add(write_run(tmp_path / "n9" / "crcr", {"abs-float32": "passed"}, duration=1.0,
+                      started="2026-11-05T02:00:00+00:00"))  # fmt: skip
+    capsys.readouterr()
+    chosen = ask("select", "--cell", "crcr", "--budget", "20m", capsys=capsys)
+    assert sorted(chosen["ops"]) == sorted(OPS)

@@ -178,3 +178,38 @@ def _first_finding(run: Path) -> str:
     from conformance.report.load import load_run
 
     return load_run(run).findings()[0].id
+
+
+@pytest.mark.parametrize(
+    "nights, flaky",
+    [
+        # another allocator is another configuration, even in one results folder name
+        ([("failed", "malloc"), ("passed", "guard")], False),
+        # a manifest edit (failed -> xfailed) changes no behaviour
+        ([("failed", "malloc"), ("xfailed", "malloc")], False),
+        # an expected failure that sometimes passes is flaky
+        ([("xfailed", "malloc"), ("xpassed", "malloc"), ("xfailed", "malloc")], True),
+        # the suite's own error or a case not run is no evidence
+        ([("error", "malloc"), ("passed", "malloc"), ("not-run", "malloc")], False),
+    ],
+)
+def test_the_flake_rule_compares_behaviour_on_one_configuration(
+    nights, flaky, tmp_path, capsys
+) -> None:
+    ask = Ask(str(tmp_path / "h.db"))
+    for number, (status, allocator) in enumerate(nights):
+        ask.add(write_run(tmp_path / f"n{number}" / "conformance-2.13", {"abs-float32": status},
+                          started=f"2026-11-0{number + 1}T02:00:00+00:00",
+                          allocator=allocator))  # fmt: skip
+    capsys.readouterr()
+    assert bool(ask("flaky", capsys=capsys)) is flaky
+
+
+def test_a_finding_whose_cases_are_skipped_now_is_not_fixed(tmp_path, capsys) -> None:
+    ask = Ask(str(tmp_path / "h.db"))
+    for number, status in enumerate(["failed", "skipped"]):
+        ask.add(write_run(tmp_path / f"n{number}" / "c", {"abs-float32": status},
+                          started=f"2026-11-0{number + 1}T02:00:00+00:00"))  # fmt: skip
+    capsys.readouterr()
+    change = ask("changes", capsys=capsys)
+    assert change["fixed"] == [] and len(change["unjudged"]) == 1
