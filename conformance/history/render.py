@@ -84,13 +84,13 @@ def changes_text(change: Changes) -> str:
     out = [f"## Findings of {change.cell}: {_when(change.latest)} against {previous}", ""]
     out.append(
         f"{len(change.new)} new, {len(change.fixed)} fixed, {change.kept} still open, "
-        f"{len(change.moved)} failing under another finding, {len(change.unjudged)} not run now"
+        f"{len(change.moved)} failing under another finding, {len(change.unjudged)} not judged now"
     )
     out.append("")
     out += _findings("New", change.new)
     out += _findings("Fixed", change.fixed)
     out += _findings("Failing under another finding", change.moved)
-    out += _findings("Not run in the latest run", change.unjudged)
+    out += _findings("Not judged in the latest run", change.unjudged)
     return "\n".join(out)
 
 
