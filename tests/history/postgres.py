@@ -52,12 +52,18 @@ def postgres_server() -> Iterator[str]:
         as_user = ["runuser", "-u", "postgres", "--"]
     data, port = os.path.join(folder, "data"), _free_port()
     run = dict(check=True, capture_output=True, text=True, timeout=120)
-    subprocess.run(
-        [*as_user, initdb, "-D", data, "-A", "trust", "-U", "postgres", "--no-sync"], **run
-    )
     options = f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c fsync=off"
     log = os.path.join(folder, "server.log")
-    subprocess.run([*as_user, pg_ctl, "-D", data, "-o", options, "-l", log, "-w", "start"], **run)
+    try:
+        subprocess.run(
+            [*as_user, initdb, "-D", data, "-A", "trust", "-U", "postgres", "--no-sync"], **run
+        )
+        start = [*as_user, pg_ctl, "-D", data, "-o", options, "-l", log, "-w", "start"]
+        subprocess.run(start, **run)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
+        shutil.rmtree(folder, ignore_errors=True)
+        said = (getattr(exc, "stderr", "") or str(exc)).strip().splitlines()
+        pytest.skip(f"a PostgreSQL server could not start here: {said[-1] if said else exc}")
     try:
         yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
     finally:
