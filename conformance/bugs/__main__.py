@@ -13,6 +13,10 @@ from conformance.bugs.report import write_report
 from conformance.bugs.script import DIFFERS
 from conformance.errors import ConformanceUsageError
 from conformance.findings import Finding
+from conformance.history.cases import bisect_range
+from conformance.history.rows import environment_json
+from conformance.history.runs import QuestionError, Runs
+from conformance.history.store import Store
 from conformance.report.load import ReportError, Run, load_results
 
 EPILOG = """\
@@ -24,34 +28,31 @@ results store (--store, else $CONFORMANCE_STORE where that store exists).
 Exit status: 0, 2 on unreadable input."""
 
 
-def _since(store: str | None, finding: Finding, run: Run) -> str:
-    """Since which torch the finding's simplest case fails, from the store."""
-    unknown = (
-        "Not known: the store has no run of this case with this backend environment; append "
-        "runs of other torch versions (`pytest --store`, docs/HISTORY.md) and give the store "
-        "with --store, or run `python -m conformance.bisect`."
-    )
-    if not store:
-        return unknown
-    from conformance.history.cases import bisect_range
-    from conformance.history.rows import environment_json
-    from conformance.history.runs import QuestionError, Runs
-    from conformance.history.store import Store
+UNKNOWN = (
+    "Not known: the store has no run of this case with this backend environment; append runs "
+    "of other torch versions (`pytest --store`, docs/HISTORY.md) and give the store with "
+    "--store, or run `python -m conformance.bisect`."
+)
 
-    opened = Store(store)
+
+def _sinces(store: str | None, found: list[tuple[Run, Finding]]) -> list[str]:
+    """For each finding, since when it fails (the store opened and its runs read once)."""
+    if not store:
+        return [UNKNOWN] * len(found)
+    with Store(store) as opened, opened.reading() as conn:
+        runs = Runs(conn)
+        return [_since(runs, finding, run) for run, finding in found]
+
+
+def _since(runs: Runs, finding: Finding, run: Run) -> str:
+    """Since which torch the finding's simplest case fails, from the store's runs."""
     try:
-        with opened.reading() as conn:
-            runs = Runs(conn)
-            try:
-                case_id, name = runs.case(finding.representative.id)
-            except QuestionError:
-                return unknown
-            env = environment_json(run.meta)
-            found = bisect_range(runs, case_id, name, run.allocator, env)
-            if not found.by_torch:
-                return unknown
-    finally:
-        opened.close()
+        case_id, name = runs.case(finding.representative.id)
+    except QuestionError:
+        return UNKNOWN
+    found = bisect_range(runs, case_id, name, run.allocator, environment_json(run.meta))
+    if not found.by_torch:
+        return UNKNOWN
     seen = ", ".join(f"{torch} {status}" for torch, status in found.by_torch.items())
     if found.good and found.bad:
         return (
@@ -84,19 +85,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         runs = load_results(args.results)
         out.mkdir(parents=True, exist_ok=True)
-        written = 0
-        for run in runs:
-            for finding in run.findings():
-                since = _since(store, finding, run)
-                path, status = write_report(finding, run, out, since, Path.cwd())
-                shown = {None: "no standalone script", DIFFERS: "its script shows the divergence",
-                         0: "its script did NOT show the divergence alone"}  # fmt: skip
-                print(f"wrote {path}: {shown.get(status, f'its script broke (exit {status})')}")
-                written += 1
+        found = [(run, finding) for run in runs for finding in run.findings()]
+        shown = {None: "no standalone script", DIFFERS: "its script shows the divergence",
+                 0: "its script did NOT show the divergence alone"}  # fmt: skip
+        for (run, finding), since in zip(found, _sinces(store, found), strict=True):
+            path, status = write_report(finding, run, out, since, Path.cwd())
+            print(f"wrote {path}: {shown.get(status, f'its script broke (exit {status})')}")
     except (ReportError, ConformanceUsageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if not written:
+    if not found:
         print("no findings: nothing to report", file=sys.stderr)
     return 0
 

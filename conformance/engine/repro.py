@@ -198,10 +198,11 @@ def write_repro(
     )
     overload = placed.call.overload
     packet, _, attr = overload.partition(".")
-    reference = "reference = op\n"
+    reference, reference_name = "reference = op\n", "op"
     ref = spec.reference if spec is not None else None
     if isinstance(ref, torch._ops.OpOverload):
-        reference = f"reference = torch.ops.{ref.namespace}.{ref._opname}.{ref._overloadname}\n"
+        reference_name = f"torch.ops.{ref.namespace}.{ref._opname}.{ref._overloadname}"
+        reference = f"reference = {reference_name}\n"
     elif ref is not None:
         reference = SPEC_REFERENCE.format(overload=overload)
     uses_module = routed or has_check_memory or bool(register)
@@ -245,7 +246,7 @@ def write_repro(
         else "aten"
         if isinstance(ref, torch._ops.OpOverload)
         else "spec",
-        "reference_name": reference.split("=", 1)[1].strip() if "=" in reference else "op",
+        "reference_name": reference_name,
         "data": name + ".pt",
     }
     with open(os.path.join(directory, name + ".json"), "w") as f:

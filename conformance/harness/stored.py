@@ -15,11 +15,8 @@ def append_run(where: str, results: str | Path) -> str:
     from conformance.report.load import load_run
 
     try:
-        store = Store(where)
-        try:
+        with Store(where) as store:
             done = store.append(load_run(results))
-        finally:
-            store.close()
     except ConformanceUsageError as exc:
         return f"conformance: the results store did not take this run: {exc}"
     return (

@@ -232,8 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     where = args.store or os.environ.get("CONFORMANCE_STORE") or DEFAULT_STORE
     try:
-        store = Store(where)
-        try:
+        with Store(where) as store:
             if args.command == "add":
                 return _add(store, args.results, args.run_group)
             if args.command == "pictures":
@@ -250,8 +249,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 0
             with store.reading() as conn:
                 answer, text = _answer(Runs(conn), args)
-        finally:
-            store.close()
     except ConformanceUsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -105,6 +105,13 @@ class Flake:
         judged = self.failed + self.passed
         return self.flips / (judged - 1) if judged > 1 else 0.0
 
+    def describe(self) -> str:
+        """Why it is flaky, in one line (reports, the scorecard, the manifest writer)."""
+        return (
+            f"flaky: failed {self.failed} and passed {self.passed} of {len(self.statuses)} runs "
+            f"on one configuration (flake rate {self.rate:.0%})"
+        )
+
 
 def timeline(runs: Runs, case_id: int, name: str, cell: str) -> Timeline:
     """The case in every run of ``cell``."""

@@ -147,10 +147,7 @@ def write_pictures(runs: Runs, out: Path, last: int = 30) -> dict[str, Any]:
                 (out / name).write_text(draw(runs, cell, last), encoding="utf-8")
                 entry["pictures"].append({"file": name, "title": title})
             for flake in cases.flaky(runs, cell):
-                entry["flaky"][flake.case] = (
-                    f"flaky: failed {flake.failed} and passed {flake.passed} of "
-                    f"{len(flake.statuses)} runs on one configuration (flake rate {flake.rate:.0%})"
-                )
+                entry["flaky"][flake.case] = flake.describe()
         index["cells"][cell] = entry
     (out / INDEX).write_text(json.dumps(index, indent=1), encoding="utf-8")
     return index

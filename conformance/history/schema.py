@@ -118,12 +118,26 @@ FINDINGS = Table(
 
 #: the PostgreSQL advisory lock that serialises a store's writers (any constant: it names it)
 PG_LOCK = 0x7C0F0A11
+#: ids or names looked up per query (SQLite allows at least 999 parameters)
+CHUNK = 500
 #: version -> the step that takes a store of that version to the next one
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {}
 
 
 class StoreSchemaError(ConformanceUsageError):
     """A store this suite cannot use as it is (newer schema, unknown tables)."""
+
+
+def write_lock(conn: Connection) -> None:
+    """Hold the store's write lock for the rest of the transaction (PostgreSQL's advisory
+    lock; a SQLite transaction holds it from BEGIN IMMEDIATE: store.py)."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_LOCK})
+
+
+def chunks(values: list, size: int = CHUNK) -> list[list]:
+    """``values`` in pieces a query's IN list can take."""
+    return [values[start : start + size] for start in range(0, len(values), size)]
 
 
 def stored_version(conn: Connection) -> int | None:
@@ -139,8 +153,7 @@ def stored_version(conn: Connection) -> int | None:
 def prepare(conn: Connection, where: str) -> int:
     """Create the tables of an empty store, migrate an older one; returns the version found
     (0: an empty store). Raises StoreSchemaError for a newer store."""
-    if conn.dialect.name == "postgresql":  # two first opens at once: one creates the tables
-        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_LOCK})
+    write_lock(conn)  # two first opens at once: one creates the tables
     found = version = stored_version(conn)
     if version is None:
         METADATA.create_all(conn)

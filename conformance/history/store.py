@@ -18,20 +18,26 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, event, func, select, text
+from sqlalchemy import create_engine, event, func, select
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 
 from conformance.errors import ConformanceUsageError
 from conformance.history.rows import RunRows, run_rows
-from conformance.history.schema import CASE_NAMES, FINDINGS, PG_LOCK, RESULTS, RUNS, prepare
+from conformance.history.schema import (
+    CASE_NAMES,
+    FINDINGS,
+    RESULTS,
+    RUNS,
+    chunks,
+    prepare,
+    write_lock,
+)
 from conformance.report.load import Run
 from conformance.sharding import digest
 
 #: shards of one run started within this long of each other join one group
 SHARD_WINDOW = timedelta(hours=24)
-#: case names looked up per query (SQLite allows at least 999 parameters)
-_CHUNK = 500
 
 DRIVERS = {"postgresql": "pip install 'psycopg[binary]' (and use postgresql+psycopg://...)"}
 
@@ -134,6 +140,12 @@ class Store:
     def close(self) -> None:
         self.engine.dispose()
 
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
     def append(self, run: Run, run_group: str | None = None) -> Appended:
         """Append one results folder (a run, a shard, or shards merged by the report's loader);
         ``run_group``: an id its shards share (CI's run id: with the cell, it names the run),
@@ -160,8 +172,7 @@ class Store:
             cutoff = (datetime.fromisoformat(newest) - timedelta(days=keep_days)).isoformat()
             old = select(RUNS.c.id).where(RUNS.c.started < cutoff, RUNS.c.pruned == 0)
             ids = [row.id for row in conn.execute(old)]
-            for start in range(0, len(ids), _CHUNK):
-                chunk = ids[start : start + _CHUNK]
+            for chunk in chunks(ids):
                 conn.execute(RESULTS.delete().where(RESULTS.c.run_id.in_(chunk)))
                 conn.execute(RUNS.update().where(RUNS.c.id.in_(chunk)).values(pruned=1))
         if ids and self.sqlite:  # outside any transaction, so on the driver's connection
@@ -173,8 +184,7 @@ class Store:
         return len(ids)
 
     def _append(self, conn: Connection, rows: RunRows, run_group: str | None) -> Appended:
-        if not self.sqlite and conn.dialect.name == "postgresql":
-            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_LOCK})
+        write_lock(conn)
         row, source = rows.run, rows.run["source"]
         old = conn.execute(select(RUNS.c.id, RUNS.c.run_group).where(RUNS.c.key == row["key"]))
         found = old.first()
@@ -219,19 +229,17 @@ class Store:
     @staticmethod
     def _name_ids(conn: Connection, names: dict[str, dict[str, str]]) -> dict[str, int]:
         """Each case name's id, adding the names the store has not seen."""
+
+        def look_up(wanted: list[str]) -> None:
+            for chunk in chunks(wanted):
+                query = select(CASE_NAMES.c.name, CASE_NAMES.c.id)
+                rows = conn.execute(query.where(CASE_NAMES.c.name.in_(chunk)))
+                ids.update((name, id_) for name, id_ in rows)
+
         ids: dict[str, int] = {}
-        wanted = list(names)
-        for start in range(0, len(wanted), _CHUNK):
-            chunk = wanted[start : start + _CHUNK]
-            query = select(CASE_NAMES.c.name, CASE_NAMES.c.id).where(CASE_NAMES.c.name.in_(chunk))
-            ids.update((name, id_) for name, id_ in conn.execute(query))
-        new = [names[n] for n in wanted if n not in ids]
+        look_up(list(names))
+        new = [n for n in names if n not in ids]
         if new:  # the write lock is held: no other appender adds names meanwhile
-            conn.execute(CASE_NAMES.insert(), new)
-            for start in range(0, len(new), _CHUNK):
-                chunk = [r["name"] for r in new[start : start + _CHUNK]]
-                query = select(CASE_NAMES.c.name, CASE_NAMES.c.id).where(
-                    CASE_NAMES.c.name.in_(chunk)
-                )
-                ids.update((name, id_) for name, id_ in conn.execute(query))
+            conn.execute(CASE_NAMES.insert(), [names[n] for n in new])
+            look_up(new)
         return ids

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import func, select
 
 from conformance.history.runs import BAD, GOOD, QuestionError, RunGroup, Runs, flips
-from conformance.history.schema import CASE_NAMES, FINDINGS, RESULTS
+from conformance.history.schema import CASE_NAMES, FINDINGS, RESULTS, chunks
 
 #: what pass rates can be grouped by: a case_names column, or the failing check
 RATE_KEYS = ("family", "dtype", "layout", "path", "op", "check")
@@ -58,12 +58,11 @@ def findings_of(runs: Runs, group: RunGroup) -> dict[str, FindingRow]:
 
 
 def _statuses(runs: Runs, group: RunGroup, case_ids: list[int]) -> dict[int, tuple[str, str]]:
-    """Each case's status and finding in the run (500 ids a query: any finding's size)."""
+    """Each case's status and finding in the run (in chunks: any finding's size)."""
     out = {}
-    for start in range(0, len(case_ids), 500):
+    for chunk in chunks(case_ids):
         query = select(RESULTS.c.case_id, RESULTS.c.status, RESULTS.c.finding).where(
-            RESULTS.c.run_id.in_(group.run_ids),
-            RESULTS.c.case_id.in_(case_ids[start : start + 500]),
+            RESULTS.c.run_id.in_(group.run_ids), RESULTS.c.case_id.in_(chunk)
         )
         out.update((r.case_id, (r.status, r.finding or "")) for r in runs.conn.execute(query))
     return out

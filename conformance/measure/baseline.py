@@ -44,16 +44,8 @@ def flaky_cases(where: str) -> dict[str, str]:
     from conformance.history.runs import Runs
     from conformance.history.store import Store
 
-    store = Store(where)
-    try:
-        with store.reading() as conn:
-            found = flaky(Runs(conn))
-    finally:
-        store.close()
-    return {
-        f.case: f"failed {f.failed} and passed {f.passed} of {len(f.statuses)} runs in {f.cell}"
-        for f in found
-    }
+    with Store(where) as store, store.reading() as conn:
+        return {f.case: f.describe() for f in flaky(Runs(conn))}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
