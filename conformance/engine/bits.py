@@ -36,7 +36,7 @@ from collections.abc import Iterator
 import torch
 from torch.utils._pytree import tree_flatten
 
-from conformance.engine import error_balance, exactness, ieee, truth, ulp_bounds
+from conformance.engine import accumulation, error_balance, exactness, ieee, truth, ulp_bounds
 from conformance.engine.checks import Sample, invoke, sample_check
 from conformance.engine.compare import (
     Mismatch,
@@ -49,6 +49,7 @@ from conformance.engine.compare import (
     unravel,
 )
 from conformance.engine.exactness import FLOATS
+from conformance.engine.operands import data_args
 from conformance.engine.truth import named, output_name
 
 
@@ -210,6 +211,7 @@ def check_signed_zeros(s: Sample) -> None:
 )
 def check_rounding(s: Sample) -> None:
     _within_documented_ulps(s)
+    _within_any_order_of_accumulation(s)
     _errs_both_ways(s)
     if s.exactness is None or not s.exactness.exact:
         return
@@ -265,6 +267,48 @@ def _within_documented_ulps(s: Sample) -> None:
                 f"{ieee.base(s.overload)} in {dtype}: IEEE recommends correct rounding; CUDA "
                 f"documents at most {k} ulp(s) (engine/ulp_bounds.py)",
             )
+
+
+def _within_any_order_of_accumulation(s: Sample) -> None:
+    """float32/float64 elements of sums, means and scans within the error any order of
+    accumulation can make (engine/accumulation.py): an element of one term is its input."""
+    if not accumulation.accumulates(s.overload):
+        return
+    for name, a, e in differing(s):
+        if e.dtype not in accumulation.DTYPES or s.policy.excuses(s, e.dtype):
+            continue
+        if not bool(close_mask(a, e, s.spec.tol_scale, name)[0].all()):
+            continue  # beyond the tolerance: a wrong value, the outputs check names it
+        basis = e if e.dtype == torch.float64 else truth.float64_value(s, e.dtype, name)
+        found = _magnitudes(s)
+        if basis is None or found is None or not (basis.shape == a.shape == found[0].shape):
+            continue
+        flushes = bool(s.policy.flushes_subnormals)
+        bad, allowed = accumulation.rigorous_excess(s.overload, a, basis, *found, flushes)
+        bad &= ~same_values(a, e)  # cpu's bits (flushed where the manifest declares FTZ) pass
+        if bool(bad.any()):
+            i = int(bad.reshape(-1).nonzero()[0, 0])
+            at = unravel(i, tuple(e.shape))
+            terms = int(found[1].reshape(-1)[i])
+            what = "the float64 result" if e.dtype != torch.float64 else "cpu's result"
+            raise Mismatch(
+                "rounding",
+                f"{name}: {int(bad.sum())}/{bad.numel()} elements are farther from {what} than "
+                f"any order of accumulation allows; first at {at}: device "
+                f"{a.reshape(-1)[i].item()!r} vs {basis.reshape(-1)[i].item()!r}, a sum of "
+                f"{terms} term(s) within {allowed.reshape(-1)[i].item():.3g} "
+                "(engine/accumulation.py)",
+            )
+
+
+def _magnitudes(s: Sample) -> tuple | None:
+    """accumulation.magnitudes of the sample's float64 call, once per sample."""
+    if "accumulation" not in s.scratch:
+        cpu = s.placed.materialize("cpu")
+        data = {i for i, _ in data_args(s.schema)}
+        args, kwargs = exactness.wide_args(cpu.args, cpu.kwargs, data, torch.float64)
+        s.scratch["accumulation"] = accumulation.magnitudes(s.op, s.overload, args, kwargs)
+    return s.scratch["accumulation"]
 
 
 def _errs_both_ways(s: Sample) -> None:

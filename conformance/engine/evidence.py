@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten
 
-from conformance.engine import ieee
+from conformance.engine import accumulation, ieee
 from conformance.engine.compare import TOLERANCES, Scale
 from conformance.engine.exactness import FLOATS, wide_args
 from conformance.engine.operands import data_args
@@ -82,38 +82,17 @@ def measured_scale(
     return Evidence(pooled, elements)
 
 
-#: sums whose order of accumulation is the kernel's choice: op -> whether it divides by n
-SUMS = {"sum": False, "nansum": False, "cumsum": False, "mean": True, "nanmean": True}
-#: the probabilistic bound's factor (Higham & Mary 2019: an error beyond lambda sqrt(n) u sum|x|
-#: has a probability below 2 exp(-lambda^2 / 2), 7e-6 at 5)
-LAMBDA = 5.0
-
-
 def accumulation_bound(
     op: Any, overload: str, args: tuple, kwargs: dict, result: torch.Tensor
 ) -> torch.Tensor | None:
-    """Per element of a sum, a scan or a mean, the error any order of accumulation may make
-    at the precision a kernel accumulates in (float32 for float32 and half precision, float64
-    for float64): lambda sqrt(n) u sum|x_i| over the n terms of that element (issue 79: a
-    float32 cumsum with one sequential float32 accumulator failed its -sizes case at 3.95e-6,
-    judged by CPU's wider accumulation). None for any other op. `args`: the float64 call."""
-    name = ieee.base(overload) if overload else ""
-    if name not in SUMS or not args or not isinstance(args[0], torch.Tensor):
+    """Per element of a sum, a scan or a mean, the error any order of accumulation probably
+    stays within (engine/accumulation.py `probable_bound`; issue 79: a float32 cumsum with one
+    sequential float32 accumulator failed its -sizes case at 3.95e-6, judged by CPU's wider
+    accumulation). None for any other op. `args`: the float64 call."""
+    found = accumulation.magnitudes(op, overload, args, kwargs)
+    if found is None:
         return None
-    x, rest = args[0], args[1:]
-    if not x.is_floating_point():
-        return None
-    u = torch.finfo(torch.float64 if result.dtype == torch.float64 else torch.float32).eps / 2
-    try:
-        total = op(x.detach().abs().clone(), *rest, **kwargs)
-        terms = op(torch.ones_like(x), *rest, **kwargs)
-    except Exception:  # noqa: BLE001 - no bound: CPU's own error stands
-        return None
-    if not isinstance(total, torch.Tensor) or not isinstance(terms, torch.Tensor):
-        return None
-    if SUMS[name]:  # a mean: its terms are the elements it averages
-        terms = torch.full_like(terms, x.numel() / max(terms.numel(), 1))
-    return LAMBDA * terms.sqrt() * u * total.abs()
+    return accumulation.probable_bound(*found, result.dtype)
 
 
 class Evidence(dict):

@@ -7,6 +7,7 @@ import types
 from collections.abc import Callable
 
 import pytest
+import torch
 
 from conformance.engine import runner
 from conformance.engine.backend import Backend
@@ -63,3 +64,17 @@ def run_with_kernel(
         exactness=exactness,
         **({"policy": policy} if policy is not None else {}),
     )
+
+
+def ulps_off(overload: str, k: int) -> Callable:
+    """The real kernel with every finite nonzero result moved `k` ulps (away from zero)."""
+    real = runner.resolve(overload)
+    ints = {4: torch.int32, 8: torch.int64}
+
+    def kernel(*args, **kwargs):
+        out = real(*args, **kwargs)
+        bits = out.view(ints[out.element_size()])
+        moved = torch.where((out != 0) & out.isfinite(), bits + k, bits).view(out.dtype)
+        return torch.where(moved.isfinite(), moved, out)
+
+    return kernel

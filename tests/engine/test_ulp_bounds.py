@@ -12,7 +12,7 @@ from conformance.engine.discovery import resolve
 from conformance.engine.exactness import ulp_distance
 from conformance.ops import spec_for
 from conformance.samples import calls_for
-from tests.engine.fake_kernels import run_with_kernel
+from tests.engine.fake_kernels import run_with_kernel, ulps_off
 
 F32, F64 = torch.float32, torch.float64
 
@@ -20,19 +20,6 @@ F32, F64 = torch.float32, torch.float64
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory) -> str:
     return str(tmp_path_factory.mktemp("samples"))
-
-
-def _ulps_off(overload: str, k: int):
-    real = resolve(overload)
-    ints = {4: torch.int32, 8: torch.int64}
-
-    def kernel(*args, **kwargs):
-        out = real(*args, **kwargs)
-        bits = out.view(ints[out.element_size()])
-        moved = torch.where((out != 0) & out.isfinite(), bits + k, bits).view(out.dtype)
-        return torch.where(moved.isfinite(), moved, out)
-
-    return kernel
 
 
 def _correctly_rounded(overload: str):
@@ -52,9 +39,9 @@ def _run(monkeypatch, overload, kernel, calls):
 def test_beyond_the_documented_bound_fails_within_passes(monkeypatch, cache, overload, dtype):
     calls = calls_for(overload, dtype, cache)
     assert _run(monkeypatch, overload, None, calls).failure is None  # CPU's bits
-    within = _ulps_off(overload, 1) if dtype == F64 else _correctly_rounded(overload)
+    within = ulps_off(overload, 1) if dtype == F64 else _correctly_rounded(overload)
     assert _run(monkeypatch, overload, within, calls).failure is None
-    wrong = _run(monkeypatch, overload, _ulps_off(overload, 8), calls)
+    wrong = _run(monkeypatch, overload, ulps_off(overload, 8), calls)
     assert wrong.failure is not None and wrong.failure.check == "rounding", wrong.notes
     assert "CUDA documents at most" in wrong.failure.message
 
