@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 
 import torch
 
@@ -77,15 +78,32 @@ def _generated(
     if not os.path.isdir(folder):
         os.makedirs(folder, exist_ok=True)
         _remove_stale(root, folder)
-    save_calls({kind.name: {overload: generated}}, path)
+    try:
+        os.makedirs(folder, exist_ok=True)  # another version's run may have pruned it
+        save_calls({kind.name: {overload: generated}}, path)
+    except (OSError, RuntimeError):
+        if os.path.isdir(folder):
+            raise
+        # pruned by another version meanwhile: the next run builds them again
     return generated
 
 
+#: a folder of generated calls of other code is pruned once unused this long: two versions of
+#: the suite sharing one cache (two checkouts, a campaign beside an edit) keep their own
+STALE_AFTER_S = 24 * 3600
+
+
 def _remove_stale(root: str, keep: str) -> None:
-    """Generated calls of code that changed since (other digests) are never read again."""
+    """Generated calls of code that changed since (other digests) and unused for a day."""
+    now = time.time()
     for name in os.listdir(root):
         path = os.path.join(root, name)
         if name.startswith("values-") and path != keep and os.path.isdir(path):
+            try:
+                if now - os.path.getmtime(path) < STALE_AFTER_S:
+                    continue
+            except OSError:
+                continue
             shutil.rmtree(path, ignore_errors=True)
 
 

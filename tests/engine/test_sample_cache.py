@@ -115,6 +115,34 @@ def test_value_set_calls_are_built_once_then_read_from_disk(tmp_path, monkeypatc
         calls_for("add.Tensor", torch.float32, None, "special")
 
 
+def test_two_versions_sharing_a_cache_keep_their_value_sets(tmp_path, monkeypatch):
+    """Another version of the suite (a campaign in a worktree beside an edited checkout) prunes
+    value-set folders of other code: only those unused for a day, and a folder pruned under a
+    run costs a rebuild, never a harness error ("Parent directory ... does not exist" failed
+    four mutants of a campaign while the checkout beside it ran the suite)."""
+    import shutil
+
+    from conformance import samples
+
+    root = opinfo.cache_root(str(tmp_path))
+    other, old = os.path.join(root, "values-other"), os.path.join(root, "values-old")
+    for folder in (other, old):
+        os.makedirs(folder)
+    os.utime(old, (0, 0))
+    first = samples.calls_for("add.Tensor", torch.float32, str(tmp_path), "special")
+    assert first and os.path.isdir(other) and not os.path.exists(old)
+    ours = [f for f in os.listdir(root) if f.startswith("values-") and f != "values-other"]
+    real_save = samples.save_calls
+
+    def pruned_meanwhile(found, path):
+        shutil.rmtree(os.path.join(root, ours[0]), ignore_errors=True)
+        real_save(found, path)
+
+    monkeypatch.setattr(samples, "save_calls", pruned_meanwhile)
+    again = samples.calls_for("mul.Tensor", torch.float32, str(tmp_path), "special")
+    assert again
+
+
 def test_value_set_calls_of_an_op_spec_are_cached_by_their_contents(tmp_path, monkeypatch):
     """masked_fill_'s op spec gives its own (seeded) samples: their value-set calls are read
     from disk when the samples are the same, built again when they change."""
