@@ -76,7 +76,7 @@ class ProcessTree:
         parent = self.kind(proc.parent) if proc.parent in self.procs else ""
         if XDIST_WORKER in proc.cmdline:
             return "xdist workers"
-        if "conformance.engine.zygote" in proc.cmdline:
+        if "conformance.processes.zygote" in proc.cmdline:
             return "task zygotes"
         if parent == "task zygotes" or parent.startswith("task children"):
             return "task children"

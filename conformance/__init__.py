@@ -4,11 +4,11 @@ Run it with plain pytest (`pytest conformance`); see `docs/ARCHITECTURE.md` for 
 """
 
 # before anything imports torch (and with it an autoloaded backend): the environment that every
-# child process of the suite gets back (engine/interpreter.py)
-from conformance.engine import interpreter as _interpreter  # noqa: F401, E402
+# child process of the suite gets back (processes/interpreter.py)
+from conformance.processes import interpreter as _interpreter  # noqa: F401, E402
 
 # numpy's OpenBLAS starts its thread server at import: a process of the suite keeps one thread
-# until it needs more, so that it may fork (engine/forking.py); the CPU references are torch's
+# until it needs more, so that it may fork (processes/forking.py); the CPU references are torch's
 _interpreter.quiet_blas()
 
 __version__ = "0.1.0"

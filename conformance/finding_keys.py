@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import re
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from conformance.record import OP_FAMILY, CaseRecord, missing_kernel
@@ -322,3 +323,35 @@ def root_keys(failing: list[CaseRecord]) -> dict[tuple[str, str], FindingKey]:
         else:
             roots[(op, probe)] = FindingKey("foundation", probe, "", op)
     return roots
+
+
+def _ranges(numbers: Iterable[int]) -> str:
+    """`1, 2, 4, 28-31, 33`."""
+    out: list[str] = []
+    for n in sorted(set(numbers)):
+        if out and "-" not in out[-1] and int(out[-1]) == n - 1 and out[-2:-1] == [str(n - 2)]:
+            out[-2:] = [f"{n - 2}-{n}"]
+        elif out and "-" in out[-1] and int(out[-1].split("-")[1]) == n - 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{n}"
+        else:
+            out.append(str(n))
+    return ", ".join(out)
+
+
+def collective_extent(cases: list[CaseRecord]) -> str:
+    """For collectives cases (records with `size` and `world`): ` [sizes ...; dtypes; world(s)
+    ...]`, what one root cause spans; "" for any other finding."""
+    if not cases or any("size" not in c.extra or "world" not in c.extra for c in cases):
+        return ""
+    sizes = _ranges(int(c.extra["size"]) for c in cases)
+    worlds = _ranges(int(c.extra["world"]) for c in cases)
+    names = sorted({c.dtype for c in cases})
+    dtypes = ", ".join(names) if len(names) <= 4 else f"{len(names)} dtypes"
+    spans = [", ".join(sorted({str(c.extra.get(k)) for c in cases} - {"None", "none"}))
+             for k in ("reduce_op", "mode")]  # fmt: skip
+    ops = f"{spans[0]}; " if spans[0].count(",") < 4 else f"{spans[0].count(',') + 1} reduce ops; "
+    ops = ops if spans[0] else ""
+    modes = f"; {spans[1]}" if "," in spans[1] else ""
+    layouts = sorted({c.layout for c in cases})
+    where = f"; {', '.join(layouts)}" if layouts != ["contiguous"] else ""
+    return f" [{ops}sizes {sizes}{where}; {dtypes}; world {worlds}{modes}]"

@@ -42,6 +42,7 @@ from conformance.ci.build import (
 from conformance.ci.matrix import Cell, Matrix
 from conformance.ci.sources import copy_sources, hash_settings
 from conformance.engine.checkers import LaunchError
+from conformance.processes import launch
 from conformance.record import FAILING
 
 OK_MARKER = ".bisect-ok"
@@ -151,8 +152,8 @@ class VenvProbeRunner:
             fh.write(f"\n$ {' '.join(args)}{where}\n")
             fh.flush()
             full_env = {**os.environ, **(env or {})}
-            subprocess.run(
-                list(args),
+            launch.tool(
+                args,
                 stdout=fh,
                 stderr=subprocess.STDOUT,
                 env=full_env,

@@ -5,11 +5,9 @@ torch it fails (the results store), and the command that reproduces it with the 
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +16,7 @@ import torch
 
 from conformance.bugs.script import Repro, standalone_script
 from conformance.findings import Finding
+from conformance.processes import launch
 from conformance.record import HARNESS_CHECKS
 from conformance.report.load import Run
 
@@ -68,11 +67,11 @@ def rerun(command: str, cwd: Path) -> Rerun:
     if not words or words[0] != "pytest":
         return Rerun(None, f"its repro is not a pytest command: {command}", env)
     with tempfile.TemporaryDirectory(prefix="conformance-bug-") as folder:
-        argv = [sys.executable, "-m", "pytest", *words[1:], "--repro-dir", folder, "-q"]
+        argv = ["-m", "pytest", *words[1:], "--repro-dir", folder, "-q"]
         argv += ["-p", "no:cacheprovider"]
         try:
-            done = subprocess.run(argv, cwd=cwd, env={**os.environ, **env}, capture_output=True,
-                                  text=True, timeout=RERUN_TIMEOUT)  # fmt: skip
+            done = launch.run("suite-run", argv, env, cwd=cwd, capture_output=True, text=True,
+                              timeout=RERUN_TIMEOUT)  # fmt: skip
         except subprocess.TimeoutExpired:
             return Rerun(None, f"it ran past {RERUN_TIMEOUT} s when run again", env)
         facts = sorted(Path(folder).glob("*.json"))
@@ -124,9 +123,9 @@ def write_report(
             torch.save(beside, out / f"{stem}.pt")
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in again.env.items())
         try:
-            done = subprocess.run([sys.executable, "-I", "-c", ALONE, str(script)], cwd=out,
-                                  env={**os.environ, **again.env}, capture_output=True,
-                                  text=True, timeout=RERUN_TIMEOUT)  # fmt: skip
+            done = launch.run("standalone-script", ["-I", "-c", ALONE, str(script)], again.env,
+                              cwd=out, capture_output=True, text=True,
+                              timeout=RERUN_TIMEOUT)  # fmt: skip
             status, printed = done.returncode, done.stdout + done.stderr
         except subprocess.TimeoutExpired:
             status, printed = -1, f"(ran past {RERUN_TIMEOUT} s: stopped)"

@@ -17,6 +17,7 @@ import os
 import sys
 
 from conformance.engine.checkers import LaunchError, asan_runtime, malloc_debug_library
+from conformance.processes import launch
 
 __all__ = ["environment", "main"]
 
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if command[0] == "pytest":
         command = [sys.executable, "-m", "pytest", *command[1:]]
-    os.execvpe(command[0], command, env)
+    launch.become(command, env)
     return 0  # not reached
 
 

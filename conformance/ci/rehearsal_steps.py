@@ -31,6 +31,7 @@ from typing import Any
 from conformance.ci.expressions import interpolate, to_text
 from conformance.ci.relay import ACTION, CallbackError, callback
 from conformance.ci.sources import iter_files
+from conformance.processes import launch
 
 __all__ = ["RehearsalError", "StepRunner", "parse_kv_file", "write_shims"]
 
@@ -151,7 +152,7 @@ class StepRunner:
         )
         log.write(f"$ {script}\n")
         log.flush()
-        proc = subprocess.Popen(
+        proc = launch.tool_process(
             argv,
             cwd=cwd,
             env=env,

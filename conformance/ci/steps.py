@@ -19,13 +19,13 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from conformance.ci.matrix_file import CONFORMANCE_MATRIX_ENV, load_matrix, parse_shards
 from conformance.ci.matrix_spec import MatrixError
+from conformance.processes import launch
 from conformance.sharding import Shard
 
 SUMMARY_LIMIT = 1_000_000  # bytes per step (GitHub refuses more than 1 MiB)
@@ -36,7 +36,7 @@ def list_sessions(pattern: str = "", nox: Sequence[str] | None = None) -> list[s
     command = list(nox) if nox else ([shutil.which("nox")] if shutil.which("nox") else [])
     if not command:
         command = [sys.executable, "-m", "nox"]
-    proc = subprocess.run(
+    proc = launch.tool(
         [*command, "-l", "--json", "-t", "conformance"], capture_output=True, text=True
     )
     if proc.returncode != 0:

@@ -20,9 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
-import inspect
 import os
-import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -31,7 +29,13 @@ from typing import Any
 
 import torch
 
-from conformance.engine import interpreter, wrapping
+from conformance.engine import wrapping
+from conformance.engine.backend_errors import (
+    first_line,
+    registered_nothing,
+    registration_hint,
+    unknown_device,
+)
 from conformance.engine.device_keys import (
     collectives_for,
     compiler_for,
@@ -49,6 +53,7 @@ from conformance.engine.registration import (
     top_level,
 )
 from conformance.errors import ConformanceUsageError
+from conformance.processes import interpreter
 
 DEFAULT_BACKEND = "echo_npu"
 
@@ -191,7 +196,7 @@ class Backend:
             self.synchronize()
             doubled = (torch.ones(2, device=self.device) * 2).cpu()
         except Exception as exc:  # noqa: BLE001 - any failure: unusable in this process
-            return f"{type(exc).__name__}: {_first_line(exc)}"
+            return f"{type(exc).__name__}: {first_line(exc)}"
         return None if bool(doubled.eq(2).all()) else "2 x 1.0 computed on it read back wrong"
 
     def hook(self, name: str) -> Any:
@@ -253,7 +258,7 @@ class Backend:
 
 # ---- loading ------------------------------------------------------------------------------------
 #: CUDA's is_available()/device_count() ask NVML instead of initialising the driver (a process
-#: whose driver is initialised may not fork: engine/forking.py)
+#: whose driver is initialised may not fork: processes/forking.py)
 PROBE_ENVIRONMENT = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
 
 
@@ -261,7 +266,7 @@ def load_backend(spec: str | None, device: str | None = None) -> Backend:
     """Find or import the backend module (which registers its device) and call its register
     function if `spec` names one (`MODULE:FUNCTION`); never touch the device or its driver.
     Whatever the backend's runtime did to the environment that selects a child's interpreter
-    is undone (engine/interpreter.py)."""
+    is undone (processes/interpreter.py)."""
     for name, value in PROBE_ENVIRONMENT.items():  # set before torch asks its driver anything
         os.environ.setdefault(name, value)
     try:
@@ -316,7 +321,7 @@ def _load_backend(spec: str | None, device: str | None) -> Backend:
             except Exception as exc:  # noqa: BLE001
                 raise ConformanceUsageError(
                     f"backend '{module_name}': its torch.backends entry point '{ep.value}' "
-                    f"failed: {_first_line(exc)}"
+                    f"failed: {first_line(exc)}"
                 ) from None
             how = f"imported, then its torch.backends entry point '{ep.value}' called"
     if registered_device() is None:
@@ -332,7 +337,7 @@ def _load_backend(spec: str | None, device: str | None) -> Backend:
                 + (f"; devices with kernels of their own key: {', '.join(found)}" if found else "")
             )
         if device is None or device not in found:
-            raise ConformanceUsageError(_registered_nothing(module, module_name, register))
+            raise ConformanceUsageError(registered_nothing(module, module_name, register))
     backend = _backend(module_name, device, how)
     backend.register = register
     return backend
@@ -354,7 +359,7 @@ def split_spec(spec: str | None) -> tuple[str | None, str]:
 def _call_register(module: ModuleType, module_name: str, register: str) -> None:
     fn = getattr(module, register, None)
     if not callable(fn):
-        hint = _registration_hint(module)
+        hint = registration_hint(module)
         raise ConformanceUsageError(
             f"--backend {module_name}:{register}: {module_name} has no function '{register}'"
             + (f" (its callables that may register a device: {hint})" if hint else "")
@@ -364,47 +369,8 @@ def _call_register(module: ModuleType, module_name: str, register: str) -> None:
     except Exception as exc:  # noqa: BLE001 - the backend's own error, in one line
         raise ConformanceUsageError(
             f"--backend {module_name}:{register}: {module_name}.{register}() raised "
-            f"{type(exc).__name__}: {_first_line(exc)}"
+            f"{type(exc).__name__}: {first_line(exc)}"
         ) from None
-
-
-#: names of functions that may register a device
-_REGISTERING = re.compile(r"regist|init|setup|enable|load|install|activate|attach", re.I)
-
-
-def _registration_hint(module: ModuleType) -> str:
-    """The module's public functions whose names suggest they register a device."""
-    names = [
-        name
-        for name, value in vars(module).items()
-        if not name.startswith("_") and _REGISTERING.search(name) and inspect.isfunction(value)
-    ]
-    return ", ".join(sorted(names)[:8])
-
-
-def _registered_nothing(module: ModuleType, module_name: str, register: str) -> str:
-    """The one-line error for a backend module that registered no PrivateUse1 device."""
-    if register:
-        return (
-            f"--backend {module_name}:{register}: importing {module_name} and calling "
-            f"{register}() registered no PrivateUse1 device; pass the module and function that "
-            "register your device"
-        )
-    hint = _registration_hint(module)
-    example = hint.split(", ")[0] if hint else "FUNCTION"
-    others = in_tree_devices()
-    return (
-        f"importing backend '{module_name}' registered no PrivateUse1 device; if a function "
-        f"registers it, pass --backend {module_name}:{example}"
-        + (f" ({module_name} has: {hint})" if hint else "")
-        + ", else the module whose import registers it"
-        + (
-            f"; devices with kernels of their own dispatch key here: {', '.join(others)} "
-            "(pass --device TYPE)"
-            if others
-            else ""
-        )
-    )
 
 
 def _backend(module_name: str, device: str | None, how: str) -> Backend:
@@ -413,23 +379,9 @@ def _backend(module_name: str, device: str | None, how: str) -> Backend:
     if device is not None and device != registered:
         key = dispatch_key_of(device)
         if key is None or not has_kernels(key):
-            raise ConformanceUsageError(_unknown_device(device, registered))
+            raise ConformanceUsageError(unknown_device(device, registered))
         return Backend(module_name, module, device, how, dispatch_key=key)
     return Backend(module_name, module, registered, how)
-
-
-def _unknown_device(device: str, registered: str) -> str:
-    """The one-line error for a --device that is not the registered PrivateUse1 device."""
-    try:
-        torch.device(device)
-        known = True
-    except RuntimeError:
-        known = False
-    what = "is another device type" if known else "is not a device type torch knows"
-    return (
-        f"--device {device}: {what}; the PrivateUse1 device registered here is '{registered}' "
-        f"(pass --device {registered} or leave --device out)"
-    )
 
 
 def _import(module_name: str) -> ModuleType:
@@ -442,14 +394,9 @@ def _import(module_name: str) -> ModuleType:
                 "--backend MODULE"
             ) from None
         raise ConformanceUsageError(
-            f"importing backend '{module_name}' failed: {_first_line(exc)}"
+            f"importing backend '{module_name}' failed: {first_line(exc)}"
         ) from None
     except Exception as exc:  # the backend's own one-line errors (e.g. bad env values)
         raise ConformanceUsageError(
-            f"importing backend '{module_name}' failed: {_first_line(exc)}"
+            f"importing backend '{module_name}' failed: {first_line(exc)}"
         ) from None
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

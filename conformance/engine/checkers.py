@@ -12,6 +12,8 @@ import glob
 import os
 import subprocess
 
+from conformance.processes import launch
+
 __all__ = ["MALLOC_DEBUG_GLOBS", "LaunchError", "asan_runtime", "malloc_debug_library"]
 
 MALLOC_DEBUG_GLOBS = (
@@ -27,7 +29,7 @@ class LaunchError(Exception):
 
 def _gcc_library(name: str) -> str:
     try:
-        path = subprocess.run(
+        path = launch.tool(
             ["gcc", f"-print-file-name={name}"], capture_output=True, text=True, check=True
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):

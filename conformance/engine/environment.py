@@ -18,6 +18,8 @@ from importlib import metadata
 
 import torch
 
+from conformance.processes import launch
+
 #: environment variables a compiled kernel depends on: Inductor's and its C++ compiler's
 #: (prefixes and names; the repro line of a -compile case keeps them)
 READ_BY_COMPILERS = (
@@ -113,7 +115,7 @@ def _compiler() -> str:
     )
     path = shutil.which(cxx) or cxx
     try:
-        out = subprocess.run(
+        out = launch.tool(
             [path, "--version"], capture_output=True, text=True, timeout=10, check=False
         ).stdout
     except (OSError, subprocess.SubprocessError):

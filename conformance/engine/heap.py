@@ -38,6 +38,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+from conformance.processes import launch
+
 PAD = 256  # bytes of red zone after each block (heap_zones.c's PAD)
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "heap_zones.c")
 # -fexceptions: the real operator new may throw through the layer's hook
@@ -93,7 +95,7 @@ def build(cache_dir: str) -> str:
     tmp = f"{path}.{os.getpid()}.tmp"
     cmd = [compiler, *FLAGS, "-o", tmp, SOURCE, "-ldl", "-lpthread"]
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        done = launch.tool(cmd, capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise HeapUnavailable(f"building the heap layer failed: {exc}") from None
     if done.returncode:

@@ -4,7 +4,7 @@ a case's, recorded while `CASE_WARNINGS.active` (harness/case_warnings.py).
 Sample capture runs torch's CPU kernels on inputs nobody chose, in forked children, and c10's
 default handler prints what they warn (`[W... Resize.cpp:30] Warning: An output with one or
 more elements was resized ...`) straight to fd 2: the children write where the asker's fd 2
-goes (engine/zygote.py passes it). `HELD.held()` points fd 2 at a file while such work runs:
+goes (processes/zygote.py passes it). `HELD.held()` points fd 2 at a file while such work runs:
 warning lines are tallied (the run's summary line and run.json `capture_warnings`, harness/
 case_warnings.py), every other line is written back to stderr when it ends. Nested holds are
 one hold. A hard crash while held leaves the file (`conformance-held-stderr-*` in the temp

@@ -4,8 +4,10 @@ may two processes open it at once? Asked once per run, never in the asking proce
 The asking process (pytest, an xdist worker, the capability query) forks case runners' zygotes
 and must stay clean: it never touches the device or its driver (for CUDA,
 `PYTORCH_NVML_BASED_CUDA_CHECK=1` keeps `device_count()` and `is_available()` from
-initialising the driver). The probe runs in a fresh interpreter (`python -m
-conformance.engine.probe`, `QUIET`: one thread), which answers three questions in order:
+initialising the driver). The probe runs in a process of its own (processes/kinds.py
+`capability-probe`): forked from the asking process while that has one thread and an untouched
+device (as clean as a fresh interpreter, and seconds cheaper), else a fresh interpreter
+(`python -m conformance.engine.probe`, `QUIET`: one thread). It answers three questions in order:
 1. a child forked from it, device untouched, probes the device (as a runner forked from the
    zygote will use it): usable, memory counter, storage, heap zones, device count, runtime;
 2. while that child holds the device, a second child opens it: if that fails the device is
@@ -29,10 +31,10 @@ from dataclasses import asdict
 
 import torch
 
-from conformance.engine import forking, interpreter
 from conformance.engine.backend import PROBE_ENVIRONMENT, Backend, load_backend
 from conformance.engine.device_probe import Probe, error_line, probe_here, probe_runtime
 from conformance.engine.diagnosis import describe_status
+from conformance.processes import forking, interpreter, launch
 
 PROBE_TIMEOUT = 28.0  # the whole probe, interpreter start included
 CHILD_TIMEOUT = 16.0  # the forked child's probe (a slow driver initialises within it)
@@ -57,7 +59,7 @@ def probe_isolated(backend: Backend) -> Probe:
     if forking.refusal() is not None or initialised(backend):
         return probe_in_fresh_process(backend)
     read_fd, write_fd = os.pipe()
-    pid = forking.fork("probe-process")
+    pid = launch.fork("capability-probe", "probe-process")
     if pid == 0:  # the probe process: never returns
         code = 0
         try:
@@ -90,7 +92,7 @@ def probe_in_fresh_process(backend: Backend) -> Probe:
     this process touches neither the device nor its driver."""
     args = [backend.spec, backend.device_type, backend.heap_zones, backend.heap_cache or ""]
     where = f"fresh process ({interpreter.describe()})"
-    proc = _probe_process(args, PROBE_TIMEOUT)
+    proc = _probe_process("capability-probe", args, PROBE_TIMEOUT)
     if proc is None:
         return Probe(False, where, f"no answer within {PROBE_TIMEOUT:.0f} s")
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
@@ -144,7 +146,7 @@ class _ForkedProbe:
         self.failure = ""
         read_fd, write_fd = os.pipe()
         self.release_r, self.release_w = os.pipe()
-        self.pid = forking.fork("probe")
+        self.pid = launch.fork("capability-probe", "probe")
         if self.pid == 0:  # the child: never returns
             code = 0
             try:
@@ -196,7 +198,7 @@ def _second_open_forked(backend: Backend) -> list:
     """Step 2: a second child, forked from this clean process, allocates on the device while
     the first holds it."""
     read_fd, write_fd = os.pipe()
-    pid = forking.fork("probe-second-open")
+    pid = launch.fork("probe-second-open")
     if pid == 0:  # the child: never returns
         try:
             os.close(read_fd)
@@ -214,20 +216,24 @@ def _second_open_forked(backend: Backend) -> list:
 
 def _second_open_spawned(backend: Backend) -> list:
     """Step 3's second process: a fresh interpreter allocates while this process holds it."""
-    proc = _probe_process(["--open", backend.spec, backend.device_type], OPEN_TIMEOUT)
+    args = ["--open", backend.spec, backend.device_type]
+    proc = _probe_process("probe-second-open", args, OPEN_TIMEOUT)
     return _exclusive(proc.stdout.splitlines() if proc is not None else None)
 
 
-def _probe_process(args: list[str], timeout: float) -> subprocess.CompletedProcess | None:
+def _probe_process(
+    kind: str, args: list[str], timeout: float
+) -> subprocess.CompletedProcess | None:
     """`python -m conformance.engine.probe ARGS` with one thread and CUDA asked through NVML;
     None past `timeout`."""
     try:
-        return subprocess.run(
-            [*interpreter.python(), "-m", "conformance.engine.probe", *args],
+        return launch.run(
+            kind,
+            ["-m", "conformance.engine.probe", *args],
+            {**forking.QUIET, **PROBE_ENVIRONMENT},
             capture_output=True,
             text=True,
             timeout=timeout,
-            env=interpreter.environment({**forking.QUIET, **PROBE_ENVIRONMENT}),
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:

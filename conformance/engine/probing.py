@@ -20,10 +20,10 @@ import sys
 import tempfile
 import time
 
-from conformance.engine import interpreter
 from conformance.engine.diagnosis import describe_status, diagnose
 from conformance.engine.foundations import Probe
 from conformance.engine.profile import PROFILE_ENV, DeviceProfile
+from conformance.processes import launch
 
 PROBE_FIELDS = ("rank", "op", "dtype", "layout", "what", "harness", "path", "direction")
 
@@ -56,18 +56,19 @@ def _one_process(
     env: dict[str, str],
 ) -> tuple[int, bool]:
     """Run probes from index `start` in one process: (next index, whether to go on)."""
-    cmd = [*interpreter.python(), "-m", "conformance.engine.probing", "--dtype", dtype]
+    cmd = ["-m", "conformance.engine.probing", "--dtype", dtype]
     cmd += ["--start", str(start)]
     cmd += ["--backend", backend] if backend else []
     cmd += ["--device", device] if device else []
     with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen(
+        proc = launch.spawn(
+            "foundation-probe",
             cmd,
             stdout=subprocess.PIPE,
             stderr=log,
             stdin=subprocess.DEVNULL,
             bufsize=0,
-            env=interpreter.environment(env),
+            env=env,
         )
         assert proc.stdout is not None
         running: dict | None = None

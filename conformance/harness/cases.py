@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import fnmatch
 import functools
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -28,11 +27,12 @@ from conformance.errors import ConformanceUsageError
 from conformance.harness.modes import ModeAccount
 from conformance.harness.options import ORDINARY, Options
 from conformance.harness.sampling import RunSamples, dtype_name
+from conformance.harness.shard_partition import shard_partition
 from conformance.ops import spec_for
 from conformance.record import TEST_NAME, CaseId
 from conformance.samples import valuesets
 from conformance.samples.summary import SampleSummary
-from conformance.sharding import Partition, digest
+from conformance.sharding import digest
 
 
 class CaseList:
@@ -111,7 +111,7 @@ class CaseList:
         self.referenced: Callable[[str, torch.dtype], bool] | None = None
         # --shard: a spawned runner collects every case (its parent chose which ones run)
         self.shard = options.shard if sharded else None
-        self.partition = self._partition() if sharded else None
+        self.partition = shard_partition(self.options) if sharded else None
         self._collected: list[CaseId] | None = None
         self._shard_account: dict[str, Any] | None = None  # set with the collected cases
 
@@ -433,30 +433,3 @@ class CaseList:
             "modes": list(o.modes),
             "keyword": self.keyword,
         }
-
-    def _partition(self) -> Partition | None:
-        """--shard's partition, weighted by --shard-durations when given."""
-        options = self.options
-        if options.shard is None:
-            if options.shard_durations:
-                raise ConformanceUsageError(
-                    "--shard-durations balances shards: give --shard K/N too"
-                )
-            return None
-        if not options.shard_durations:
-            return Partition(options.shard.count)
-        same = options.results and os.path.realpath(options.results) == os.path.realpath(
-            options.shard_durations
-        )
-        if same:
-            raise ConformanceUsageError(
-                f"--shard-durations {options.shard_durations}: that is this run's --results "
-                "folder, which the run clears at its start; give an earlier run's folder (a copy)"
-            )
-        from conformance.report.load import load_durations
-
-        try:
-            durations = load_durations(options.shard_durations)
-        except ConformanceUsageError as exc:
-            raise ConformanceUsageError(f"--shard-durations: {exc}") from None
-        return Partition(options.shard.count, durations, options.shard_durations)

@@ -79,7 +79,7 @@ def key_header_lines(suite: Suite, plan: Plan | None) -> list[str]:
         lines.append(
             f"device probe: {p.usable.how}; forked child: {p.fork_safe.how}; a second process: "
             f"{p.exclusive.how}; no process that forks touches the device or its driver "
-            "(engine/forking.py)"
+            "(processes/forking.py)"
         )
     if not b.profile.storage.value:
         lines.append(STORAGELESS)

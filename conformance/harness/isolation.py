@@ -30,7 +30,6 @@ import pytest
 from conformance.engine.backend import Backend
 from conformance.engine.diagnosis import describe_status, diagnose
 from conformance.engine.probe import initialised
-from conformance.engine.zygote import ZygoteGone
 from conformance.findings import crash_class
 from conformance.harness.culprit import Culprit, CulpritSearch, case_label
 from conformance.harness.device_turns import DeviceTurns
@@ -41,6 +40,7 @@ from conformance.harness.plan import Plan
 from conformance.harness.rundir import RunDir
 from conformance.harness.runners import RETIRE, RUNNER_ENV, RunnerProcess, write_case_file
 from conformance.harness.zygotes import RunnerZygote
+from conformance.processes.zygote import ZygoteGone
 from conformance.record import CaseRecord, Status
 
 

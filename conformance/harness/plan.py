@@ -15,6 +15,7 @@ from conformance.engine.device_probe import Probe, probe_here, probe_runtime
 from conformance.engine.probe import initialised, probe_isolated
 from conformance.harness.options import Options
 from conformance.harness.roles import Role
+from conformance.processes import picture
 
 
 @dataclass
@@ -57,12 +58,7 @@ def _how(mode: str, runner_cases: int) -> str:
     """How cases run in one scheduling process, for the run header."""
     if mode == "in-process":
         return "running its cases in-process (a crash or hang ends the run or the worker)"
-    process = (
-        "a child forked by a zygote (a fresh interpreter with one thread that never touches "
-        "the device)"
-        if mode == "fork"
-        else "a fresh interpreter (spawned)"
-    )
+    process = picture.runner_words(mode)
     reuse = f"{runner_cases} cases" if runner_cases else "any number of cases"
     return (
         f"running its cases in a runner process, {process}, reused across cases and replaced "

@@ -1,32 +1,36 @@
-"""Which process of a run this is: a plain pytest process, an xdist controller or worker, a
-case runner (forked by a zygote, or a spawned interpreter) or a zygote; each role runs and
-writes different things (`session.py`)."""
+"""Which process of a run this is: a row of the process table (processes/kinds.py) that
+schedules, runs or serves cases. Each role runs and writes different things (`session.py`);
+what each may do is read from its row (`Role.kind`)."""
 
 from __future__ import annotations
 
-import os
 from enum import Enum
 
 import pytest
 
-from conformance.harness.runners import RUNNER_ENV
+from conformance.processes import kinds, launch
 
 
 class Role(Enum):
-    """Which process this is."""
+    """Which process this is: the name of its row in processes/kinds.py."""
 
-    SINGLE = "single"  # plain pytest: runs the cases (itself or in runner processes), writes
+    SINGLE = "pytest"  # plain pytest: runs the cases (itself or in runner processes), writes
     XDIST_CONTROLLER = "xdist-controller"  # runs nothing; reports workers that crashed or hung
     XDIST_WORKER = "xdist-worker"  # runs its share of the cases, writes cases-<gwN>.jsonl
-    FORKED_CHILD = "forked-child"  # runs cases for its parent; writes nothing
+    FORKED_CHILD = "runner"  # runs cases for its parent; writes nothing
     SPAWNED_RUNNER = "spawned-runner"  # a fresh pytest running cases for its parent; no writes
-    ZYGOTE = "zygote"  # a fresh pytest that forks runners (harness/zygotes.py); runs no case
+    ZYGOTE = "runner-zygote"  # a fresh pytest that forks runners (harness/zygotes.py); no case
+
+    @property
+    def kind(self) -> kinds.Kind:
+        return kinds.kind(self.value)
 
 
 def role_of(config: pytest.Config) -> Role:
     """The role of this process (a forked child knows itself: `ConformanceRun.forked_child`)."""
-    if RUNNER_ENV in os.environ:
-        return Role.ZYGOTE if '"zygote"' in os.environ[RUNNER_ENV] else Role.SPAWNED_RUNNER
+    spawned = launch.kind_of_this_process()  # the launcher names a spawned pytest's role
+    if spawned in (Role.SPAWNED_RUNNER.value, Role.ZYGOTE.value):
+        return Role(spawned)
     if hasattr(config, "workerinput"):
         return Role.XDIST_WORKER
     if config.pluginmanager.has_plugin("dsession"):

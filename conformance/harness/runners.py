@@ -28,12 +28,12 @@ from typing import Any
 import pytest
 from _pytest.runner import runtestprotocol
 
-from conformance.engine import interpreter
 from conformance.engine.backend import Backend
-from conformance.engine.forking import Child
 from conformance.engine.profile import DeviceProfile
-from conformance.engine.zygote import FORKER, ZygoteGone, ZygoteLink
 from conformance.harness.nodes import case_of
+from conformance.processes import launch
+from conformance.processes.forking import Child
+from conformance.processes.zygote import FORKER, ZygoteGone, ZygoteLink
 
 # in a spawned runner: {"cmd": fd, "out": fd, "replay": b, "profile": the parent's device profile}
 RUNNER_ENV = "_CONFORMANCE_RUNNER"
@@ -69,11 +69,12 @@ class RunnerProcess:
             job = {"cmd": cmd_read, "out": out_write, "replay": replay, "cases": cases}
             if backend is not None:  # the child gets the device profile whole, never re-learns it
                 job["profile"] = backend.profile.to_json()
-            self.popen = subprocess.Popen(
+            self.popen = launch.spawn(
+                "spawned-runner",
                 # -q: the log keeps what the cases print and a crash's stack, not the header
-                [*interpreter.python(), "-m", "pytest", *runner_args(config), "-q"],
+                ["-m", "pytest", *runner_args(config), "-q"],
+                {**(env or {}), RUNNER_ENV: json.dumps(job)},
                 cwd=str(config.invocation_params.dir),
-                env=interpreter.environment({**(env or {}), RUNNER_ENV: json.dumps(job)}),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -44,7 +44,7 @@ from conformance.harness.roles import Role, role_of
 from conformance.harness.rundir import RunDir
 from conformance.harness.runinfo import finish_info, start_info
 from conformance.harness.runners import serve_spawned, spawned_cases, spawned_profile
-from conformance.harness.stale import stale_expectations
+from conformance.harness.stale import stale_of_run
 from conformance.harness.stored import append_run
 from conformance.harness.suite import Suite
 from conformance.harness.terminal import Summary, Terminal
@@ -57,7 +57,7 @@ PLUGIN_NAME = "conformance-run"
 # header says it once instead
 SEED_WARNING = r"Set seed for `?\w+`? device does not take effect"
 MAX_WORKER_RESTARTS = 1000  # --max-worker-restart unless given (workers rarely die: isolation.py)
-RUNNING_ONLY = (Role.FORKED_CHILD, Role.SPAWNED_RUNNER, Role.ZYGOTE)  # they write no results
+RUNNING_ONLY = tuple(r for r in Role if not r.kind.writes_results)  # processes/kinds.py
 
 
 def run_of(config: pytest.Config) -> ConformanceRun:
@@ -115,7 +115,7 @@ class ConformanceRun:
                 options = read_options(self.config)
                 if self.role in (Role.SINGLE, Role.XDIST_CONTROLLER, Role.XDIST_WORKER):
                     # its CPU work is small samples; one thread keeps it able to fork its
-                    # runners' zygote (engine/forking.py)
+                    # runners' zygote (processes/forking.py)
                     torch.set_num_threads(1)
                 spawned = self.role in (Role.SPAWNED_RUNNER, Role.ZYGOTE)
                 owner_cases = spawned_cases() if spawned else None  # what its owner collected
@@ -407,14 +407,7 @@ class ConformanceRun:
             coverage=coverage.summary_line() if coverage is not None else "",
             accounting=counts if self.accounting.collected and not collect_only else None,
             results=self.recorder.directory if self.recorder is not None else None,
-            stale=stale_expectations(
-                suite.manifest,
-                suite.case_list,
-                self.records,
-                suite.allocator,
-                bool(self.config.option.keyword or self.config.option.markexpr),
-                families_only=registry().targets_only(self.config),
-            ),
+            stale=stale_of_run(suite, self.config, self.records),
             unpinned=[e for e in suite.manifest.entries if e.status == "xfail" and not e.checks],
         )
         suite.samples.summary.save()  # what the stale-entry check derived (all of the matrix)

@@ -6,6 +6,9 @@ deselect scenarios the run never sees); reported at the end of the run."""
 from __future__ import annotations
 
 import fnmatch
+from typing import Any
+
+import pytest
 
 from conformance.engine.layout_names import LAYOUT_HELP
 from conformance.harness.cases import CaseList
@@ -14,6 +17,19 @@ from conformance.harness.families import registry
 from conformance.harness.options import DEFAULT_DTYPES, MODES, PATHS, parse_dtypes
 from conformance.harness.sampling import dtype_name
 from conformance.record import CaseRecord, Status
+
+
+def stale_of_run(suite: Any, config: pytest.Config, records: list[CaseRecord]) -> list[str]:
+    """`stale_expectations` of a run as its options and pytest's selection narrowed it."""
+    by_keyword = bool(config.option.keyword or config.option.markexpr)
+    return stale_expectations(
+        suite.manifest,
+        suite.case_list,
+        records,
+        suite.allocator,
+        by_keyword,
+        families_only=registry().targets_only(config),
+    )
 
 
 def stale_expectations(

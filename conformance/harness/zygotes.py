@@ -1,6 +1,6 @@
 """The runner zygote: a process holding the collected items that never touches the device,
-never runs a case, and forks the case runners on request (engine/zygote.py); their CPU tasks
-(engine/forking.py) go to a task zygote it starts for them (accelerators hidden).
+never runs a case, and forks the case runners on request (processes/zygote.py); their CPU tasks
+(processes/forking.py) go to a task zygote it starts for them (accelerators hidden).
 
 Each process that schedules cases (the plain pytest process, or each xdist worker) starts one
 when its first runner is needed: forked from itself where it may fork (one thread, the device
@@ -24,10 +24,11 @@ from typing import Any, NoReturn
 
 import pytest
 
-from conformance.engine import forking, interpreter
 from conformance.engine.backend import Backend
 from conformance.engine.probe import initialised
-from conformance.engine.zygote import (
+from conformance.harness.runners import RUNNER_ENV, runner_args, serve, spawned_job
+from conformance.processes import forking, launch
+from conformance.processes.zygote import (
     FORKER,
     LazyImports,
     ZygoteLink,
@@ -35,7 +36,6 @@ from conformance.engine.zygote import (
     die_with_parent,
     link_pair,
 )
-from conformance.harness.runners import RUNNER_ENV, runner_args, serve, spawned_job
 
 #: what torch imports lazily in a runner, each about 1 s of that runner's time: torch._dynamo, on
 #: the first call of one of torch's Python kernels (the Python meta kernels and decompositions a
@@ -43,7 +43,7 @@ from conformance.harness.runners import RUNNER_ENV, runner_args, serve, spawned_
 #: dynamic-shape or compiled case (the -grad cases call the autograd engine without
 #: torch.autograd.grad's preamble, which imports it: engine/grad_steps.py). A runner that had to
 #: import one tells its zygote, which imports it before it forks the next runner (one per
-#: --runner-cases cases, one after each crash or hang): engine/zygote.py `LazyImports`
+#: --runner-cases cases, one after each crash or hang): processes/zygote.py `LazyImports`
 RUNNER_IMPORTS = ("torch._dynamo", "torch.fx.experimental.symbolic_shapes")
 
 
@@ -60,7 +60,7 @@ class RunnerZygote(ZygoteLink):
         ours, theirs = link_pair()
         try:
             if forking.refusal() is None and not initialised(backend):
-                pid = forking.fork("zygote")
+                pid = launch.fork("runner-zygote", "zygote")
                 if pid == 0:  # the zygote: never returns
                     ours.close()
                     os.dup2(log.fileno(), 1)
@@ -71,10 +71,11 @@ class RunnerZygote(ZygoteLink):
             job = {"zygote": theirs.fileno(), "profile": backend.profile.to_json()}
             job["cases"] = cases()
             config = session.config
-            popen = subprocess.Popen(
-                [*interpreter.python(), "-m", "pytest", *runner_args(config), "-q"],
+            popen = launch.spawn(
+                "runner-zygote",
+                ["-m", "pytest", *runner_args(config), "-q"],
+                {**forking.QUIET, RUNNER_ENV: json.dumps(job)},
                 cwd=str(config.invocation_params.dir),
-                env=interpreter.environment({**forking.QUIET, RUNNER_ENV: json.dumps(job)}),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -49,7 +49,7 @@ from collections.abc import Callable
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-from conformance.engine import consistency, forking, oracles
+from conformance.engine import consistency, oracles
 from conformance.engine.checks import Outcome, invoke
 from conformance.engine.compare import TOLERANCES, tolerance
 from conformance.engine.discovery import has_schema, overload_name, resolve
@@ -59,6 +59,7 @@ from conformance.errors import ConformanceUsageError
 from conformance.harness.options import parse_dtypes
 from conformance.measure.tolerance_figures import Figures, Row, measure, report
 from conformance.ops import OpSpec, spec_for
+from conformance.processes import forking, launch
 from conformance.samples import MAX_FALLBACK_SAMPLES, MAX_OPINFO_SAMPLES, calls_for
 
 DEFAULT_DTYPES = "float32,float64,float16,bfloat16"
@@ -147,12 +148,12 @@ def measure_overload(
 def in_child(fn: Callable[[Callable[[str], None]], object]) -> object:
     """fn(progress) in a forked child: its result, or what killed the child (a string naming the
     signal and the last progress it reported). Where this process may not fork (it has
-    threads: engine/forking.py), fn runs here."""
+    threads: processes/forking.py), fn runs here."""
     if forking.refusal() is not None:
         return fn(lambda text: None)
     with tempfile.NamedTemporaryFile("w+", suffix=".progress") as note:
         read, write = os.pipe()
-        pid = forking.fork("tolerances")
+        pid = launch.fork("task", "tolerances")
         if pid == 0:  # the child: never returns
             code = 0
             try:
@@ -293,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cache_dir = None if opts.cache_dir == "none" else opts.cache_dir
     # one thread, as its forked children compute: this process stays able to fork them
-    # (engine/forking.py: never a process with threads)
+    # (processes/forking.py: never a process with threads)
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}; layouts: {', '.join(layouts)}", flush=True)
     for overload in overloads:

@@ -70,5 +70,5 @@ def describe() -> str:
 
 def quiet_blas() -> None:
     """numpy's OpenBLAS thread server stays off in this process and its children (unless the
-    user set it): a process with threads may not fork (engine/forking.py)."""
+    user set it): a process with threads may not fork (processes/forking.py)."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")

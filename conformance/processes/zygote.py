@@ -1,7 +1,9 @@
 """A zygote: a process that forks children on request and does nothing else.
 
-It starts as a fresh interpreter with one thread (engine/forking.py `QUIET`), imports torch
-(and, as a runner zygote, the backend and the collected items: harness/zygotes.py), never
+A task zygote starts as a fresh interpreter with one thread (processes/forking.py `QUIET`) and
+imports torch; a runner zygote is forked from the scheduling process while that has one thread
+and has not touched the device, else it too is a fresh interpreter (harness/zygotes.py; it
+holds the backend and the collected items; processes/kinds.py has both rows). Either never
 touches the device and never runs a case, so every child it forks starts from a clean copy:
 no thread, no watchdog, no device state. Before it forks a runner, a runner zygote imports the
 modules an earlier runner reported it had to import (`LazyImports`), so that each later runner
@@ -32,10 +34,10 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from conformance.engine import forking, interpreter
+from conformance.processes import forking, launch
 
 MAX_FDS = 16
-#: `python -m conformance.engine.zygote FD`: the modules a task zygote imports before forking
+#: `python -m conformance.processes.zygote FD`: the modules a task zygote imports before forking
 TASK_MODULES = ("torch", "conformance.engine.calls", "conformance.samples.values")
 #: a task zygote's CPU work sees no GPU: torch's testing internals (OpInfo's op_db, imported to
 #: capture samples) initialise CUDA's driver where a GPU is visible (common_cuda's SM*OrLater),
@@ -216,7 +218,8 @@ class ZygoteServer:
             import_quietly(self.imports)
             self.imports = []  # tried once: a failed import is not tried again
         try:
-            pid = forking.fork(f"zygote:{request['op']}")
+            kind = "runner" if request["op"] == "runner" else "task"
+            pid = launch.fork(kind, f"zygote:{request['op']}")
         except forking.ForkRefused as exc:
             os.close(status_w)
             return {"error": f"the zygote may not fork: {exc}"}
@@ -305,7 +308,7 @@ class Forker:
         if self.direct():
             for ref in warm:
                 forking.warm_up(ref)
-            pid = forking.fork(site)
+            pid = launch.fork("task", site)
             if pid == 0:  # the child: never returns
                 forking.run_task(fn, payload, progress_fd)
             return forking.Child(pid)
@@ -340,9 +343,10 @@ def die_with_parent() -> None:
 def start_task_zygote() -> ZygoteLink:
     """A task zygote for this process (CPU work: sample captures, CPU survivors)."""
     ours, theirs = link_pair()
-    proc = subprocess.Popen(
-        [*interpreter.python(), "-m", "conformance.engine.zygote", str(theirs.fileno())],
-        env=interpreter.environment({**forking.QUIET, **HIDDEN_ACCELERATORS}),
+    proc = launch.spawn(
+        "task-zygote",
+        ["-m", "conformance.processes.zygote", str(theirs.fileno())],
+        {**forking.QUIET, **HIDDEN_ACCELERATORS},
         stdin=subprocess.DEVNULL,
         pass_fds=(theirs.fileno(),),
     )
@@ -385,7 +389,7 @@ def import_quietly(modules: list[str]) -> None:
 
 
 def main(argv: list[str]) -> NoReturn:
-    """`python -m conformance.engine.zygote FD`: a task zygote serving the link on FD."""
+    """`python -m conformance.processes.zygote FD`: a task zygote serving the link on FD."""
     die_with_parent()
     import importlib
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
+from conformance.processes import launch
 from conformance.report.html import render_html
 from conformance.report.load import ReportError, load_results
 from conformance.report.markdown import render_markdown
@@ -213,8 +213,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for path in write_crcr(runs, args.crcr):
             print(f"wrote {path}", file=sys.stderr)
     if args.bug_reports:  # a room above the reports: its own process (it runs the backend)
-        bugs = [sys.executable, "-m", "conformance.bugs", *args.results, "--out", args.bug_reports]
-        if subprocess.run(bugs, check=False).returncode:
+        bugs = ["-m", "conformance.bugs", *args.results, "--out", args.bug_reports]
+        if launch.run("tool", bugs, check=False).returncode:
             return 2
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if args.step_summary and summary:

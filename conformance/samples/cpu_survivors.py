@@ -19,9 +19,9 @@ from collections.abc import Callable
 import torch
 
 from conformance.engine.calls import Call, clone_tree, load_calls, save_calls
-from conformance.engine.forking import read_progress
 from conformance.engine.held_stderr import HELD
-from conformance.engine.zygote import FORKER
+from conformance.processes.forking import read_progress
+from conformance.processes.zygote import FORKER
 
 TIMEOUT = 10.0  # seconds a batch may take on CPU
 

@@ -22,9 +22,9 @@ from typing import Any
 import torch
 
 from conformance.engine.calls import Call, load_calls, save_calls
-from conformance.engine.forking import read_progress
 from conformance.engine.held_stderr import HELD
-from conformance.engine.zygote import FORKER
+from conformance.processes.forking import read_progress
+from conformance.processes.zygote import FORKER
 
 TIMEOUT = 120.0  # seconds one capture may take
 RETRIES = 4  # samples skipped before the capture gives up (no samples from this OpInfo)
@@ -54,8 +54,8 @@ def guarded(
     capture: Capture, args: tuple = (), timeout: float = TIMEOUT, warm: tuple[str, ...] = ()
 ) -> Captured:
     """`capture(*args, skip, started)` in forked children until one finishes (see the
-    docstring); forked as engine/forking.py allows (directly, or by a zygote, which first
-    calls the `warm` functions once: engine/forking.py `Forker.start`)."""
+    docstring); forked as processes/forking.py allows (directly, or by a zygote, which first
+    calls the `warm` functions once: processes/forking.py `Forker.start`)."""
     if not WHERE.forked:
         return capture(*args, frozenset(), lambda i: None)
     skip: set[int] = set()

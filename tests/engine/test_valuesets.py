@@ -12,7 +12,7 @@ def test_reference_inputs_are_chosen_for_their_arguments_first():
     of the call, then the rest."""
     from types import SimpleNamespace
 
-    from conformance.samples.opinfo import varied
+    from conformance.samples.sample_kinds import varied
 
     def sample(shape, other, **kwargs):
         return SimpleNamespace(input=torch.zeros(shape), args=(other,), kwargs=kwargs)

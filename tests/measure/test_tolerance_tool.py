@@ -73,7 +73,7 @@ print(tool.in_child(lambda progress: {"a": 1}))
 
 
 def test_a_crashing_cpu_kernel_costs_one_layout():
-    """In the tool's own process (one thread: it may fork, engine/forking.py)."""
+    """In the tool's own process (one thread: it may fork, processes/forking.py)."""
     proc = subprocess.run(
         [sys.executable, "-c", CRASH], capture_output=True, text=True, timeout=120,
         env=clean_env(),

@@ -1,4 +1,4 @@
-"""engine/interpreter.py: children are this interpreter with the interpreter-selecting variables
+"""processes/interpreter.py: children are this interpreter with the interpreter-selecting variables
 the suite started with, whatever a backend's runtime set since (issue 31: PYTHONEXECUTABLE)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from conformance.engine import interpreter
+from conformance.processes import interpreter
 
 
 def test_children_get_the_start_values_back(monkeypatch):
@@ -33,7 +33,7 @@ def test_a_child_is_this_interpreter_even_after_a_c_level_setenv():
     see it, a child that inherits the C environment would (and becomes that Python)."""
     code = (
         "import ctypes, subprocess, sys\n"
-        "from conformance.engine import interpreter\n"
+        "from conformance.processes import interpreter\n"
         "ctypes.CDLL(None).setenv(b'PYTHONEXECUTABLE', b'/nonexistent/python3', 1)\n"
         "cmd = [*interpreter.python(), '-c', 'import sys; print(sys.executable)']\n"
         "print(subprocess.run(cmd, env=interpreter.environment(), capture_output=True, "
@@ -48,7 +48,7 @@ def test_a_child_is_this_interpreter_even_after_a_c_level_setenv():
 def test_pin_restores_the_c_environment_that_other_libraries_children_inherit():
     code = (
         "import ctypes, subprocess, sys\n"
-        "from conformance.engine import interpreter\n"
+        "from conformance.processes import interpreter\n"
         "ctypes.CDLL(None).setenv(b'PYTHONEXECUTABLE', b'/nonexistent/python3', 1)\n"
         "interpreter.pin()\n"
         "cmd = [sys.executable, '-c', 'import sys; print(sys.executable)']\n"

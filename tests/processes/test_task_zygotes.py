@@ -20,11 +20,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from conformance.engine import zygote
-from conformance.engine.zygote import Forker, ZygoteLink, link_pair
+from conformance.processes import zygote
+from conformance.processes.zygote import Forker, ZygoteLink, link_pair
 
 REPO = Path(__file__).resolve().parents[2]
-HERE = "tests.engine.test_task_zygotes"
+HERE = "tests.processes.test_task_zygotes"
 
 
 def report_environment(payload: str, progress_fd: int) -> None:
@@ -84,7 +84,7 @@ def test_a_runner_s_tasks_run_in_the_task_zygote_its_runner_zygote_keeps():
     ours, theirs = link_pair()
     code = (
         "import os, socket, sys\n"
-        "from conformance.engine.zygote import ZygoteServer\n"
+        "from conformance.processes.zygote import ZygoteServer\n"
         "ZygoteServer([socket.socket(fileno=int(sys.argv[1]))], lambda job, fds: os._exit(0))"
         ".serve()\n"
     )
@@ -125,7 +125,7 @@ def test_a_task_zygote_answers_a_task_link_with_itself():
 
 LAZY_ZYGOTE = """
 import os, sys
-from conformance.engine.zygote import ZygoteServer, ZygoteLink, link_pair
+from conformance.processes.zygote import ZygoteServer, ZygoteLink, link_pair
 ours, theirs = link_pair()
 if os.fork() == 0:
     ours.close()
@@ -171,7 +171,7 @@ def test_a_runner_zygote_imports_what_a_runner_reported_before_its_next_fork(tmp
 
 
 def test_lazy_imports_tells_the_zygote_once_after_the_case_that_imported(tmp_path, monkeypatch):
-    from conformance.engine.zygote import LazyImports
+    from conformance.processes.zygote import LazyImports
 
     told = []
     monkeypatch.syspath_prepend(str(tmp_path))

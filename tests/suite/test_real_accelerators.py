@@ -2,7 +2,7 @@
 (`ECHO_NPU_RUNTIME`, docs/BACKEND.md): driver threads whose lock a forked child needs
 (`threaded`), a device one process may open (`exclusive`), a slow initialisation (`slow_init`)
 and a teardown that blocks at exit (`teardown_hang`). Each run must start, judge every case,
-fork only from single-threaded processes (the fork audit of engine/forking.py) and return
+fork only from single-threaded processes (the fork audit of processes/forking.py) and return
 within 5 s of its last line; the capability query must answer within 30 s.
 """
 

@@ -22,10 +22,10 @@ from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from conformance.engine import interpreter
 from conformance.engine.collectives.ranks import receive, send
 from conformance.engine.collectives.spec import CollectiveCase
 from conformance.engine.diagnosis import diagnose
+from conformance.processes import launch
 
 START_TIMEOUT_S = 180.0  # importing torch and the backend, joining the group (loaded machines)
 P2P = ("send_recv", "batch_isend_irecv")  # messages outlive a raise: the world is replaced
@@ -82,7 +82,6 @@ class World:
             for rank in range(self.size):
                 ours, theirs = socket.socketpair()
                 argv = [
-                    *interpreter.python(),
                     "-m",
                     "conformance.engine.collectives.ranks",
                     f"--fd={theirs.fileno()}",
@@ -94,9 +93,13 @@ class World:
                     f"--device={self.setup.device}",
                     f"--backend={self.setup.backend}",
                 ]
-                env = interpreter.environment({"OMP_NUM_THREADS": "1"})
-                proc = subprocess.Popen(
-                    argv, pass_fds=(theirs.fileno(),), stdout=log, stderr=log, env=env
+                proc = launch.spawn(
+                    "collectives-rank",
+                    argv,
+                    {"OMP_NUM_THREADS": "1"},
+                    pass_fds=(theirs.fileno(),),
+                    stdout=log,
+                    stderr=log,
                 )
                 theirs.close()
                 self.procs.append(proc)

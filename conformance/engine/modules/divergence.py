@@ -34,12 +34,12 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from conformance.engine import interpreter
 from conformance.engine.compare import ErrorStats, Mismatch, Scale, compare_values
 from conformance.engine.modules.step import Prepared, run_step
 from conformance.engine.oracles import is_nondeterministic
 from conformance.engine.transfer import read_back
 from conformance.engine.workload_calls import UNINITIALIZED
+from conformance.processes import launch
 
 SEARCH_TIMEOUT = 120.0  # seconds a search has (the child's start included)
 
@@ -239,16 +239,16 @@ class SearchChild:
         return json.loads(line)["diverged"]
 
     def _start(self) -> None:
-        cmd = [*interpreter.python(), "-m", "conformance.engine.modules", "--serve"]
+        cmd = ["-m", "conformance.engine.modules", "--serve"]
         cmd += ["--backend", self.backend] if self.backend else []
         cmd += ["--scales", encode_scales(self.scales)] if self.scales else []
         self.stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(
+        self.proc = launch.spawn(
+            "divergence-search",
             [*cmd, "--device", self.device],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.stderr,
-            env=interpreter.environment(),
         )
         self.pending = b""
 

@@ -91,6 +91,15 @@ class Call:
             self.changed.append(why)
         return True
 
+    def written_contents(self) -> dict[int, torch.Tensor]:
+        """A CPU copy of each tensor the call writes (by id): what an unwritten one kept."""
+        with own_work():
+            return {
+                id(t): t.detach().cpu().contiguous()
+                for name in self.sig.written
+                for t in tensors_in(self.bound.get(name))
+            }
+
     def device_clone(self, t: torch.Tensor) -> torch.Tensor:
         with own_work():
             return t.clone()
@@ -98,6 +107,15 @@ class Call:
     def note(self, why: str) -> None:
         """The mutant changed behaviour other than values (a copy, a dtype, memory kept)."""
         self.changed.append(why)
+
+
+def tensors_in(value: Any) -> list[torch.Tensor]:
+    """The tensors of an argument: itself, or those of its list."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, list | tuple):
+        return [t for t in value if isinstance(t, torch.Tensor)]
+    return []
 
 
 def version_of(t: torch.Tensor) -> int | None:

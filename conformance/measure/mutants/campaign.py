@@ -21,10 +21,7 @@ can see).
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -36,6 +33,7 @@ from conformance.measure.mutants.install import LOG_VARIABLE, MUTANTS_VARIABLE, 
 from conformance.measure.mutants.operators import FACTS_VARIABLE, OPERATORS
 from conformance.measure.mutants.signature import Signature, category
 from conformance.measure.mutants.values import LAW_RESOLUTION
+from conformance.processes import launch
 from conformance.record import CaseRecord, Status
 from conformance.report.load import load_run
 
@@ -133,7 +131,6 @@ class Campaign:
         cases (for a kernel no op case calls, as the runtime contract calls record_stream)."""
         select = ["--ops", ",".join(overloads)] if overloads else ["--ignore", str(OP_CASES)]
         argv = [
-            sys.executable,
             "-m",
             "pytest",
             str(SUITE_DIR),
@@ -156,15 +153,15 @@ class Campaign:
         log = results / "mutants.log"
         results.mkdir(parents=True, exist_ok=True)
         env = {
-            **os.environ,
             "CONFORMANCE_BACKEND_WRAPPER": WRAPPER,
             MUTANTS_VARIABLE: spec,
             LOG_VARIABLE: str(log),
             FACTS_VARIABLE: ",".join(sorted(self.facts)),
         }
-        done = subprocess.run(
+        done = launch.run(
+            "suite-run",
             self.pytest(overloads, results, maxfail),
-            env=env,
+            env,
             cwd=SUITE_DIR.parent,
             capture_output=True,
             text=True,

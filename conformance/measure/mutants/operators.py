@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from conformance.measure.mutants import values
-from conformance.measure.mutants.call import Call, own_work, set_version, version_of
+from conformance.measure.mutants.call import Call, own_work, set_version, tensors_in, version_of
 from conformance.measure.mutants.signature import Signature
 
 Run = Callable[[Call], Any]
@@ -85,7 +85,7 @@ def _values(
     """A mutant that runs the original, then rewrites each output where `when` holds."""
 
     def run(call: Call) -> Any:
-        olds = _old_contents(call) if why.startswith("left unwritten") else {}
+        olds = call.written_contents() if why.startswith("left unwritten") else {}
         result = call.run()
         for t in call.outputs(result):
             if when(call, t):
@@ -97,23 +97,6 @@ def _values(
         return result
 
     return run
-
-
-def _old_contents(call: Call) -> dict[int, torch.Tensor]:
-    with own_work():
-        return {
-            id(t): t.detach().cpu().contiguous()
-            for name in call.sig.written
-            for t in _as_list(call.bound.get(name))
-        }
-
-
-def _as_list(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    return (
-        [t for t in value if isinstance(t, torch.Tensor)] if isinstance(value, list | tuple) else []
-    )
 
 
 # ---- values ------------------------------------------------------------------------------------
@@ -261,7 +244,7 @@ def _inplace_into_copy(call: Call) -> Any:
 def _input_scribbled(call: Call) -> Any:
     result = call.run()
     for name in call.sig.read_only:
-        for t in _as_list(call.bound.get(name)):
+        for t in tensors_in(call.bound.get(name)):
             if t.numel() > 0 and 0 not in t.stride():  # never an expanded (overlapping) input
                 if call.rewrite(t, _first_off, f"input {name} scribbled"):
                     return result
@@ -320,7 +303,7 @@ def _copy_as_view(call: Call) -> Any:
     lambda sig: bool(sig.written),
 )
 def _version_not_bumped(call: Call) -> Any:
-    written = [t for name in call.sig.written for t in _as_list(call.bound.get(name))]
+    written = [t for name in call.sig.written for t in tensors_in(call.bound.get(name))]
     before = [version_of(t) for t in written]
     result = call.run()
     for t, version in zip(written, before, strict=True):
@@ -377,7 +360,7 @@ KEPT: list[torch.Tensor] = []  # what the leaking mutants keep alive (the leak i
 def _leak(call: Call, why: str) -> None:
     device = next((t.device for t in call.outputs(None) if t.device.type != "cpu"), None)
     device = device or next(
-        (t.device for t in _as_list(list(call.bound.values())) if t.device.type != "cpu"), None
+        (t.device for t in tensors_in(list(call.bound.values())) if t.device.type != "cpu"), None
     )
     if device is not None:
         with own_work():
