@@ -51,7 +51,6 @@ class Owner(Protocol):
     options: Options
     backend: Backend
     run_dir: RunDir
-    forked_child: bool
 
     def switch_to_spawn(self, reason: str) -> None: ...
 

@@ -8,7 +8,8 @@ from enum import Enum
 
 import pytest
 
-from conformance.processes import kinds, launch
+from conformance.processes import kinds
+from conformance.processes.this import THIS
 
 
 class Role(Enum):
@@ -27,8 +28,8 @@ class Role(Enum):
 
 
 def role_of(config: pytest.Config) -> Role:
-    """The role of this process (a forked child knows itself: `ConformanceRun.forked_child`)."""
-    spawned = launch.kind_of_this_process()  # the launcher names a spawned pytest's role
+    """The role of this process (a forked runner knows itself: processes/this.py)."""
+    spawned = THIS.launched()  # the launcher names a spawned pytest's role
     if spawned in (Role.SPAWNED_RUNNER.value, Role.ZYGOTE.value):
         return Role(spawned)
     if hasattr(config, "workerinput"):

@@ -33,7 +33,7 @@ from conformance.engine.profile import DeviceProfile
 from conformance.harness.nodes import case_of
 from conformance.processes import launch
 from conformance.processes.forking import Child
-from conformance.processes.zygote import FORKER, ZygoteGone, ZygoteLink
+from conformance.processes.zygote import ZygoteGone, ZygoteLink
 
 # in a spawned runner: {"cmd": fd, "out": fd, "replay": b, "profile": the parent's device profile}
 RUNNER_ENV = "_CONFORMANCE_RUNNER"
@@ -247,7 +247,6 @@ def serve_spawned(session: pytest.Session, backend: Backend | None = None) -> No
     """In a spawned runner (RUNNER_ENV set): serve the collected items; never returns."""
     job = spawned_job()
     config, items = session.config, session.items
-    FORKER.use(None, device_touched=True)  # its own forks: through a task zygote
     serve(config, items, job["cmd"], job["out"], None, False, job["replay"], backend)
 
 
@@ -316,9 +315,6 @@ def serve(
     each case's finish was sent)."""
     code = 0
     try:
-        from conformance.samples import guarded
-
-        guarded.in_place()  # a crash here costs one case already (samples/guarded.py)
         _die_with_parent()
         if forked:
             import torch

@@ -50,6 +50,7 @@ from conformance.harness.suite import Suite
 from conformance.harness.terminal import Summary, Terminal
 from conformance.harness.watch import PROBE_KEY, CaseWatch, ControllerHooks
 from conformance.harness.zygotes import serve_zygote
+from conformance.processes.this import THIS
 from conformance.record import CaseRecord, Status
 
 PLUGIN_NAME = "conformance-run"
@@ -70,7 +71,6 @@ class ConformanceRun:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.forked_child = False  # set by isolation.py in the children it forks
         self._role: Role | None = None  # role_of, kept once the suite started (role)
         self.worker = getattr(config, "workerinput", {}).get("workerid", "main")
         self._suite: Suite | None = None
@@ -105,7 +105,7 @@ class ConformanceRun:
         once the suite started (asked for every report a controller logs)."""
         if self._role is None or not self.started:
             self._role = role_of(self.config)
-        return Role.FORKED_CHILD if self.forked_child else self._role
+        return Role.FORKED_CHILD if THIS.name == Role.FORKED_CHILD.value else self._role
 
     # ---- the suite, created on first use (imports the backend) ------------------------------
     @property

@@ -28,8 +28,8 @@ from conformance.engine.backend import Backend
 from conformance.engine.probe import initialised
 from conformance.harness.runners import RUNNER_ENV, runner_args, serve, spawned_job
 from conformance.processes import forking, launch
+from conformance.processes.this import THIS
 from conformance.processes.zygote import (
-    FORKER,
     LazyImports,
     ZygoteLink,
     ZygoteServer,
@@ -129,9 +129,8 @@ def _serve(link: socket.socket, session: pytest.Session, run: Any, backend: Back
 
     def runner(request: dict, fds: list[int]) -> NoReturn:
         cmd_fd, out_fd, log_fd, link_fd = fds
-        run.forked_child = True
         own = ZygoteLink(socket.socket(fileno=link_fd))
-        FORKER.use_tasks_of(own)  # its CPU work: the task zygote its zygote keeps
+        THIS.tasks_from = own  # its CPU work: the task zygote its zygote keeps
         lazy = LazyImports(own, RUNNER_IMPORTS)
         serve(config, items, cmd_fd, out_fd, log_fd, True, request["replay"], backend, lazy.check)
         os._exit(3)

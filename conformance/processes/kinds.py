@@ -157,7 +157,7 @@ KINDS: tuple[Kind, ...] = (
         "task",
         ("task-zygote", "pytest", "tool"),
         FORK,
-        "never",
+        "while clean",
         "hidden",
         runs_cases=False,
         writes_results=False,

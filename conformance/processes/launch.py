@@ -16,9 +16,7 @@ from typing import Any
 
 from conformance.processes import forking, interpreter
 from conformance.processes.kinds import FORK, SPAWN, kind
-
-#: the kind of a spawned child of the suite, as its parent named it
-KIND_ENV = "CONFORMANCE_PROCESS_KIND"
+from conformance.processes.this import KIND_ENV, THIS
 
 
 class LaunchRefused(RuntimeError):
@@ -57,14 +55,8 @@ def fork(name: str, site: str = "") -> int:
     _started_by(name, FORK)
     pid = forking.fork(site or name)
     if pid == 0:
-        os.environ[KIND_ENV] = name
+        THIS.became(name)
     return pid
-
-
-def kind_of_this_process() -> str | None:
-    """The kind the launcher started this process as (None: not started by the launcher, or
-    started as another program's child that inherited the variable: its parent's kind)."""
-    return os.environ.get(KIND_ENV)
 
 
 def tool(argv: Sequence[str], **options: Any) -> subprocess.CompletedProcess:

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from conformance.processes import forking, launch
+from conformance.processes.this import THIS, ThisProcess
 
 MAX_FDS = 16
 #: `python -m conformance.processes.zygote FD`: the modules a task zygote imports before forking
@@ -270,34 +271,28 @@ class ZygoteServer:
 
 
 class Forker:
-    """How this process forks a child that runs `fn(payload, progress_fd)` (a module-level
-    function, named "module:name"): directly where `refusal()` allows it and the process has
-    not touched the device, else through a zygote. A zygote that a warm-up left with threads
-    (a runtime that starts them where this suite did not expect one) is replaced by a task
-    zygote of this process that warms nothing up."""
+    """How a process forks a child that runs `fn(payload, progress_fd)` (a module-level
+    function, named "module:name"): directly where its row may fork (processes/this.py: a
+    runner never does) and `refusal()` allows it, else through a task zygote: the one its
+    runner zygote keeps for a forked runner (`ThisProcess.tasks_from`, asked for on the first
+    task; never the runner zygote itself, which must keep the device untouched and visible),
+    or one it starts. A zygote that a warm-up left with threads (a runtime that starts them
+    where this suite did not expect one) is replaced by a task zygote of this process that
+    warms nothing up."""
 
-    def __init__(self) -> None:
+    def __init__(self, this: ThisProcess = THIS) -> None:
+        self.this = this
         self.link: ZygoteLink | None = None
-        self.device_touched = False
         self.cold = False  # warm-ups started threads in a zygote: children load what they need
-        self.tasks_from: ZygoteLink | None = None  # asked for a task link on the first task
 
-    def use(self, link: ZygoteLink | None, device_touched: bool = False) -> None:
+    def use(self, link: ZygoteLink | None) -> None:
         """Fork through `link` from now on."""
         old, self.link = self.link, link
-        self.device_touched = self.device_touched or device_touched
         if old is not None and old is not link:
             old.close()
 
-    def use_tasks_of(self, zygote: ZygoteLink) -> None:
-        """A runner: fork through the task zygote its runner zygote keeps (asked for on the
-        first task), never through the runner zygote (which must keep the device untouched
-        and visible)."""
-        self.use(None, device_touched=True)
-        self.tasks_from = zygote
-
     def direct(self) -> bool:
-        return self.link is None and not self.device_touched and forking.refusal() is None
+        return self.link is None and self.this.kind.may_fork and forking.refusal() is None
 
     def start(
         self, fn: str, payload: Any, progress_fd: int, site: str, warm: tuple[str, ...] = ()
@@ -313,7 +308,8 @@ class Forker:
                 forking.run_task(fn, payload, progress_fd)
             return forking.Child(pid)
         if self.link is None:
-            self.link = self.tasks_from.task_link() if self.tasks_from else start_task_zygote()
+            given = self.this.tasks_from
+            self.link = given.task_link() if given is not None else start_task_zygote()
         try:
             return self.link.fork_task(fn, payload, progress_fd, () if self.cold else warm)
         except ZygoteGone as exc:

@@ -24,6 +24,7 @@ import torch
 from conformance.engine.calls import Call, load_calls, save_calls
 from conformance.engine.held_stderr import HELD
 from conformance.processes.forking import read_progress
+from conformance.processes.this import THIS
 from conformance.processes.zygote import FORKER
 
 TIMEOUT = 120.0  # seconds one capture may take
@@ -35,28 +36,13 @@ Captured = dict[str, dict[str, list[Call]]]
 Capture = Callable[..., Captured]
 
 
-class Where:
-    """Whether captures run in forked children: yes, except in a case runner, where a crash
-    already costs one case and a fork per capture costs more than the capture."""
-
-    forked = True
-
-
-WHERE = Where()
-
-
-def in_place() -> None:
-    """Captures in this process run in place from now on (called by a case runner)."""
-    WHERE.forked = False
-
-
 def guarded(
     capture: Capture, args: tuple = (), timeout: float = TIMEOUT, warm: tuple[str, ...] = ()
 ) -> Captured:
     """`capture(*args, skip, started)` in forked children until one finishes (see the
     docstring); forked as processes/forking.py allows (directly, or by a zygote, which first
     calls the `warm` functions once: processes/forking.py `Forker.start`)."""
-    if not WHERE.forked:
+    if THIS.kind.runs_cases:  # a case runner: a crash costs one case already, a fork more
         return capture(*args, frozenset(), lambda i: None)
     skip: set[int] = set()
     for _ in range(RETRIES + 1):

@@ -21,6 +21,7 @@ from types import SimpleNamespace
 import pytest
 
 from conformance.processes import zygote
+from conformance.processes.this import ThisProcess
 from conformance.processes.zygote import Forker, ZygoteLink, link_pair
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,9 +54,7 @@ def _task(forker: Forker, warm: tuple[str, ...] = ()) -> tuple[str, int]:
 
 
 def _through_a_zygote() -> Forker:
-    forker = Forker()
-    forker.device_touched = True  # as a runner: never forks itself
-    return forker
+    return Forker(ThisProcess("runner"))  # as a runner: never forks itself
 
 
 def test_a_task_zygote_hides_the_accelerators():
@@ -97,7 +96,7 @@ def test_a_runner_s_tasks_run_in_the_task_zygote_its_runner_zygote_keeps():
     theirs.close()
     forker = _through_a_zygote()
     try:
-        forker.tasks_from = ZygoteLink(ours)
+        forker.this.tasks_from = ZygoteLink(ours)
         value, parent = _task(forker)
     finally:
         forker.use(None)
@@ -211,7 +210,7 @@ def test_the_runner_zygote_reports_torch_dynamo_and_symbolic_shapes(monkeypatch)
     monkeypatch.setattr(zygotes, "ZygoteServer", Server)
     monkeypatch.setattr(zygotes, "serve", serve)
     monkeypatch.setattr(zygotes, "ZygoteLink", lambda sock: SimpleNamespace(imported=None))
-    monkeypatch.setattr(zygotes.FORKER, "use_tasks_of", lambda link: None)
+    monkeypatch.setattr(zygotes, "THIS", ThisProcess("runner"))
     monkeypatch.setattr(zygotes.socket, "socket", lambda fileno: None)
     session = SimpleNamespace(config=None, items=[])
     with pytest.raises(SystemExit):
