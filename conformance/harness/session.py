@@ -105,6 +105,7 @@ class ConformanceRun:
         once the suite started (asked for every report a controller logs)."""
         if self._role is None or not self.started:
             self._role = role_of(self.config)
+            THIS.known_as(self._role.value)
         return Role.FORKED_CHILD if THIS.name == Role.FORKED_CHILD.value else self._role
 
     # ---- the suite, created on first use (imports the backend) ------------------------------

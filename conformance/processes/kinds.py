@@ -250,3 +250,16 @@ def kind(name: str) -> Kind:
 def children(name: str) -> list[Kind]:
     """The kinds `name` starts, in table order."""
     return [k for k in KINDS if name in k.parents]
+
+
+def misfit(parent: str, how: str, child: str) -> str | None:
+    """Why a start the launcher saw (`parent` started `child` by `how`) is not one the table
+    declares, or None: the child's row names the parent, and a parent that forks may fork."""
+    row, starter = BY_NAME.get(child), BY_NAME.get(parent)
+    if row is None or starter is None:
+        return f"{parent} -> {child}: not a kind of processes/kinds.py"
+    if parent not in row.parents:
+        return f"{parent} started a {child}, whose row names only {', '.join(row.parents)}"
+    if how == FORK and not starter.may_fork:
+        return f"{parent} forked a {child}, but its row says it never forks"
+    return None

@@ -27,6 +27,10 @@ def _started_by(name: str, how: str) -> None:
     row = kind(name)
     if how not in row.start:
         raise LaunchRefused(f"a {name} is started by {row.start}, not {how} (processes/kinds.py)")
+    audit = os.environ.get(forking.AUDIT_ENV)
+    if audit:  # the self-tests hold each start to the rows: "launch PARENT HOW CHILD"
+        with open(audit, "a") as f:
+            f.write(f"launch {THIS.name} {how} {name}\n")
 
 
 def _environment(name: str, env: Mapping[str, str] | None) -> dict[str, str]:

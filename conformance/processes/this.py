@@ -36,6 +36,12 @@ class ThisProcess:
         os.environ[KIND_ENV] = name
         self.tasks_from = None
 
+    def known_as(self, name: str) -> None:
+        """A process the user started learns its row from pytest (an xdist controller or
+        worker); a process the launcher started keeps the row it was started as."""
+        if self.launched() is None:
+            self.name = name
+
     def launched(self) -> str | None:
         """The kind the launcher started this process as (None: the user started it)."""
         return os.environ.get(KIND_ENV)

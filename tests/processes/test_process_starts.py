@@ -85,3 +85,13 @@ def test_the_rule_refuses_a_process_with_threads():
     finally:
         stop.set()
         thread.join()
+
+
+def test_a_start_the_table_does_not_declare_is_named():
+    from conformance.processes.kinds import misfit
+
+    assert misfit("runner-zygote", "fork", "runner") is None
+    assert misfit("xdist-worker", "spawn", "runner-zygote") is None
+    assert "whose row names only" in misfit("runner", "spawn", "runner-zygote")
+    assert "never forks" in misfit("xdist-worker", "fork", "runner-zygote")
+    assert "not a kind" in misfit("someone", "spawn", "runner")

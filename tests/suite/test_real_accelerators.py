@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from conformance.processes.kinds import misfit
 from tests.helpers import REPO, clean_env
 
 # slow: runs under xdist with slow, hanging and exclusive runtimes
@@ -73,7 +74,17 @@ class TimedRun:
 
     def forks_with_threads(self) -> list[str]:
         """Audit lines of forks made while the process had more than one thread."""
-        return [ln for ln in self.forks if not ln.startswith("refused") and ln.split()[2] != "1"]
+        return [
+            ln
+            for ln in self.forks
+            if not ln.startswith(("refused", "launch ")) and ln.split()[2] != "1"
+        ]
+
+    def starts_off_the_table(self) -> list[str]:
+        """The launcher's starts (audit lines "launch PARENT HOW CHILD") that the process table
+        (processes/kinds.py) does not declare."""
+        starts = [ln.split()[1:] for ln in self.forks if ln.startswith("launch ")]
+        return [why for parent, how, child in starts if (why := misfit(parent, how, child))]
 
 
 # each personality once, all four with and without xdist; under xdist the owners are the
@@ -102,6 +113,7 @@ def test_a_run_on_each_runtime_judges_every_case_and_exits(tmp_path, personality
     assert run.exit_after < EXIT_LIMIT, f"exited {run.exit_after:.1f} s after its last line"
     assert run.forks and not run.forks_with_threads(), run.forks
     assert any(ln.startswith("zygote:runner") for ln in run.forks), run.forks
+    assert not run.starts_off_the_table(), run.starts_off_the_table()
     if "exclusive" in personality:
         assert "one device-owning runner at a time" in run.output
 
