@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import pytest
 
+from conformance.harness.families import registry
 from conformance.harness.nodes import CASE_PARAM
 from conformance.harness.options import add_options
 from conformance.harness.session import PLUGIN_NAME, ConformanceRun, run_of
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    add_options(parser)
+    add_options(parser, registry().option_classes().values())
 
 
 def pytest_configure(config: pytest.Config) -> None:

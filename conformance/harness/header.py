@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from conformance.engine import parametric, runtime_contract
+from conformance.engine import parametric
 from conformance.engine.backend import Backend
 from conformance.engine.memory import sources
 from conformance.engine.sample_run import checks_left_out
@@ -50,7 +50,6 @@ def header_lines(suite: Suite, plan: Plan | None) -> list[str]:
         lines.append(shard)
     if suite.case_list.coverage is not None:
         lines += suite.case_list.coverage.header_lines()
-    lines += contract_lines(b)
     lines += registry().header_lines(suite)
     lines += mode_lines(suite.mode_account())
     lines += argument_lines(suite.arguments)
@@ -85,8 +84,7 @@ def key_header_lines(suite: Suite, plan: Plan | None) -> list[str]:
         lines.append(STORAGELESS)
     if suite.case_list.coverage is not None:
         lines.append(suite.case_list.coverage.header_lines()[0])
-    lines += contract_lines(b)[1:]  # what the profile leaves out, whether races show
-    lines += registry().header_lines(suite)
+    lines += registry().key_header_lines(suite)
     files = ", ".join(suite.manifest.files) or "none"
     lines.append(f"expectations: {files}; results: {suite.options.results or 'off'}")
     return ["conformance: " + line for line in lines]
@@ -101,11 +99,6 @@ STORAGELESS = (
     "transposed, a view made by view ops (narrow, view, permute), never as_strided (its memory "
     "layouts cannot be observed; as_strided views are judged as the op as_strided)"
 )
-
-
-def contract_lines(b: Backend) -> list[str]:
-    """The runtime contract's lines (engine/runtime_contract.py)."""
-    return runtime_contract.header_lines(b.profile, b.hook("set_delay") is not None)
 
 
 def relies_on(suite: Suite) -> dict[str, str]:

@@ -8,8 +8,8 @@ and `read_options` iterate the fields, so adding an option is adding one field.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from dataclasses import Field, dataclass, field, fields
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import Field, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -91,7 +91,7 @@ def parse_values(text: str) -> list[str]:
     return _names(text, VALUE_SETS, "--values: unknown value set(s)")
 
 
-def _choice(flag: str, value: str, valid: tuple[str, ...]) -> str:
+def choice(flag: str, value: str, valid: tuple[str, ...]) -> str:
     if value not in valid:
         raise ConformanceUsageError(f"{flag} {value!r}: valid values are {', '.join(valid)}")
     return value
@@ -133,10 +133,10 @@ def _bool(flag: str, text: str) -> bool:
 
 
 def _isolate(text: str) -> str:
-    return _choice("--isolate", text, ISOLATE)
+    return choice("--isolate", text, ISOLATE)
 
 
-def _seconds(text: str, flag: str = "--case-timeout") -> float:
+def seconds(text: str, flag: str = "--case-timeout") -> float:
     try:
         value = float(text)
     except ValueError:
@@ -145,24 +145,6 @@ def _seconds(text: str, flag: str = "--case-timeout") -> float:
         turns_off = " (0 turns the limit off)" if flag == "--case-timeout" else " above 0"
         raise ConformanceUsageError(f"{flag} {text!r}: give a number of seconds{turns_off}")
     return value
-
-
-def _collectives(text: str) -> str:
-    """`auto`, `none`, `BACKEND` or `BACKEND:DEVICE` (checked against torch at load)."""
-    value = text.strip() or "auto"
-    backend, _, device = value.partition(":")
-    if not backend.isidentifier() or (":" in value and not device.isidentifier()):
-        raise ConformanceUsageError(
-            f"--collectives {text!r}: give auto, none, BACKEND or BACKEND:DEVICE (e.g. gloo:cpu)"
-        )
-    return value
-
-
-def _world_sizes(text: str) -> str:
-    from conformance.engine.collectives.spec import parse_worlds
-
-    parse_worlds(text)
-    return text
 
 
 def option(
@@ -252,7 +234,7 @@ class Options:
         "7, 9, 17, 65 and 4097), large (both sides of every boundary, and 2^20), none (no "
         "-sizes cases)",
         default=SIZE_SETS[0],
-        parse=lambda v: _choice("--sizes", v, SIZE_SETS),
+        parse=lambda v: choice("--sizes", v, SIZE_SETS),
     )
     modes: list[str] = option(
         modes_help(DEFAULT_MODES),
@@ -277,7 +259,7 @@ class Options:
         "seconds a case (or scenario) may run: past it the case is marked hung and the run goes "
         "on in a fresh process; 0 for no limit",
         default=DEFAULT_CASE_TIMEOUT,
-        parse=_seconds,
+        parse=seconds,
     )
     runner_cases: int = option(
         "cases one runner process (--isolate fork or spawn) runs before a fresh one replaces "
@@ -342,36 +324,16 @@ class Options:
         "writes the same from results folders)",
         parse=lambda v: v or None,
     )
-    collectives: str = option(
-        "the c10d backend the collectives family (conformance/collectives, docs/COLLECTIVES.md) "
-        "judges: 'auto' (the one torch.distributed maps the device type to, on the device under "
-        "test), 'BACKEND:DEVICE' (e.g. gloo:cpu, echo:npu), 'BACKEND' (on the device under "
-        "test) or 'none' (no collectives cases)",
-        default="auto",
-        parse=_collectives,
-    )
-    collectives_set: str = option(
-        "the collectives cases: core (every collective once: in the default run), default "
-        "(every collective x reduce op x dtype at one size, the size sweep and the layouts at "
-        "a few dtypes, the other world sizes and async Works on a core set: minutes), full (the "
-        "whole product: a nightly), auto (default when the command line names "
-        "conformance/collectives, else core)",
-        default="auto",
-        parse=lambda v: _choice("--collectives-set", v, ("auto", "core", "default", "full")),
-    )
-    world_sizes: str = option(
-        "comma-separated world sizes of the collectives cases (rank processes per world)",
-        default="2,3,4",
-        parse=_world_sizes,
-    )
-    collective_timeout: float = option(
-        "seconds every rank has to answer one collectives case: past it the case is hung, its "
-        "world is stopped and the next case starts a new one",
-        default="60",
-        parse=lambda v: _seconds(v, "--collective-timeout"),
-    )
     # not an option: the raw text of every option the user set (flag or environment), by name
     given: dict[str, str] = field(default_factory=dict, compare=False)
+    # not options: each family's own (Family.options: a dataclass of option fields), by name
+    families: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def family(self, name: str, declared: type) -> Any:
+        """The options the family `name` declared (`declared`, its dataclass), as read for this
+        run; from the environment and their defaults where the run did not read them."""
+        found = self.families.get(name)
+        return found if found is not None else _parsed(declared, None, {})
 
     @property
     def names_overloads(self) -> bool:
@@ -386,14 +348,15 @@ class Options:
         return [f"{flag_of(name)}={value}" for name, value in raw.items() if value is not None]
 
 
-def option_fields() -> list[Field]:
-    """The fields of `Options` that are options (`given` is not)."""
-    return [f for f in fields(Options) if f.metadata]
+def option_fields(declared: type | None = None) -> list[Field]:
+    """The fields of `Options` (or of a family's options, `declared`) that are options."""
+    return [f for f in fields(declared or Options) if f.metadata]
 
 
-def add_options(parser: pytest.Parser) -> None:
+def add_options(parser: pytest.Parser, families: Iterable[type] = ()) -> None:
+    """Every option of `Options` and of the families' own option dataclasses."""
     group = parser.getgroup("conformance", "torch-conformance (op conformance vs CPU)")
-    for f in option_fields():
+    for f in [*option_fields(), *(g for d in families for g in option_fields(d))]:
         default, env = f.metadata["default"], env_of(f.name)
         shown = f" [env {env}; default: {default}]" if default else f" [env {env}]"
         group.addoption(
@@ -405,17 +368,27 @@ def add_options(parser: pytest.Parser) -> None:
         )
 
 
-def read_options(config: pytest.Config) -> Options:
-    """Options from the command line, else the environment, else the declared default."""
-    values, given = {}, {}
-    for f in option_fields():
-        flag = config.getoption("conformance_" + f.name)
+def _parsed(declared: type, config: pytest.Config | None, given: dict[str, str]) -> Any:
+    """`declared` (Options or a family's) from the command line, else the environment, else
+    the default; the raw text of what the user set added to `given`."""
+    values = {}
+    for f in option_fields(declared):
+        flag = config.getoption("conformance_" + f.name) if config is not None else None
         env = os.environ.get(env_of(f.name))
         raw = flag if flag is not None else (env or f.metadata["default"])
         if flag is not None or env:
             given[f.name] = raw
         values[f.name] = f.metadata["parse"](raw)
-    return Options(**values, given=given)
+    return declared(**values)
+
+
+def read_options(config: pytest.Config, families: Mapping[str, type] | None = None) -> Options:
+    """Options from the command line, else the environment, else the declared default; with
+    each family's own (`families`: its name -> its options dataclass)."""
+    given: dict[str, str] = {}
+    options = _parsed(Options, config, given)
+    chosen = {name: _parsed(d, config, given) for name, d in (families or {}).items()}
+    return replace(options, given=given, families=chosen)
 
 
 def default_options(**given: str) -> Options:

@@ -113,7 +113,7 @@ class ConformanceRun:
     def suite(self) -> Suite:
         if self._suite is None:
             try:
-                options = read_options(self.config)
+                options = read_options(self.config, registry().option_classes())
                 if self.role in (Role.SINGLE, Role.XDIST_CONTROLLER, Role.XDIST_WORKER):
                     # its CPU work is small samples; one thread keeps it able to fork its
                     # runners' zygote (processes/forking.py)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from conformance.errors import ConformanceUsageError
+from conformance.harness.families import registry
 from conformance.harness.options import env_of, flag_of, option_fields, read_options
 
 
@@ -65,8 +66,33 @@ def test_bad_values_are_one_line_errors(given: dict, message: str) -> None:
 def test_help_lists_every_option(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess("--help")
     text = result.stdout.str()
-    for f in option_fields():
+    declared = [f for d in registry().option_classes().values() for f in option_fields(d)]
+    for f in [*option_fields(), *declared]:
         assert flag_of(f.name) in text and env_of(f.name) in text
+
+
+def test_a_family_declares_its_own_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The collectives' four options are the family's (Family.options), not the harness's:
+    read with the suite's, kept in `given` for repro lines, one-line errors as any."""
+    from conformance.harness.families.collectives_plan import CollectivesOptions
+
+    families = registry().option_classes()
+    assert families["collectives"] is CollectivesOptions
+    assert not {f.name for f in option_fields()} & {
+        f.name for f in option_fields(CollectivesOptions)
+    }
+    for f in option_fields(CollectivesOptions):
+        monkeypatch.delenv(env_of(f.name), raising=False)
+    o = read_options(FakeConfig(collectives="gloo:cpu", world_sizes="2"), families)
+    own = o.family("collectives", CollectivesOptions)
+    assert (own.collectives, own.world_sizes, own.collectives_set) == ("gloo:cpu", "2", "auto")
+    assert o.flags() == ["--collectives=gloo:cpu", "--world-sizes=2"]
+    monkeypatch.setenv("CONFORMANCE_COLLECTIVE_TIMEOUT", "7")
+    assert (
+        read_options(FakeConfig()).family("collectives", CollectivesOptions).collective_timeout == 7
+    )
+    with pytest.raises(ConformanceUsageError, match="--collectives 'a b'"):
+        read_options(FakeConfig(collectives="a b"), families)
 
 
 def test_given_keeps_the_raw_text_of_what_the_user_set(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -46,6 +46,11 @@ class Families:
         family = self.named(record.family)
         return family.record_key(record) if family is not None else None
 
+    def option_classes(self) -> dict[str, type]:
+        """Each family's own options dataclass, by family name (harness/options.py reads them
+        with the suite's)."""
+        return {f.name: f.options for f in self.members if f.options is not None}
+
     def named(self, name: str) -> Family | None:
         """The family of that name (a record's `family`)."""
         return next((f for f in self.members if f.name == name), None)
@@ -56,6 +61,12 @@ class Families:
         if suite.options.names_overloads:
             return []
         return [line for f in self.members for line in f.header_lines(suite)]
+
+    def key_header_lines(self, suite: Suite) -> list[str]:
+        """The families' lines shown under -q too (harness/header.py `key_header_lines`)."""
+        if suite.options.names_overloads:
+            return []
+        return [line for f in self.members for line in f.key_header_lines(suite)]
 
     def end_notes(self, records: list[CaseRecord]) -> list[str]:
         """Every family's lines at the end of the run's summary, in the registry's order."""

@@ -37,6 +37,9 @@ class Family:
     # the check a failing case of the family carries (docs/RESULTS.md must describe it: a meta
     # test insists); None: the op cases, whose checks are the engine's
     check: str | None = None
+    # its own command-line options: a dataclass of harness/options.py `option` fields, read
+    # with the suite's (Options.family(name, options)); None: it has none
+    options: type | None = None
 
     def owns_item(self, item: pytest.Item) -> bool:
         """Whether `item` is one of this family's cases."""
@@ -64,22 +67,33 @@ class Family:
         return record
 
     def case_record(
-        self, suite: Suite, nodeid: str, status: Status, name: str, **fields: Any
+        self,
+        suite: Suite,
+        nodeid: str,
+        status: Status,
+        name: str | None,
+        test_file: str | None = None,
+        **fields: Any,
     ) -> CaseRecord:
-        """A record of the case `nodeid`, whose manifest name is `name` (kept in the record's
-        `manifest_field` of `extra`), with `fields` (op, overload, dtype, ...): the run's torch,
-        backend, allocator and the case's repro filled in, and a hang's or a crash's message
-        prefixed `[<manifest prefix> <name>]`."""
+        """A record of the case `nodeid` (every family's identity block is written here), with
+        `fields` (op, overload, dtype, ...): the run's torch, backend, allocator and the case's
+        repro (of its test file, `test_file` or the family's) filled in. Where the case has a
+        manifest name `name`, it is kept in the record's `manifest_field` (of `extra`, unless
+        a field of the record already holds it) and a hang's or a crash's message is prefixed
+        `[<manifest prefix> <name>]`."""
         record = CaseRecord(
             id=record_id(nodeid),
             status=status,
             torch=str(torch.__version__),
             backend=suite.backend_name,
             allocator=suite.allocator,
-            repro=suite.repro_lines.repro(nodeid, self.test_file(nodeid)),
+            repro=suite.repro_lines.repro(nodeid, test_file or self.test_file(nodeid)),
             **fields,
         )
-        record.extra[self.manifest_field] = name
+        if name is None:
+            return record
+        if self.manifest_field not in CaseRecord.__dataclass_fields__:
+            record.extra[self.manifest_field] = name
         if record.message and status in (Status.HUNG, Status.CRASHED):
             record.message = f"[{self.manifest_prefix} {name}] {record.message}"
         return record
@@ -136,6 +150,10 @@ class Family:
     def header_lines(self, suite: Suite) -> list[str]:
         """The family's lines of the run header (what it judges in this run)."""
         return []
+
+    def key_header_lines(self, suite: Suite) -> list[str]:
+        """Those of its lines shown under -q too (all of them, unless it says otherwise)."""
+        return self.header_lines(suite)
 
     def end_notes(self, records: list[CaseRecord]) -> list[str]:
         """The family's lines at the end of the run's summary (what it could not judge)."""

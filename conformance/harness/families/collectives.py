@@ -9,12 +9,12 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import pytest
-import torch
 
 from conformance.engine.collectives.judge import key_masks
 from conformance.engine.collectives.spec import CollectiveCase
 from conformance.harness.families.base import Family
 from conformance.harness.families.collectives_plan import (
+    CollectivesOptions,
     CollectivesPlan,
     collectives_plan,
 )
@@ -69,24 +69,21 @@ def new_collective_record(
 ) -> CaseRecord:
     """A record of the collectives case `nodeid` (a hang, crash or not-run passes its
     message)."""
-    name, case_id = record_id(nodeid), _case_id(nodeid)
+    case_id = _case_id(nodeid)
     try:
         case = CollectiveCase.parse(case_id)
     except ValueError:
         case = None
-    repro = suite.repro_lines.repro(nodeid, FAMILY.test_file(nodeid))
-    record = CaseRecord(
-        id=name,
-        status=status,
+    record = FAMILY.case_record(
+        suite,
+        nodeid,
+        status,
+        None,  # its manifest name needs the plan: `collective_key` below
         op=case.collective if case else "collectives",
         overload=case.op if case and case.op != "none" else "default",
         dtype=case.dtype if case else "-",
         layout=case.layout if case else "-",
         path="collectives",
-        torch=str(torch.__version__),
-        backend=suite.backend_name,
-        allocator=suite.allocator,
-        repro=repro,
         **values,
     )
     if case is not None:
@@ -171,6 +168,7 @@ class Collectives(Family):
     manifest_prefix = "collectives"
     manifest_field = "collective_key"  # `<c10d>:<case id>`
     check = "collectives"
+    options = CollectivesOptions
 
     def build_record(self, suite: Suite, nodeid: str, status: Status, **values: Any) -> CaseRecord:
         return new_collective_record(suite, nodeid, status, self.plan(suite), **values)

@@ -9,7 +9,60 @@ from dataclasses import dataclass
 from conformance.engine.backend import Backend
 from conformance.engine.collectives.spec import CollectiveCase, parse_worlds, selection
 from conformance.errors import ConformanceUsageError
-from conformance.harness.options import Options
+from conformance.harness.options import Options, choice, option, seconds
+
+
+def _collectives(text: str) -> str:
+    """`auto`, `none`, `BACKEND` or `BACKEND:DEVICE` (checked against torch at load)."""
+    value = text.strip() or "auto"
+    backend, _, device = value.partition(":")
+    if not backend.isidentifier() or (":" in value and not device.isidentifier()):
+        raise ConformanceUsageError(
+            f"--collectives {text!r}: give auto, none, BACKEND or BACKEND:DEVICE (e.g. gloo:cpu)"
+        )
+    return value
+
+
+def _world_sizes(text: str) -> str:
+    from conformance.engine.collectives.spec import parse_worlds
+
+    parse_worlds(text)
+    return text
+
+
+@dataclass(frozen=True)
+class CollectivesOptions:
+    """The collectives family's own options (Family.options: declared here, read with the
+    suite's: `--collectives`, `CONFORMANCE_COLLECTIVES`, ...)."""
+
+    collectives: str = option(
+        "the c10d backend the collectives family (conformance/collectives, docs/COLLECTIVES.md) "
+        "judges: 'auto' (the one torch.distributed maps the device type to, on the device under "
+        "test), 'BACKEND:DEVICE' (e.g. gloo:cpu, echo:npu), 'BACKEND' (on the device under "
+        "test) or 'none' (no collectives cases)",
+        default="auto",
+        parse=_collectives,
+    )
+    collectives_set: str = option(
+        "the collectives cases: core (every collective once: in the default run), default "
+        "(every collective x reduce op x dtype at one size, the size sweep and the layouts at "
+        "a few dtypes, the other world sizes and async Works on a core set: minutes), full (the "
+        "whole product: a nightly), auto (default when the command line names "
+        "conformance/collectives, else core)",
+        default="auto",
+        parse=lambda v: choice("--collectives-set", v, ("auto", "core", "default", "full")),
+    )
+    world_sizes: str = option(
+        "comma-separated world sizes of the collectives cases (rank processes per world)",
+        default="2,3,4",
+        parse=_world_sizes,
+    )
+    collective_timeout: float = option(
+        "seconds every rank has to answer one collectives case: past it the case is hung, its "
+        "world is stopped and the next case starts a new one",
+        default="60",
+        parse=lambda v: seconds(v, "--collective-timeout"),
+    )
 
 
 @dataclass(frozen=True)
@@ -34,13 +87,14 @@ def collectives_plan(options: Options, b: Backend, own_run: bool) -> Collectives
     conformance/collectives only, so `--collectives-set auto` is the default selection)."""
     import torch.distributed as dist
 
-    given = options.collectives
-    chosen = options.collectives_set
+    own = options.family("collectives", CollectivesOptions)
+    given = own.collectives
+    chosen = own.collectives_set
     chosen = ("default" if own_run else "core") if chosen == "auto" else chosen
-    timeout = options.collective_timeout
+    timeout = own.collective_timeout
     if options.case_timeout:  # a rank's answer comes before the runner's own limit
         timeout = min(timeout, options.case_timeout / 2)
-    worlds = parse_worlds(options.world_sizes)
+    worlds = parse_worlds(own.world_sizes)
     c10d, _, device = given.partition(":")
     device = device or b.device_type
     missing = None

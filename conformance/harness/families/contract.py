@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import pytest
-import torch
 
+from conformance.engine import runtime_contract
 from conformance.engine.modes.asynchronous import NOT_OBSERVABLE
 from conformance.engine.runtime_contract import HELD_BY, UNOBSERVED, item_of_test
 from conformance.harness.families.base import Family
@@ -32,22 +32,13 @@ def new_contract_record(suite: Suite, nodeid: str, status: Status, **values: Any
     """A record of the contract case `nodeid` (a hang, crash or not-run passes its message)."""
     name = record_id(nodeid)
     item = item_of_test(name)
-    record = CaseRecord(
-        id=name,
-        status=status,
-        op="contract",
-        overload=item.name if item is not None else name,
-        path="contract",
-        torch=str(torch.__version__),
-        backend=suite.backend_name,
-        allocator=suite.allocator,
-        repro=suite.repro_lines.repro(nodeid, FAMILY.test_file(nodeid)),
-        **values,
+    overload = item.name if item is not None else name
+    known = item.name if item is not None else None
+    record = FAMILY.case_record(
+        suite, nodeid, status, known, op="contract", overload=overload, path="contract", **values
     )
     if item is not None:
         record.extra.update(contract_item=item.name, doc=item.doc)
-        if record.message and status in (Status.HUNG, Status.CRASHED):
-            record.message = f"[contract {item.name}] {record.message}"
     return record
 
 
@@ -132,6 +123,14 @@ class Contract(Family):
 
     def build_record(self, suite: Suite, nodeid: str, status: Status, **values: Any) -> CaseRecord:
         return new_contract_record(suite, nodeid, status, **values)
+
+    def header_lines(self, suite: Suite) -> list[str]:
+        """What the contract cases rely on, what the profile leaves out, whether races show."""
+        b = suite.backend
+        return runtime_contract.header_lines(b.profile, b.hook("set_delay") is not None)
+
+    def key_header_lines(self, suite: Suite) -> list[str]:
+        return self.header_lines(suite)[1:]  # what the profile leaves out, whether races show
 
     def report_record(
         self, suite: Suite, item: pytest.Item, report: pytest.TestReport

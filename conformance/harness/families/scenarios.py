@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import pytest
-import torch
 
 from conformance.engine.foundations import Blame
 from conformance.harness.families.base import Family
@@ -40,24 +39,15 @@ def scenario_key(nodeid: str) -> str:
 
 
 def new_scenario_record(
-    suite: Suite, nodeid: str, path: str, status: Status, **values: Any
+    suite: Suite, nodeid: str, test_file: str, status: Status, **values: Any
 ) -> CaseRecord:
-    """A record of the scenario `nodeid` (its test file at `path`; a hang, crash or not-run
+    """A record of the scenario `nodeid` (its test file at `test_file`; a hang, crash or not-run
     passes its check and message)."""
-    return CaseRecord(
-        id=record_id(nodeid),
-        status=status,
-        op="scenario",
-        overload=nodeid.rpartition("::")[2],
-        dtype="-",
-        layout="-",
-        path="scenario",
-        repro=suite.repro_lines.repro(nodeid, path),
-        torch=str(torch.__version__),
-        backend=suite.backend_name,
-        allocator=suite.allocator,
-        **values,
-    )
+    overload = nodeid.rpartition("::")[2]
+    return FAMILY.case_record(
+        suite, nodeid, status, None, test_file, op="scenario", overload=overload, dtype="-",
+        layout="-", path="scenario", **values,
+    )  # fmt: skip
 
 
 def scenario_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) -> CaseRecord:
