@@ -21,6 +21,8 @@ from conformance.engine.placing import place
 from conformance.engine.repro import write_repro
 from conformance.samples import opinfo
 
+REPO = Path(__file__).resolve().parents[2]
+
 
 def _to_copy_call() -> Call:
     x = torch.arange(6.0).reshape(2, 3)
@@ -244,3 +246,27 @@ def test_a_repro_on_a_lazy_device_registered_by_a_function_runs(tmp_path):
         env={**os.environ, "PYTHONPATH": backends},
     )  # fmt: skip
     assert proc.returncode == 0 and "device: returned" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_loading_complex32_samples_warns_into_the_tally_not_the_terminal(tmp_path):
+    """torch warns "ComplexHalf support is experimental" (once a process) at the first load of
+    a complex32 tensor: a warm default run printed it in pytest's warnings summary (issue 85:
+    the terminal stays quiet; the suite's own work's warnings are tallied with the capture's).
+    A fresh process loads the file: the first warning is the load's."""
+    call = Call("neg.default", (torch.ones(3, dtype=torch.complex32),), {})
+    path = str(tmp_path / "neg-complex32.pt")
+    save_calls({"samples": {"neg.default": [call]}}, path)
+    code = (
+        "import warnings, sys\n"
+        "warnings.simplefilter('always')\n"
+        "from conformance.engine.calls import load_calls\n"
+        "from conformance.engine.held_stderr import HELD\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    loaded = load_calls(sys.argv[1])['samples']['neg.default'][0]\n"
+        "print(loaded.args[0].dtype, len(caught), sum(HELD.tally.values()))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, path], capture_output=True, text=True, cwd=REPO, check=True
+    )
+    assert done.stdout.split() == ["torch.complex32", "0", "1"], done.stdout + done.stderr
