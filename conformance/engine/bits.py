@@ -83,11 +83,10 @@ def _compared(s: Sample) -> Iterator[tuple[str, torch.Tensor, torch.Tensor]]:
             if s.spec.compared_outputs is not None and i not in s.spec.compared_outputs:
                 continue
             pairs.append((output_name(i, len(a_leaves)), a, e))
-    dev_written = [(leaf, view) for leaf, _, view in s.dev.bases if leaf.written]
-    cpu_written = [view for leaf, _, view in s.cpu.bases if leaf.written]
-    for (leaf, view), cview in zip(dev_written, cpu_written, strict=False):
+    cpu_written = [view for _, view in s.cpu.written()]
+    for (name, view), cview in zip(s.dev.written(), cpu_written, strict=False):
         if not any(view is a for _, a, _ in pairs):
-            pairs.append((leaf.arg, view, cview))
+            pairs.append((name, view, cview))
     for name, a, e in pairs:
         if not (isinstance(a, torch.Tensor) and isinstance(e, torch.Tensor)):
             continue
@@ -150,7 +149,7 @@ def _inputs_as_zero(s: Sample, found: list[tuple[str, torch.Tensor, torch.Tensor
     flushed = invoke(s.spec.reference or s.op, cpu)
     if flushed.exc is not None:
         return
-    again = named(flushed.result, {leaf.arg: view for leaf, _, view in cpu.bases if leaf.written})
+    again = named(flushed.result, dict(cpu.written()))
     for name, a, e in unlike:
         f = again.get(name)
         if f is None:

@@ -54,13 +54,9 @@ def layout_free(
     ):
         return None
     free = placed.layout_free().materialize("cpu")
-    before = {leaf.arg: view._version for leaf, _, view in free.bases if leaf.written}
+    before = {id(view): view._version for _, view in free.written()}
     out = invoke(reference, free)
-    bumped = frozenset(
-        leaf.arg
-        for leaf, _, view in free.bases
-        if leaf.written and view._version > before[leaf.arg]
-    )
+    bumped = frozenset(name for name, view in free.written() if view._version > before[id(view)])
     return LayoutFree(free, out, bumped)
 
 
@@ -79,9 +75,8 @@ def _pairs(
                 and i not in spec.metadata_only_outputs
             ):
                 out.append((f"output {i}", e, f))
-    for (leaf, _, view), (_, _, fview) in zip(strided.bases, free.mat.bases, strict=True):
-        if leaf.written:
-            out.append((leaf.arg, view, fview))
+    for (name, view), (_, fview) in zip(strided.written(), free.mat.written(), strict=True):
+        out.append((name, view, fview))
     return out
 
 

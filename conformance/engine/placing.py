@@ -97,6 +97,21 @@ class Materialized:
     kwargs: dict
     bases: list[tuple[Leaf, torch.Tensor, torch.Tensor]]  # (leaf, backing buffer, view)
 
+    def written(self) -> list[tuple[str, torch.Tensor]]:
+        """(name, view) of each written tensor, named as the checks name it: its argument's
+        name, or `name[k]` for the k-th tensor of a list argument (a foreach op's `self`: one
+        name for twenty tensors kept the float64 truth of the last one only, and a correctly
+        rounded 0-dim float16 `_foreach_mul_` failed `rounding`)."""
+        leaves = [(leaf.arg, view) for leaf, _, view in self.bases if leaf.written]
+        many = {a for a in {a for a, _ in leaves} if sum(b == a for b, _ in leaves) > 1}
+        seen: dict[str, int] = {}
+        out = []
+        for arg, view in leaves:
+            k = seen.get(arg, 0)
+            seen[arg] = k + 1
+            out.append((f"{arg}[{k}]" if arg in many else arg, view))
+        return out
+
 
 def arg_roles(
     schema: torch._C.FunctionSchema, call: Call, written: tuple[str, ...] = ()

@@ -240,7 +240,8 @@ def _position(s: Any, name: str, cpu: torch.Tensor) -> int | None:
         return None
     if name.startswith("output "):
         return int(name.split()[1])
-    views = [view for leaf, _, view in s.cpu.bases if leaf.written and leaf.arg == name]
+    arg = name.partition("[")[0]
+    views = [view for written, view in s.cpu.written() if written.partition("[")[0] == arg]
     return next((i for i, view in enumerate(views) if view is cpu), None)
 
 

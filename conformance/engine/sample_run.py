@@ -139,7 +139,7 @@ def run_sample(
     with mode():
         expected = invoke(reference, cpu, ctx.nondeterministic)
     if ctx.evidence and expected.exc is None and not ctx.nondeterministic:
-        written = {leaf.arg: view for leaf, _, view in cpu.bases if leaf.written}
+        written = dict(cpu.written())
         scale = evidence.measured_scale(
             reference, ctx.op._schema, placed, expected.result, written, ctx.overload
         )

@@ -88,9 +88,5 @@ def _float64_run(s: Any, result: torch.dtype, scalar: Any = None) -> dict[str, t
     out = exactness.run_quietly(s.spec.reference or s.op, args, kwargs)
     if out is None:  # no truth for this sample: nothing claimed
         return {}
-    written = {
-        leaf.arg: upcast[id(view)]
-        for leaf, _, view in cpu.bases
-        if leaf.written and id(view) in upcast
-    }
+    written = {name: upcast[id(view)] for name, view in cpu.written() if id(view) in upcast}
     return named(out, written)

@@ -38,15 +38,16 @@ def check_written(s: Sample) -> None:
     declared = {a.name for a in schema.arguments if a.alias_info and a.alias_info.is_write}
     dev_written = [(leaf, base, view) for leaf, base, view in dev.bases if leaf.written]
     cpu_written = [(leaf, base, view) for leaf, base, view in cpu.bases if leaf.written]
-    for j, ((leaf, base, view), (_, cbase, cview), (ver, ptr), (cver, cptr)) in enumerate(
-        zip(dev_written, cpu_written, before, cpu_before, strict=True)
+    names = [name for name, _ in dev.written()]
+    for j, ((leaf, base, view), (_, cbase, cview), (ver, ptr), (cver, cptr), name) in enumerate(
+        zip(dev_written, cpu_written, before, cpu_before, names, strict=True)
     ):
         if s.backend.profile.storage.value and view.data_ptr() != ptr and cview.data_ptr() == cptr:
             raise Mismatch(
                 "inplace", f"{leaf.arg} moved to new memory (data_ptr changed; cpu writes in place)"
             )
         bumped, cpu_bumped = version(view) > ver, version(cview) > cver
-        if s.layout_free_bumps is not None and leaf.arg not in s.layout_free_bumps:
+        if s.layout_free_bumps is not None and name not in s.layout_free_bumps:
             cpu_bumped = False  # CPU bumps it on this layout only: its kernel's artefact
         if leaf.arg in declared and cpu_bumped and not bumped:
             raise Mismatch("inplace", f"version counter of {leaf.arg} not bumped by the write")

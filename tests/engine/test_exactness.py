@@ -186,3 +186,39 @@ def test_linspace_with_dtype_is_measured_against_float64_not_against_itself():
         own = exactness_measure.measure(op, calls, dtype, set()) if dtype != torch.float32 else None
         found = exactness.judge(ieee.kind("linspace"), own, float32, dtype, "linspace")
         assert not found.exact and "not correctly rounded on" in found.why, (dtype, found)
+
+
+def test_each_tensor_of_a_written_list_is_judged_by_its_own_truth(monkeypatch):
+    """A foreach op's written `self` is many tensors under one argument name: the float64
+    truth was kept for the last one only, so a float16 `_foreach_mul_.Scalar` computed as CUDA
+    computes it (the scalar in float32, rounded once) failed `rounding` on a 0-dim tensor where
+    CPU rounds the scalar to float16 first (found by the mutation campaign's control: the
+    identity wrapper passes the scalar on as a float32 tensor; 3.49609375 x 0.53423... is
+    1.8681640625 correctly rounded, 1.8671875 on CPU). Each tensor is `self[k]` now; a wrong
+    last bit still fails."""
+    from conformance.engine.calls import Call
+    from conformance.ops import spec_for
+    from tests.engine.fake_kernels import run_with_kernel
+
+    g = torch.Generator().manual_seed(0)
+    tensors = [torch.tensor(3.49609375).half(), torch.randn(8, 8, generator=g).half()]
+    calls = [Call("_foreach_mul_.Scalar", (tensors, 0.5342333350045597))]
+
+    def opmath(tensors, scalar):
+        for t in tensors:
+            t.copy_((t.float() * torch.tensor(scalar, dtype=torch.float32)).to(t.dtype))
+
+    def one_bit_off(tensors, scalar):
+        opmath(tensors, scalar)
+        for t in tensors:
+            bits = t.view(torch.int16)
+            bits.copy_(torch.where(t.isfinite() & (t != 0), bits + 1, bits))
+
+    spec = spec_for("_foreach_mul_.Scalar")
+    claim = Exactness(True, 21582, "correctly rounded on 21582 elements", BITS, "float16")
+    op = "_foreach_mul_.Scalar"
+    found = run_with_kernel(monkeypatch, op, opmath, calls, spec=spec, exactness=claim)
+    monkeypatch.undo()
+    assert found.failure is None, found.failure and found.failure.message
+    wrong = run_with_kernel(monkeypatch, op, one_bit_off, calls, spec=spec, exactness=claim)
+    assert wrong.failure is not None, wrong.notes
