@@ -16,8 +16,10 @@ bounds are kept here, one per use:
   (sum / n, or sum x (1 / n) as CUDA's MeanOps does). An element of one term must be its input
   (issue 79: `cumsum=ulp:1` and `sum.dim_IntList=ulp:4@float64` passed every case, the bound
   being a tolerance of eleven ulps, or the probabilistic bound's five roundings at n = 1).
-  Not for convolutions or products: cuDNN's Winograd and FFT algorithms and TF32 are not a tree
-  of additions.
+  Matrix products (`mm`, `bmm`, `mv`, `dot`) likewise, each element a dot product of k terms:
+  gamma(k) sum|a_i b_i|, fused multiply-adds or not; a product of one term is the rounded
+  product. Not for convolutions: cuDNN's Winograd and FFT algorithms and TF32 (on by default
+  for cuDNN, off for cuBLAS's float32 matmul) are not a tree of additions.
 - `probable_bound` (the -sizes cases' evidence, engine/evidence.py): lambda sqrt(n) u sum|x|,
   which any order exceeds with a probability below 2 exp(-lambda^2 / 2) (Higham & Mary 2019):
   at 65,537 terms the rigorous bound is a quarter of a percent, the probable one a thousandth of
@@ -35,6 +37,9 @@ from conformance.engine.siblings import functional_of
 
 #: sums whose order of accumulation is the kernel's choice: op -> whether it divides by n
 SUMS = {"sum": False, "nansum": False, "cumsum": False, "mean": True, "nanmean": True}
+#: matrix products: each element a dot product of k terms, each term a rounded product (or a
+#: fused multiply-add), summed in any order: gamma(k) sum|a_i b_i| (Higham, section 3.1)
+PRODUCTS = frozenset({"mm", "bmm", "mv", "dot", "vdot"})
 #: the probabilistic bound's factor (an error beyond lambda sqrt(n) u sum|x| has a probability
 #: below 2 exp(-lambda^2 / 2), 7e-6 at 5)
 LAMBDA = 5.0
@@ -43,7 +48,7 @@ DTYPES = (torch.float32, torch.float64)
 
 
 def accumulates(overload: str) -> bool:
-    return bool(overload) and ieee.base(overload) in SUMS
+    return bool(overload) and (ieee.base(overload) in SUMS or ieee.base(overload) in PRODUCTS)
 
 
 def magnitudes(op: Any, overload: str, args: tuple, kwargs: dict) -> tuple | None:
@@ -52,7 +57,7 @@ def magnitudes(op: Any, overload: str, args: tuple, kwargs: dict) -> tuple | Non
     functional sibling); None for any other op or where the call fails. For a mean, op(|x|) is
     mean|x|: the accumulated error scaled by 1 / n as the result is."""
     name = ieee.base(overload) if overload else ""
-    if name not in SUMS or not args or not isinstance(args[0], torch.Tensor):
+    if not accumulates(overload) or not args or not isinstance(args[0], torch.Tensor):
         return None
     x, rest = args[0], args[1:]
     if not x.is_floating_point():
@@ -61,15 +66,20 @@ def magnitudes(op: Any, overload: str, args: tuple, kwargs: dict) -> tuple | Non
     schema = getattr(functional, "_schema", None)
     names = {a.name for a in schema.arguments} if schema is not None else set(kwargs)
     kwargs = {k: v for k, v in kwargs.items() if k in names}
+    if name in PRODUCTS:  # every operand: |a| x |b|, and the number of terms: 1 x 1
+        rest = tuple(_wide(r, torch.abs) for r in rest)
+        ones = tuple(_wide(r, torch.ones_like) for r in args[1:])
+    else:
+        ones = args[1:]
     try:
         total = functional(x.detach().abs().to(torch.float64), *rest, **kwargs)
-        terms = functional(torch.ones_like(x, dtype=torch.float64), *rest, **kwargs)
+        terms = functional(torch.ones_like(x, dtype=torch.float64), *ones, **kwargs)
     except Exception:  # noqa: BLE001 - no bound: the other rules stand
         return None
     if not isinstance(total, torch.Tensor) or not isinstance(terms, torch.Tensor):
         return None
     total, terms = total.to(torch.float64), terms.to(torch.float64)
-    if SUMS[name]:  # a mean of ones is one: its terms are the elements it averages
+    if SUMS.get(name, False):  # a mean of ones is one: its terms are the elements it averages
         terms = torch.full_like(terms, x.numel() / max(terms.numel(), 1))
     return total, terms
 
@@ -95,7 +105,8 @@ def rigorous_excess(
     flushes: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(where `got` is beyond what any order of accumulation allows, that allowance) per
-    element. `basis`: the float64 truth (a float32 result) or CPU's result (float64);
+    element; an element of at most one rounding is the correctly rounded one. `basis`: the
+    float64 truth (a float32 result) or CPU's result (float64);
     `magnitude`, `terms`: `magnitudes`; `flushes`: the device declares it flushes subnormal
     results (each partial sum may lose up to the least normal value). Only finite elements are
     judged."""
@@ -105,11 +116,18 @@ def rigorous_excess(
     mean = SUMS.get(ieee.base(overload), False)
     if mean:  # a running mean (Welford's) rounds at each term at up to the largest |x|
         magnitude = magnitude * terms
-    accumulated = gamma(terms - 1, u) * magnitude.abs()
-    if dtype == torch.float64:
-        allowed = 2 * accumulated
+    roundings = terms if ieee.base(overload) in PRODUCTS else terms - 1  # products: k, sums: n-1
+    accumulated = gamma(roundings, u) * magnitude.abs()
+    # one rounding at most (a sum of two terms, a product of one): the result is the rounded
+    # exact value whatever the kernel (float32, fused, or wider and rounded once); not a mean,
+    # whose running form rounds more
+    once = (roundings <= 1) if not mean else torch.zeros_like(roundings, dtype=torch.bool)
+    if dtype == torch.float64:  # cpu's result is that rounded value too
+        allowed = torch.where(once, 0.0, 2 * accumulated)
     else:  # accumulated in float32, or wider and rounded once; and the truth's own error
-        allowed = accumulated + half_ulp(basis64, dtype) + gamma(terms - 1, wide) * magnitude.abs()
+        half = half_ulp(basis64, dtype)
+        allowed = torch.where(once, half, accumulated + half)
+        allowed = allowed + gamma(roundings, wide) * magnitude.abs()
     if mean:  # sum / n, or sum x (1 / n): two roundings; a division below the normal range
         exact_division = _power_of_two(terms)  # errs by up to half the least subnormal
         allowed = allowed + torch.where(exact_division, 0.0, 2 * u * basis64.abs())
@@ -127,6 +145,13 @@ def half_ulp(value: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     half = torch.ldexp(torch.full_like(value, info.eps), exponent - 2)
     least = _least(dtype) / 2  # subnormals and zero: the least ulp
     return torch.where(value == 0, least, half.clamp(min=least))
+
+
+def _wide(value: Any, how: Any) -> Any:
+    """A floating tensor operand as `how` makes it (abs, ones), in float64; anything else as is."""
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        return how(value.detach().to(torch.float64))
+    return value
 
 
 def _least(dtype: torch.dtype) -> float:

@@ -24,8 +24,9 @@ of engine/checks.py, on every floating value the outputs and written checks comp
   Differences beyond the tolerance and more than one ulp away are wrong values, left to
   `outputs` (inf is one ulp past the largest finite value: an overflow that should not have
   happened is a rounding). For the functions IEEE only recommends, the ulps CUDA documents
-  (engine/ulp_bounds.py); for any other op in float32 or float64, errors that lean one way
-  where CPU's do not (engine/error_balance.py).
+  (engine/ulp_bounds.py); for sums, means, scans and matrix products, the error any order of
+  accumulation allows (engine/accumulation.py); for any other op in float32 or float64, errors
+  that lean one way where CPU's do not (engine/error_balance.py).
 """
 
 from __future__ import annotations

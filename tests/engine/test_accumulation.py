@@ -210,3 +210,48 @@ def test_the_suite_passes_other_orders_and_fails_one_ulp(monkeypatch, cache, dty
         wrong = _run(monkeypatch, overload, off, dtype, cache, "zero_dim")
         assert wrong.failure is not None and wrong.failure.check == "rounding", overload
         assert "any order of accumulation allows" in wrong.failure.message
+
+
+def _dot_sequential(a: torch.Tensor, b: torch.Tensor, fused: bool) -> torch.Tensor:
+    """a @ b one term at a time in a's dtype: each product rounded, or fused with the add (the
+    product exact, one rounding: float64 products of float32 are exact)."""
+    acc = torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype)
+    for i in range(a.shape[1]):
+        term = a[:, i : i + 1].to(F64) * b[i : i + 1, :].to(F64)
+        acc = (acc.to(F64) + term).to(a.dtype) if fused else acc + term.to(a.dtype)
+    return acc
+
+
+def _dot_pairwise(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    terms = torch.stack([a[:, i : i + 1] * b[i : i + 1, :] for i in range(a.shape[1])])
+    return _pairwise(terms)
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("kind", ["normal", "wide", "positive", "subnormal"])
+def test_every_order_of_a_matrix_product_is_within_the_bound(kind, dtype):
+    """mm's elements are dot products: gamma(k) sum|a_i b_i| for any order, fused or not; a
+    product of one term (a 1x1 @ 1x1, the -sizes cases' first) must be the rounded product."""
+    g = torch.Generator().manual_seed(82)
+    for k in (1, 2, 7, 64):
+        a = _values(kind, k, dtype, g)[:, :6].T.contiguous()  # (6, k)
+        b = _values(kind, k, dtype, g)[:, :5].contiguous()  # (k, 5)
+        wide = (a.to(F64), b.to(F64))
+        basis = torch.mm(*wide) if dtype == F32 else torch.mm(a, b)
+        found = accumulation.magnitudes(torch.ops.aten.mm.default, "mm", wide, {})
+        assert found is not None
+        for got in (
+            _dot_sequential(a, b, False),
+            _dot_sequential(a, b, True),
+            _dot_pairwise(a, b),
+            torch.mm(a, b),
+        ):
+            beyond = accumulation.rigorous_excess("mm", got, basis, *found)[0]
+            assert not bool(beyond.any()), (kind, k, int(beyond.sum()))
+        if k == 1:
+            off = torch.mm(a, b)
+            off = (off.view(INTS[dtype]) + (1 if dtype == F32 else 4)).view(dtype)
+            assert bool(accumulation.rigorous_excess("mm", off, basis, *found)[0].any())
+
+
+INTS = {F32: torch.int32, F64: torch.int64}
