@@ -104,7 +104,7 @@ def test_the_recipe_runs_every_case_in_reused_spawned_runners(recipe):
     assert proc.returncode == 1, out[-3000:] + proc.stderr[-3000:]
     info = json.loads((results / "run.json").read_text())
     isolation = next(line for line in info["header"] if line.startswith("isolation:"))
-    assert "a fresh interpreter (spawned), reused across cases" in isolation
+    assert "a fresh interpreter spawned where no clean fork is possible" in isolation
     assert "torch.pyreg.is_initialized() is True before any case ran" in isolation
     accounting = info["accounting"]
     assert accounting["collected"] == accounting["recorded"] > 100 and not accounting["not_run"]
