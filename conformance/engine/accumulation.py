@@ -52,10 +52,11 @@ def accumulates(overload: str) -> bool:
 
 
 def magnitudes(op: Any, overload: str, args: tuple, kwargs: dict) -> tuple | None:
-    """(op(|x|), number of terms) per result element, in float64, of a sum, mean or scan whose
-    float64 call is `args`/`kwargs` (its out= arguments left out; an in-place form run as its
-    functional sibling); None for any other op or where the call fails. For a mean, op(|x|) is
-    mean|x|: the accumulated error scaled by 1 / n as the result is."""
+    """(op(|x|), number of terms) per result element, in float64, of a sum, mean, scan or
+    matrix product (every floating operand made |a|, and 1 for the count) whose float64 call
+    is `args`/`kwargs` (its out= arguments left out; an in-place form run as its functional
+    sibling); None for any other op or where the call fails. For a mean, op(|x|) is mean|x|:
+    the accumulated error scaled by 1 / n as the result is."""
     name = ieee.base(overload) if overload else ""
     if not accumulates(overload) or not args or not isinstance(args[0], torch.Tensor):
         return None

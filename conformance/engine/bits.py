@@ -270,8 +270,9 @@ def _within_documented_ulps(s: Sample) -> None:
 
 
 def _within_any_order_of_accumulation(s: Sample) -> None:
-    """float32/float64 elements of sums, means and scans within the error any order of
-    accumulation can make (engine/accumulation.py): an element of one term is its input."""
+    """float32/float64 elements of sums, means, scans and matrix products within the error any
+    order of accumulation can make (engine/accumulation.py): an element of one term is its
+    input."""
     if not accumulation.accumulates(s.overload):
         return
     for name, a, e in differing(s):

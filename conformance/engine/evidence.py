@@ -89,6 +89,8 @@ def accumulation_bound(
     stays within (engine/accumulation.py `probable_bound`; issue 79: a float32 cumsum with one
     sequential float32 accumulator failed its -sizes case at 3.95e-6, judged by CPU's wider
     accumulation). None for any other op. `args`: the float64 call."""
+    if not overload or ieee.base(overload) not in accumulation.SUMS:
+        return None  # products have no such allowance here: their -sizes judged as before
     found = accumulation.magnitudes(op, overload, args, kwargs)
     if found is None:
         return None

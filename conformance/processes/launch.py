@@ -3,8 +3,8 @@ launcher holds it to its row. A spawn of a kind whose row says fork (or the othe
 refused, and so is a fork by a kind that may not fork (forking.py then also refuses a process
 with threads). A Python child of the suite gets this interpreter and the environment pinned at
 the suite's start (interpreter.py), with `KIND_ENV` naming its kind; `tool` starts what is not
-the suite's Python (a compiler, another venv's interpreter, git). tests/processes/test_launcher.py
-fails on a process started anywhere else.
+the suite's Python (a compiler, another venv's interpreter, git).
+tests/processes/test_process_starts.py fails on a process started anywhere else.
 """
 
 from __future__ import annotations

@@ -37,8 +37,7 @@ def tree() -> list[str]:
 
     def draw(k: kinds.Kind, prefix: str, last: bool, top: bool) -> None:
         branch = "" if top else ("`- " if last else "|- ")
-        also = [p for p in k.parents[1:]]
-        more = f"; also from {', '.join(also)}" if also else ""
+        more = f"; also from {', '.join(k.parents[1:])}" if k.parents[1:] else ""
         lines.append(f"{prefix}{branch}{k.name} ({_facts(k)}{more})")
         below = [c for c in kinds.children(k.name) if c.parents[0] == k.name and c is not k]
         step = "" if top else ("   " if last else "|  ")

@@ -24,8 +24,6 @@ def _collectives(text: str) -> str:
 
 
 def _world_sizes(text: str) -> str:
-    from conformance.engine.collectives.spec import parse_worlds
-
     parse_worlds(text)
     return text
 
