@@ -15,26 +15,27 @@ device (as clean as a fresh interpreter, and seconds cheaper), else a fresh inte
 3. if the forked child could not use the device (or the fresh process had threads, so it may
    not fork), the fresh process probes in itself and a second fresh process opens the device.
 Every answer has a deadline (`PROBE_TIMEOUT` in all, under 30 s), and every probe process ends
-with `os._exit`, so a device whose teardown blocks costs nothing. What each probe asks of the
-device, in the process it runs in: `device_probe.py`.
+with `os._exit`, so a device whose teardown blocks costs nothing. A probe process answers in
+messages (processes/messages.py: `probe`, `runtime`, `at` a stage, `held`, `opened`). What each
+probe asks of the device, in the process it runs in: `device_probe.py`.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import select
 import subprocess
 import sys
 import time
 from dataclasses import asdict
+from typing import Any
 
 import torch
 
 from conformance.engine.backend import PROBE_ENVIRONMENT, Backend, load_backend
 from conformance.engine.device_probe import Probe, error_line, probe_here, probe_runtime
 from conformance.engine.diagnosis import describe_status
-from conformance.processes import forking, interpreter, launch
+from conformance.processes import forking, interpreter, launch, messages
+from conformance.processes.messages import MessageReader, encode
 
 PROBE_TIMEOUT = 28.0  # the whole probe, interpreter start included
 CHILD_TIMEOUT = 16.0  # the forked child's probe (a slow driver initialises within it)
@@ -64,27 +65,23 @@ def probe_isolated(backend: Backend) -> Probe:
         code = 0
         try:
             os.close(read_fd)
-            found, runtime = probe_fresh(backend)
-            os.write(write_fd, json.dumps(asdict(found)).encode() + b"\n")
-            if found.usable:
-                os.write(write_fd, json.dumps(runtime).encode() + b"\n")
+            messages.send(write_fd, *_answer(*probe_fresh(backend)))
         except BaseException:  # noqa: BLE001 - never run the parent's code in the child
             code = 3
         os._exit(code)
     os.close(write_fd)
-    lines = _read_lines_until(read_fd, None, PROBE_TIMEOUT)
+    said = _Answers.listen(read_fd, PROBE_TIMEOUT)
     os.close(read_fd)
     child = forking.Child(pid)
-    if lines is None:
+    if not said.in_time:
         child.kill()
     child.wait()
     where = "process forked from this one before it touched the device"
-    if lines is None:
+    if not said.in_time:
         return Probe(False, where, f"no answer within {PROBE_TIMEOUT:.0f} s")
-    found = [ln for ln in lines if ln.startswith("{")]
-    if not found:
+    if said.probe is None:
         return Probe(False, where, f"the probe process died ({describe_status(child.status)})")
-    return _parse(found, "the probe process died")
+    return said.result("the probe process died")
 
 
 def probe_in_fresh_process(backend: Backend) -> Probe:
@@ -95,10 +92,9 @@ def probe_in_fresh_process(backend: Backend) -> Probe:
     proc = _probe_process("capability-probe", args, PROBE_TIMEOUT)
     if proc is None:
         return Probe(False, where, f"no answer within {PROBE_TIMEOUT:.0f} s")
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if lines and '"usable"' in lines[0]:
-        died = f"the probe process ended with exit code {proc.returncode}"
-        return _parse(lines, died)
+    said = _Answers.of(proc.stdout)
+    if said.probe is not None:
+        return said.result(f"the probe process ended with exit code {proc.returncode}")
     tail = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
     return Probe(False, where, tail)
 
@@ -118,7 +114,7 @@ def probe_fresh(backend: Backend) -> tuple[Probe, dict[str, list]]:
             child.release()
             return probe, runtime
         child.release()
-        if probe is None and child.lines is None:  # it hung: so would this process
+        if probe is None and not child.said.in_time:  # it hung: so would this process
             return Probe(False, "forked child", f"the device {child.failure}"), {}
         why = probe.error if probe is not None else child.failure
         fork = [False, f"a forked child of a clean process could not use the device ({why})"]
@@ -154,37 +150,35 @@ class _ForkedProbe:
                 os.close(self.release_w)
 
                 def at(stage: str) -> None:
-                    os.write(write_fd, f"at: {stage}\n".encode())
+                    messages.send(write_fd, encode("at", stage=stage))
 
                 found = probe_here(backend, "forked child", at)
-                os.write(write_fd, json.dumps(asdict(found)).encode() + b"\n")
+                messages.send(write_fd, encode("probe", **asdict(found)))
                 if found.usable:
                     at("probing streams, events, pinned memory, generator")
-                    os.write(write_fd, json.dumps(probe_runtime(backend.device)).encode() + b"\n")
-                os.write(write_fd, b"held\n")
+                    runtime = probe_runtime(backend.device)
+                    messages.send(write_fd, encode("runtime", facts=runtime))
+                messages.send(write_fd, encode("held"))
                 os.read(self.release_r, 1)  # hold the device until released
             except BaseException:  # noqa: BLE001 - never run the parent's code in the child
                 code = 3
             os._exit(code)
         os.close(write_fd)
         os.close(self.release_r)
-        self.seen: list[str] = []
-        self.lines = _read_lines_until(read_fd, b"held", CHILD_TIMEOUT, self.seen)
+        self.said = _Answers.listen(read_fd, CHILD_TIMEOUT, until_held=True)
         os.close(read_fd)
 
     def result(self) -> tuple[Probe | None, dict[str, list]]:
-        if self.lines is None:
-            stages = [ln.removeprefix("at: ") for ln in self.seen if ln.startswith("at: ")]
-            last = f" (hung {stages[-1]})" if stages else ""
+        said = self.said
+        if not said.in_time:
+            last = f" (hung {said.stages[-1]})" if said.stages else ""
             self.failure = f"did not answer within {CHILD_TIMEOUT:g} s{last}"
             return None, {}
-        found = [ln for ln in self.lines if ln.startswith("{")]
-        if not found:
+        if said.probe is None:
             self.failure = "the child died before answering"
             return None, {}
-        probe = Probe(**json.loads(found[0]))
-        runtime = json.loads(found[1]) if len(found) > 1 else {"streams": [None, "child died"]}
-        return probe, runtime
+        runtime = said.runtime if said.runtime is not None else {"streams": [None, "child died"]}
+        return Probe(**said.probe), runtime
 
     def release(self) -> None:
         os.close(self.release_w)
@@ -202,23 +196,23 @@ def _second_open_forked(backend: Backend) -> list:
     if pid == 0:  # the child: never returns
         try:
             os.close(read_fd)
-            os.write(write_fd, (_open_once(backend) + "\n").encode())
+            messages.send(write_fd, encode("opened", answer=_open_once(backend)))
         finally:
             os._exit(0)
     os.close(write_fd)
-    lines = _read_lines_until(read_fd, None, OPEN_TIMEOUT)
+    said = _Answers.listen(read_fd, OPEN_TIMEOUT)
     os.close(read_fd)
     child = forking.Child(pid)
     child.kill()
     child.wait()
-    return _exclusive(lines)
+    return _exclusive(said)
 
 
 def _second_open_spawned(backend: Backend) -> list:
     """Step 3's second process: a fresh interpreter allocates while this process holds it."""
     args = ["--open", backend.spec, backend.device_type]
     proc = _probe_process("probe-second-open", args, OPEN_TIMEOUT)
-    return _exclusive(proc.stdout.splitlines() if proc is not None else None)
+    return _exclusive(_Answers.of(proc.stdout) if proc is not None else _Answers(in_time=False))
 
 
 def _probe_process(
@@ -249,11 +243,11 @@ def _open_once(backend: Backend) -> str:
         return f"error: {error_line(exc)[:300]}"
 
 
-def _exclusive(lines: list[str] | None) -> list:
+def _exclusive(said: _Answers) -> list:
     how = "a second process allocated on the device while the probe held it"
-    if lines is None:
+    if not said.in_time:
         return [True, f"{how}: it hung for {OPEN_TIMEOUT:g} s"]
-    answer = next((ln for ln in lines if ln.startswith(("ok", "error: "))), "")
+    answer = said.opened or ""
     if answer == "ok":
         return [False, f"{how}: it could"]
     if answer:
@@ -261,52 +255,92 @@ def _exclusive(lines: list[str] | None) -> list:
     return [None, f"{how}: it died without an answer"]
 
 
-def _read_lines_until(
-    fd: int, last: bytes | None, timeout: float, seen: list[str] | None = None
-) -> list[str] | None:
-    """The lines written to `fd` until a line equal to `last` or EOF; None on timeout (`seen`
-    then holds what was read)."""
-    data = b""
-    deadline = time.monotonic() + timeout
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
-            if seen is not None:
-                seen.extend(data.decode(errors="replace").splitlines())
-            return None
-        chunk = os.read(fd, 65536)
-        data += chunk
-        if not chunk or (last is not None and last in data.split(b"\n")):
-            return data.decode(errors="replace").splitlines()
+class _Answers:
+    """What a probe process said (processes/messages.py), gathered by `on_<kind>`."""
+
+    def __init__(self, in_time: bool = True) -> None:
+        self.in_time = in_time  # it answered before its deadline (else: it hung)
+        self.probe: dict[str, Any] | None = None  # the core facts (device_probe.Probe's fields)
+        self.runtime: dict[str, list] | None = None  # the runtime's facts
+        self.stages: list[str] = []  # the stages it reached
+        self.held = False  # it holds the device until released
+        self.opened: str | None = None  # a second open's answer: "ok" or "error: ..."
+
+    @classmethod
+    def listen(cls, fd: int, timeout: float, until_held: bool = False) -> _Answers:
+        """The messages on `fd` until it ends (or `held`, if asked); `in_time` False past
+        `timeout` seconds."""
+        said, reader = cls(), MessageReader(fd)
+        deadline = time.monotonic() + timeout
+        while not (until_held and said.held):
+            try:
+                message = reader.receive(max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                said.in_time = False
+                break
+            if message is None:
+                break
+            messages.dispatch(said, message)
+        return said
+
+    @classmethod
+    def of(cls, output: str) -> _Answers:
+        """The messages in a finished probe process's stdout (other lines skipped)."""
+        said = cls()
+        for line in output.splitlines():
+            message = messages.decode(line)
+            if message is not None:
+                messages.dispatch(said, message)
+        return said
+
+    def on_probe(self, **facts: Any) -> None:
+        self.probe = facts
+
+    def on_runtime(self, facts: dict[str, list]) -> None:
+        self.runtime = facts
+
+    def on_at(self, stage: str) -> None:
+        self.stages.append(stage)
+
+    def on_held(self) -> None:
+        self.held = True
+
+    def on_opened(self, answer: str) -> None:
+        self.opened = answer
+
+    def result(self, died: str) -> Probe:
+        """The probe, with its runtime's facts if it got that far (`died`: why not)."""
+        assert self.probe is not None
+        probe = Probe(**self.probe)
+        if probe.usable:
+            probe.runtime = self.runtime if self.runtime is not None else {"streams": [None, died]}
+        return probe
 
 
-def _parse(lines: list[str], died: str) -> Probe:
-    """The probe's first line (the core facts) and, if it got that far, its second (the
-    runtime's facts)."""
-    probe = Probe(**json.loads(lines[0]))
-    rest = [ln for ln in lines[1:] if ln.strip()]
-    if probe.usable:
-        probe.runtime = json.loads(rest[0]) if rest else {"streams": [None, died]}
-    return probe
+def _answer(probe: Probe, runtime: dict[str, list]) -> list[bytes]:
+    """A probe's messages: its core facts, then (if usable) its runtime's."""
+    said = [encode("probe", **asdict(probe))]
+    return [*said, encode("runtime", facts=runtime)] if probe.usable else said
 
 
 def main(argv: list[str]) -> None:
     """`python -m conformance.engine.probe MODULE[:FUNCTION] DEVICE [HEAP_ZONES CACHE]`: print
-    the probe as JSON lines; `--open MODULE DEVICE`: allocate once and print ok or the error.
+    the probe's messages; `--open MODULE DEVICE`: allocate once and say `opened` (ok or the
+    error).
     Ends with `os._exit`: a device whose teardown blocks or aborts cannot change the answer."""
     code = 0
     try:
+        sys.stdout.flush()
         if argv[0] == "--open":
-            print(_open_once(load_backend(argv[1], argv[2])), flush=True)
+            answer = _open_once(load_backend(argv[1], argv[2]))
+            messages.send(1, encode("opened", answer=answer))
         else:
             module, device, *zones = argv
             backend = load_backend(module, device)
             if zones:
                 backend.heap_zones, backend.heap_cache = zones[0], zones[1] or None
-            result, runtime = probe_fresh(backend)
-            print(json.dumps(asdict(result)), flush=True)
-            if result.usable:
-                print(json.dumps(runtime), flush=True)
+            sys.stdout.flush()  # what the backend printed comes before the answer
+            messages.send(1, *_answer(*probe_fresh(backend)))
     except BaseException as exc:  # noqa: BLE001 - one line for the asking process
         print(f"probe failed: {type(exc).__name__}: {error_line(exc)}", file=sys.stderr)
         code = 2

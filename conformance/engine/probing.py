@@ -3,10 +3,11 @@ foundation broken instead of taking a case (or a scenario's record) with it.
 
 `probe_isolated` runs `python -m conformance.engine.probing` (a fresh interpreter: it works for
 devices that refuse a forked child), which loads the backend as the run did and runs the probes
-of one dtype (foundations.probe_specs), announcing each before it runs and its result after,
-one JSON line each. If the process dies in a probe, that probe is `crashed` (signal, glibc or
-sanitizer message) and a new process goes on with the next one; past `timeout` seconds it is
-`hung`. The result is the list of failed probes, as the in-process prober gives it.
+of one dtype (foundations.probe_specs), announcing each before it runs and its result after
+(processes/messages.py: `start`, `done`, then `end`, on its stdout). If the process dies in a
+probe, that probe is `crashed` (signal, glibc or sanitizer message) and a new process goes on
+with the next one; past `timeout` seconds it is `hung`. The result is the list of failed probes,
+as the in-process prober gives it.
 """
 
 from __future__ import annotations
@@ -14,16 +15,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import select
 import subprocess
-import sys
 import tempfile
 import time
+from typing import Any
 
 from conformance.engine.diagnosis import describe_status, diagnose
 from conformance.engine.foundations import Probe
 from conformance.engine.profile import PROFILE_ENV, DeviceProfile
-from conformance.processes import launch
+from conformance.processes import launch, messages
+from conformance.processes.messages import MessageReader
 
 PROBE_FIELDS = ("rank", "op", "dtype", "layout", "what", "harness", "path", "direction")
 
@@ -60,8 +61,9 @@ def _one_process(
     cmd += ["--start", str(start)]
     cmd += ["--backend", backend] if backend else []
     cmd += ["--device", device] if device else []
-    with tempfile.TemporaryFile() as log:
-        proc = launch.spawn(
+    with (
+        tempfile.TemporaryFile() as log,
+        launch.spawn(
             "foundation-probe",
             cmd,
             stdout=subprocess.PIPE,
@@ -69,38 +71,31 @@ def _one_process(
             stdin=subprocess.DEVNULL,
             bufsize=0,
             env=env,
-        )
+        ) as proc,  # its stdout closed when done
+    ):
         assert proc.stdout is not None
-        running: dict | None = None
-        pending = b""
-        deadline = time.monotonic() + timeout * 4  # the start-up (imports) gets more
-        while True:
-            wait = max(0.0, deadline - time.monotonic()) if timeout else None
-            ready, _, _ = select.select([proc.stdout], [], [], wait)
-            if not ready:  # hung: in a probe, or before the first one
+        reader, watch = MessageReader(proc.stdout.fileno()), _Watch(timeout)
+        watch.deadline = time.monotonic() + timeout * 4  # the start-up (imports) gets more
+        while not watch.ended:
+            wait = max(0.0, watch.deadline - time.monotonic()) if timeout else None
+            try:
+                message = reader.receive(wait)
+            except TimeoutError:  # hung: in a probe, or before the first one
                 proc.kill()
                 proc.wait()
-                if running is None:
+                if watch.running is None:
                     return start, False
-                found.append(_failed(running, f"hung: no result within {timeout:g} s"))
-                return running["index"] + 1, True
-            chunk = proc.stdout.read(65536)
-            if not chunk:
+                found.append(_failed(watch.running, f"hung: no result within {timeout:g} s"))
+                return watch.running["index"] + 1, True
+            if message is None:
                 break
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                message = json.loads(line)
-                if message["event"] == "start":
-                    running = message
-                    deadline = time.monotonic() + timeout
-                elif message["event"] == "done":
-                    if message["failed"] and running is not None:
-                        found.append(_failed(running, message["message"]))
-                    running = None
-                elif message["event"] == "end":
-                    proc.wait()
-                    return 0, False
+            messages.dispatch(watch, message)
+            found += watch.failed
+            watch.failed = []
+        if watch.ended:
+            proc.wait()
+            return 0, False
+        running = watch.running
         status = proc.wait()
         log.seek(0)
         output = log.read().decode(errors="replace")
@@ -117,9 +112,31 @@ def _failed(meta: dict, message: str) -> Probe:
     return Probe(**{k: meta[k] for k in PROBE_FIELDS}, message=message)
 
 
-def _emit(**data) -> None:
-    sys.stdout.write(json.dumps(data) + "\n")
-    sys.stdout.flush()
+class _Watch:
+    """The parent's handler of one probe process's messages."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.deadline = 0.0  # when the running probe (or the start-up) counts as hung
+        self.running: dict | None = None  # the probe announced and not done
+        self.failed: list[Probe] = []
+        self.ended = False
+
+    def on_start(self, **meta: Any) -> None:
+        self.running = meta
+        self.deadline = time.monotonic() + self.timeout
+
+    def on_done(self, index: int, failed: bool, message: str | None) -> None:
+        if failed and self.running is not None:
+            self.failed.append(_failed(self.running, message or ""))
+        self.running = None
+
+    def on_end(self) -> None:
+        self.ended = True
+
+
+def _emit(kind: str, **data: Any) -> None:
+    messages.send(1, messages.encode(kind, **data))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -149,11 +166,10 @@ def main(argv: list[str] | None = None) -> None:
     for index in range(args.start, len(specs)):
         spec = specs[index]
         meta = {k: getattr(spec, k) for k in PROBE_FIELDS}
-        _emit(event="start", index=index, **meta)
+        _emit("start", index=index, **meta)
         probe = spec.run()
-        _emit(event="done", index=index, failed=probe is not None, message=probe and probe.message)
-    _emit(event="end")
-    sys.stdout.flush()
+        _emit("done", index=index, failed=probe is not None, message=probe and probe.message)
+    _emit("end")
     os._exit(0)  # no interpreter teardown: a backend that crashes at exit says nothing here
 
 

@@ -12,7 +12,7 @@ had run other cases first, the search replays in fresh runners (`runners.py`, `r
 3. a bisection of that window: the suspect is the case C such that replaying from C crashes
    and replaying from the case after C does not;
 4. confirmation: C alone, then a heap exercise (every small size class allocated and freed,
-   then the heap consolidated: `runners.exercise_heap`) in a fresh runner; else C alone under
+   then the heap consolidated: `serving.exercise_heap`) in a fresh runner; else C alone under
    glibc's malloc checking (libc_malloc_debug, MALLOC_CHECK_=3, in a spawned runner). If either
    dies, C corrupted memory: "memory corrupted by C". Otherwise the crash needs C to have run
    first but nothing shows C damaged memory (C may leave state, a workspace or a pool, that the
@@ -137,7 +137,7 @@ class CulpritSearch:
                 if not process.send(nodeid, following):
                     break
                 message = process.receive(limit)
-                while message is not None and message[0] != "finish":
+                while message is not None and message["kind"] != "finish":
                     message = process.receive(limit)
                 if message is None:
                     break

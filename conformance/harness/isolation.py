@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pytest
@@ -34,12 +33,12 @@ from conformance.findings import crash_class
 from conformance.harness.culprit import Culprit, CulpritSearch, case_label
 from conformance.harness.device_turns import DeviceTurns
 from conformance.harness.families import registry
-from conformance.harness.nodes import RECORD_PROPERTY
 from conformance.harness.options import Options
 from conformance.harness.plan import Plan
 from conformance.harness.rundir import RunDir
-from conformance.harness.runners import RETIRE, RUNNER_ENV, RunnerProcess, write_case_file
+from conformance.harness.runners import RUNNER_ENV, Attempt, RunnerProcess, write_case_file
 from conformance.harness.zygotes import RunnerZygote
+from conformance.processes import messages
 from conformance.processes.zygote import ZygoteGone
 from conformance.record import CaseRecord, Status
 
@@ -165,8 +164,8 @@ class IsolatedRunner:
             self.history.append(item)
             self.cases += 1
             limit = self.run.options.runner_cases
-            if (limit and self.cases >= limit) or attempt.data == RETIRE:
-                self.close()  # a fresh runner for the next case (RETIRE: runtime broken)
+            if (limit and self.cases >= limit) or attempt.retire:
+                self.close()  # a fresh runner for the next case (retire: runtime broken)
             elif self.turns is not None:
                 self.turns.case_done()
                 if self.turns.should_hand_over():
@@ -174,7 +173,7 @@ class IsolatedRunner:
         elif attempt.end == "hung":
             self._hung(item, process, attempt.started)
         elif attempt.end == "missing":
-            _report_problem(self.run, item, Status.ERROR, "harness", attempt.data, started=False)
+            _report_problem(self.run, item, Status.ERROR, "harness", attempt.reason, started=False)
         else:
             self._ended(item, nextitem, process, attempt.started)
 
@@ -184,9 +183,9 @@ class IsolatedRunner:
         """Send `item` to `process` and gather what comes back until it finishes or ends."""
         # if it died between two items, the send fails and receive() sees the end: this one
         process.send(item.nodeid, nextitem.nodeid if nextitem is not None else None)
-        attempt = Attempt()
+        attempt = Attempt(item=item, config=self.session.config)
         wait = self.run.options.case_timeout or None
-        while True:
+        while not attempt.end:
             try:
                 message = process.receive(wait)
             except TimeoutError:
@@ -195,20 +194,8 @@ class IsolatedRunner:
             if message is None:
                 attempt.end = "died"
                 return attempt
-            kind, _, data = message
-            if kind == "start":
-                attempt.started = True
-                item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-            elif kind == "report":
-                attempt.reports.append(
-                    self.session.config.hook.pytest_report_from_serializable(
-                        config=self.session.config, data=data
-                    )
-                )
-            elif kind in ("missing", "finish"):
-                attempt.end = "missing" if kind == "missing" else "finished"
-                attempt.data = data
-                return attempt
+            messages.dispatch(attempt, message)
+        return attempt
 
     def _hung(self, item: pytest.Item, process: RunnerProcess, started: bool) -> None:
         limit = self.run.options.case_timeout
@@ -290,36 +277,6 @@ class IsolatedRunner:
         )
         _report_problem(self.run, item, Status.ERROR, "harness", message, detail, started=False)
         self.session.shouldstop = message
-
-
-@dataclass
-class Attempt:
-    """What one runner sent back for one item: its reports and how the exchange ended
-    ("finished", "died", "hung" or "missing"; `data`: the finish or missing message's)."""
-
-    end: str = ""
-    started: bool = False
-    reports: list[pytest.TestReport] = field(default_factory=list)
-    data: Any = None
-
-    def log(self, item: pytest.Item) -> None:
-        """Log the reports as if this process had run the item."""
-        for report in self.reports:
-            if isinstance(report.longrepr, list):  # JSON turned pytest's tuple into a list
-                report.longrepr = tuple(report.longrepr)
-            item.ihook.pytest_runtest_logreport(report=report)
-        item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
-
-    def note(self, text: str) -> None:
-        """Add a note to the record the reports carry (shown as `[note] ...` if it has no
-        message)."""
-        for report in self.reports:
-            for i, (name, data) in enumerate(report.user_properties):
-                if name == RECORD_PROPERTY and isinstance(data, dict):
-                    data = dict(data)
-                    data["notes"] = [*data.get("notes", []), text]
-                    data["message"] = data.get("message") or f"[note] {text}"
-                    report.user_properties[i] = (name, data)
 
 
 def run_isolated(session: pytest.Session, run: Owner) -> None:

@@ -43,7 +43,8 @@ from conformance.harness.recorder import Recorder
 from conformance.harness.roles import Role, role_of
 from conformance.harness.rundir import RunDir
 from conformance.harness.runinfo import finish_info, start_info
-from conformance.harness.runners import serve_spawned, spawned_cases, spawned_profile
+from conformance.harness.runners import spawned_cases, spawned_profile
+from conformance.harness.serving import serve_spawned
 from conformance.harness.stale import stale_of_run
 from conformance.harness.stored import append_run
 from conformance.harness.suite import Suite

@@ -26,7 +26,8 @@ import pytest
 
 from conformance.engine.backend import Backend
 from conformance.engine.probe import initialised
-from conformance.harness.runners import RUNNER_ENV, runner_args, serve, spawned_job
+from conformance.harness.runners import RUNNER_ENV, runner_args, spawned_job
+from conformance.harness.serving import serve
 from conformance.processes import forking, launch
 from conformance.processes.this import THIS
 from conformance.processes.zygote import (

@@ -37,12 +37,12 @@ figures (torch version, samples, max rel/abs) in a comment next to it, and run a
 from __future__ import annotations
 
 import argparse
+import base64
 import fnmatch
 import os
 import pickle
 import signal
 import sys
-import tempfile
 import traceback
 from collections.abc import Callable
 
@@ -59,7 +59,8 @@ from conformance.errors import ConformanceUsageError
 from conformance.harness.options import parse_dtypes
 from conformance.measure.tolerance_figures import Figures, Row, measure, report
 from conformance.ops import OpSpec, spec_for
-from conformance.processes import forking, launch
+from conformance.processes import forking, launch, messages
+from conformance.processes.messages import MessageReader, encode
 from conformance.samples import MAX_FALLBACK_SAMPLES, MAX_OPINFO_SAMPLES, calls_for
 
 DEFAULT_DTYPES = "float32,float64,float16,bfloat16"
@@ -148,44 +149,51 @@ def measure_overload(
 def in_child(fn: Callable[[Callable[[str], None]], object]) -> object:
     """fn(progress) in a forked child: its result, or what killed the child (a string naming the
     signal and the last progress it reported). Where this process may not fork (it has
-    threads: processes/forking.py), fn runs here."""
+    threads: processes/forking.py), fn runs here. The child says `progress` and then its
+    `result` (pickled: rows of figures) as messages (processes/messages.py)."""
     if forking.refusal() is not None:
         return fn(lambda text: None)
-    with tempfile.NamedTemporaryFile("w+", suffix=".progress") as note:
-        read, write = os.pipe()
-        pid = launch.fork("task", "tolerances")
-        if pid == 0:  # the child: never returns
-            code = 0
-            try:
-                os.close(read)
-                torch.set_num_threads(1)  # an OpenMP pool inherited through fork() would hang
-
-                def progress(text: str) -> None:
-                    note.seek(0)
-                    note.truncate()
-                    note.write(text)
-                    note.flush()
-
-                data = pickle.dumps(fn(progress))
-                with os.fdopen(write, "wb") as out:
-                    out.write(data)
-            except BaseException:
-                traceback.print_exc()
-                code = 1
-            finally:
-                os._exit(code)
-        os.close(write)
-        with os.fdopen(read, "rb") as pipe:
-            data = pipe.read()
-        _, status = os.waitpid(pid, 0)
-        note.seek(0)
-        last = note.read()
+    read, write = os.pipe()
+    pid = launch.fork("task", "tolerances")
+    if pid == 0:  # the child: never returns
+        code = 0
+        try:
+            os.close(read)
+            torch.set_num_threads(1)  # an OpenMP pool inherited through fork() would hang
+            result = fn(lambda text: messages.send(write, encode("progress", at=text)))
+            data = base64.b64encode(pickle.dumps(result)).decode()
+            messages.send(write, encode("result", pickle=data))
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write)
+    said = _Said()
+    for message in MessageReader(read).all():
+        messages.dispatch(said, message)
+    os.close(read)
+    _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):
         name = signal.Signals(os.WTERMSIG(status)).name
-        return f"CPU crashed ({name}) at {last}: left out"
-    if os.WEXITSTATUS(status) or not data:
-        return f"measuring failed at {last} (traceback above): left out"
-    return pickle.loads(data)
+        return f"CPU crashed ({name}) at {said.at}: left out"
+    if os.WEXITSTATUS(status) or said.result is None:
+        return f"measuring failed at {said.at} (traceback above): left out"
+    return pickle.loads(base64.b64decode(said.result))
+
+
+class _Said:
+    """What a measuring child said: how far it got, and its result."""
+
+    def __init__(self) -> None:
+        self.at = ""
+        self.result: str | None = None
+
+    def on_progress(self, at: str) -> None:
+        self.at = at
+
+    def on_result(self, pickle: str) -> None:  # noqa: A002 - the message's field
+        self.result = pickle
 
 
 def _measure_sample(

@@ -22,6 +22,8 @@ import signal
 import time
 from typing import Any
 
+from conformance.processes.messages import Message, MessageReader, encode, send
+
 #: the environment of a process that forks: thread pools that start at import stay off
 QUIET = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 #: a file every fork of the suite appends "site pid threads" to (the self-tests' audit)
@@ -123,16 +125,11 @@ class Child:
 
     def _read_status(self) -> None:
         assert self.status_fd is not None
-        data = b""
-        while True:
-            chunk = os.read(self.status_fd, 64)
-            if not chunk:
-                break
-            data += chunk
+        ended = [m for m in MessageReader(self.status_fd).all() if m["kind"] == "ended"]
         os.close(self.status_fd)
         self.status_fd = None
         # no status: the zygote died before it reaped the child, which died with it
-        self.status = int(data) if data.strip() else signal.SIGKILL
+        self.status = ended[0]["status"] if ended else signal.SIGKILL
 
 
 class _Warmed:
@@ -167,23 +164,30 @@ def run_task(fn: str, payload: Any, progress_fd: int) -> None:
     os._exit(code)
 
 
-def read_progress(fd: int, child: Child, timeout: float) -> tuple[list[str], int]:
-    """The lines `child` wrote to `fd` until it ended (killed past `timeout`), and its status."""
+def read_progress(fd: int, child: Child, timeout: float) -> tuple[list[Message], int]:
+    """The messages `child` wrote to `fd` (processes/messages.py: a task's `started` and
+    `done`) until it ended (killed past `timeout`), and its status."""
     deadline = time.monotonic() + timeout
-    data = b""
+    reader, found = MessageReader(fd), []
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             child.kill()
             break
-        ready, _, _ = select.select([fd], [], [], min(left, 0.5))
-        if ready:
-            chunk = os.read(fd, 65536)
-            if not chunk:
+        try:
+            message = reader.receive(min(left, 0.5))
+        except TimeoutError:
+            if child.poll() is not None and not reader.ready():
                 break
-            data += chunk
-        elif child.poll() is not None and not select.select([fd], [], [], 0)[0]:
+            continue
+        if message is None:
             break
+        found.append(message)
     status = child.wait()
     assert status is not None
-    return data.decode(errors="replace").split(), status
+    return found, status
+
+
+def progress(fd: int, kind: str, **fields: Any) -> None:
+    """In a task child: tell the parent (`started` a sample of this index, `done`)."""
+    send(fd, encode(kind, **fields))

@@ -10,7 +10,8 @@ it, so it may fork a clean child), "hidden" (accelerators are hidden from it: CU
 empty), "isolate none" (only where `--isolate none` runs cases in the scheduling process).
 `forks`: "never" (it has threads or a device: its CPU tasks go to a task zygote), "its job" (a
 zygote), "while clean" (only while it has one thread and has not touched the device:
-forking.py's rule, checked at each fork).
+forking.py's rule, checked at each fork). `channel`: the messages (processes/messages.py) each
+way between it and its parent.
 """
 
 from __future__ import annotations
@@ -18,6 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 FORK, SPAWN, USER = "fork", "spawn", "user"
+#: the channels two kinds share
+ZYGOTE_LINK = (
+    "SEQPACKET link: task, runner, adopt, task-link, imported in; forked, refused, link out; "
+    "ended on each child's status pipe"
+)
+RUNNER_PIPE = "run, heap-exercise in; start, report, finish, missing out (pipes)"
 
 
 @dataclass(frozen=True)
@@ -85,7 +92,7 @@ KINDS: tuple[Kind, ...] = (
         "yes",
         runs_cases=False,
         writes_results=False,
-        channel="JSON lines on a pipe (forked) or stdout (spawned)",
+        channel="probe, runtime, at, held: on a pipe (forked) or stdout (spawned)",
         entry="conformance/engine/probe.py (python -m conformance.engine.probe)",
         why="is the device usable, may a forked child use it, may two processes open it",
     ),
@@ -97,7 +104,7 @@ KINDS: tuple[Kind, ...] = (
         "yes",
         runs_cases=False,
         writes_results=False,
-        channel="one line on a pipe or stdout",
+        channel="opened: on a pipe or stdout",
         entry="conformance/engine/probe.py",
         why="opens the device while the probe holds it (is it one process's at a time?)",
     ),
@@ -109,7 +116,7 @@ KINDS: tuple[Kind, ...] = (
         "no",
         runs_cases=False,
         writes_results=False,
-        channel="SEQPACKET link: JSON requests with descriptors (processes/zygote.py)",
+        channel=ZYGOTE_LINK,
         entry="conformance/harness/zygotes.py",
         why=(
             "is forked from the scheduling process while that is clean (plain pytest, before "
@@ -125,8 +132,8 @@ KINDS: tuple[Kind, ...] = (
         "yes",
         runs_cases=True,
         writes_results=False,
-        channel="a command pipe in, JSON-line reports out (harness/runners.py)",
-        entry="conformance/harness/runners.py",
+        channel=RUNNER_PIPE,
+        entry="conformance/harness/serving.py",
         why="runs cases for its owner, reused until a crash, a hang or --runner-cases cases",
     ),
     Kind(
@@ -137,7 +144,7 @@ KINDS: tuple[Kind, ...] = (
         "yes",
         runs_cases=True,
         writes_results=False,
-        channel="a command pipe in, JSON-line reports out (harness/runners.py)",
+        channel=RUNNER_PIPE,
         entry="python -m pytest (CONFORMANCE_RUNNER)",
         why="spawned where no clean fork is possible (the device initialised, or refusing forks)",
     ),
@@ -149,7 +156,7 @@ KINDS: tuple[Kind, ...] = (
         "hidden",
         runs_cases=False,
         writes_results=False,
-        channel="SEQPACKET link: JSON requests with descriptors (processes/zygote.py)",
+        channel=ZYGOTE_LINK,
         entry="python -m conformance.processes.zygote",
         why="forks CPU tasks for processes that may not fork (runners, xdist workers)",
     ),
@@ -161,7 +168,7 @@ KINDS: tuple[Kind, ...] = (
         "hidden",
         runs_cases=False,
         writes_results=False,
-        channel="progress lines on a pipe; its result in a file",
+        channel="started, done (or progress, result): on a pipe; saved results in a file",
         entry="processes/forking.py run_task",
         why="CPU work: capturing samples, measuring tolerances and CPU's exactness",
     ),
@@ -173,7 +180,7 @@ KINDS: tuple[Kind, ...] = (
         "yes",
         runs_cases=False,
         writes_results=False,
-        channel="JSON lines on stdout",
+        channel="start, done, end: on stdout",
         entry="python -m conformance.engine.probing",
         why="blame's foundation probes of one dtype, where a crash costs no case",
     ),
@@ -185,7 +192,7 @@ KINDS: tuple[Kind, ...] = (
         "yes",
         runs_cases=False,
         writes_results=False,
-        channel="case ids on stdin, JSON lines on stdout",
+        channel="search on stdin; diverged on stdout",
         entry="python -m conformance.engine.modules --serve",
         why="the first op where a failing module's run diverged",
     ),

@@ -8,22 +8,23 @@ touches the device and never runs a case, so every child it forks starts from a 
 no thread, no watchdog, no device state. Before it forks a runner, a runner zygote imports the
 modules an earlier runner reported it had to import (`LazyImports`), so that each later runner
 starts with them. Requests
-arrive on links (Unix SOCK_SEQPACKET sockets: one JSON message each, file descriptors passed
-with it); the reply names the child's pid, and the child's wait status is written to the status
-pipe sent with the request when the zygote reaps it. The zygote ends when its last link closes,
-and with the process that started it.
+arrive on links (Unix SOCK_SEQPACKET sockets: one message a packet, processes/messages.py, file
+descriptors passed with it), each handled by the server's `on_<kind>`; the reply (`forked` with
+the child's pid, or `refused`) comes back on the link, and the child's wait status (`ended`) is
+written to the status pipe sent with the request when the zygote reaps it. The zygote ends when
+its last link closes, and with the process that started it.
 
-    {"op": "task", "fn": "module:name", "payload": ..., "warm": ["module:name", ...]}
+    task {fn: "module:name", payload, warm: ["module:name", ...], path}
                                                          fds: progress, the asker's stderr, status
-    {"op": "runner", "job": {...}}                       fds: runner's (harness/runners.py), status
-    {"op": "adopt"}                                      fds: a new link (a spawned runner's)
-    {"op": "imported", "modules": [...]}                 (no reply; from a runner: LazyImports)
+    runner {job}                                         fds: runner's (harness/runners.py), status
+    adopt                                                fds: a new link (a spawned runner's)
+    task-link                                            reply: `link`, fds: a task zygote's link
+    imported {modules}                                   (no reply; from a runner: LazyImports)
 """
 
 from __future__ import annotations
 
 import base64
-import json
 import os
 import pickle
 import select
@@ -34,10 +35,10 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from conformance.processes import forking, launch
+from conformance.processes import forking, launch, messages
+from conformance.processes.messages import receive_packet, send_packet
 from conformance.processes.this import THIS, ThisProcess
 
-MAX_FDS = 16
 #: `python -m conformance.processes.zygote FD`: the modules a task zygote imports before forking
 TASK_MODULES = ("torch", "conformance.engine.calls", "conformance.samples.values")
 #: a task zygote's CPU work sees no GPU: torch's testing internals (OpInfo's op_db, imported to
@@ -61,44 +62,45 @@ class ZygoteLink:
         self.sock = sock
         self.owner = owner  # what keeps the zygote's process (its Popen), if this side started it
 
-    def request(self, message: dict, fds: list[int]) -> forking.Child:
+    def request(self, kind: str, fds: list[int], **fields: Any) -> forking.Child:
+        """Ask for a child (`task` or `runner`): the zygote replies `forked` or `refused`."""
         status_r, status_w = os.pipe()
         try:
-            socket.send_fds(self.sock, [json.dumps(message).encode()], [*fds, status_w])
-            reply = self.sock.recv(65536)
+            send_packet(self.sock, kind, [*fds, status_w], **fields)
+            reply, _ = receive_packet(self.sock)
         except OSError as exc:
             os.close(status_r)
             raise ZygoteGone(f"the zygote is gone ({exc})") from None
         finally:
             os.close(status_w)
-        if not reply:
+        if reply is None:
             os.close(status_r)
             raise ZygoteGone("the zygote is gone")
-        answer = json.loads(reply)
-        if "error" in answer:
+        try:
+            return messages.dispatch(_Reply(status_r), reply)
+        except ZygoteGone:
             os.close(status_r)
-            raise ZygoteGone(answer["error"])
-        return forking.Child(answer["pid"], status_r)
+            raise
 
     def fork_task(
         self, fn: str, payload: Any, progress_fd: int, warm: tuple[str, ...] = ()
     ) -> forking.Child:
         data = base64.b64encode(pickle.dumps(payload)).decode()
         # the asker's import path: its task function may live where only it looks (a test
-        # module pytest imported by its folder)
-        message = {"op": "task", "fn": fn, "payload": data, "warm": list(warm), "path": sys.path}
-        # and the asker's stderr: the task writes where the asker's fd 2 goes now (a runner's
-        # log, or the file that holds the start's output: harness/case_warnings.py)
-        return self.request(message, [progress_fd, 2])
+        # module pytest imported by its folder); and the asker's stderr: the task writes where
+        # the asker's fd 2 goes now (a runner's log, or the file that holds the start's output:
+        # harness/case_warnings.py)
+        fields = {"fn": fn, "payload": data, "warm": list(warm), "path": sys.path}
+        return self.request("task", [progress_fd, 2], **fields)
 
     def fork_runner(self, job: dict, fds: list[int]) -> forking.Child:
-        return self.request({"op": "runner", "job": job}, fds)
+        return self.request("runner", fds, job=job)
 
     def imported(self, modules: list[str]) -> None:
         """Tell the zygote that a child had to import `modules` (no reply; a gone zygote is
         not this child's concern)."""
         try:
-            self.sock.send(json.dumps({"op": "imported", "modules": modules}).encode())
+            send_packet(self.sock, "imported", modules=modules)
         except OSError:
             pass
 
@@ -106,11 +108,11 @@ class ZygoteLink:
         """A link to the task zygote this zygote keeps for CPU work (started on the first ask;
         a task zygote answers with a link to itself)."""
         try:
-            socket.send_fds(self.sock, [json.dumps({"op": "task-link"}).encode()], [])
-            _, fds, _, _ = socket.recv_fds(self.sock, 65536, 1)
+            send_packet(self.sock, "task-link")
+            reply, fds = receive_packet(self.sock)
         except OSError as exc:
             raise ZygoteGone(f"the zygote is gone ({exc})") from None
-        if not fds:
+        if reply is None or not fds:
             raise ZygoteGone("the zygote gave no task link")
         return ZygoteLink(socket.socket(fileno=fds[0]))
 
@@ -118,7 +120,7 @@ class ZygoteLink:
         """A further link to the same zygote (for a spawned runner): the other end is returned."""
         ours, theirs = link_pair()
         try:
-            socket.send_fds(self.sock, [json.dumps({"op": "adopt"}).encode()], [ours.fileno()])
+            send_packet(self.sock, "adopt", [ours.fileno()])
         finally:
             ours.close()
         return theirs
@@ -128,6 +130,19 @@ class ZygoteLink:
             self.sock.close()
         except OSError:
             pass
+
+
+class _Reply:
+    """The asking side's handler of a zygote's reply to a request for a child."""
+
+    def __init__(self, status_fd: int) -> None:
+        self.status_fd = status_fd
+
+    def on_forked(self, pid: int) -> forking.Child:
+        return forking.Child(pid, self.status_fd)
+
+    def on_refused(self, reason: str) -> NoReturn:
+        raise ZygoteGone(reason)
 
 
 class ZygoteServer:
@@ -166,33 +181,21 @@ class ZygoteServer:
         os._exit(0)
 
     def _handle(self, sock: socket.socket) -> None:
-        try:
-            data, fds, _, _ = socket.recv_fds(sock, 1 << 20, MAX_FDS)
-        except OSError:
-            data, fds = b"", []
-        if not data:
+        request, fds = receive_packet(sock)
+        if request is None:
             self.links.remove(sock)
             sock.close()
             return
-        request = json.loads(data)
-        if request["op"] == "adopt":
-            self.links.append(socket.socket(fileno=fds[0]))
-            return
-        if request["op"] == "task-link":
-            self._send_task_link(sock)
-            return
-        if request["op"] == "imported":
-            self.imports += [m for m in request["modules"] if m not in self.imports]
-            return
-        *passed, status_w = fds
-        try:
-            sock.send(json.dumps(self._fork(request, passed, status_w)).encode())
-        except OSError:
-            pass
-        for fd in passed:
-            os.close(fd)
+        messages.dispatch(self, request, sock=sock, fds=fds)
 
-    def _send_task_link(self, sock: socket.socket) -> None:
+    # ---- the requests (processes/messages.py dispatches each to its on_<kind>) ----------------
+    def on_adopt(self, sock: socket.socket, fds: list[int]) -> None:
+        self.links.append(socket.socket(fileno=fds[0]))
+
+    def on_imported(self, modules: list[str], sock: socket.socket, fds: list[int]) -> None:
+        self.imports += [m for m in modules if m not in self.imports]
+
+    def on_task_link(self, sock: socket.socket, fds: list[int]) -> None:
         """Reply with a new link to the task zygote of this one's children (a runner zygote
         starts it on the first ask: its runners' CPU work never runs in a zygote that must keep
         the device visible), or to this zygote itself (a task zygote)."""
@@ -204,33 +207,51 @@ class ZygoteServer:
                 self.tasks = start_task_zygote()
             theirs = self.tasks.new_link()
         try:
-            socket.send_fds(sock, [b"{}"], [theirs.fileno()])
+            send_packet(sock, "link", [theirs.fileno()])
         except OSError:
             pass
         theirs.close()
 
-    def _fork(self, request: dict, passed: list[int], status_w: int) -> dict:
-        if request["op"] == "runner" and self.runner is None:
-            os.close(status_w)
-            return {"error": "a task zygote forks no runner"}
-        for ref in request.get("warm", ()):
+    def on_task(self, sock: socket.socket, fds: list[int], **task: Any) -> None:
+        for ref in task["warm"]:
             forking.warm_up(ref)
-        if request["op"] == "runner":
-            import_quietly(self.imports)
-            self.imports = []  # tried once: a failed import is not tried again
+        self._fork(sock, fds, "task", lambda passed: _run_task(task, passed))
+
+    def on_runner(self, job: dict, sock: socket.socket, fds: list[int]) -> None:
+        runner = self.runner
+        if runner is None:
+            self._refuse(sock, fds, "a task zygote forks no runner")
+            return
+        import_quietly(self.imports)
+        self.imports = []  # tried once: a failed import is not tried again
+        self._fork(sock, fds, "runner", lambda passed: runner(job, passed))
+
+    def _fork(
+        self, sock: socket.socket, fds: list[int], kind: str, child: Callable[[list[int]], Any]
+    ) -> None:
+        """Fork a child of `kind` that runs `child(passed fds)` (it never returns there), and
+        reply `forked` (or `refused`, where this zygote may not fork)."""
+        *passed, status_w = fds
         try:
-            kind = "runner" if request["op"] == "runner" else "task"
-            pid = launch.fork(kind, f"zygote:{request['op']}")
+            pid = launch.fork(kind, f"zygote:{kind}")
         except forking.ForkRefused as exc:
-            os.close(status_w)
-            return {"error": f"the zygote may not fork: {exc}"}
+            self._refuse(sock, fds, f"the zygote may not fork: {exc}")
+            return
         if pid == 0:
-            self._in_child(request, passed, status_w)
+            self._in_child(passed, status_w, child)
         self.forked += 1
         self.status_fds[pid] = status_w
-        return {"pid": pid}
+        _reply(sock, passed, "forked", pid=pid)
 
-    def _in_child(self, request: dict, passed: list[int], status_w: int) -> NoReturn:
+    @staticmethod
+    def _refuse(sock: socket.socket, fds: list[int], reason: str) -> None:
+        *passed, status_w = fds
+        os.close(status_w)
+        _reply(sock, passed, "refused", reason=reason)
+
+    def _in_child(
+        self, passed: list[int], status_w: int, child: Callable[[list[int]], Any]
+    ) -> NoReturn:
         try:
             os.close(status_w)
             signal.set_wakeup_fd(-1)
@@ -241,14 +262,7 @@ class ZygoteServer:
                 sock.close()
             if self.tasks is not None:
                 self.tasks.close()
-            if request["op"] == "task":
-                if len(passed) > 1:  # the asker's stderr
-                    os.dup2(passed[1], 2)
-                sys.path[:0] = [p for p in request.get("path", ()) if p not in sys.path]
-                payload = pickle.loads(base64.b64decode(request["payload"]))
-                forking.run_task(request["fn"], payload, passed[0])
-            assert self.runner is not None
-            self.runner(request["job"], passed)
+            child(passed)
         except BaseException:  # noqa: BLE001 - never run the zygote's loop in a child
             pass
         os._exit(3)
@@ -264,10 +278,31 @@ class ZygoteServer:
             fd = self.status_fds.pop(pid, None)
             if fd is not None:
                 try:
-                    os.write(fd, f"{status}\n".encode())
+                    messages.send(fd, messages.encode("ended", status=status))
                 except OSError:
                     pass
                 os.close(fd)
+
+
+def _reply(sock: socket.socket, passed: list[int], kind: str, **fields: Any) -> None:
+    """Answer a request for a child, and close the descriptors it passed (the child has its
+    copies)."""
+    try:
+        send_packet(sock, kind, **fields)
+    except OSError:
+        pass
+    for fd in passed:
+        os.close(fd)
+
+
+def _run_task(task: dict, passed: list[int]) -> NoReturn:
+    """In a task child: the asker's stderr and import path, then the task (never returns)."""
+    if len(passed) > 1:  # the asker's stderr
+        os.dup2(passed[1], 2)
+    sys.path[:0] = [p for p in task["path"] if p not in sys.path]
+    payload = pickle.loads(base64.b64decode(task["payload"]))
+    forking.run_task(task["fn"], payload, passed[0])
+    os._exit(3)  # run_task never returns
 
 
 class Forker:

@@ -23,7 +23,7 @@ import torch
 
 from conformance.engine.calls import Call, load_calls, save_calls
 from conformance.engine.held_stderr import HELD
-from conformance.processes.forking import read_progress
+from conformance.processes.forking import progress, read_progress
 from conformance.processes.this import THIS
 from conformance.processes.zygote import FORKER
 
@@ -60,10 +60,10 @@ def _in_child(
 ):
     """(what the child captured, None) or (None, the index it was running when it died)."""
     payload = {"args": args, "skip": skip}
-    done, found, lines, _ = _forked("capture_task", capture, payload, timeout, warm, load_calls)
+    done, found, said, _ = _forked("capture_task", capture, payload, timeout, warm, load_calls)
     if done:
         return found, None
-    started = [int(x) for x in lines if x.lstrip("-").isdigit()]
+    started = [m["index"] for m in said if m["kind"] == "started"]
     return None, (started[-1] if started else None)
 
 
@@ -71,10 +71,10 @@ def capture_task(payload: dict, progress_fd: int) -> None:
     """In the forked child: run the capture, save what it found, say "done"."""
     torch.set_num_threads(1)  # no OpenMP pool in a forked child
     found = _function(payload)(
-        *payload["args"], payload["skip"], lambda i: os.write(progress_fd, f"{i}\n".encode())
+        *payload["args"], payload["skip"], lambda i: progress(progress_fd, "started", index=i)
     )
     save_calls(found, payload["out"])
-    os.write(progress_fd, b"done\n")
+    progress(progress_fd, "done")
 
 
 def forked_call(fn: Callable[..., Any], args: tuple, timeout: float = TIMEOUT) -> tuple[bool, Any]:
@@ -95,7 +95,7 @@ def call_task(payload: dict, progress_fd: int) -> None:
     """In the forked child: run the function, save what it returned, say "done"."""
     torch.set_num_threads(1)  # no OpenMP pool in a forked child
     torch.save(_function(payload)(*payload["args"]), payload["out"])
-    os.write(progress_fd, b"done\n")
+    progress(progress_fd, "done")
 
 
 def _forked(
@@ -108,7 +108,7 @@ def _forked(
 ) -> tuple[bool, Any, list[str], int]:
     """`task` (a function of this module) run in a forked child on `payload` plus `fn`'s name
     and a file for what it saves: (whether it finished, what it saved (`load`), the progress
-    lines it wrote, its wait status)."""
+    messages it sent, its wait status)."""
     fd, path = tempfile.mkstemp(prefix="conformance-forked-", suffix=".pt")
     os.close(fd)
     read_fd, write_fd = os.pipe()
@@ -119,10 +119,10 @@ def _forked(
                 child = FORKER.start(f"{__name__}:{task}", payload, write_fd, task, warm)
             finally:
                 os.close(write_fd)
-            lines, status = read_progress(read_fd, child, timeout)
-        done = bool(lines) and lines[-1] == "done"
+            said, status = read_progress(read_fd, child, timeout)
+        done = bool(said) and said[-1]["kind"] == "done"
         done = done and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
-        return done, (load(path) if done else None), lines, status
+        return done, (load(path) if done else None), said, status
     finally:
         os.close(read_fd)
         os.unlink(path)

@@ -136,7 +136,7 @@ theirs.close()
 link = ZygoteLink(ours)
 def seen():
     r, w = os.pipe()
-    child = link.request({"op": "runner", "job": {}}, [w])
+    child = link.fork_runner({}, [w])
     os.close(w)
     with os.fdopen(r) as f:
         text = f.read()

@@ -6,8 +6,8 @@
 
 loads the backend, runs the case on CPU and on the device, prints the verdict and exits 0
 (passed) or 1. `--diverged` prints only the first op that diverged, as one JSON line; `--serve`
-reads case ids from stdin, a line each, and answers each with that line (a run's search child:
-engine/modules/divergence.py).
+answers each `search` message on stdin with a `diverged` message (processes/messages.py: a run's
+search child, engine/modules/divergence.py).
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import sys
 from conformance.engine.backend import load_backend
 from conformance.engine.modules.cases import ModuleCase
 from conformance.engine.modules.divergence import decode_scales
+from conformance.processes import messages
+from conformance.processes.messages import MessageReader
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,13 +36,15 @@ def main(argv: list[str] | None = None) -> int:
     above = _autograd_kernels(backend.dispatch_key)
     scales = decode_scales(args.scales)
     if args.serve:
-        for line in filter(str.strip, sys.stdin):
+        requests = MessageReader(sys.stdin.fileno())
+        while (request := requests.receive()) is not None:
             try:
-                case = ModuleCase.parse(line.strip())
+                case = ModuleCase.parse(request["case"])
                 found = _diverged(case, backend.device, above, scales)
             except Exception as exc:  # noqa: BLE001 - this search's failure, not the child's
                 found = f"not found: {type(exc).__name__}: {str(exc)[:160]}"
-            print(json.dumps({"diverged": found}), flush=True)
+            sys.stdout.flush()  # what the search printed comes before the answer
+            messages.send(sys.stdout.fileno(), messages.encode("diverged", op=found))
         return 0
     case = _parse(parser, args.case or "")
     if args.diverged:

@@ -20,12 +20,9 @@ case is searched, so one broken kernel is one finding over all the cases it brea
 from __future__ import annotations
 
 import json
-import os
-import select
 import signal
 import subprocess
 import tempfile
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,7 +36,8 @@ from conformance.engine.modules.step import Prepared, run_step
 from conformance.engine.oracles import is_nondeterministic
 from conformance.engine.transfer import read_back
 from conformance.engine.workload_calls import UNINITIALIZED
-from conformance.processes import launch
+from conformance.processes import launch, messages
+from conformance.processes.messages import MessageReader, encode
 
 SEARCH_TIMEOUT = 120.0  # seconds a search has (the child's start included)
 
@@ -208,15 +206,16 @@ def first_divergence(
 
 
 class SearchChild:
-    """This process's search child (`python -m conformance.engine.modules --serve`): one case id
-    a line in, one JSON line out; started at the first search, started again after it crashed
-    or hung (that search is reported as the search's failure, never as the case's)."""
+    """This process's search child (`python -m conformance.engine.modules --serve`): a `search`
+    message in, a `diverged` message out (processes/messages.py); started at the first search,
+    started again after it crashed or hung (that search is reported as the search's failure,
+    never as the case's)."""
 
     def __init__(self, backend: str, device: str, scales: Mapping[str, Scale] | None = None):
         self.backend, self.device = backend, device
         self.scales = dict(scales or {})  # the op specs' tol_scale (harness: op_scales())
         self.proc: subprocess.Popen | None = None
-        self.pending = b""
+        self.answers: MessageReader | None = None
         self.stderr: Any = None  # a file: a pipe nobody reads would block a chatty child
 
     def search(self, case: str) -> str | None:
@@ -224,19 +223,22 @@ class SearchChild:
         when it found none."""
         if self.proc is None or self.proc.poll() is not None:
             self._start()
-        assert self.proc is not None and self.proc.stdin is not None
+        assert self.proc is not None and self.proc.stdin is not None and self.answers is not None
         try:
-            self.proc.stdin.write(case.encode() + b"\n")
-            self.proc.stdin.flush()
+            messages.send(self.proc.stdin.fileno(), encode("search", case=case))
         except OSError:
             return self._ended()
-        line = self._line(time.monotonic() + SEARCH_TIMEOUT)
-        if line is None:
+        try:
+            answer = self.answers.receive(SEARCH_TIMEOUT)
+        except TimeoutError:
             self.close()
             return f"not found: the search did not finish in {SEARCH_TIMEOUT:g} s"
-        if line == "":  # the child's output ended: it did
+        if answer is None:  # the child's output ended: it did
             return self._ended()
-        return json.loads(line)["diverged"]
+        return messages.dispatch(self, answer)
+
+    def on_diverged(self, op: str | None) -> str | None:
+        return op
 
     def _start(self) -> None:
         cmd = ["-m", "conformance.engine.modules", "--serve"]
@@ -249,25 +251,10 @@ class SearchChild:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.stderr,
+            bufsize=0,
         )
-        self.pending = b""
-
-    def _line(self, deadline: float) -> str | None:
-        """The child's next answer line ("": its output ended; None: the deadline passed)."""
-        assert self.proc is not None and self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
-        while True:
-            while b"\n" in self.pending:
-                line, self.pending = self.pending.split(b"\n", 1)
-                if line.startswith(b'{"diverged"'):
-                    return line.decode()
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                return None
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                return ""
-            self.pending += chunk
+        assert self.proc.stdout is not None
+        self.answers = MessageReader(self.proc.stdout.fileno())
 
     def _ended(self) -> str:
         assert self.proc is not None
@@ -279,7 +266,7 @@ class SearchChild:
         self.stderr.seek(0)
         err = self.stderr.read().decode(errors="replace")
         last = (err.strip().splitlines() or [""])[-1][:160]
-        self.proc = None
+        self._drop()
         how = signal.Signals(-code).name if code < 0 else str(code)
         return f"not found: the search's process ended with {how}" + (f" ({last})" if last else "")
 
@@ -287,4 +274,12 @@ class SearchChild:
         if self.proc is not None:
             self.proc.kill()
             self.proc.wait()
-            self.proc = None
+            self._drop()
+
+    def _drop(self) -> None:
+        """Forget the ended child, its pipes closed."""
+        assert self.proc is not None
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                pipe.close()
+        self.proc, self.answers = None, None
