@@ -40,6 +40,7 @@ __all__ = [
     "blocking_op",
     "category_of",
     "collective_kind",
+    "spans_collectives",
     "crash_class",
     "crash_signature",
     "device_error",
@@ -74,10 +75,6 @@ _GLIBC = re.compile(
 _FRAME = re.compile(r"#\d+ 0x[0-9a-fA-F]+ in (\S+)")
 #: the message of the one finding of the kernels the device lacks, not declared
 UNSUPPORTED_MESSAGE = "kernels the device lacks where cpu computes, not declared"
-#: the families whose failing message is the exception their test raised, the test body
-#: calling the device itself (a scenario; a contract or collectives case's message is the
-#: harness's observation, and an exception of its test is the harness's)
-RAISED_ON_THE_DEVICE = frozenset({"scenarios"})
 
 
 class FindingKey(NamedTuple):
@@ -183,7 +180,7 @@ def finding_key(record: CaseRecord) -> FindingKey:
     cases of a broken foundation, which share one key)."""
     crash = crash_signature(record)
     message = normalise_message(_text(record.message), record)
-    raised = device_error(record.first_line, record.family in RAISED_ON_THE_DEVICE)
+    raised = device_error(record.first_line, bool(record.findings.get("raised_on_the_device")))
     raised = None if crash else raised
     if raised is not None and not record.blocked_by:
         return FindingKey(check="error", message=raised, crash="", blocked_by="")
@@ -281,16 +278,21 @@ def representative_rank(record: CaseRecord) -> tuple[object, ...]:
     )
 
 
+def spans_collectives(record: CaseRecord) -> bool:
+    """Whether a finding of the record spans collectives (its family declares it)."""
+    return record.findings.get("spans") == "collective"
+
+
 def collective_kind(record: CaseRecord, failing_ids: set[str]) -> str:
     """What a failing collectives case's finding is keyed by besides its message (whose
     collective, reduce op and mode are masked: one bug spans them): `async` where the same case
     run by the blocking call did not fail (the asynchronous path is wrong: a Work that completes
     early), else `reduces` or `moves` (a bug of the reduction or of moving data: two such bugs
     stay two findings)."""
-    mode = str(record.extra["mode"])
+    mode = str(record.extra.get("mode", "sync"))
     if mode != "sync" and record.id.replace(f"-{mode}]", "-sync]") not in failing_ids:
         return "async"
-    return "moves" if record.extra["reduce_op"] in (None, "none") else "reduces"
+    return "moves" if record.extra.get("reduce_op") in (None, "none") else "reduces"
 
 
 def probe_message(record: CaseRecord) -> str:
@@ -339,10 +341,12 @@ def _ranges(numbers: Iterable[int]) -> str:
 
 
 def collective_extent(cases: list[CaseRecord]) -> str:
-    """For collectives cases (records with `size` and `world`): ` [sizes ...; dtypes; world(s)
-    ...]`, what one root cause spans; "" for any other finding."""
-    if not cases or any("size" not in c.extra or "world" not in c.extra for c in cases):
+    """For collectives cases (records whose family spans "collective": record.py `findings`):
+    ` [sizes ...; dtypes; world(s) ...]`, what one root cause spans; "" for any other finding."""
+    if not cases or any(not spans_collectives(c) for c in cases):
         return ""
+    if any("size" not in c.extra or "world" not in c.extra for c in cases):
+        return ""  # a record that does not say what it spans (a hand-made one)
     sizes = _ranges(int(c.extra["size"]) for c in cases)
     worlds = _ranges(int(c.extra["world"]) for c in cases)
     names = sorted({c.dtype for c in cases})

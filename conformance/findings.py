@@ -63,6 +63,7 @@ from conformance.finding_keys import (
     probe_message,
     representative_rank,
     root_keys,
+    spans_collectives,
 )
 from conformance.record import FAILING, FOUNDATION_ORDER, CaseRecord, missing_kernel
 
@@ -248,7 +249,7 @@ def group_findings(
             key = UNSUPPORTED_KEY
         else:
             key = finding_key(record)
-            if "mode" in record.extra and "reduce_op" in record.extra:  # a collectives case
+            if spans_collectives(record):  # keyed by kind too: async, moves, reduces
                 key = key._replace(
                     message=f"[{collective_kind(record, failing_ids)}] {key.message}"
                 )

@@ -185,6 +185,15 @@ OP_FAMILY = "ops"
 FAMILY_OF_PATH = MappingProxyType(
     {"scenario": "scenarios", "contract": "contract", "collectives": "collectives"}
 )
+#: how the findings (finding_keys.py) read a family's failing records, as each family declares
+#: it (harness/families: `Family.findings`, written into its records' `extra["findings"]`):
+#: `raised_on_the_device`: the failing message is the exception the test body raised calling the
+#: device (a contract or collectives case's is the harness's observation); `spans`: the record's
+#: fields one finding's title spans ("collective": sizes, worlds, reduce ops, modes, and a key by
+#: kind). Records written before they carried it read it from this table, by family
+FINDINGS_OF_OLDER_RECORDS = MappingProxyType(
+    {"scenarios": {"raised_on_the_device": True}, "collectives": {"spans": "collective"}}
+)
 
 
 @dataclass
@@ -230,6 +239,14 @@ class CaseRecord:
             **({"extra": {"values": case.values}} if case.values else {}),
             **values,
         )
+
+    @property
+    def findings(self) -> dict[str, Any]:
+        """How the findings read this record, as its family declared it (`extra["findings"]`)."""
+        declared = self.extra.get("findings")
+        if declared is None:
+            declared = FINDINGS_OF_OLDER_RECORDS.get(self.family, {})
+        return dict(declared)
 
     @property
     def op_name(self) -> str:

@@ -9,6 +9,7 @@ import torch
 
 from conformance.engine.autocast.judge import judge, region_refusal
 from conformance.harness.families.autocast import AutocastPlan
+from conformance.harness.nodes import leave_verdict
 
 
 def test_autocast_policy(
@@ -23,7 +24,7 @@ def test_autocast_policy(
         len(autocast_plan.device_kernels),
         autocast_op in autocast_plan.references.get("cuda", {}),
     )
-    request.node.autocast_verdict = verdict
+    leave_verdict(request.node, verdict)
     if verdict.message:
         pytest.fail(verdict.message, pytrace=False)
     if not verdict.policies:

@@ -9,6 +9,7 @@ import pytest
 from conformance.engine.collectives.judge import evaluate
 from conformance.engine.collectives.spec import CollectiveCase
 from conformance.harness.families.collectives import FAMILY, declared_unsupported
+from conformance.harness.nodes import leave_verdict
 from conformance.harness.session import run_of
 
 
@@ -19,7 +20,7 @@ def test_collective(
         plan = FAMILY.plan(run_of(request.config).suite)
         pytest.skip(f"not applicable: {plan.missing or 'no c10d backend (--collectives none)'}")
     verdict = evaluate(collective_worlds, collective_case)
-    request.node.collective_verdict = verdict
+    leave_verdict(request.node, verdict)
     if verdict.status == "skipped":
         pytest.skip(verdict.message)
     if verdict.status == "unimplemented" and declared_unsupported(

@@ -15,7 +15,8 @@ import torch
 
 from conformance.engine import busy
 from conformance.engine.backend import Backend
-from conformance.engine.runtime_contract import HELD_BY, UNOBSERVED, ContractItem, item_of_test
+from conformance.engine.runtime_contract import ContractItem, item_of_test
+from conformance.harness.nodes import leave_verdict
 from conformance.harness.session import run_of
 
 
@@ -31,7 +32,6 @@ class Runtime:
     item: ContractItem
     unobserved: dict[str, list[str]] = field(default_factory=dict)  # why -> streams not seen
     held_by: str = ""  # how its streams were held (busy.Hold.what)
-    properties: list[tuple[str, Any]] = field(default_factory=list)  # the case's user_properties
 
     @property
     def device(self) -> torch.device:
@@ -73,7 +73,6 @@ class Runtime:
         hold = busy.LOADER.for_device(self.device, self.module, hook)
         if not self.held_by:
             self.held_by = hold.what or hold.why
-            self.properties.append((HELD_BY, self.held_by))
         with busy.holding(hold, hook, streams, delays) as holds:
             yield holds
         missed = holds.unobserved()
@@ -84,9 +83,10 @@ class Runtime:
         """Say that the item passed without observing what `why` names (on these streams)."""
         seen = self.unobserved.setdefault(why, [])
         seen += [s for s in streams or () if s not in seen]
-        text = busy.said(self.unobserved)
-        self.properties[:] = [p for p in self.properties if p[0] != UNOBSERVED]
-        self.properties.append((UNOBSERVED, text))
+
+    def not_observed(self) -> str | None:
+        """What the item passed without observing (its record's `not_observable`), or None."""
+        return busy.said(self.unobserved) if self.unobserved else None
 
     def pinned(self, t: torch.Tensor) -> torch.Tensor:
         """A pinned copy of `t` (a device with streams pins memory: a refusal breaks the item)."""
@@ -111,7 +111,8 @@ def rt(request) -> Runtime:
     reason = suite.backend.profile.missing(item.needs)
     if reason is not None:
         pytest.skip(f"not applicable: {reason} (device profile)")
-    runtime = Runtime(suite.backend, item, properties=request.node.user_properties)
+    runtime = Runtime(suite.backend, item)
+    leave_verdict(request.node, runtime)  # what it observed reaches the case's record
     if item.needs:
         runtime.idle()
     return runtime

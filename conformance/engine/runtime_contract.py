@@ -17,11 +17,6 @@ from dataclasses import dataclass
 
 from conformance.engine.profile import DeviceProfile
 
-#: user properties of a contract case: what it could not observe (it passed without testing a
-#: fence on a busy stream), and how its streams were held (engine/busy.py)
-UNOBSERVED = "contract_unobserved"
-HELD_BY = "contract_held_by"
-
 ACCELERATOR_DOC = "docs/source/accelerator (torch.accelerator)"
 STREAM_DOC = "torch.Stream (docs/source/torch.rst, torch/_streambase; torch.cuda.Stream)"
 EVENT_DOC = "torch.Event (torch.cuda.Event: record, query, synchronize, elapsed_time)"

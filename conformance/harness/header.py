@@ -14,6 +14,7 @@ from conformance.engine.sample_run import checks_left_out
 from conformance.engine.transfer import RELIES_ON
 from conformance.harness.accounts import argument_lines, mode_lines
 from conformance.harness.families import registry
+from conformance.processes.picture import fork_rule
 from conformance.samples.sizes import NOT_SIZED
 
 if TYPE_CHECKING:
@@ -77,8 +78,7 @@ def key_header_lines(suite: Suite, plan: Plan | None) -> list[str]:
         p = b.profile
         lines.append(
             f"device probe: {p.usable.how}; forked child: {p.fork_safe.how}; a second process: "
-            f"{p.exclusive.how}; no process that forks touches the device or its driver "
-            "(processes/forking.py)"
+            f"{p.exclusive.how}; {fork_rule()}"
         )
     if not b.profile.storage.value:
         lines.append(STORAGELESS)

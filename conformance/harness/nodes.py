@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,21 @@ from conformance.record import TEST_NAME, CaseId
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CASE_PARAM = "conformance_case"  # the fixture the generated test is parametrised over
 RECORD_PROPERTY = "conformance"  # name of the record in a report's user_properties
+#: per item: what its test judged (a family's own verdict: the op cases' record, a collectives
+#: or module verdict, the contract's runtime), read by its family's record factory
+VERDICT_KEY = pytest.StashKey[Any]()
+
+
+def leave_verdict(item: pytest.Item, verdict: Any) -> None:
+    """A case's test leaves what it judged on its item: the one way a verdict reaches its
+    record (harness/families: each family's `report_record` reads it with `left_verdict`)."""
+    item.stash[VERDICT_KEY] = verdict
+
+
+def left_verdict(item: pytest.Item) -> Any:
+    """What the item's test left with `leave_verdict` (None: it left nothing, or it broke
+    first)."""
+    return item.stash.get(VERDICT_KEY, None)
 
 
 def case_of(item: pytest.Item) -> CaseId | None:

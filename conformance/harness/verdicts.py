@@ -18,7 +18,7 @@ from conformance.engine.placing import PlacedCall
 from conformance.engine.runner import CaseOutcome, blame
 from conformance.harness.casework import CaseWork, CpuLacksDtype, SampleError
 from conformance.harness.expectations import Expectations
-from conformance.harness.nodes import case_of
+from conformance.harness.nodes import case_of, leave_verdict, left_verdict
 from conformance.harness.options import Options
 from conformance.harness.repro_lines import ReproLines
 from conformance.harness.rundir import RunDir
@@ -26,8 +26,6 @@ from conformance.harness.sampling import RunSamples
 from conformance.ops import spec_for
 from conformance.record import CaseId, CaseRecord, Status
 from conformance.samples import arguments
-
-RECORD_KEY = pytest.StashKey[CaseRecord]()  # per item: what its case measured
 
 
 def undeclared(unsupported: str) -> str:
@@ -81,16 +79,15 @@ class CaseVerdicts:
             reason = (
                 f"not applicable: building the samples needs a cpu kernel this dtype lacks ({exc})"
             )
-            item.stash[RECORD_KEY] = self.new_record(case, Status.SKIPPED, nodeid, message=reason)
+            leave_verdict(item, self.new_record(case, Status.SKIPPED, nodeid, message=reason))
             pytest.skip(reason)
         except SampleError as exc:  # the suite's own sample sources broke: not a verdict
             message = (
                 f"[harness] building the samples of {case.overload} ({case.dtype}) failed: "
                 f"{exc}\n  repro: {self.repro_lines.repro(nodeid)}"
             )
-            item.stash[RECORD_KEY] = self.new_record(
-                case, Status.ERROR, nodeid, check="harness", message=message
-            )
+            record = self.new_record(case, Status.ERROR, nodeid, check="harness", message=message)
+            leave_verdict(item, record)
             pytest.fail(message, pytrace=False)
         route = case.path == "fallback" and case.overload in self.registered
         expected = self.expectations.expectation(case)
@@ -122,7 +119,7 @@ class CaseVerdicts:
             expected.mark(record)
         elif declared and outcome.unsupported:
             record.extra.update(unsupported_dtype=declared, category="unsupported")
-        item.stash[RECORD_KEY] = record
+        leave_verdict(item, record)
         if outcome.skip_reason:
             pytest.skip(outcome.skip_reason)
         if outcome.failure is not None or (outcome.unsupported and xfail):
@@ -325,7 +322,7 @@ def reported_record(
     before it ran, a `skipped` one naming the entry."""
     case = case_of(item)
     assert case is not None
-    record = item.stash.get(RECORD_KEY, None)
+    record = left_verdict(item)
     if record is not None:
         return record
     if report.failed:  # the suite itself broke before deciding

@@ -12,6 +12,7 @@ from conformance.engine.modules.cases import ModuleCase
 from conformance.engine.modules.divergence import SearchChild
 from conformance.engine.modules.judge import NotComparable, judge
 from conformance.harness.families.modules import op_scales
+from conformance.harness.nodes import leave_verdict
 
 
 @pytest.fixture(scope="session")
@@ -42,6 +43,6 @@ def test_module(
             divergence_searches[key] = SearchChild(*key, scales=op_scales())
         child = divergence_searches[key]
         verdict.diverged = child.search(str(module_case))
-    request.node.module_verdict = verdict
+    leave_verdict(request.node, verdict)
     if verdict.check is not None:
         pytest.fail(verdict.message, pytrace=False)

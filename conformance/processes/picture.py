@@ -1,7 +1,7 @@
 """The processes drawn from their table (kinds.py), so the words cannot drift from the code:
 the tree and table of docs/ARCHITECTURE.md (between `DOC_BEGIN` and `DOC_END`; rewrite them
-with `python -m conformance.processes.picture`) and the run header's isolation line
-(harness/plan.py asks `runner_words`)."""
+with `python -m conformance.processes.picture`) and the run header's isolation and fork-rule
+words (harness/plan.py asks `runner_words`, harness/header.py `fork_rule`)."""
 
 from __future__ import annotations
 
@@ -69,6 +69,18 @@ def runner_words(mode: str) -> str:
         zygote = kinds.kind("runner-zygote")
         return f"a child forked by the runner zygote, which {zygote.why}"
     return f"a fresh interpreter {kinds.kind('spawned-runner').why}"
+
+
+def fork_rule() -> str:
+    """The header's words for who may fork, from the table: the zygotes (which never open the
+    device) and the kinds that fork only while clean."""
+    zygotes = [k.name for k in kinds.KINDS if k.forks == "its job"]
+    clean = [k.name for k in kinds.KINDS if k.forks == "while clean"]
+    return (
+        f"no process that forks touches the device or its driver: the zygotes never do "
+        f"({', '.join(zygotes)}), and {', '.join(clean)} fork only while clean (one thread, "
+        "the device untouched: processes/kinds.py, forking.py)"
+    )
 
 
 def write(doc: Path = DOC) -> None:

@@ -34,6 +34,17 @@ def test_a_changed_row_changes_the_doc_and_the_header(monkeypatch):
     assert "is planted by the test" in header != before_header
 
 
+def test_the_header_s_fork_rule_names_the_rows_that_fork(monkeypatch):
+    """The device probe's header line says who forks from the table: a row that starts forking
+    while clean is named there."""
+    assert "task-zygote" in picture.fork_rule() and "runner-zygote" in picture.fork_rule()
+    assert "foundation-probe" not in picture.fork_rule()  # it never forks
+    row = dataclasses.replace(kinds.kind("foundation-probe"), forks="while clean")
+    table = tuple(row if k.name == row.name else k for k in kinds.KINDS)
+    monkeypatch.setattr(kinds, "KINDS", table)
+    assert "foundation-probe" in picture.fork_rule()
+
+
 def test_every_role_is_a_row_and_reads_what_it_writes_from_it():
     from conformance.harness.session import RUNNING_ONLY
 

@@ -293,6 +293,29 @@ def test_one_device_error_in_cases_and_scenarios_is_one_finding() -> None:
     )
 
 
+def test_how_findings_read_a_record_is_what_its_family_declared() -> None:
+    """Issue 82: the findings no longer name families: a record carries its family's
+    declaration (`extra["findings"]`, harness/families `Family.findings`); records written
+    before that read it from a table by family. A scenario whose family declares nothing is not
+    keyed by the device's error, and any family that declares it is."""
+    from conformance.harness.families import registry
+
+    text = "RuntimeError [value]: pyreg: expected all tensors on pyreg, got a cpu tensor in {}"
+    raised = f"[error] device raised {text.format('add.Tensor')}; cpu returned normally"
+    op = rec("add", "float32", "contiguous", "failed", "error", raised)
+    error = "RuntimeError: pyreg: expected all tensors on pyreg, got a cpu tensor in mul"
+    silent = scenario("test_a", "failed", "scenario", error, findings={})
+    assert [f.count for f in group_findings([op, silent])] == [1, 1]
+    declared = scenario("test_b", "failed", "scenario", error, family="contract",
+                        findings={"raised_on_the_device": True})  # fmt: skip
+    assert [f.count for f in group_findings([op, declared])] == [2]
+    assert scenario("test_c", "failed", "scenario", "x").findings == {"raised_on_the_device": True}
+    families = {f.name: dict(f.findings) for f in registry().members}
+    assert families["scenarios"] == {"raised_on_the_device": True}
+    assert families["collectives"] == {"spans": "collective"}
+    assert families["ops"] == families["contract"] == {}
+
+
 def test_one_random_kernel_is_one_finding_whatever_statistic_saw_it() -> None:
     """A dropout without its scale fails a two-sample test in some cases and its law in
     others: each words it differently, one kernel is wrong (issue 80)."""

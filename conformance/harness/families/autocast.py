@@ -23,7 +23,7 @@ from conformance.harness.families.expectations import (
     report_message,
     unexpected_pass,
 )
-from conformance.harness.nodes import record_id
+from conformance.harness.nodes import left_verdict, record_id
 from conformance.record import CaseRecord, Status
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def autocast_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) 
     entry = expected_by(suite, record, key)
     if unexpected_pass(record, entry, key, report, f"the autocast case {name}"):
         return record
-    verdict = getattr(item, "autocast_verdict", None)
+    verdict = left_verdict(item)
     if verdict is not None and verdict.policies:
         dev = FAMILY.plan(suite).device_type
         record.extra["table"] = {

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -40,6 +42,9 @@ class Family:
     # its own command-line options: a dataclass of harness/options.py `option` fields, read
     # with the suite's (Options.family(name, options)); None: it has none
     options: type | None = None
+    # how the findings read its failing records (record.py `FINDINGS_OF_OLDER_RECORDS` says
+    # the keys), written into each record's `extra["findings"]`; empty: as the op cases'
+    findings: Mapping[str, Any] = MappingProxyType({})
 
     def owns_item(self, item: pytest.Item) -> bool:
         """Whether `item` is one of this family's cases."""
@@ -62,8 +67,13 @@ class Family:
     def new_record(self, suite: Suite, nodeid: str, status: Status, **values: Any) -> CaseRecord:
         """The record of the case `nodeid` with `status` (a crash, a hang or a not-run passes
         its check and message): every field that names the case filled in, and its repro."""
-        record = self.build_record(suite, nodeid, status, **values)
+        return self._ours(self.build_record(suite, nodeid, status, **values))
+
+    def _ours(self, record: CaseRecord) -> CaseRecord:
+        """The record as this family's: its `family`, and how findings read it."""
         record.family = self.name
+        if self.findings:
+            record.extra["findings"] = dict(self.findings)
         return record
 
     def case_record(
@@ -102,9 +112,7 @@ class Family:
         self, suite: Suite, item: pytest.Item, report: pytest.TestReport
     ) -> CaseRecord:
         """The record of a case that ran, from its pytest report (expectations applied)."""
-        record = self.report_record(suite, item, report)
-        record.family = self.name
-        return record
+        return self._ours(self.report_record(suite, item, report))
 
     def manifest_key(self, name: str) -> str:
         """What manifest patterns are matched against for the case `name` (`contract:<item>`)."""

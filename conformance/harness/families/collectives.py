@@ -25,7 +25,7 @@ from conformance.harness.families.expectations import (
     report_message,
     unexpected_pass,
 )
-from conformance.harness.nodes import record_id
+from conformance.harness.nodes import left_verdict, record_id
 from conformance.record import CaseRecord, Status
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ def collective_record(
 ) -> CaseRecord:
     """The record of a collectives case from its verdict (left on the item by the test) and
     its pytest report."""
-    verdict = getattr(item, "collective_verdict", None)
+    verdict = left_verdict(item)
     message = verdict.message if verdict is not None else None
     if message is None:
         message = report_message(report)
@@ -168,6 +168,7 @@ class Collectives(Family):
     manifest_prefix = "collectives"
     manifest_field = "collective_key"  # `<c10d>:<case id>`
     check = "collectives"
+    findings = MappingProxyType({"spans": "collective"})  # sizes, worlds, reduce ops, modes
     options = CollectivesOptions
 
     def build_record(self, suite: Suite, nodeid: str, status: Status, **values: Any) -> CaseRecord:

@@ -13,7 +13,7 @@ import pytest
 
 from conformance.engine import runtime_contract
 from conformance.engine.modes.asynchronous import NOT_OBSERVABLE
-from conformance.engine.runtime_contract import HELD_BY, UNOBSERVED, item_of_test
+from conformance.engine.runtime_contract import item_of_test
 from conformance.harness.families.base import Family
 from conformance.harness.families.expectations import (
     expect_family,
@@ -21,7 +21,7 @@ from conformance.harness.families.expectations import (
     report_message,
     unexpected_pass,
 )
-from conformance.harness.nodes import record_id
+from conformance.harness.nodes import left_verdict, record_id
 from conformance.record import CaseRecord, Status
 
 if TYPE_CHECKING:
@@ -62,11 +62,11 @@ def contract_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) 
     entry = expected_by(suite, record, key)
     if unexpected_pass(record, entry, key, report, f"the contract item {record.overload}"):
         return record
-    properties = dict(report.user_properties)
-    if HELD_BY in properties:
-        record.extra["held_by"] = properties[HELD_BY]
-    if report.passed and UNOBSERVED in properties:
-        why = properties[UNOBSERVED]
+    runtime = left_verdict(item)  # the contract's Runtime (conformance/contract/conftest.py)
+    if runtime is not None and runtime.held_by:
+        record.extra["held_by"] = runtime.held_by
+    why = runtime.not_observed() if runtime is not None else None
+    if report.passed and why:
         record.extra["not_observable"] = why
         record.message = f"[contract {record.overload}] not observable: {why}"
     if report.failed:

@@ -22,7 +22,7 @@ from conformance.harness.families.expectations import (
     report_message,
     unexpected_pass,
 )
-from conformance.harness.nodes import record_id
+from conformance.harness.nodes import left_verdict, record_id
 from conformance.harness.verdicts import undeclared
 from conformance.record import CaseRecord, Status, missing_kernel
 
@@ -86,7 +86,7 @@ def module_record(suite: Suite, item: pytest.Item, report: pytest.TestReport) ->
         record, entry, key, report, f"the module case {record.extra['module_case']}"
     ):
         return record
-    verdict = getattr(item, "module_verdict", None)
+    verdict = left_verdict(item)
     if verdict is not None and verdict.notes:
         record.extra["notes"] = list(verdict.notes)
     if report.skipped and (message or "").startswith("unsupported"):

@@ -5,6 +5,7 @@ when it is a foundation whose probe failed, else fails as `unsupported` (undecla
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -98,6 +99,7 @@ class Scenarios(Family):
     rank = 30
     manifest_prefix = "scenario"  # `scenario:<test name>`
     check = "scenario"
+    findings = MappingProxyType({"raised_on_the_device": True})  # its message: what raised
 
     def build_record(self, suite: Suite, nodeid: str, status: Status, **values: Any) -> CaseRecord:
         return new_scenario_record(suite, nodeid, self.test_file(nodeid), status, **values)
