@@ -8,7 +8,7 @@ the child's `cancel_dump_traceback_later()` waits forever for a thread it does n
 processes that schedule cases have threads (an xdist worker: execnet's receiver; numpy's
 OpenBLAS server; a runner: the device's), so they never fork themselves: a `Forker` forks
 directly only where this process has one thread and no device, and otherwise asks a zygote
-(processes/zygote.py `Forker`): a fresh interpreter, started with one thread (`QUIET`), that never
+(processes/forker.py `Forker`): a fresh interpreter, started with one thread (`QUIET`), that never
 touches the device and forks children on request. A case runner gets a link to its zygote when
 it is forked; any other process starts a task zygote (CPU work only) the first time it needs
 one.

@@ -3,7 +3,7 @@ switches each module kept (how it forks, whether captures fork, whether it is a 
 A forked child gets its row from the launcher at the fork (launch.py); a spawned child reads it
 from `KIND_ENV`, which the launcher sets; a process the user started is `pytest` (an xdist
 controller or worker learns its role from pytest: harness/roles.py). What follows from the row:
-a kind that never forks sends its CPU tasks to a task zygote (zygote.py `Forker`), and a kind
+a kind that never forks sends its CPU tasks to a task zygote (forker.py `Forker`), and a kind
 that runs cases captures samples in place (samples/guarded.py: a crash there already costs one
 case)."""
 

@@ -37,7 +37,6 @@ from typing import Any, NoReturn
 
 from conformance.processes import forking, launch, messages
 from conformance.processes.messages import receive_packet, send_packet
-from conformance.processes.this import THIS, ThisProcess
 
 #: `python -m conformance.processes.zygote FD`: the modules a task zygote imports before forking
 TASK_MODULES = ("torch", "conformance.engine.calls", "conformance.samples.values")
@@ -303,59 +302,6 @@ def _run_task(task: dict, passed: list[int]) -> NoReturn:
     payload = pickle.loads(base64.b64decode(task["payload"]))
     forking.run_task(task["fn"], payload, passed[0])
     os._exit(3)  # run_task never returns
-
-
-class Forker:
-    """How a process forks a child that runs `fn(payload, progress_fd)` (a module-level
-    function, named "module:name"): directly where its row may fork (processes/this.py: a
-    runner never does) and `refusal()` allows it, else through a task zygote: the one its
-    runner zygote keeps for a forked runner (`ThisProcess.tasks_from`, asked for on the first
-    task; never the runner zygote itself, which must keep the device untouched and visible),
-    or one it starts. A zygote that a warm-up left with threads (a runtime that starts them
-    where this suite did not expect one) is replaced by a task zygote of this process that
-    warms nothing up."""
-
-    def __init__(self, this: ThisProcess = THIS) -> None:
-        self.this = this
-        self.link: ZygoteLink | None = None
-        self.cold = False  # warm-ups started threads in a zygote: children load what they need
-
-    def use(self, link: ZygoteLink | None) -> None:
-        """Fork through `link` from now on."""
-        old, self.link = self.link, link
-        if old is not None and old is not link:
-            old.close()
-
-    def direct(self) -> bool:
-        return self.link is None and self.this.kind.may_fork and forking.refusal() is None
-
-    def start(
-        self, fn: str, payload: Any, progress_fd: int, site: str, warm: tuple[str, ...] = ()
-    ) -> forking.Child:
-        """A child running `fn(payload, progress_fd)`; `progress_fd` stays open here. `warm`
-        names functions ("module:name") the forking process calls once before it forks (what
-        every such child would otherwise load again: OpInfo's op_db, 5-10 s)."""
-        if self.direct():
-            for ref in warm:
-                forking.warm_up(ref)
-            pid = launch.fork("task", site)
-            if pid == 0:  # the child: never returns
-                forking.run_task(fn, payload, progress_fd)
-            return forking.Child(pid)
-        if self.link is None:
-            given = self.this.tasks_from
-            self.link = given.task_link() if given is not None else start_task_zygote()
-        try:
-            return self.link.fork_task(fn, payload, progress_fd, () if self.cold else warm)
-        except ZygoteGone as exc:
-            if self.cold or "may not fork" not in str(exc):
-                raise
-        self.cold = True
-        self.use(start_task_zygote())
-        return self.link.fork_task(fn, payload, progress_fd, ())
-
-
-FORKER = Forker()
 
 
 def die_with_parent() -> None:

@@ -20,8 +20,8 @@ import torch
 
 from conformance.engine.calls import Call, clone_tree, load_calls, save_calls
 from conformance.engine.held_stderr import HELD
+from conformance.processes.forker import FORKER
 from conformance.processes.forking import progress, read_progress
-from conformance.processes.zygote import FORKER
 
 TIMEOUT = 10.0  # seconds a batch may take on CPU
 

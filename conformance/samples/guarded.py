@@ -23,9 +23,9 @@ import torch
 
 from conformance.engine.calls import Call, load_calls, save_calls
 from conformance.engine.held_stderr import HELD
+from conformance.processes.forker import FORKER
 from conformance.processes.forking import progress, read_progress
 from conformance.processes.this import THIS
-from conformance.processes.zygote import FORKER
 
 TIMEOUT = 120.0  # seconds one capture may take
 RETRIES = 4  # samples skipped before the capture gives up (no samples from this OpInfo)
@@ -41,7 +41,7 @@ def guarded(
 ) -> Captured:
     """`capture(*args, skip, started)` in forked children until one finishes (see the
     docstring); forked as processes/forking.py allows (directly, or by a zygote, which first
-    calls the `warm` functions once: processes/forking.py `Forker.start`)."""
+    calls the `warm` functions once: processes/forker.py `Forker.start`)."""
     if THIS.kind.runs_cases:  # a case runner: a crash costs one case already, a fork more
         return capture(*args, frozenset(), lambda i: None)
     skip: set[int] = set()

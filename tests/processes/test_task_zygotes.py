@@ -21,8 +21,9 @@ from types import SimpleNamespace
 import pytest
 
 from conformance.processes import zygote
+from conformance.processes.forker import Forker
 from conformance.processes.this import ThisProcess
-from conformance.processes.zygote import Forker, ZygoteLink, link_pair
+from conformance.processes.zygote import ZygoteLink, link_pair
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = "tests.processes.test_task_zygotes"
