@@ -150,15 +150,15 @@ class _ForkedProbe:
                 os.close(self.release_w)
 
                 def at(stage: str) -> None:
-                    messages.send(write_fd, encode("at", stage=stage))
+                    messages.say(write_fd, "at", stage=stage)
 
                 found = probe_here(backend, "forked child", at)
-                messages.send(write_fd, encode("probe", **asdict(found)))
+                messages.say(write_fd, "probe", **asdict(found))
                 if found.usable:
                     at("probing streams, events, pinned memory, generator")
                     runtime = probe_runtime(backend.device)
-                    messages.send(write_fd, encode("runtime", facts=runtime))
-                messages.send(write_fd, encode("held"))
+                    messages.say(write_fd, "runtime", facts=runtime)
+                messages.say(write_fd, "held")
                 os.read(self.release_r, 1)  # hold the device until released
             except BaseException:  # noqa: BLE001 - never run the parent's code in the child
                 code = 3
@@ -196,7 +196,7 @@ def _second_open_forked(backend: Backend) -> list:
     if pid == 0:  # the child: never returns
         try:
             os.close(read_fd)
-            messages.send(write_fd, encode("opened", answer=_open_once(backend)))
+            messages.say(write_fd, "opened", answer=_open_once(backend))
         finally:
             os._exit(0)
     os.close(write_fd)
@@ -333,7 +333,7 @@ def main(argv: list[str]) -> None:
         sys.stdout.flush()
         if argv[0] == "--open":
             answer = _open_once(load_backend(argv[1], argv[2]))
-            messages.send(1, encode("opened", answer=answer))
+            messages.say(1, "opened", answer=answer)
         else:
             module, device, *zones = argv
             backend = load_backend(module, device)

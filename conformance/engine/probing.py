@@ -135,10 +135,6 @@ class _Watch:
         self.ended = True
 
 
-def _emit(kind: str, **data: Any) -> None:
-    messages.send(1, messages.encode(kind, **data))
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", required=True)
@@ -166,10 +162,11 @@ def main(argv: list[str] | None = None) -> None:
     for index in range(args.start, len(specs)):
         spec = specs[index]
         meta = {k: getattr(spec, k) for k in PROBE_FIELDS}
-        _emit("start", index=index, **meta)
+        messages.say(1, "start", index=index, **meta)
         probe = spec.run()
-        _emit("done", index=index, failed=probe is not None, message=probe and probe.message)
-    _emit("end")
+        failed = probe is not None
+        messages.say(1, "done", index=index, failed=failed, message=probe and probe.message)
+    messages.say(1, "end")
     os._exit(0)  # no interpreter teardown: a backend that crashes at exit says nothing here
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import ctypes
 import faulthandler
 import os
-import signal
 from collections.abc import Callable
 
 import pytest
@@ -19,7 +18,7 @@ from _pytest.runner import runtestprotocol
 
 from conformance.engine.backend import Backend
 from conformance.harness.runners import HEAP_EXERCISE, spawned_job
-from conformance.processes import messages
+from conformance.processes import messages, zygote
 from conformance.processes.messages import MessageReader, encode
 
 
@@ -95,7 +94,7 @@ def serve(
     each case's finish was sent)."""
     code = 0
     try:
-        _die_with_parent()
+        zygote.die_with_parent()  # a lost owner leaves no runner computing
         if forked:
             import torch
 
@@ -118,19 +117,6 @@ def serve(
     except BaseException:  # noqa: BLE001 - anything here must not run the parent's code
         code = 3
     os._exit(code)
-
-
-def _die_with_parent() -> None:
-    """Be killed when the process that owns this runner dies (Linux PR_SET_PDEATHSIG): a run
-    stopped by SIGTERM or a lost xdist worker must not leave a runner computing for minutes (a
-    torch_xla graph of 65,537 outputs compiled on for 20 minutes after its run ended)."""
-    parent = os.getppid()
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return  # not Linux: the runner ends when its command pipe closes
-    if os.getppid() != parent:  # the owner died before the request took effect
-        os._exit(3)
 
 
 def exercise_heap() -> None:
@@ -171,19 +157,19 @@ class _Serving:
 
     def on_heap_exercise(self) -> None:
         """The culprit search's "then a trivial allocation"."""
-        messages.send(self.out, encode("start", nodeid=HEAP_EXERCISE))
+        messages.say(self.out, "start", nodeid=HEAP_EXERCISE)
         exercise_heap()
-        messages.send(self.out, encode("finish", nodeid=HEAP_EXERCISE, retire=False))
+        messages.say(self.out, "finish", nodeid=HEAP_EXERCISE, retire=False)
 
     def on_run(self, nodeid: str, next: str | None) -> None:  # noqa: A002 - the message's field
         """Run one item with pytest's protocol; its reports, then its finish."""
         item = self.by_id.get(nodeid)
         if item is None:
             reason = "[harness] the spawned runner did not collect it"
-            messages.send(self.out, encode("missing", nodeid=nodeid, reason=reason))
+            messages.say(self.out, "missing", nodeid=nodeid, reason=reason)
             return
         nextitem = self.by_id.get(next) if next else None
-        messages.send(self.out, encode("start", nodeid=nodeid))
+        messages.say(self.out, "start", nodeid=nodeid)
         config, passed, out = self.config, True, []
         for report in runtestprotocol(item, log=False, nextitem=nextitem):
             passed = passed and report.passed

@@ -60,7 +60,7 @@ from conformance.harness.options import parse_dtypes
 from conformance.measure.tolerance_figures import Figures, Row, measure, report
 from conformance.ops import OpSpec, spec_for
 from conformance.processes import forking, launch, messages
-from conformance.processes.messages import MessageReader, encode
+from conformance.processes.messages import MessageReader
 from conformance.samples import MAX_FALLBACK_SAMPLES, MAX_OPINFO_SAMPLES, calls_for
 
 DEFAULT_DTYPES = "float32,float64,float16,bfloat16"
@@ -160,9 +160,9 @@ def in_child(fn: Callable[[Callable[[str], None]], object]) -> object:
         try:
             os.close(read)
             torch.set_num_threads(1)  # an OpenMP pool inherited through fork() would hang
-            result = fn(lambda text: messages.send(write, encode("progress", at=text)))
+            result = fn(lambda text: messages.say(write, "progress", at=text))
             data = base64.b64encode(pickle.dumps(result)).decode()
-            messages.send(write, encode("result", pickle=data))
+            messages.say(write, "result", pickle=data)
         except BaseException:
             traceback.print_exc()
             code = 1

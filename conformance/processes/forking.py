@@ -20,9 +20,10 @@ import os
 import select
 import signal
 import time
+from dataclasses import dataclass
 from typing import Any
 
-from conformance.processes.messages import Message, MessageReader, encode, send
+from conformance.processes.messages import Message, MessageReader
 
 #: the environment of a process that forks: thread pools that start at import stay off
 QUIET = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -164,9 +165,29 @@ def run_task(fn: str, payload: Any, progress_fd: int) -> None:
     os._exit(code)
 
 
-def read_progress(fd: int, child: Child, timeout: float) -> tuple[list[Message], int]:
-    """The messages `child` wrote to `fd` (processes/messages.py: a task's `started` and
-    `done`) until it ended (killed past `timeout`), and its status."""
+@dataclass(frozen=True)
+class TaskEnd:
+    """How a task child ended: what it said (processes/messages.py: `started` with the index of
+    what it began, then `done`) and its wait status."""
+
+    said: list[Message]
+    status: int
+
+    @property
+    def finished(self) -> bool:
+        """It said `done` last and exited with 0."""
+        done = bool(self.said) and self.said[-1]["kind"] == "done"
+        return done and os.WIFEXITED(self.status) and os.WEXITSTATUS(self.status) == 0
+
+    @property
+    def last_started(self) -> int | None:
+        """The index it began last (what it died or hung on, if it did not finish)."""
+        started = [m["index"] for m in self.said if m["kind"] == "started"]
+        return started[-1] if started else None
+
+
+def read_progress(fd: int, child: Child, timeout: float) -> TaskEnd:
+    """What `child` said on `fd` until it ended (killed past `timeout`), and its status."""
     deadline = time.monotonic() + timeout
     reader, found = MessageReader(fd), []
     while True:
@@ -185,9 +206,4 @@ def read_progress(fd: int, child: Child, timeout: float) -> tuple[list[Message],
         found.append(message)
     status = child.wait()
     assert status is not None
-    return found, status
-
-
-def progress(fd: int, kind: str, **fields: Any) -> None:
-    """In a task child: tell the parent (`started` a sample of this index, `done`)."""
-    send(fd, encode(kind, **fields))
+    return TaskEnd(found, status)

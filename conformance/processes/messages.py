@@ -67,6 +67,11 @@ def send(fd: int, *messages: bytes) -> None:
         data = data[written:]
 
 
+def say(fd: int, kind: str, **fields: Any) -> None:
+    """Write one message to `fd` (`send` of its encoding)."""
+    send(fd, encode(kind, **fields))
+
+
 class MessageReader:
     """The messages arriving on a byte stream (a pipe's read end, a child's stdout), in order."""
 

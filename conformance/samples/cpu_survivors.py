@@ -21,7 +21,8 @@ import torch
 from conformance.engine.calls import Call, clone_tree, load_calls, save_calls
 from conformance.engine.held_stderr import HELD
 from conformance.processes.forker import FORKER
-from conformance.processes.forking import progress, read_progress
+from conformance.processes.forking import read_progress
+from conformance.processes.messages import say
 
 TIMEOUT = 10.0  # seconds a batch may take on CPU
 
@@ -52,15 +53,13 @@ def _run_batch(calls: list[Call], run, timeout: float) -> tuple[int, int | None]
                 child = FORKER.start(f"{__name__}:batch_task", payload, write_fd, "cpu-survivors")
             finally:
                 os.close(write_fd)
-            said, status = read_progress(read_fd, child, timeout)
+            end = read_progress(read_fd, child, timeout)
     finally:
         os.close(read_fd)
         os.unlink(path)
-    done = bool(said) and said[-1]["kind"] == "done"
-    if done and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+    if end.finished:
         return len(calls), None
-    started = [m["index"] for m in said if m["kind"] == "started"]
-    culprit = started[-1] if started else 0
+    culprit = end.last_started or 0
     return culprit, culprit
 
 
@@ -75,9 +74,9 @@ def batch_task(payload: dict, progress_fd: int) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for i, call in enumerate(calls):
-            progress(progress_fd, "started", index=i)
+            say(progress_fd, "started", index=i)
             try:
                 run(Call(call.overload, clone_tree(call.args), clone_tree(call.kwargs)))
             except Exception:
                 pass
-    progress(progress_fd, "done")
+    say(progress_fd, "done")

@@ -24,7 +24,8 @@ import torch
 from conformance.engine.calls import Call, load_calls, save_calls
 from conformance.engine.held_stderr import HELD
 from conformance.processes.forker import FORKER
-from conformance.processes.forking import progress, read_progress
+from conformance.processes.forking import TaskEnd, read_progress
+from conformance.processes.messages import say
 from conformance.processes.this import THIS
 
 TIMEOUT = 120.0  # seconds one capture may take
@@ -60,21 +61,18 @@ def _in_child(
 ):
     """(what the child captured, None) or (None, the index it was running when it died)."""
     payload = {"args": args, "skip": skip}
-    done, found, said, _ = _forked("capture_task", capture, payload, timeout, warm, load_calls)
-    if done:
-        return found, None
-    started = [m["index"] for m in said if m["kind"] == "started"]
-    return None, (started[-1] if started else None)
+    end, found = _forked("capture_task", capture, payload, timeout, warm, load_calls)
+    return (found, None) if end.finished else (None, end.last_started)
 
 
 def capture_task(payload: dict, progress_fd: int) -> None:
     """In the forked child: run the capture, save what it found, say "done"."""
     torch.set_num_threads(1)  # no OpenMP pool in a forked child
     found = _function(payload)(
-        *payload["args"], payload["skip"], lambda i: progress(progress_fd, "started", index=i)
+        *payload["args"], payload["skip"], lambda i: say(progress_fd, "started", index=i)
     )
     save_calls(found, payload["out"])
-    progress(progress_fd, "done")
+    say(progress_fd, "done")
 
 
 def forked_call(fn: Callable[..., Any], args: tuple, timeout: float = TIMEOUT) -> tuple[bool, Any]:
@@ -83,9 +81,10 @@ def forked_call(fn: Callable[..., Any], args: tuple, timeout: float = TIMEOUT) -
     For the suite's own CPU computations that a CPU kernel may crash (a case's verdict must not
     carry the crash of the suite's measurement)."""
     load = lambda path: torch.load(path, weights_only=False)  # noqa: E731
-    done, found, _, status = _forked("call_task", fn, {"args": args}, timeout, (), load)
-    if done:
+    end, found = _forked("call_task", fn, {"args": args}, timeout, (), load)
+    if end.finished:
         return True, found
+    status = end.status
     if os.WIFSIGNALED(status):
         return False, f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
     return False, f"exit status {os.WEXITSTATUS(status)}"
@@ -95,7 +94,7 @@ def call_task(payload: dict, progress_fd: int) -> None:
     """In the forked child: run the function, save what it returned, say "done"."""
     torch.set_num_threads(1)  # no OpenMP pool in a forked child
     torch.save(_function(payload)(*payload["args"]), payload["out"])
-    progress(progress_fd, "done")
+    say(progress_fd, "done")
 
 
 def _forked(
@@ -105,10 +104,9 @@ def _forked(
     timeout: float,
     warm: tuple[str, ...],
     load: Callable[[str], Any],
-) -> tuple[bool, Any, list[str], int]:
+) -> tuple[TaskEnd, Any]:
     """`task` (a function of this module) run in a forked child on `payload` plus `fn`'s name
-    and a file for what it saves: (whether it finished, what it saved (`load`), the progress
-    messages it sent, its wait status)."""
+    and a file for what it saves: (how it ended, what it saved (`load`) if it finished)."""
     fd, path = tempfile.mkstemp(prefix="conformance-forked-", suffix=".pt")
     os.close(fd)
     read_fd, write_fd = os.pipe()
@@ -119,10 +117,8 @@ def _forked(
                 child = FORKER.start(f"{__name__}:{task}", payload, write_fd, task, warm)
             finally:
                 os.close(write_fd)
-            said, status = read_progress(read_fd, child, timeout)
-        done = bool(said) and said[-1]["kind"] == "done"
-        done = done and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
-        return done, (load(path) if done else None), said, status
+            end = read_progress(read_fd, child, timeout)
+        return end, (load(path) if end.finished else None)
     finally:
         os.close(read_fd)
         os.unlink(path)

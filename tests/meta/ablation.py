@@ -43,7 +43,7 @@ def _patch(module: str, attr: str, value_of: Callable[[object], object]) -> Call
 
 def _died() -> object:
     """A confirmation run that died too (crash confirmation ablated)."""
-    from conformance.harness.isolation import Attempt
+    from conformance.harness.runners import Attempt
 
     return Attempt(end="died")
 
@@ -309,7 +309,7 @@ ABLATIONS: dict[str, Callable[[], None]] = {
     ),
     "sync-recompile": _patch("conformance.engine.syncing", "COMPILES", lambda v: "no such counter"),
     "lazy-retire": _patch(
-        "conformance.harness.runners", "_lazy_runtime_ok", lambda f: lambda backend: True
+        "conformance.harness.serving", "_lazy_runtime_ok", lambda f: lambda backend: True
     ),
     # sticky device errors (issue 55: CUDA's device-side asserts)
     "device-unusable": _patch(
@@ -357,7 +357,7 @@ ABLATIONS: dict[str, Callable[[], None]] = {
         "IsolatedRunner._confirm",
         lambda f: lambda self, item, nextitem: _died(),
     ),
-    "runner-dies-with-owner": _off("conformance.harness.runners", "_die_with_parent"),
+    "runner-dies-with-owner": _off("conformance.processes.zygote", "die_with_parent"),
     "unvectorised-nan": _off("conformance.engine.unvectorised", "fix_vectorised_nans"),
     # a JIT backend's first calls never said (the summary line)
     "first-call-time": _off("conformance.harness.terminal", "_first_calls"),

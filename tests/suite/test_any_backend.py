@@ -196,8 +196,15 @@ def test_a_runner_dies_with_the_process_that_owns_it(tmp_path):
     )  # fmt: skip
 
     def runners() -> list[int]:
-        out = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True)
-        return [int(p) for p in out.stdout.split()]
+        """Every descendant: a forked runner is the runner zygote's child, not pytest's."""
+        found, parents = [], [proc.pid]
+        while parents:
+            out = subprocess.run(
+                ["pgrep", "-P", ",".join(map(str, parents))], capture_output=True, text=True
+            )
+            parents = [int(p) for p in out.stdout.split()]
+            found += parents
+        return found
 
     deadline = time.monotonic() + 120
     while not runners() and time.monotonic() < deadline and proc.poll() is None:

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as exc:  # noqa: BLE001 - this search's failure, not the child's
                 found = f"not found: {type(exc).__name__}: {str(exc)[:160]}"
             sys.stdout.flush()  # what the search printed comes before the answer
-            messages.send(sys.stdout.fileno(), messages.encode("diverged", op=found))
+            messages.say(sys.stdout.fileno(), "diverged", op=found)
         return 0
     case = _parse(parser, args.case or "")
     if args.diverged:

@@ -37,7 +37,7 @@ from conformance.engine.oracles import is_nondeterministic
 from conformance.engine.transfer import read_back
 from conformance.engine.workload_calls import UNINITIALIZED
 from conformance.processes import launch, messages
-from conformance.processes.messages import MessageReader, encode
+from conformance.processes.messages import MessageReader
 
 SEARCH_TIMEOUT = 120.0  # seconds a search has (the child's start included)
 
@@ -225,7 +225,7 @@ class SearchChild:
             self._start()
         assert self.proc is not None and self.proc.stdin is not None and self.answers is not None
         try:
-            messages.send(self.proc.stdin.fileno(), encode("search", case=case))
+            messages.say(self.proc.stdin.fileno(), "search", case=case)
         except OSError:
             return self._ended()
         try:
