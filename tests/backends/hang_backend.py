@@ -2,8 +2,11 @@
 
 Every other input gets abs computed on CPU and copied back, so only the zero-size case hangs.
 The loop is plain Python: faulthandler's watchdog (a C thread) still fires while it holds the GIL.
+With HANG_BACKEND_MARK set, the hanging process first writes its pid to that file, so a test
+can tell the case is inside the hang (and which process holds it).
 """
 
+import os
 import warnings
 
 import echo_npu  # noqa: F401  (registers the device)
@@ -14,6 +17,9 @@ _LIB = torch.library.Library("aten", "IMPL")
 
 def _abs(x: torch.Tensor) -> torch.Tensor:
     if x.numel() == 0:
+        if mark := os.environ.get("HANG_BACKEND_MARK"):
+            with open(mark, "w") as f:
+                f.write(str(os.getpid()))
         while True:
             pass
     return torch.ops.aten.abs.default(x.cpu()).to(x.device)
