@@ -221,7 +221,9 @@ class SearchChild:
     def search(self, case: str) -> str | None:
         """The first op that diverged in `case`; "not found: ..." when the search failed; None
         when it found none."""
-        if self.proc is None or self.proc.poll() is not None:
+        if self.proc is not None and self.proc.poll() is not None:
+            self._drop()  # it ended between searches: its pipes closed before a new child's
+        if self.proc is None:
             self._start()
         assert self.proc is not None and self.proc.stdin is not None and self.answers is not None
         try:
@@ -279,7 +281,7 @@ class SearchChild:
     def _drop(self) -> None:
         """Forget the ended child, its pipes closed."""
         assert self.proc is not None
-        for pipe in (self.proc.stdin, self.proc.stdout):
+        for pipe in (self.proc.stdin, self.proc.stdout, self.stderr):
             if pipe is not None:
                 pipe.close()
-        self.proc, self.answers = None, None
+        self.proc, self.answers, self.stderr = None, None, None
