@@ -180,6 +180,7 @@ def test_header_says_what_the_fallback_path_cannot_prove(run_suite):
 def test_a_runner_dies_with_the_process_that_owns_it(tmp_path):
     """A run killed while a case hangs (SIGKILL: no cleanup runs) must not leave its runner
     computing: on torch_xla one compiled on for 20 minutes after its run was stopped."""
+    import contextlib
     import signal
     import time
 
@@ -228,6 +229,9 @@ def test_a_runner_dies_with_the_process_that_owns_it(tmp_path):
     while alive and time.monotonic() < deadline:
         time.sleep(0.2)
         alive = [p for p in children if os.path.exists(f"/proc/{p}") and _not_zombie(p)]
+    for pid in alive:  # a hanging runner left behind would spin on a core for the whole run
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     assert not alive, f"runner(s) {alive} outlived the pytest process that owned them"
 
 
