@@ -23,6 +23,7 @@ def test_autocast_policy(
         autocast_plan.key,
         len(autocast_plan.device_kernels),
         autocast_op in autocast_plan.references.get("cuda", {}),
+        conformance_suite.cache_dir,
     )
     leave_verdict(request.node, verdict)
     if verdict.message:

@@ -107,3 +107,20 @@ def test_an_op_wrong_outside_autocast_too_is_left_to_its_op_cases(npu, faults):
     faults(["fallback_addmm_drops_bias"])  # addmm is wrong on the device, region or not
     verdict = judge("addmm", torch.device(NPU), torch.float16, "AutocastPrivateUse1", 1)
     assert verdict.message == "" and verdict.values.startswith("not judged: addmm differs")
+
+
+@pytest.mark.parametrize("op", ["mm", "einsum", "max_pool3d", "_upsample_bilinear2d_aa", "exp"])
+def test_a_kept_sample_is_the_one_searched_and_spares_op_db(op, tmp_path, monkeypatch):
+    """The sample found for an op is kept in the sample cache with its OpInfo's function (a
+    lambda for einsum, a closure for max_pool3d, a torch.ops packet for the aa upsample): read
+    back, it computes what the searched one does, and no search (no op_db) runs for it."""
+    from conformance.engine.autocast import judge as judging
+
+    info, sample = sample_of(op, str(tmp_path))
+    want = info.op(sample.input, *sample.args, **sample.kwargs)
+    monkeypatch.setattr(judging, "_first_sample", lambda op: pytest.fail(f"searched {op} again"))
+    kept_info, kept = sample_of(op, str(tmp_path))
+    got = kept_info.op(kept.input, *kept.args, **kept.kwargs)
+    for a, b in zip(*(torch.utils._pytree.tree_flatten(x)[0] for x in (got, want)), strict=True):
+        torch.testing.assert_close(a, b, equal_nan=True)
+    assert judge(op, torch.device("cpu"), torch.bfloat16, None, 0, True, str(tmp_path)).policies

@@ -7,12 +7,17 @@ too, by evidence (engine/measured.py: CPU's own error against the op in float64 
 rounded inputs).
 
 The op's samples come from torch's OpInfo database, matched by name or aten name; an op with
-none is not judged (the run header lists it)."""
+none is not judged (the run header lists it). The sample found for an op is kept in the sample
+cache (with the OpInfo's function, where it is picklable), so a warm run never imports `op_db`
+(2-3 s in each process that judged an autocast case)."""
 
 from __future__ import annotations
 
 import functools
+import os
+import pickle
 import threading
+import warnings
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -54,8 +59,14 @@ def _opinfos() -> dict[str, list[Any]]:
     return found
 
 
-def sample_of(op: str) -> tuple[Any, Any] | None:
-    """(OpInfo, its first float32 sample that runs on CPU without autocast), None if none.
+#: the folder, in a torch version's sample cache, of the samples found for autocast cases
+STORE = "autocast-v1"
+
+
+def sample_of(op: str, cache_dir: str | None = None) -> tuple[Any, Any] | None:
+    """(OpInfo, its first float32 sample that runs on CPU without autocast), None if none;
+    kept in (and read from) the sample cache `cache_dir`, where the OpInfo is reduced to what
+    the judge uses of it (`op`).
 
     Searched in a thread of its own: torch's `sample_inputs` walks its caller's stack with
     `inspect.stack()` for a unittest test (`extract_test_fn`, which reads the source of every
@@ -69,12 +80,83 @@ def sample_of(op: str) -> tuple[Any, Any] | None:
         except BaseException as error:  # noqa: BLE001 - raised again in the caller's thread
             found[1] = error
 
+    path = _stored_path(op, cache_dir)
+    stored = _load_stored(path)
+    if stored is not None:
+        return stored[0]
     thread = threading.Thread(target=search, name="conformance-opinfo-samples")
     thread.start()
     thread.join()
     if found[1] is not None:
         raise found[1]
+    if path is not None:
+        _store(path, found[0])
     return found[0]
+
+
+def _stored_path(op: str, cache_dir: str | None) -> str | None:
+    from conformance.samples.opinfo import cache_root
+
+    root = cache_root(cache_dir)
+    return os.path.join(root, STORE, f"{op}.pt") if root else None
+
+
+def _load_stored(path: str | None) -> tuple[tuple[Any, Any] | None] | None:
+    """(what `sample_of` found,) as stored at `path`; None when nothing is stored there."""
+    if path is None or not os.path.exists(path):
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            data = torch.load(path, weights_only=False)
+        if data is None:
+            return (None,)
+        function, (inputs, args, kwargs) = data
+        function = _resolved(function)
+    except Exception:  # noqa: BLE001 - a torn or older file: searched again
+        return None
+    sample = SimpleNamespace(input=inputs, args=args, kwargs=kwargs)
+    return ((SimpleNamespace(op=function), sample),)
+
+
+def _store(path: str, found: tuple[Any, Any] | None) -> None:
+    """Keep what `sample_of` found at `path` (atomically): the OpInfo's function pickled by
+    cloudpickle (by value where it is a lambda or a closure, as einsum's and max_pool3d's
+    are; plain pickle keeps neither), an operator of torch.ops by its name."""
+    data = None
+    if found is not None:
+        info, sample = found
+        data = (_reference(info.op), (sample.input, tuple(sample.args), dict(sample.kwargs)))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        torch.save(data, tmp)
+        os.replace(tmp, path)
+    except Exception:  # noqa: BLE001 - a cache: what does not pickle is searched again
+        pass
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _reference(function: Any) -> tuple[str, Any]:
+    import cloudpickle
+
+    if isinstance(function, torch._ops.OpOverloadPacket):
+        return ("torch.ops", function._qualified_op_name)
+    if isinstance(function, torch._ops.OpOverload):
+        return ("torch.ops", function.name())
+    return ("cloudpickle", cloudpickle.dumps(function))
+
+
+def _resolved(reference: tuple[str, Any]) -> Any:
+    how, what = reference
+    if how == "cloudpickle":
+        return pickle.loads(what)  # noqa: S301 - the suite's own cache, as its sample files
+    namespace, _, name = what.partition("::")
+    name, _, overload = name.partition(".")
+    packet = getattr(getattr(torch.ops, namespace), name)
+    return getattr(packet, overload) if overload else packet
 
 
 def _first_sample(op: str) -> tuple[Any, Any] | None:
@@ -99,13 +181,15 @@ def judge(
     device_key: str | None,
     device_kernels: int,
     cuda_registers: bool = True,
+    cache_dir: str | None = None,
 ) -> AutocastVerdict:
     """The case of `op` on `device`, whose autocast dtype is `lower` and whose autocast key
     (`device_key`) has `device_kernels` kernels: its class against CUDA's, CPU's shown beside
     it. An op CUDA does not register (`cuda_registers` off: CPU's or XPU's own) is observed,
     not judged (`judged` off): CUDA has no policy for it, and what fake CUDA tensors show of
-    its decomposition is not what a GPU runs (the fake mode decomposes it below autocast)."""
-    found = sample_of(op)
+    its decomposition is not what a GPU runs (the fake mode decomposes it below autocast).
+    `cache_dir`: the sample cache that keeps the op's sample (`sample_of`)."""
+    found = sample_of(op, cache_dir)
     verdict = AutocastVerdict(op)
     if found is None:
         return verdict
