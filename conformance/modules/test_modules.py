@@ -34,13 +34,14 @@ def test_module(
     backend = conformance_suite.backend
     oracles.use_seeding(backend.seed_generators)  # as the op cases seed (engine/oracles.py)
     try:
-        verdict = judge(module_case, backend.device)
+        verdict = judge(module_case, backend.device, conformance_suite.cache_dir)
     except NotComparable as exc:
         pytest.skip(f"not applicable: {exc}")
     if verdict.searched:  # after the verdict, in a child: its crash is never the case's
         key = (backend.spec, backend.device_type)
         if key not in divergence_searches:
-            divergence_searches[key] = SearchChild(*key, scales=op_scales())
+            cache = conformance_suite.cache_dir
+            divergence_searches[key] = SearchChild(*key, op_scales(), cache)
         child = divergence_searches[key]
         verdict.diverged = child.search(str(module_case))
     leave_verdict(request.node, verdict)

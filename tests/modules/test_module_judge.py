@@ -171,3 +171,24 @@ def test_the_op_specs_scales_reach_the_search_child_whole():
     scales = tolerance_scales()
     assert scales and decode_scales(encode_scales(scales)) == scales
     assert decode_scales("") == {}
+
+
+@pytest.mark.parametrize("case", [BN, "nn.LSTM-float32-train-contiguous-0",
+                                  "nn.Conv2d-float32-eval-channels_last-0"])  # fmt: skip
+def test_kept_samples_build_the_same_case_without_module_db(case, tmp_path, monkeypatch):
+    """A module's samples are kept in the sample cache: read back, they build the same module
+    and inputs (and torch's tolerance), and module_db is not asked for them."""
+    from conformance.engine.modules import step
+
+    step.seeded_samples.cache_clear()
+    drawn = prepare(ModuleCase.parse(case), str(tmp_path))
+    step.seeded_samples.cache_clear()
+    monkeypatch.setattr(step, "module_infos", lambda: pytest.fail("module_db asked again"))
+    again = prepare(ModuleCase.parse(case), str(tmp_path))
+    step.seeded_samples.cache_clear()
+    assert type(again.module) is type(drawn.module) and again.upstream == drawn.upstream
+    a, b = drawn.module.state_dict(), again.module.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    for x, y in zip(*(torch.utils._pytree.tree_flatten(p.args)[0] for p in (drawn, again)),
+                    strict=True):  # fmt: skip
+        assert torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y

@@ -8,16 +8,13 @@ rounded inputs).
 
 The op's samples come from torch's OpInfo database, matched by name or aten name; an op with
 none is not judged (the run header lists it). The sample found for an op is kept in the sample
-cache (with the OpInfo's function, where it is picklable), so a warm run never imports `op_db`
-(2-3 s in each process that judged an autocast case)."""
+cache with the OpInfo's function (samples/kept.py), so a warm run never imports `op_db` (2-3 s
+in each process that judged an autocast case)."""
 
 from __future__ import annotations
 
 import functools
-import os
-import pickle
 import threading
-import warnings
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -30,6 +27,7 @@ from conformance.engine.compare import Mismatch
 from conformance.engine.errorclass import first_line
 from conformance.engine.measured import compare_value
 from conformance.engine.transfer import read_back
+from conformance.samples import kept
 
 CHECK = "autocast"
 
@@ -60,7 +58,7 @@ def _opinfos() -> dict[str, list[Any]]:
 
 
 #: the folder, in a torch version's sample cache, of the samples found for autocast cases
-STORE = "autocast-v1"
+STORE = "autocast-v2"
 
 
 def sample_of(op: str, cache_dir: str | None = None) -> tuple[Any, Any] | None:
@@ -80,83 +78,47 @@ def sample_of(op: str, cache_dir: str | None = None) -> tuple[Any, Any] | None:
         except BaseException as error:  # noqa: BLE001 - raised again in the caller's thread
             found[1] = error
 
-    path = _stored_path(op, cache_dir)
-    stored = _load_stored(path)
-    if stored is not None:
-        return stored[0]
+    path = kept.path_of(cache_dir, STORE, op)
+    stored = kept.load(path)
+    if stored is not kept.MISSING:
+        try:
+            return _restored(stored)
+        except Exception:  # noqa: BLE001 - an operator this torch lacks: searched again
+            pass
     thread = threading.Thread(target=search, name="conformance-opinfo-samples")
     thread.start()
     thread.join()
     if found[1] is not None:
         raise found[1]
-    if path is not None:
-        _store(path, found[0])
+    kept.keep(path, _keepable(found[0]))
     return found[0]
 
 
-def _stored_path(op: str, cache_dir: str | None) -> str | None:
-    from conformance.samples.opinfo import cache_root
-
-    root = cache_root(cache_dir)
-    return os.path.join(root, STORE, f"{op}.pt") if root else None
-
-
-def _load_stored(path: str | None) -> tuple[tuple[Any, Any] | None] | None:
-    """(what `sample_of` found,) as stored at `path`; None when nothing is stored there."""
-    if path is None or not os.path.exists(path):
+def _keepable(found: tuple[Any, Any] | None) -> tuple | None:
+    """What `sample_of` found, as kept: the OpInfo reduced to its function (an operator of
+    torch.ops by its name: its pybind11 internals do not pickle), the sample to its inputs."""
+    if found is None:
         return None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            data = torch.load(path, weights_only=False)
-        if data is None:
-            return (None,)
-        function, (inputs, args, kwargs) = data
-        function = _resolved(function)
-    except Exception:  # noqa: BLE001 - a torn or older file: searched again
-        return None
-    sample = SimpleNamespace(input=inputs, args=args, kwargs=kwargs)
-    return ((SimpleNamespace(op=function), sample),)
-
-
-def _store(path: str, found: tuple[Any, Any] | None) -> None:
-    """Keep what `sample_of` found at `path` (atomically): the OpInfo's function pickled by
-    cloudpickle (by value where it is a lambda or a closure, as einsum's and max_pool3d's
-    are; plain pickle keeps neither), an operator of torch.ops by its name."""
-    data = None
-    if found is not None:
-        info, sample = found
-        data = (_reference(info.op), (sample.input, tuple(sample.args), dict(sample.kwargs)))
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        torch.save(data, tmp)
-        os.replace(tmp, path)
-    except Exception:  # noqa: BLE001 - a cache: what does not pickle is searched again
-        pass
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
-def _reference(function: Any) -> tuple[str, Any]:
-    import cloudpickle
-
+    info, sample = found
+    function = info.op
     if isinstance(function, torch._ops.OpOverloadPacket):
-        return ("torch.ops", function._qualified_op_name)
-    if isinstance(function, torch._ops.OpOverload):
-        return ("torch.ops", function.name())
-    return ("cloudpickle", cloudpickle.dumps(function))
+        function = ("torch.ops", function._qualified_op_name)
+    elif isinstance(function, torch._ops.OpOverload):
+        function = ("torch.ops", function.name())
+    return function, (sample.input, tuple(sample.args), dict(sample.kwargs))
 
 
-def _resolved(reference: tuple[str, Any]) -> Any:
-    how, what = reference
-    if how == "cloudpickle":
-        return pickle.loads(what)  # noqa: S301 - the suite's own cache, as its sample files
-    namespace, _, name = what.partition("::")
-    name, _, overload = name.partition(".")
-    packet = getattr(getattr(torch.ops, namespace), name)
-    return getattr(packet, overload) if overload else packet
+def _restored(stored: tuple | None) -> tuple[Any, Any] | None:
+    if stored is None:
+        return None
+    function, (inputs, args, kwargs) = stored
+    if isinstance(function, tuple):  # ("torch.ops", "aten::name.overload")
+        namespace, _, name = function[1].partition("::")
+        name, _, overload = name.partition(".")
+        function = getattr(getattr(torch.ops, namespace), name)
+        function = getattr(function, overload) if overload else function
+    sample = SimpleNamespace(input=inputs, args=args, kwargs=kwargs)
+    return SimpleNamespace(op=function), sample
 
 
 def _first_sample(op: str) -> tuple[Any, Any] | None:

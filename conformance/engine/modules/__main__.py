@@ -2,7 +2,7 @@
 
     python -m conformance.engine.modules nn.BatchNorm2d-float32-train-contiguous-0 \\
         [--backend MODULE[:FUNCTION]] [--device TYPE] [--diverged]
-    python -m conformance.engine.modules --serve [--backend ...] [--device ...]
+    python -m conformance.engine.modules --serve [--backend ...] [--device ...] [--cache-dir DIR]
 
 loads the backend, runs the case on CPU and on the device, prints the verdict and exits 0
 (passed) or 1. `--diverged` prints only the first op that diverged, as one JSON line; `--serve`
@@ -31,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--diverged", action="store_true", help="only search the diverged op")
     parser.add_argument("--serve", action="store_true", help="search the cases read from stdin")
     parser.add_argument("--scales", default="", help="the op specs' tolerance scales (JSON)")
+    parser.add_argument("--cache-dir", default=None, help="the sample cache (samples/kept.py)")
     args = parser.parse_args(argv)
     backend = load_backend(args.backend, args.device)
     above = _autograd_kernels(backend.dispatch_key)
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         while (request := requests.receive()) is not None:
             try:
                 case = ModuleCase.parse(request["case"])
-                found = _diverged(case, backend.device, above, scales)
+                found = _diverged(case, backend.device, above, scales, args.cache_dir)
             except Exception as exc:  # noqa: BLE001 - this search's failure, not the child's
                 found = f"not found: {type(exc).__name__}: {str(exc)[:160]}"
             sys.stdout.flush()  # what the search printed comes before the answer
@@ -48,14 +49,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     case = _parse(parser, args.case or "")
     if args.diverged:
-        found = _diverged(case, backend.device, above, scales)
+        found = _diverged(case, backend.device, above, scales, args.cache_dir)
         print(json.dumps({"diverged": found}), flush=True)
         return 0
     device = backend.device
     from conformance.engine.modules.judge import NotComparable, judge
 
     try:
-        verdict = judge(case, device)
+        verdict = judge(case, device, args.cache_dir)
     except NotComparable as exc:
         print(f"skipped: {case}: {exc}")
         return 0
@@ -86,11 +87,13 @@ def _autograd_kernels(key: str) -> set[str]:
     }
 
 
-def _diverged(case: ModuleCase, device: object, above: set[str], scales: dict) -> str | None:
+def _diverged(
+    case: ModuleCase, device: object, above: set[str], scales: dict, cache_dir: str | None = None
+) -> str | None:
     from conformance.engine.modules.divergence import first_divergence
     from conformance.engine.modules.step import prepare, run_step
 
-    prepared = prepare(case)
+    prepared = prepare(case, cache_dir)
     _, seeds = run_step(prepared, "cpu")
     return first_divergence(prepared, device, seeds, above, scales)
 

@@ -211,9 +211,16 @@ class SearchChild:
     started again after it crashed or hung (that search is reported as the search's failure,
     never as the case's)."""
 
-    def __init__(self, backend: str, device: str, scales: Mapping[str, Scale] | None = None):
+    def __init__(
+        self,
+        backend: str,
+        device: str,
+        scales: Mapping[str, Scale] | None = None,
+        cache_dir: str | None = None,
+    ):
         self.backend, self.device = backend, device
         self.scales = dict(scales or {})  # the op specs' tol_scale (harness: op_scales())
+        self.cache_dir = cache_dir  # the sample cache, where the modules' samples are kept
         self.proc: subprocess.Popen | None = None
         self.answers: MessageReader | None = None
         self.stderr: Any = None  # a file: a pipe nobody reads would block a chatty child
@@ -246,6 +253,7 @@ class SearchChild:
         cmd = ["-m", "conformance.engine.modules", "--serve"]
         cmd += ["--backend", self.backend] if self.backend else []
         cmd += ["--scales", encode_scales(self.scales)] if self.scales else []
+        cmd += ["--cache-dir", self.cache_dir] if self.cache_dir else []
         self.stderr = tempfile.TemporaryFile()
         self.proc = launch.spawn(
             "divergence-search",

@@ -63,10 +63,13 @@ class ModuleVerdict:
         return self.check in ("output", "grad", "state")
 
 
-def judge(case: ModuleCase, device: torch.device | str) -> ModuleVerdict:
+def judge(
+    case: ModuleCase, device: torch.device | str, cache_dir: str | None = None
+) -> ModuleVerdict:
     """Run the case on CPU and on `device` and compare (errors of the device propagate;
-    NotComparable where CPU's own step raises)."""
-    prepared = prepare(case)
+    NotComparable where CPU's own step raises; `cache_dir`: the sample cache its samples are
+    kept in, step.seeded_samples)."""
+    prepared = prepare(case, cache_dir)
     try:
         cpu, seeds = run_step(prepared, "cpu")
     except Exception as exc:  # noqa: BLE001 - torch's own CPU kernels refuse the sample

@@ -16,6 +16,7 @@ import copy
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -26,6 +27,7 @@ from conformance.engine import oracles
 from conformance.engine.layouts import Placement
 from conformance.engine.modules.cases import MEMORY_FORMATS, ModuleCase, module_infos, samples
 from conformance.engine.transfer import read_back
+from conformance.samples import kept
 
 SEED = 0  # the seed of a case's build, its inputs and its grad_outputs
 
@@ -105,23 +107,64 @@ def upstream_tolerance(info: Any, dtype: torch.dtype) -> tuple[float, float] | N
     return None
 
 
+@dataclass(frozen=True)
+class ModuleSamples:
+    """What a module's cases use of its ModuleInfo: its class, its samples (ModuleInput, or as
+    kept: their constructor_input and forward_input) and torch's own tolerance for a dtype."""
+
+    module_cls: Any
+    samples: tuple[Any, ...]
+    upstream: tuple[float, float] | None
+
+
+#: the folder, in a torch version's sample cache, of the modules' samples (samples/kept.py)
+STORE = "modules-v1"
+
+
 @functools.lru_cache(maxsize=8)
-def seeded_samples(module: str, dtype: torch.dtype, training: bool) -> tuple[Any, ...]:
+def seeded_samples(
+    module: str, dtype: torch.dtype, training: bool, cache_dir: str | None = None
+) -> ModuleSamples:
     """The ModuleInfo's samples, drawn after seeding (the same every time), made once per
     process for the cases that follow each other (a module's cases, one per sample, would
-    each draw them all again: 800 samples of LinearCrossEntropyLoss, 800 times). The steps
-    copy what they use (`place`), so the samples stay as drawn."""
+    each draw them all again: 800 samples of LinearCrossEntropyLoss, 800 times), and kept in
+    the sample cache `cache_dir`: a warm run never imports module_db (which imports op_db:
+    about 3 s in each process that ran a module case). The steps copy what they use
+    (`place`), so the samples stay as drawn."""
+    mode = "train" if training else "eval"
+    path = kept.path_of(cache_dir, STORE, f"{module}-{str(dtype).removeprefix('torch.')}-{mode}")
+    stored = kept.load(path)
+    if stored is not kept.MISSING:
+        module_cls, upstream, inputs = stored
+        return ModuleSamples(module_cls, tuple(_kept_input(*i) for i in inputs), upstream)
+    info = module_infos()[module]
     oracles.seed_value(SEED)
-    return tuple(samples(module_infos()[module], dtype, training))
+    drawn = tuple(samples(info, dtype, training))
+    found = ModuleSamples(info.module_cls, drawn, upstream_tolerance(info, dtype))
+    inputs = [
+        (s.constructor_input.args, s.constructor_input.kwargs)
+        + (s.forward_input.args, s.forward_input.kwargs)
+        for s in drawn
+    ]
+    kept.keep(path, (found.module_cls, found.upstream, inputs))
+    return found
 
 
-def prepare(case: ModuleCase) -> Prepared:
-    """The case's module and inputs on CPU, in its dtype, mode and memory format."""
-    info = module_infos()[case.module]
-    sample = seeded_samples(case.module, case.torch_dtype, case.training)[case.sample]
+def _kept_input(ctor_args: Any, ctor_kwargs: Any, args: Any, kwargs: Any) -> SimpleNamespace:
+    return SimpleNamespace(
+        constructor_input=SimpleNamespace(args=ctor_args, kwargs=ctor_kwargs),
+        forward_input=SimpleNamespace(args=args, kwargs=kwargs),
+    )
+
+
+def prepare(case: ModuleCase, cache_dir: str | None = None) -> Prepared:
+    """The case's module and inputs on CPU, in its dtype, mode and memory format (its samples
+    kept in the sample cache `cache_dir`: `seeded_samples`)."""
+    found = seeded_samples(case.module, case.torch_dtype, case.training, cache_dir)
+    sample = found.samples[case.sample]
     ctor = sample.constructor_input
     oracles.seed_value(SEED)
-    module = info.module_cls(*ctor.args, **ctor.kwargs).to(case.torch_dtype)
+    module = found.module_cls(*ctor.args, **ctor.kwargs).to(case.torch_dtype)
     module.train(case.training)
     args, kwargs = sample.forward_input.args, sample.forward_input.kwargs
     if isinstance(module, torch.nn.modules.lazy.LazyModuleMixin):
@@ -138,7 +181,7 @@ def prepare(case: ModuleCase) -> Prepared:
 
         module._apply(convert)
         args, kwargs = map_tensors(args, convert), map_tensors(kwargs, convert)
-    return Prepared(case, module, args, kwargs, upstream_tolerance(info, case.torch_dtype))
+    return Prepared(case, module, args, kwargs, found.upstream)
 
 
 @dataclass

@@ -1,0 +1,55 @@
+"""Values the suite draws from torch's testing databases (OpInfo, ModuleInfo) kept in the sample
+cache of this torch version, so that a warm run need not import the database (op_db or
+module_db: 2-3 s in each process that would) to draw them again. A value is written with
+cloudpickle, which keeps by value what plain pickle refuses (an OpInfo's lambda, a closure), and
+torch's serialisation for the tensors; `None` is kept as a value too (nothing found).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+
+import torch
+
+#: what `load` returns when nothing (or nothing readable) is kept at the path
+MISSING: Any = object()
+
+
+def path_of(cache_dir: str | None, folder: str, name: str) -> str | None:
+    """Where `name` is kept in `folder` of this torch version's sample cache (None: no cache)."""
+    from conformance.samples.opinfo import cache_root
+
+    root = cache_root(cache_dir)
+    return os.path.join(root, folder, f"{name}.pt") if root else None
+
+
+def load(path: str | None) -> Any:
+    """The value kept at `path`, MISSING where none is (or a torn or older file is)."""
+    if path is None or not os.path.exists(path):
+        return MISSING
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.load(path, weights_only=False)
+    except Exception:  # noqa: BLE001 - drawn again
+        return MISSING
+
+
+def keep(path: str | None, value: Any) -> None:
+    """Keep `value` at `path` (atomically); nothing is kept where it does not pickle."""
+    if path is None:
+        return
+    import cloudpickle
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        torch.save(value, tmp, pickle_module=cloudpickle)
+        os.replace(tmp, path)
+    except Exception:  # noqa: BLE001 - a cache: drawn again next time
+        pass
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
