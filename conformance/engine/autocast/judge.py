@@ -8,7 +8,7 @@ rounded inputs).
 
 The op's samples come from torch's OpInfo database, matched by name or aten name; an op with
 none is not judged (the run header lists it). The sample found for an op is kept in the sample
-cache with the OpInfo's function (samples/kept.py), so a warm run never imports `op_db` (2-3 s
+cache with the OpInfo's function (engine/kept.py), so a warm run never imports `op_db` (2-3 s
 in each process that judged an autocast case)."""
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten
 
+from conformance.engine import kept
 from conformance.engine.autocast import policy
 from conformance.engine.compare import Mismatch
 from conformance.engine.errorclass import first_line
 from conformance.engine.measured import compare_value
 from conformance.engine.transfer import read_back
-from conformance.samples import kept
 
 CHECK = "autocast"
 

@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--diverged", action="store_true", help="only search the diverged op")
     parser.add_argument("--serve", action="store_true", help="search the cases read from stdin")
     parser.add_argument("--scales", default="", help="the op specs' tolerance scales (JSON)")
-    parser.add_argument("--cache-dir", default=None, help="the sample cache (samples/kept.py)")
+    parser.add_argument("--cache-dir", default=None, help="the sample cache (engine/kept.py)")
     args = parser.parse_args(argv)
     backend = load_backend(args.backend, args.device)
     above = _autograd_kernels(backend.dispatch_key)

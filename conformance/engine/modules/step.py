@@ -23,11 +23,10 @@ import torch
 from torch.nn.utils.rnn import PackedSequence
 from torch.utils._pytree import tree_flatten
 
-from conformance.engine import oracles
+from conformance.engine import kept, oracles
 from conformance.engine.layouts import Placement
 from conformance.engine.modules.cases import MEMORY_FORMATS, ModuleCase, module_infos, samples
 from conformance.engine.transfer import read_back
-from conformance.samples import kept
 
 SEED = 0  # the seed of a case's build, its inputs and its grad_outputs
 
@@ -117,7 +116,7 @@ class ModuleSamples:
     upstream: tuple[float, float] | None
 
 
-#: the folder, in a torch version's sample cache, of the modules' samples (samples/kept.py)
+#: the folder, in a torch version's sample cache, of the modules' samples (engine/kept.py)
 STORE = "modules-v1"
 
 

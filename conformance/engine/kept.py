@@ -1,5 +1,5 @@
 """Values the suite draws from torch's testing databases (OpInfo, ModuleInfo) kept in the sample
-cache of this torch version, so that a warm run need not import the database (op_db or
+cache (`kept-<torch version>/`), so that a warm run need not import the database (op_db or
 module_db: 2-3 s in each process that would) to draw them again. A value is written with
 cloudpickle, which keeps by value what plain pickle refuses (an OpInfo's lambda, a closure), and
 torch's serialisation for the tensors; `None` is kept as a value too (nothing found).
@@ -19,10 +19,9 @@ MISSING: Any = object()
 
 def path_of(cache_dir: str | None, folder: str, name: str) -> str | None:
     """Where `name` is kept in `folder` of this torch version's sample cache (None: no cache)."""
-    from conformance.samples.opinfo import cache_root
-
-    root = cache_root(cache_dir)
-    return os.path.join(root, folder, f"{name}.pt") if root else None
+    if cache_dir is None:
+        return None
+    return os.path.join(cache_dir, f"kept-{torch.__version__}", folder, f"{name}.pt")
 
 
 def load(path: str | None) -> Any:
