@@ -7,6 +7,8 @@ torch's serialisation for the tensors; `None` is kept as a value too (nothing fo
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import warnings
 from typing import Any
@@ -17,11 +19,26 @@ import torch
 MISSING: Any = object()
 
 
-def path_of(cache_dir: str | None, folder: str, name: str) -> str | None:
-    """Where `name` is kept in `folder` of this torch version's sample cache (None: no cache)."""
+def path_of(
+    cache_dir: str | None, folder: str, name: str, sources: tuple[str, ...] = ()
+) -> str | None:
+    """Where `name` is kept in `folder` of this torch version's sample cache (None: no cache).
+    `sources`: the files of the suite whose code decides the value (how it is searched or
+    drawn, the suite's own specs): the folder is named by their contents too, so a change to
+    any of them draws every value again instead of reading one drawn by older code."""
     if cache_dir is None:
         return None
-    return os.path.join(cache_dir, f"kept-{torch.__version__}", folder, f"{name}.pt")
+    where = f"{folder}-{_digest(sources)}" if sources else folder
+    return os.path.join(cache_dir, f"kept-{torch.__version__}", where, f"{name}.pt")
+
+
+@functools.cache
+def _digest(sources: tuple[str, ...]) -> str:
+    digest = hashlib.sha1()
+    for source in sources:
+        with open(source, "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()[:12]
 
 
 def load(path: str | None) -> Any:

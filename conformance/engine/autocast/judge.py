@@ -58,7 +58,7 @@ def _opinfos() -> dict[str, list[Any]]:
 
 
 #: the folder, in a torch version's sample cache, of the samples found for autocast cases
-STORE = "autocast-v2"
+STORE = "autocast"
 
 
 def sample_of(op: str, cache_dir: str | None = None) -> tuple[Any, Any] | None:
@@ -78,7 +78,7 @@ def sample_of(op: str, cache_dir: str | None = None) -> tuple[Any, Any] | None:
         except BaseException as error:  # noqa: BLE001 - raised again in the caller's thread
             found[1] = error
 
-    path = kept.path_of(cache_dir, STORE, op)
+    path = kept.path_of(cache_dir, STORE, op, (__file__, policy.__file__))
     stored = kept.load(path)
     if stored is not kept.MISSING:
         try:

@@ -25,6 +25,7 @@ from torch.utils._pytree import tree_flatten
 
 from conformance.engine import kept, oracles
 from conformance.engine.layouts import Placement
+from conformance.engine.modules import cases, suite_specs
 from conformance.engine.modules.cases import MEMORY_FORMATS, ModuleCase, module_infos, samples
 from conformance.engine.transfer import read_back
 
@@ -117,7 +118,7 @@ class ModuleSamples:
 
 
 #: the folder, in a torch version's sample cache, of the modules' samples (engine/kept.py)
-STORE = "modules-v1"
+STORE = "modules"
 
 
 @functools.lru_cache(maxsize=8)
@@ -131,7 +132,8 @@ def seeded_samples(
     about 3 s in each process that ran a module case). The steps copy what they use
     (`place`), so the samples stay as drawn."""
     mode = "train" if training else "eval"
-    path = kept.path_of(cache_dir, STORE, f"{module}-{str(dtype).removeprefix('torch.')}-{mode}")
+    name = f"{module}-{str(dtype).removeprefix('torch.')}-{mode}"
+    path = kept.path_of(cache_dir, STORE, name, (__file__, cases.__file__, suite_specs.__file__))
     stored = kept.load(path)
     if stored is not kept.MISSING:
         module_cls, upstream, inputs = stored
