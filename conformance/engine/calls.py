@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -119,23 +120,34 @@ def save_calls(captured: dict[str, dict[str, list[Call]]], path: str) -> None:
         }
         for kind, by_overload in captured.items()
     }
+    save_atomically(data, path)
+
+
+def save_atomically(value: Any, path: str, pickle_module: Any = pickle) -> None:
+    """`torch.save` of `value` to `path`, atomically (a torn write never leaves a cache file)."""
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
-        torch.save(data, tmp)
+        torch.save(value, tmp, pickle_module=pickle_module)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
 
 
-def load_calls(path: str) -> dict[str, Mapping[str, list[Call]]]:
-    """What `save_calls` wrote, each overload's calls restored when first asked for. What torch
-    warns loading them (a complex32 tensor: "ComplexHalf support is experimental") is the
-    suite's own work's: tallied with the capture's (engine/held_stderr.py), never printed."""
+def load_saved(path: str) -> Any:
+    """What `save_atomically` wrote. What torch warns loading it (a complex32 tensor:
+    "ComplexHalf support is experimental") is the suite's own work's: tallied with the
+    capture's (engine/held_stderr.py), never printed."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        data = torch.load(path, weights_only=False)
+        value = torch.load(path, weights_only=False)
     HELD.tally.update((w.category.__name__, str(w.message)) for w in caught)
+    return value
+
+
+def load_calls(path: str) -> dict[str, Mapping[str, list[Call]]]:
+    """What `save_calls` wrote, each overload's calls restored when first asked for."""
+    data = load_saved(path)
     return {kind: RestoredCalls(by_overload) for kind, by_overload in data.items()}
 
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-import warnings
 from typing import Any
 
 import torch
+
+from conformance.engine.calls import load_saved, save_atomically
 
 #: what `load` returns when nothing (or nothing readable) is kept at the path
 MISSING: Any = object()
@@ -46,9 +47,7 @@ def load(path: str | None) -> Any:
     if path is None or not os.path.exists(path):
         return MISSING
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return torch.load(path, weights_only=False)
+        return load_saved(path)
     except Exception:  # noqa: BLE001 - drawn again
         return MISSING
 
@@ -60,12 +59,7 @@ def keep(path: str | None, value: Any) -> None:
     import cloudpickle
 
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
     try:
-        torch.save(value, tmp, pickle_module=cloudpickle)
-        os.replace(tmp, path)
+        save_atomically(value, path, cloudpickle)
     except Exception:  # noqa: BLE001 - a cache: drawn again next time
         pass
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
