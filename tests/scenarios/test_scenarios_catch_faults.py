@@ -24,7 +24,8 @@ def test_scenarios_pass_without_faults(run_scenarios):
     assert not re.search(r"\d+ (failed|xpassed|error)", run.output), run.output[-2000:]
 
 
-# fault -> (-k selection, scenario that must fail, texts its failure must contain)
+# fault (":" a label where one fault has several) -> (-k selection, scenario that must fail,
+# texts its failure must contain)
 FAULTS = {
     "masked_fill_overflow": (
         "attention_mask_pipeline",
@@ -50,6 +51,17 @@ FAULTS = {
         "optimizer_step and SGD and momentum and foreach",
         "test_optimizer_step[SGD-momentum-foreach]",
         ["SGD(lr=0.1, momentum=0.9, foreach=True) step 2: parameter 3"],
+    ),
+    # AdamW's foreach weight decay skips the last parameter: at step 1 (v still 0) that is a
+    # 1e-5 relative error, caught only by the replay (CPU's AdamW fed the device's gradients);
+    # against CPU's own training, rounding of near-zero gradients can move a parameter further
+    "foreach_mul_skips_last:adamw": (
+        "qwen2_training",
+        "test_qwen2_training",
+        [
+            "Qwen2 step 1: parameter lm_head.weight after AdamW (CPU's AdamW fed the device's "
+            "gradients)"
+        ],
     ),
     "fused_sgd_wrong_momentum": (
         "optimizer_step and SGD and momentum and fused",
@@ -77,7 +89,7 @@ FAULTS = {
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_fault_fails_the_relevant_scenario(run_scenarios, fault):
     select, scenario, texts = FAULTS[fault]
-    run = run_scenarios("-k", select, env={**GUARD, "ECHO_NPU_FAULTS": fault})
+    run = run_scenarios("-k", select, env={**GUARD, "ECHO_NPU_FAULTS": fault.split(":")[0]})
     assert run.returncode == 1, run.output[-3000:]
     failed = _failed(run.output)
     assert any(f.endswith("::" + scenario) for f in failed), (
