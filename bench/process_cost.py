@@ -82,11 +82,20 @@ class ProcessTree:
             return "task children"
         if parent == "xdist workers" and "pytest" in proc.cmdline:
             return "runner zygotes"
+        if parent == "pytest process (xdist controller)" and self._forks_pytest(pid):
+            return "runner zygotes"  # without xdist: forked from the pytest process itself
         if parent in ("runner zygotes", "pytest process (xdist controller)"):
             return "runners (the cases)" if "pytest" in proc.cmdline else "other"
         if parent == "runners (the cases)":
             return "runners' own children"
         return "other"
+
+    def _forks_pytest(self, pid: int) -> bool:
+        """Whether `pid` has a child with a pytest command line: a runner zygote (its forked
+        runners keep it); a runner's own children are other programs (probes, ranks)."""
+        if "pytest" not in self.procs[pid].cmdline:
+            return False
+        return any(p.parent == pid and "pytest" in p.cmdline for p in self.procs.values())
 
     def by_kind(self) -> dict[str, tuple[int, float]]:
         """kind -> (processes, CPU seconds)."""

@@ -49,3 +49,21 @@ def test_the_cpu_split_names_the_processes_of_an_xdist_run_and_reads_its_records
     text = process_cost.compare_verdicts(older, run)
     assert f"{len(run.statuses)} cases in both runs, 1 changed status" in text, text
     assert f"{case}: failed -> {run.statuses[case]}" in text, text
+
+
+def test_the_cpu_split_of_a_run_without_xdist_tells_the_zygote_from_the_runners():
+    """Without xdist the pytest process forks the runner zygote itself, whose forked runners
+    keep its command line: the cases' CPU is the runners' (bench_conformance.py splits the
+    `-k masked_fill` run so), not "runners' own children" (the probes and ranks they spawn)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import process_cost
+    finally:
+        sys.path.pop(0)
+    cmd = [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:randomly", "-p",
+           "no:xdist", "-k", "masked_fill_.Scalar and float32"]  # fmt: skip
+    run = process_cost.measured_run(cmd, str(REPO), clean_env())
+    assert run.cases >= 20 and set(run.statuses.values()) <= {"passed", "skipped"}, run.summary
+    kinds = {kind: cpu for kind, (_, cpu) in run.split.items()}
+    assert "runner zygotes" in kinds, run.split
+    assert kinds["runners (the cases)"] > kinds.get("runners' own children", 0.0), run.split
