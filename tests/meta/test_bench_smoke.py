@@ -7,10 +7,21 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 from tests.helpers import clean_env
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def _process_cost() -> ModuleType:
+    """bench/process_cost.py, the module the bench splits a run's CPU with."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import process_cost
+    finally:
+        sys.path.pop(0)
+    return process_cost
 
 
 def test_the_bench_runs_its_smoke_configuration_to_the_end():
@@ -28,11 +39,7 @@ def test_the_cpu_split_names_the_processes_of_an_xdist_run_and_reads_its_records
     """bench/process_cost.py on the path the bench measures (`pytest conformance -n 2`): the
     workers, their runner zygotes and the runners are told apart, each with CPU seconds, and
     every record's status is read back (the verdicts compared case by case)."""
-    sys.path.insert(0, str(REPO / "bench"))
-    try:
-        import process_cost
-    finally:
-        sys.path.pop(0)
+    process_cost = _process_cost()
     cmd = [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:randomly", "-n", "2",
            "-k", "masked_fill_.Scalar and float32"]  # fmt: skip
     run = process_cost.measured_run(cmd, str(REPO), clean_env())
@@ -55,11 +62,7 @@ def test_the_cpu_split_of_a_run_without_xdist_tells_the_zygote_from_the_runners(
     """Without xdist the pytest process forks the runner zygote itself, whose forked runners
     keep its command line: the cases' CPU is the runners' (bench_conformance.py splits the
     `-k masked_fill` run so), not "runners' own children" (the probes and ranks they spawn)."""
-    sys.path.insert(0, str(REPO / "bench"))
-    try:
-        import process_cost
-    finally:
-        sys.path.pop(0)
+    process_cost = _process_cost()
     cmd = [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:randomly", "-p",
            "no:xdist", "-k", "masked_fill_.Scalar and float32"]  # fmt: skip
     run = process_cost.measured_run(cmd, str(REPO), clean_env())
