@@ -107,12 +107,13 @@ def _compare_old_contents(
 
 def element_offsets(t: torch.Tensor) -> torch.Tensor:
     """The storage index of every element of `t` (storage offset + strides), from metadata."""
-    index = torch.full(tuple(t.shape), t.storage_offset(), dtype=torch.int64)
-    for d, (n, stride) in enumerate(zip(t.shape, t.stride(), strict=True)):
-        shape = [1] * t.dim()
-        shape[d] = n
-        index = index + torch.arange(n, dtype=torch.int64).reshape(shape) * stride
-    return index
+    if t.numel() == 0:
+        return torch.empty(tuple(t.shape), dtype=torch.int64)
+    # one strided view of the storage's indices (a strided tensor's strides are never negative)
+    last = t.storage_offset() + sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True))
+    return torch.arange(last + 1, dtype=torch.int64).as_strided(
+        tuple(t.shape), t.stride(), t.storage_offset()
+    )
 
 
 def _compare_buffer(

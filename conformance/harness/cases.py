@@ -226,12 +226,14 @@ class CaseList:
     def _has_samples(self, overload: str, dtype: torch.dtype) -> bool:
         return self.coverage is None or not self.coverage.missing(overload, dtype_name(dtype))
 
-    def cases(self, keep: Callable[[str], bool] | None = None) -> list[CaseId]:
+    def cases(self, keep: Callable[[str], bool] | None = None, probe: bool = True) -> list[CaseId]:
         """The cases to collect, built from names alone, the foundations (foundations.ORDER)
         first, most primitive first, so that the first failing case of a run names the op that is
         actually wrong; (overload, dtype) pairs without samples are left out (the run header
         names them once, see engine/coverage.py). `keep`: only the ids it keeps (-k), and no
-        sample is built to decide on a case it drops."""
+        sample is built to decide on a case it drops. Without `probe`, no sample is built at
+        all: the cases a sample decides on (-arguments, -reference, the modes') are kept, a
+        superset of the run's."""
         paths = [p for p in self.options.paths if p == "native" or self.backend.can_route_fallback]
         out = []
         rank = {op: i for i, op in enumerate(FOUNDATION_ORDER)}
@@ -242,16 +244,26 @@ class CaseList:
                 if p == "native"
                 or (overload in self.routable and self.backend.fallback_routable(overload))
             ]
-            out += self._cases_of(overload, self.dtypes(overload, False), routes, keep=keep)
+            dtypes = self.dtypes(overload, False)
+            out += self._cases_of(overload, dtypes, routes, probe, keep)
         for overload in self.fallback_only:
             path = self._unregistered_path(overload)
             if path in self.options.paths:
-                out += self._cases_of(overload, self.dtypes(overload, True), [path], keep=keep)
+                out += self._cases_of(overload, self.dtypes(overload, True), [path], probe, keep)
         layouts = list(self.options.layouts)
         for overload in self.grad_only:  # as the device runs them: no route of their own
             dtypes = self.dtypes(overload, True)
-            out += self._mode_cases(overload, dtypes, ["native"], layouts, keep=keep)
+            out += self._mode_cases(overload, dtypes, ["native"], layouts, probe, keep)
         return out
+
+    def matrix_cases(self) -> list[CaseId]:
+        """Every case of the run's matrix, whatever -k kept: the collected cases where
+        they are all of them (this process collected without -k or --shard), else built anew;
+        under -k without building a sample (`cases(probe=False)`: a superset, so an entry
+        judged by it is never called stale wrongly; a run without -k judges exactly)."""
+        if self._collected is not None and self.keep is None and self.shard is None:
+            return self._collected
+        return self.cases(probe=self.keep is None)
 
     def collected_cases(self) -> list[CaseId]:
         """The cases this process builds items for: `cases()` that -k keeps, then this shard's

@@ -1,5 +1,6 @@
 """Manifest entries that no longer say anything: patterns that match no case of the run's full
-matrix (nor any scenario), and `unsupported_dtypes` that no case needed. Judged only when the
+matrix (nor any scenario; under -k the matrix's cases are named without building a sample, a
+superset), and `unsupported_dtypes` that no case needed. Judged only when the
 run was not narrowed by --ops/--dtypes/--layouts/--paths (scenario entries: nor by -k/-m, which
 deselect scenarios the run never sees); reported at the end of the run."""
 
@@ -52,7 +53,7 @@ def stale_expectations(
     )
     if narrowed:
         return []
-    all_cases = cases.cases()
+    all_cases = cases.matrix_cases()
     ids = [str(case) for case in all_cases]
     paths = {case.path for case in all_cases}  # no fallback path on a backend that cannot route
     run = set(cases.registered) | set(cases.fallback_only)
