@@ -1,7 +1,7 @@
 """python -m conformance.measure.mutants: the mutation campaign (see the package docstring).
 
 python -m conformance.measure.mutants                          # every mutant, 2 at a time
-python -m conformance.measure.mutants --sample 30 --seed 7 --budget 240 --check   # CI's
+python -m conformance.measure.mutants --sample 40 --seed 79 --check   # CI's sample
 python -m conformance.measure.mutants --ops 'exp*' --operators 'ulp:*'
 python -m conformance.measure.mutants --mutant 'abs=ulp:1'     # one mutant: its repro
 python -m conformance.measure.mutants --list                   # the operators
