@@ -113,6 +113,7 @@ class CaseList:
         self.shard = options.shard if sharded else None
         self.partition = shard_partition(self.options) if sharded else None
         self._collected: list[CaseId] | None = None
+        self._matrix: list[CaseId] | None = None  # every case, where collecting built them all
         self._shard_account: dict[str, Any] | None = None  # set with the collected cases
 
     @property
@@ -257,12 +258,12 @@ class CaseList:
         return out
 
     def matrix_cases(self) -> list[CaseId]:
-        """Every case of the run's matrix, whatever -k kept: the collected cases where
-        they are all of them (this process collected without -k or --shard), else built anew;
+        """Every case of the run's matrix, whatever -k kept: the ones collecting built where it
+        built them all (no -k; before --shard took its part), else built anew;
         under -k without building a sample (`cases(probe=False)`: a superset, so an entry
         judged by it is never called stale wrongly; a run without -k judges exactly)."""
-        if self._collected is not None and self.keep is None and self.shard is None:
-            return self._collected
+        if self._matrix is not None:
+            return self._matrix
         return self.cases(probe=self.keep is None)
 
     def collected_cases(self) -> list[CaseId]:
@@ -270,6 +271,8 @@ class CaseList:
         part of them (--shard): computed once."""
         if self._collected is None:
             cases = self.cases(self.keep)
+            if self.keep is None:
+                self._matrix = cases  # before --shard takes its part: the whole matrix
             shard, partition = self.shard, self.partition
             if shard is not None and partition is not None:
                 ids = [f"{TEST_NAME}[{c}]" for c in cases]
