@@ -251,6 +251,8 @@ class ConformanceRun:
             self._drop_log_capture()
             if self.role in (Role.SINGLE, Role.XDIST_CONTROLLER):
                 self._sigterm = interrupt_on_sigterm(self.accounting)
+            if self.role is Role.XDIST_CONTROLLER:
+                gc.freeze()  # it collects nothing: torch and the suite, as collecting freezes
             reporter = self.config.pluginmanager.get_plugin("terminalreporter")
             quiet = self.config.get_verbosity() < 0  # pytest shows no header under -q
             if quiet and reporter is not None and self.role in (Role.SINGLE, Role.XDIST_CONTROLLER):

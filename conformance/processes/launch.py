@@ -9,6 +9,7 @@ tests/processes/test_process_starts.py fails on a process started anywhere else.
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -55,10 +56,17 @@ def run(
 def fork(name: str, site: str = "") -> int:
     """`os.fork()` for a child of kind `name` (forking.fork: refused with threads; the fork
     audit names `site`, else the kind). The child's `KIND_ENV` names its kind, as a spawned
-    child's does (its own children inherit the variable, and the launcher sets theirs)."""
+    child's does (its own children inherit the variable, and the launcher sets theirs).
+
+    The child freezes the heap it inherited (`gc.freeze`): torch, the collected cases and what
+    its parent imported since (a zygote's pre-imports, torch._dynamo's hundreds of thousands of
+    objects) are alive for its whole life, and every full collection walked them again (a
+    tenth of a second each, a runner's largest single cost after its cases); frozen, the child's
+    collections see only what it made itself, and copy-on-write keeps the parent's pages."""
     _started_by(name, FORK)
     pid = forking.fork(site or name)
     if pid == 0:
+        gc.freeze()
         THIS.became(name)
     return pid
 
