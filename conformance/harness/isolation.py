@@ -1,27 +1,28 @@
 """Crash and hang isolation: cases run in runner processes (runners.py); a crash or a hang
 costs one case, and gets the same record with or without pytest-xdist.
 
-The process that schedules cases (the plain pytest process, or each xdist worker: xdist stays
-the scheduler) owns a runner: a forked child (fast: it inherits the collected session) or, for
-devices that refuse use in a forked child once initialised (as CUDA does), a fresh interpreter
-that collects the same items (`spawn`; see `plan_isolation`). It sends the runner one item at a
-time and logs the reports it streams back (terminal, results, JUnit) as if it had run them. A
-runner serves case after case, failed ones included, and is replaced after a crash, a hang or
-`--runner-cases` cases (a spawned runner costs an interpreter start and a collection). If
-the runner dies (SIGSEGV, abort, sanitizer exit) the case is `crashed`, with the signal, the
-glibc or sanitizer message and faulthandler's stack from the runner's log; when the runner had
-run other cases first, culprit.py looks for the case that corrupted memory. A case past
-`--case-timeout` is `hung` (the runner is stopped with SIGABRT first, so faulthandler prints
-where it hung). A case whose verdict was known when the suite's own diagnostics crashed keeps
-that verdict. A later case that crashes after a failed one gets the culprit search, which names
-the case that corrupted memory. The scheduling process never touches the device: usability is
-probed in a child.
+The process that schedules cases (the plain pytest process, or each xdist worker: xdist stays the
+scheduler) owns a runner: a forked child (fast: it inherits the collected session) or, for devices
+that refuse use in a forked child once initialised (as CUDA does), a fresh interpreter that
+collects the same items (`spawn`; see `plan_isolation`). It sends the runner one item at a time and
+logs the reports it streams back (terminal, results, JUnit) as if it had run them (the plain pytest
+process asks for the next item as soon as it asked for one, so its runner never waits). A runner
+serves case after case, failed ones included, and is replaced after a crash, a hang or
+`--runner-cases` cases (a spawned runner costs an interpreter start and a collection). If the
+runner dies (SIGSEGV, abort, sanitizer exit) the case is `crashed`, with the signal, the glibc or
+sanitizer message and faulthandler's stack from the runner's log; when the runner had run other
+cases first, culprit.py looks for the case that corrupted memory. A case past `--case-timeout` is
+`hung` (the runner is stopped with SIGABRT first, so faulthandler prints where it hung). A case
+whose verdict was known when the suite's own diagnostics crashed keeps that verdict. A later case
+that crashes after a failed one gets the culprit search, which names the case that corrupted
+memory. The scheduling process never touches the device: usability is probed in a child.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 from typing import Any, Protocol
 
 import pytest
@@ -75,6 +76,7 @@ class IsolatedRunner:
         self.zygote: RunnerZygote | None = None  # forks the runners (harness/zygotes.py)
         self.case_file: str | None = None  # the op cases a spawned process collects
         self.turns: DeviceTurns | None = None  # a device one process may open at a time
+        self.ahead: pytest.Item | None = None  # asked of the current runner before its turn
         options = run.options
         self.culprits = CulpritSearch(
             session.items, self.start, options.culprit_search, options.case_timeout
@@ -148,17 +150,30 @@ class IsolatedRunner:
 
     def close(self) -> None:
         if self.process is not None:
+            if self.ahead is not None:  # running a case nobody will log (the run stopped)
+                self.process.kill(signal.SIGKILL)
             self.process.close()
             self.process = None
             self.history = []
             self.cases = 0
+        self.ahead = None
 
-    def run_item(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
-        """Run one item in the runner (started if needed) and log its reports here."""
+    def run_item(
+        self,
+        item: pytest.Item,
+        nextitem: pytest.Item | None,
+        after: pytest.Item | None = None,
+    ) -> None:
+        """Run one item in the runner (started if needed) and log its reports here. Where the
+        caller knows the item after `nextitem` (`after`: the plain pytest process knows its
+        whole list; an xdist worker does not), the runner is asked for `nextitem` right after
+        `item`, so that it never waits for its owner between two cases (`_may_ask_ahead`)."""
         if self.process is None:
             self.process, self.history = self.start(), []
         process = self.process
-        attempt = self._attempt(process, item, nextitem)
+        sent, self.ahead = self.ahead is item, None
+        then = (nextitem, after) if nextitem and after and self._may_ask_ahead() else None
+        attempt = self._attempt(process, item, nextitem, sent=sent, then=then)
         if attempt.end == "finished":
             attempt.log(item)
             self.history.append(item)
@@ -177,12 +192,36 @@ class IsolatedRunner:
         else:
             self._ended(item, nextitem, process, attempt.started)
 
+    def _may_ask_ahead(self) -> bool:
+        """Whether the current runner will run the case after the one it is asked for: not on
+        a device one process may open at a time (the turn may end after any case) nor where
+        --runner-cases ends it after this one. A runner that retires itself (its runtime broke)
+        runs nothing it was asked ahead (serving.py), and one asked ahead that is closed before
+        its turn (a crash, a hang, -x) is killed (`close`): the case runs in the next one."""
+        limit = self.run.options.runner_cases
+        return (
+            self.turns is None
+            and not self.run.plan.exclusive
+            and (not limit or self.cases + 1 < limit)
+        )
+
     def _attempt(
-        self, process: RunnerProcess, item: pytest.Item, nextitem: pytest.Item | None
+        self,
+        process: RunnerProcess,
+        item: pytest.Item,
+        nextitem: pytest.Item | None,
+        *,
+        sent: bool = False,
+        then: tuple[pytest.Item, pytest.Item] | None = None,
     ) -> Attempt:
-        """Send `item` to `process` and gather what comes back until it finishes or ends."""
+        """Send `item` to `process` (unless it was `sent` ahead), then `then`'s first item
+        (with the one after it) if given, and gather what comes back for `item` until it
+        finishes or ends."""
         # if it died between two items, the send fails and receive() sees the end: this one
-        process.send(item.nodeid, nextitem.nodeid if nextitem is not None else None)
+        if not sent:
+            process.send(item.nodeid, nextitem.nodeid if nextitem is not None else None)
+        if then is not None and process.send(then[0].nodeid, then[1].nodeid):
+            self.ahead = then[0]
         attempt = Attempt(item=item, config=self.session.config)
         wait = self.run.options.case_timeout or None
         while not attempt.end:
@@ -287,7 +326,9 @@ def run_isolated(session: pytest.Session, run: Owner) -> None:
         for i, item in enumerate(items):
             if session.shouldstop or session.shouldfail:
                 break
-            runner.run_item(item, items[i + 1] if i + 1 < len(items) else None)
+            nextitem = items[i + 1] if i + 1 < len(items) else None
+            after = items[i + 2] if i + 2 < len(items) else None
+            runner.run_item(item, nextitem, after)
     finally:
         runner.finish()
 

@@ -3,7 +3,8 @@ its owner asks for, one `run` message each (processes/messages.py), with pytest'
 and sends back each item's `start`, its reports and its `finish` (whether the runner should be
 retired: a lazy runtime that stopped working, a device a failed case left unusable); a
 `heap-exercise` message runs the culprit search's heap exercise. It never returns: its process
-ends with `os._exit` when the owner closes the pipe.
+ends with `os._exit` when the owner closes the pipe, or after the finish that asked to retire it
+(the items its owner asked for ahead are not run there).
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ def serve(
         faulthandler.enable(file=2, all_threads=True)  # Python stacks of a crash into the log
         serving = _Serving(config, items, out_fd, replay, backend, after_case)
         commands = MessageReader(cmd_fd)
-        while (message := commands.receive()) is not None:
+        while not serving.retired and (message := commands.receive()) is not None:
             messages.dispatch(serving, message)
     except BaseException:  # noqa: BLE001 - anything here must not run the parent's code
         code = 3
@@ -154,6 +155,8 @@ class _Serving:
         self.after_case = after_case
         self.lazy = _start_lazy_runtime(backend)
         self.by_id = {item.nodeid: item for item in items}
+        # it asked to be replaced: what its owner asked ahead would run on a broken runtime
+        self.retired = False
 
     def on_heap_exercise(self) -> None:
         """The culprit search's "then a trivial allocation"."""
@@ -179,7 +182,7 @@ class _Serving:
         if self.lazy or not passed:  # the reports leave before the device is asked after them
             messages.send(self.out, *out)
             out = []
-        retire = _broken(self.backend, self.lazy, passed)
+        retire = self.retired = _broken(self.backend, self.lazy, passed)
         out.append(encode("finish", nodeid=nodeid, retire=retire))
         messages.send(self.out, *out)  # one write and one wake-up of the owner a case, not five
         if self.after_case is not None:
