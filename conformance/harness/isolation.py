@@ -172,7 +172,8 @@ class IsolatedRunner:
             self.process, self.history = self.start(), []
         process = self.process
         sent, self.ahead = self.ahead is item, None
-        then = (nextitem, after) if nextitem and after and self._may_ask_ahead() else None
+        known = nextitem is not None and after is not None
+        then = (nextitem, after) if known and self._may_ask_ahead() else None
         attempt = self._attempt(process, item, nextitem, sent=sent, then=then)
         if attempt.end == "finished":
             attempt.log(item)
@@ -199,11 +200,7 @@ class IsolatedRunner:
         runs nothing it was asked ahead (serving.py), and one asked ahead that is closed before
         its turn (a crash, a hang, -x) is killed (`close`): the case runs in the next one."""
         limit = self.run.options.runner_cases
-        return (
-            self.turns is None
-            and not self.run.plan.exclusive
-            and (not limit or self.cases + 1 < limit)
-        )
+        return not self.run.plan.exclusive and (not limit or self.cases + 1 < limit)
 
     def _attempt(
         self,
