@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import copy
 import os
 import re
 import resource
@@ -177,9 +178,12 @@ def overhead(backend: str, rounds: int) -> None:
     calls = calls_for("add.Tensor", torch.float32, cache)
 
     def harness() -> float:
+        # the samples as a process first holds them: nothing remembered on them from the last
+        # round (a Call pickles without what placing and the layout-free runs kept on it)
+        fresh = copy.deepcopy(calls)
         t0 = time.perf_counter()
         for layout in LAYOUTS:
-            run_case(b, "add.Tensor", spec, calls, layout, "native")
+            run_case(b, "add.Tensor", spec, fresh, layout, "native")
         return time.perf_counter() - t0
 
     def bare() -> tuple[float, float, int]:

@@ -27,10 +27,14 @@ class Call:
     cpu_args: frozenset[int] = frozenset()
     # what placing learns of the call once for every layout and case (engine/placing.py)
     placing: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    # CPU's run on contiguous copies, by the copies' contents: one for every placement, path
+    # and mode whose copies hold the same values (engine/consistency.py)
+    layout_free: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __getstate__(self) -> dict:
-        """Pickled (to a forked task) without what placing learned (views of its tensors)."""
-        return {**self.__dict__, "placing": {}}
+        """Pickled (to a forked task) without what placing learned (views of its tensors) or
+        the layout-free runs."""
+        return {**self.__dict__, "placing": {}, "layout_free": {}}
 
     def tensors(self) -> list[torch.Tensor]:
         leaves, _ = tree_flatten((self.args, self.kwargs))

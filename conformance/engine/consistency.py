@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils._pytree import tree_flatten
 
+from conformance.engine import layouts
 from conformance.engine.checks import Outcome, invoke
 from conformance.engine.compare import ErrorStats, Mismatch, compare_values, identical
 from conformance.engine.placing import Materialized, PlacedCall
@@ -45,7 +46,10 @@ def reads_memory(op: torch._ops.OpOverload) -> bool:
 def layout_free(
     op: torch._ops.OpOverload, spec: OpSpec, placed: PlacedCall, reference, expected: Outcome
 ) -> LayoutFree | None:
-    """CPU on contiguous copies of the sample's values (None where that says nothing)."""
+    """CPU on contiguous copies of the sample's values (None where that says nothing), run
+    once for every placement of the call whose layout keeps the values (`layouts.KEEPS_VALUES`:
+    the same contiguous copies), kept on the call. Its tensors are only read afterwards (the
+    checks compare against them, `adopt` copies them)."""
     if (
         not spec.layout_free_reference
         or not spec.check_values
@@ -53,11 +57,15 @@ def layout_free(
         or expected.exc is not None
     ):
         return None
-    free = placed.layout_free().materialize("cpu")
-    before = {id(view): view._version for _, view in free.written()}
-    out = invoke(reference, free)
-    bumped = frozenset(name for name, view in free.written() if view._version > before[id(view)])
-    return LayoutFree(free, out, bumped)
+    shared = placed.call.layout_free if placed.layout in layouts.KEEPS_VALUES else {}
+    key = (op, reference)
+    if key not in shared:
+        free = placed.layout_free().materialize("cpu")
+        before = {id(view): view._version for _, view in free.written()}
+        out = invoke(reference, free)
+        bumped = frozenset(n for n, view in free.written() if view._version > before[id(view)])
+        shared[key] = LayoutFree(free, out, bumped)
+    return shared[key]
 
 
 def _pairs(

@@ -215,6 +215,10 @@ LAYOUTS: dict[str, Callable[[torch.Tensor], Placement | None]] = {
     "zero_dim": zero_dim,
 }
 
+# Layouts whose placement holds the tensor's own values (moved in memory, not changed): CPU's
+# run on contiguous copies of a sample is the same for all of them (consistency.layout_free runs
+# it once). A new layout joins only if its `values()` equal the tensor's (tests/engine check it).
+KEEPS_VALUES = {"contiguous", "noncontiguous", "transposed", "sliced", "offset", "channels_last"}
 # Layouts that change shapes, and so only make sense applied to the largest inputs together.
 SHAPE_CHANGING = {"zero_size", "zero_dim"}
 # Layouts never applied to tensors the op writes (in-place self, out=): stride 0 is read-only.
