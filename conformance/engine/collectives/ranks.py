@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import argparse
 import collections
-import ctypes
 import os
 import pickle
-import signal
 import sys
 import time
 from datetime import timedelta
@@ -36,6 +34,7 @@ from conformance.engine.collectives.data import (
     split,
 )
 from conformance.engine.collectives.spec import PREMUL_FACTOR, CollectiveCase
+from conformance.processes.zygote import die_with_parent
 
 POLL_S = 0.0005
 KEEP = 8  # cases whose tensors a rank keeps alive (an early Work's late write lands in them)
@@ -250,13 +249,6 @@ def _outside_changed(t: torch.Tensor) -> int:
     return int((storage[~inside] != GAP).sum())
 
 
-def _die_with_parent() -> None:
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def _device(device_type: str, rank: int) -> torch.device:
     """The rank's device: index rank % the device count (one device per rank where there are
     enough), made current."""
@@ -323,7 +315,7 @@ def main(argv: list[str] | None = None) -> None:
     for name in ("store", "c10d", "device", "backend"):
         parser.add_argument(f"--{name}", default="")
     args = parser.parse_args(argv)
-    _die_with_parent()
+    die_with_parent()
     conn = Connection(args.fd)
     try:
         serve(conn, args)
