@@ -27,8 +27,8 @@ class Call:
     cpu_args: frozenset[int] = frozenset()
     # what placing learns of the call once for every layout and case (engine/placing.py)
     placing: dict = field(default_factory=dict, init=False, repr=False, compare=False)
-    # CPU's run on contiguous copies, by the copies' contents: one for every placement, path
-    # and mode whose copies hold the same values (engine/consistency.py)
+    # CPU's runs on contiguous copies of its values, one for every case whose copies are the
+    # same (engine/consistency.py `layout_free`)
     layout_free: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __getstate__(self) -> dict:

@@ -46,10 +46,10 @@ def reads_memory(op: torch._ops.OpOverload) -> bool:
 def layout_free(
     op: torch._ops.OpOverload, spec: OpSpec, placed: PlacedCall, reference, expected: Outcome
 ) -> LayoutFree | None:
-    """CPU on contiguous copies of the sample's values (None where that says nothing), run
-    once for every placement of the call whose layout keeps the values (`layouts.KEEPS_VALUES`:
-    the same contiguous copies), kept on the call. Its tensors are only read afterwards (the
-    checks compare against them, `adopt` copies them)."""
+    """CPU on contiguous copies of the sample's values (None where that says nothing), kept on
+    the call: run once for every case of the sample whose copies are the same (the paths and
+    modes of a layout; every layout that keeps the values, `layouts.KEEPS_VALUES`). Its tensors
+    are only read afterwards (the checks compare against them, `adopt` copies them)."""
     if (
         not spec.layout_free_reference
         or not spec.check_values
@@ -57,8 +57,8 @@ def layout_free(
         or expected.exc is not None
     ):
         return None
-    shared = placed.call.layout_free if placed.layout in layouts.KEEPS_VALUES else {}
-    key = (op, reference)
+    shared = placed.call.layout_free
+    key = (op, reference, None if placed.layout in layouts.KEEPS_VALUES else placed.layout)
     if key not in shared:
         free = placed.layout_free().materialize("cpu")
         before = {id(view): view._version for _, view in free.written()}

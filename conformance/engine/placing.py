@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -30,9 +30,6 @@ class PlacedCall:
     layout: str
     leaves: list[Any]  # Leaf for tensors, the value itself otherwise
     spec: Any  # pytree spec of (args, kwargs)
-    # what depends on the placement alone, computed once for every case that shares it (the
-    # paths and modes of one overload, dtype and layout): the layout-free CPU reference
-    memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def signature(self) -> str:
         """The call as placed: shapes after the layout, strides/offset where not contiguous."""

@@ -147,12 +147,8 @@ def run_sample(
             spec = dataclasses.replace(spec, tol_scale=scale)
     free = None
     if placed.layout != "contiguous" and not ctx.nondeterministic:
-        # the same for every case that shares this placement (the paths, the modes)
-        if "layout_free" not in placed.memo:
-            placed.memo["layout_free"] = consistency.layout_free(
-                ctx.op, spec, placed, reference, expected
-            )
-        free = placed.memo["layout_free"]
+        # run once for every case of the sample that shares its copies (consistency.py)
+        free = consistency.layout_free(ctx.op, spec, placed, reference, expected)
     bug = consistency.disagreement(spec, cpu, expected, free) if free is not None else None
     count_before = backend.fallback_count(ctx.overload)
     lazy = backend.lazy

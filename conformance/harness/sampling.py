@@ -73,7 +73,7 @@ class RunSamples:
     ) -> list[PlacedCall]:
         """The samples of (overload, dtype, value set) placed in `layout`, computed once for
         every case that shares them (native and fallback paths, -inference): the layout-free
-        CPU reference is remembered on them too (`PlacedCall.memo`)."""
+        CPU reference is kept on their calls (`Call.layout_free`)."""
         value_set = "" if value_set in MODES else value_set
         key = (overload, dtype, value_set, layout, resize)
         if key in self._placed:
