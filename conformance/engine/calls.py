@@ -58,6 +58,18 @@ class Call:
         return format_call(self.overload, args, kwargs)
 
 
+def dedupe(calls: list[Call]) -> list[Call]:
+    """`calls` without repeats of a signature, first occurrences in order."""
+    seen: set[str] = set()
+    out = []
+    for c in calls:
+        key = c.signature()
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out
+
+
 # torch.memory_format does not pickle (torch.save raises "cannot pickle 'module' object"): a
 # saved call names it instead, as a ("__memory_format__", name) pair a standalone script can read
 MEMORY_FORMAT_TAG = "__memory_format__"

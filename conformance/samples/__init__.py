@@ -9,7 +9,7 @@ import time
 
 import torch
 
-from conformance.engine.calls import Call, content_digest, load_calls, save_calls
+from conformance.engine.calls import Call, content_digest, dedupe, load_calls, save_calls
 from conformance.ops import spec_for, specs_with_samples
 from conformance.samples import opinfo, sizes, twins, valuesets
 from conformance.samples.summary import sources_digest
@@ -19,7 +19,7 @@ MAX_OPINFO_SAMPLES = 8
 # the backend hands arguments over and back (copies, views, write-back), which fewer samples
 # per dtype and layout show as well
 MAX_FALLBACK_SAMPLES = 4
-MAX_VALUE_SAMPLES = 6
+MAX_VALUE_SAMPLES = 2 * opinfo.VALUE_SET_FROM_OPINFO
 
 
 def calls_for(
@@ -44,7 +44,7 @@ def calls_for(
         else []
     )
     generated = _generated(overload, dtype, ordinary, kind, choice, cache_dir)
-    return dedupe(from_opinfo)[: MAX_VALUE_SAMPLES // 2] + dedupe(generated)[: kind.limit]
+    return dedupe(from_opinfo)[: opinfo.VALUE_SET_FROM_OPINFO] + dedupe(generated)[: kind.limit]
 
 
 def _generated(
@@ -149,14 +149,3 @@ def widest_first(calls: list[Call], small_first: bool = False) -> list[Call]:
         return rank, sum(t.numel() for t in tensors) if small_first else 0
 
     return sorted(calls, key=key)
-
-
-def dedupe(calls: list[Call]) -> list[Call]:
-    seen: set[str] = set()
-    out = []
-    for c in calls:
-        key = c.signature()
-        if key not in seen:
-            seen.add(key)
-            out.append(c)
-    return out

@@ -26,7 +26,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from conformance.engine.calls import Call, clone_tree, load_calls, save_calls
+from conformance.engine.calls import Call, clone_tree, dedupe, load_calls, save_calls
 from conformance.engine.discovery import overload_name
 from conformance.samples.guarded import BACKWARD, guarded
 from conformance.samples.sample_kinds import sample_kind, shape_of, varied
@@ -38,6 +38,14 @@ REFERENCE_SCAN = 400  # reference samples looked at per (OpInfo, dtype)
 REFERENCE_CANDIDATES = 64  # ordinary reference inputs to choose the varied ones among
 REFERENCE_ELEMENTS = 1 << 16  # the largest tensor an ordinary reference input may hold
 SAMPLES_PER_OPINFO = 16
+#: a value set's case takes the first this many distinct calls (Call.signature) of the
+#: overload's reference captures, concatenated over its OpInfos (samples.calls_for)
+VALUE_SET_FROM_OPINFO = 3
+#: a reference capture keeps the first this many distinct calls of each (kind, overload): the
+#: OpInfos before it gave d < VALUE_SET_FROM_OPINFO distinct calls or none are needed, so its
+#: first VALUE_SET_FROM_OPINFO + d distinct ones hold every call the case takes. The rest (up to
+#: SAMPLES_PER_OPINFO samples, tensors of a million elements) were 90 % of a cold cache's bytes.
+KEPT_DISTINCT = 2 * VALUE_SET_FROM_OPINFO - 1
 CAPTURES_PER_OVERLOAD = 12
 
 
@@ -277,7 +285,7 @@ def _capture(
         for i, sample in varied(candidates, SAMPLES_PER_OPINFO):
             started(i)
             _run_variants(op, sample, recorders["reference"])
-    return {k: dict(v) for k, v in found.items()}
+    return {k: {o: dedupe(c)[:KEPT_DISTINCT] for o, c in v.items()} for k, v in found.items()}
 
 
 def _small(sample) -> bool:

@@ -270,3 +270,54 @@ def test_loading_complex32_samples_warns_into_the_tally_not_the_terminal(tmp_pat
         [sys.executable, "-c", code, path], capture_output=True, text=True, cwd=REPO, check=True
     )
     assert done.stdout.split() == ["torch.complex32", "0", "1"], done.stdout + done.stderr
+
+
+def _value_set_calls(overloads: list[str], monkeypatch, kept: int) -> tuple[dict, int]:
+    """Each overload's special, promotion and reference calls (signature and tensors) with
+    reference captures keeping `kept` distinct calls per (kind, overload), and the most calls
+    one capture kept for one (kind, overload)."""
+    from conformance.samples import calls_for
+
+    monkeypatch.setattr(opinfo, "KEPT_DISTINCT", kept)
+    opinfo._cached_capture.cache_clear()
+    out = {}
+    for overload in overloads:
+        for value_set in ("special", "promotion", "reference"):
+            calls = calls_for(overload, torch.float32, None, value_set)
+            out[overload, value_set] = [(c.signature(), c.tensors()) for c in calls]
+    names = {n for o in overloads for n in opinfo.opinfos_for(o, None)}
+    captures = [opinfo._cached_capture(n, torch.float32, None, "reference") for n in names]
+    most = max(len(calls) for c in captures for kind in c.values() for calls in kind.values())
+    opinfo._cached_capture.cache_clear()
+    return out, most
+
+
+def _same(a: list, b: list) -> bool:
+    def equal(x: torch.Tensor, y: torch.Tensor) -> bool:
+        if x.dtype != y.dtype or x.shape != y.shape:
+            return False
+        return torch.equal(x, y) or bool(((x == y) | (x.isnan() & y.isnan())).all())
+
+    return len(a) == len(b) and all(
+        sa == sb and len(ta) == len(tb) and all(map(equal, ta, tb))
+        for (sa, ta), (sb, tb) in zip(a, b, strict=True)
+    )
+
+
+def test_trimmed_reference_captures_give_the_value_set_cases_every_call_they_took(monkeypatch):
+    # a reference capture keeps KEPT_DISTINCT distinct calls per (kind, overload), not every
+    # call its samples made (pow float16's file was 30 MB for the 3 its -special case takes).
+    # div.Tensor_mode's calls come from three OpInfos in turn, clamp.Tensor's promotion from
+    # one that records many: the trimmed calls must be the untrimmed ones, call for call
+    overloads, default = (
+        ["div.Tensor_mode", "div_.Tensor_mode", "clamp.Tensor"],
+        opinfo.KEPT_DISTINCT,
+    )
+    full, most = _value_set_calls(overloads, monkeypatch, kept=10**9)
+    trimmed, kept = _value_set_calls(overloads, monkeypatch, kept=default)
+    assert kept <= default < most  # the trim dropped calls
+    for key, calls in full.items():
+        assert _same(calls, trimmed[key]), key
+    # the comparison can fail: keeping one distinct call changes what the cases take
+    one, _ = _value_set_calls(overloads, monkeypatch, kept=1)
+    assert any(not _same(calls, one[key]) for key, calls in full.items())
