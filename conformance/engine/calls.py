@@ -6,6 +6,7 @@ import hashlib
 import os
 import pickle
 import warnings
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -127,16 +128,50 @@ def restored(tree: Any) -> Any:
 
 def save_calls(captured: dict[str, dict[str, list[Call]]], path: str) -> None:
     """Write {kind: {overload: [Call]}} atomically (a torn write never leaves a cache file)."""
+    held: dict[bytes, list[torch.Tensor]] = {}
     data = {
         kind: {
             overload: [
-                (c.overload, portable(c.args), portable(c.kwargs), c.cpu_args) for c in calls
+                (c.overload, *_share_values(portable((c.args, c.kwargs)), held), c.cpu_args)
+                for c in calls
             ]
             for overload, calls in by_overload.items()
         }
         for kind, by_overload in captured.items()
     }
     save_atomically(data, path)
+
+
+def _share_values(tree: Any, held: dict[bytes, list[torch.Tensor]]) -> Any:
+    """`tree` (one call's arguments) with each tensor whose values an earlier call of the file
+    holds replaced by that call's tensor, so that torch.save writes them once: the functional,
+    in-place and out= forms of a sample and the samples of sibling overloads hold the same values
+    (more than half of a cold cache's bytes). Only a plain tensor that owns its whole storage,
+    alone in its call, is shared, and no two tensors of one call share (the n-th of equal values
+    in a call is the n-th such tensor held): loading copies each storage once per call
+    (`restored`), so a loaded call's tensors alias nothing they did not alias when captured."""
+    leaves, _ = tree_flatten(tree)
+    tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
+    storages = Counter(t.untyped_storage().data_ptr() for t in tensors if t.numel())
+    used: Counter[bytes] = Counter()
+
+    def share(x: Any) -> Any:
+        if not (type(x) is torch.Tensor and x.numel() and x.device.type == "cpu"):
+            return x
+        if x.layout != torch.strided or x.requires_grad or x.is_conj() or x.is_neg():
+            return x
+        storage = x.untyped_storage()
+        whole = x.storage_offset() == 0 and storage.nbytes() == x.numel() * x.element_size()
+        if not (whole and x.is_contiguous()) or storages[storage.data_ptr()] > 1:
+            return x
+        key = hashlib.sha1(_tensor_bytes(x)).digest()
+        same = held.setdefault(key, [])
+        n, used[key] = used[key], used[key] + 1
+        if n == len(same):
+            same.append(x)
+        return same[n]
+
+    return tree_map(share, tree)
 
 
 def save_atomically(value: Any, path: str, pickle_module: Any = pickle) -> None:

@@ -321,3 +321,30 @@ def test_trimmed_reference_captures_give_the_value_set_cases_every_call_they_too
     # the comparison can fail: keeping one distinct call changes what the cases take
     one, _ = _value_set_calls(overloads, monkeypatch, kept=1)
     assert any(not _same(calls, one[key]) for key, calls in full.items())
+
+
+def test_values_two_calls_hold_are_saved_once_and_loaded_apart(tmp_path):
+    # the functional, in-place and out= forms of a sample hold the same values: a file writes
+    # them once, and each loaded call gets its own copy (an in-place op must not write another
+    # call's input), while two equal tensors of one call stay two tensors (add_(x, y) with
+    # x equal to y is not add_(x, x))
+    x = torch.randn(256, 256)
+    calls = {
+        "add.Tensor": [Call("add.Tensor", (x.clone(), x.clone()))],
+        "add_.Tensor": [Call("add_.Tensor", (x.clone(), x.clone()))],
+        "add.out": [Call("add.out", (x.clone(), x.clone()), {"out": x.clone()})],
+    }
+    path = str(tmp_path / "shared.pt")
+    save_calls({"samples": calls}, path)
+    for overload, c in calls.items():
+        save_calls({"samples": {overload: c}}, str(tmp_path / f"{overload}.pt"))
+    separate = sum(os.path.getsize(tmp_path / f"{o}.pt") for o in calls)
+    assert os.path.getsize(path) < separate / 2  # 7 tensors of equal values, 3 written
+    loaded = load_calls(path)["samples"]
+    tensors = [t for o in calls for t in loaded[o][0].tensors()]
+    assert len({t.untyped_storage().data_ptr() for t in tensors}) == len(tensors) == 7
+    assert all(torch.equal(t, x) for t in tensors)
+    inplace = loaded["add_.Tensor"][0]
+    torch.ops.aten.add_.Tensor(*inplace.args)
+    assert torch.equal(loaded["add.Tensor"][0].args[0], x)
+    assert torch.equal(inplace.args[0], 2 * x) and torch.equal(inplace.args[1], x)
