@@ -171,7 +171,8 @@ class Campaign:
         run = load_run(results) if (results / "run.json").exists() else None
         records = run.cases if run is not None else []
         profile = run.meta.get("profile", {}) if run is not None else {}
-        if not records and done.returncode not in (0, 1):
+        # 5: pytest collected nothing (`-- -k` deselected every case of the run): no records
+        if not records and done.returncode not in (0, 1, 5):
             raise RuntimeError(f"the suite did not run ({done.returncode}): {tail[0]}")
         events = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
         return records, events, tail[0], profile if isinstance(profile, dict) else {}
