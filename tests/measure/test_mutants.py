@@ -170,6 +170,9 @@ def test_mutants_are_judged_by_the_real_suite_and_classified(tmp_path):
         "exp=negzero",
         "--mutant",
         "neg=ulp:1",
+        "--",  # each verdict shows in float32 alone (all dtypes: 54 s of the self-tests)
+        "--dtypes",
+        "float32",
     )
     results = {r["name"]: r for r in map(json.loads, (tmp_path / "out/mutants.jsonl").open())}
     assert results["abs=ulp:4"]["verdict"] == "killed", done.stderr
@@ -216,12 +219,13 @@ def test_a_kernel_registered_at_the_autograd_key_alone_is_mutated_there(tmp_path
 def test_a_survivor_fails_check_unless_a_known_gap(tmp_path):
     known = tmp_path / "known.md"
     known.write_text("<!-- mutants-known:begin -->\n<!-- mutants-known:end -->\n")
-    done = _campaign(tmp_path, "--known", str(known), "--check", "--mutant", "exp=ulp:1")
+    float32 = ("--", "--dtypes", "float32")  # the survivor shows in float32 alone
+    done = _campaign(tmp_path, "--known", str(known), "--check", "--mutant", "exp=ulp:1", *float32)
     assert done.returncode == 1 and "| `exp=ulp:1` | survived | NEW |" in done.stdout, done.stdout
     known.write_text(
         "<!-- mutants-known:begin -->\n- `exp=ulp:1`: within 2 ulps\n<!-- mutants-known:end -->\n"
     )
-    done = _campaign(tmp_path, "--known", str(known), "--check", "--mutant", "exp=ulp:1")
+    done = _campaign(tmp_path, "--known", str(known), "--check", "--mutant", "exp=ulp:1", *float32)
     assert done.returncode == 0 and "within 2 ulps" in done.stdout, done.stdout
 
 
