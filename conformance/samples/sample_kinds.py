@@ -73,6 +73,8 @@ def is_special(t: torch.Tensor) -> bool:
     """Whether a tensor holds a value kernels get wrong: NaN, +-inf, subnormals, extremes."""
     if t.numel() == 0 or t.dtype == torch.bool:
         return False
+    if t.dtype in _BITS:
+        return _special_bits(t)
     if t.is_floating_point():
         info = torch.finfo(t.dtype)
         a = t.abs()
@@ -85,3 +87,24 @@ def is_special(t: torch.Tensor) -> bool:
         return False
     info = torch.iinfo(t.dtype)
     return bool(((t == info.max) | (t == info.min)).any())
+
+
+#: IEEE types whose magnitude orders like the integer of their bits with the sign cleared
+_BITS = {
+    torch.float16: torch.int16,
+    torch.bfloat16: torch.int16,
+    torch.float32: torch.int32,
+    torch.float64: torch.int64,
+}
+
+
+def _special_bits(t: torch.Tensor) -> bool:
+    """`is_special` of an IEEE tensor on its bits, in integer passes (a sample scan looked at
+    tensors of a million float16 elements with abs, isfinite and comparisons, a tenth of a cold
+    capture): with the sign cleared, |x| >= max/2 (inf and NaN above it) and 0 < |x| < tiny
+    (subnormal) are integer comparisons with the bits of max/2 and tiny."""
+    ints, info = _BITS[t.dtype], torch.finfo(t.dtype)
+    magnitude = t.resolve_neg().contiguous().view(ints) & torch.iinfo(ints).max  # no sign
+    half_max = torch.tensor(info.max / 2, dtype=t.dtype).view(ints).item()
+    tiny = torch.tensor(info.tiny, dtype=t.dtype).view(ints).item()
+    return bool((magnitude >= half_max).any() or ((magnitude > 0) & (magnitude < tiny)).any())
