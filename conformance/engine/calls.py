@@ -158,7 +158,9 @@ def _share_values(tree: Any, held: dict[bytes, list[torch.Tensor]]) -> Any:
     def share(x: Any) -> Any:
         if not (type(x) is torch.Tensor and x.numel() and x.device.type == "cpu"):
             return x
-        if x.layout != torch.strided or x.requires_grad or x.is_conj() or x.is_neg():
+        if x.layout != torch.strided or x.is_quantized or x.requires_grad:
+            return x  # (_tensor_bytes describes a quantized tensor by its abridged repr)
+        if x.is_conj() or x.is_neg():
             return x
         storage = x.untyped_storage()
         whole = x.storage_offset() == 0 and storage.nbytes() == x.numel() * x.element_size()

@@ -44,7 +44,7 @@ VALUE_SET_FROM_OPINFO = 3
 #: a reference capture keeps the first this many distinct calls of each (kind, overload): the
 #: OpInfos before it gave d < VALUE_SET_FROM_OPINFO distinct calls or none are needed, so its
 #: first VALUE_SET_FROM_OPINFO + d distinct ones hold every call the case takes. The rest (up to
-#: SAMPLES_PER_OPINFO samples, tensors of a million elements) were 90 % of a cold cache's bytes.
+#: SAMPLES_PER_OPINFO samples, tensors of a million elements) were 40 % of a cold cache's bytes.
 KEPT_DISTINCT = 2 * VALUE_SET_FROM_OPINFO - 1
 CAPTURES_PER_OVERLOAD = 12
 
