@@ -46,11 +46,12 @@ TEST_TOOLS = ("nox", "pyyaml", ACTIONLINT)
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """Self-tests (pytest tests, the slow ones too) on the default torch, with echo_npu built
-    into the venv."""
+    into the venv, on every core (one process: about 70 minutes of a 2-core machine, past the
+    PR workflow's 45)."""
     install_and_build(session, MATRIX.cell(""))
     session.install(*TEST_TOOLS)
     session.chdir(ROOT)
-    session.run("python", "-m", "pytest", "tests", *ALL_TESTS, *session.posargs)
+    session.run("python", "-m", "pytest", "tests", "-n", "auto", *ALL_TESTS, *session.posargs)
 
 
 @nox.session(python=PYTHON, default=False)
