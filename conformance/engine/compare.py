@@ -232,6 +232,15 @@ def compare_values(
     )
 
 
+def equal_values(a: torch.Tensor, e: torch.Tensor) -> bool:
+    """Whether every element of `a` equals `e`'s or both are NaN (`same_values` everywhere):
+    torch.equal, then the bits (`identical`: a NaN never equals itself, its bits do), each one
+    op, before the mask."""
+    if torch.equal(a, e) or identical(a, e):
+        return True
+    return bool(same_values(a, e).all())
+
+
 def same_values(a: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
     """Where `a` equals `e`, or both are NaN (the sign of zero and NaN payloads aside)."""
     return (a == e) | (a.isnan() & e.isnan())

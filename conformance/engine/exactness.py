@@ -127,12 +127,18 @@ def _ulps_text(ulps: int) -> str:
     return "1 ulp" if ulps == 1 else f"up to {ulps} ulps"
 
 
+def magnitudes(t: torch.Tensor) -> torch.Tensor:
+    """|t| of a tensor of FLOATS as integers in the order of the magnitudes: its bits with the
+    sign cleared (inf above every finite value, NaN above inf)."""
+    ints = _INT_BITS[t.dtype]
+    return t.resolve_neg().contiguous().view(ints) & torch.iinfo(ints).max
+
+
 def ordered(t: torch.Tensor) -> torch.Tensor:
     """The floats of `t` as integers in the order of their values (adjacent floats differ by
     1: the ulp distance is a difference)."""
-    i = t.contiguous().view(_INT_BITS[t.dtype]).to(torch.int64)
-    magnitude = i & torch.iinfo(_INT_BITS[t.dtype]).max
-    return torch.where(i < 0, -magnitude, magnitude)
+    magnitude = magnitudes(t).to(torch.int64)
+    return torch.where(t.signbit(), -magnitude, magnitude)
 
 
 def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

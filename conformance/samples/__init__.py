@@ -19,7 +19,6 @@ MAX_OPINFO_SAMPLES = 8
 # the backend hands arguments over and back (copies, views, write-back), which fewer samples
 # per dtype and layout show as well
 MAX_FALLBACK_SAMPLES = 4
-MAX_VALUE_SAMPLES = 2 * opinfo.VALUE_SET_FROM_OPINFO
 
 
 def calls_for(

@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from conformance.engine.exactness import FLOATS, magnitudes
+
 
 def varied(candidates: list[tuple[int, Any]], n: int) -> list[tuple[int, Any]]:
     """Up to `n` candidates: first one of each set of keyword arguments (`alpha=-3.125`), then
@@ -73,7 +75,7 @@ def is_special(t: torch.Tensor) -> bool:
     """Whether a tensor holds a value kernels get wrong: NaN, +-inf, subnormals, extremes."""
     if t.numel() == 0 or t.dtype == torch.bool:
         return False
-    if t.dtype in _BITS:
+    if t.dtype in FLOATS:
         return _special_bits(t)
     if t.is_floating_point():
         info = torch.finfo(t.dtype)
@@ -89,22 +91,13 @@ def is_special(t: torch.Tensor) -> bool:
     return bool(((t == info.max) | (t == info.min)).any())
 
 
-#: IEEE types whose magnitude orders like the integer of their bits with the sign cleared
-_BITS = {
-    torch.float16: torch.int16,
-    torch.bfloat16: torch.int16,
-    torch.float32: torch.int32,
-    torch.float64: torch.int64,
-}
-
-
 def _special_bits(t: torch.Tensor) -> bool:
     """`is_special` of an IEEE tensor on its bits, in integer passes (a sample scan looked at
     tensors of a million float16 elements with abs, isfinite and comparisons, a tenth of a cold
-    capture): with the sign cleared, |x| >= max/2 (inf and NaN above it) and 0 < |x| < tiny
-    (subnormal) are integer comparisons with the bits of max/2 and tiny."""
-    ints, info = _BITS[t.dtype], torch.finfo(t.dtype)
-    magnitude = t.resolve_neg().contiguous().view(ints) & torch.iinfo(ints).max  # no sign
-    half_max = torch.tensor(info.max / 2, dtype=t.dtype).view(ints).item()
-    tiny = torch.tensor(info.tiny, dtype=t.dtype).view(ints).item()
+    capture): |x| >= max/2 (inf and NaN above it) and 0 < |x| < tiny (subnormal) compare the
+    magnitudes' bits with those of max/2 and tiny."""
+    info = torch.finfo(t.dtype)
+    magnitude = magnitudes(t)
+    half_max = magnitudes(torch.tensor(info.max / 2, dtype=t.dtype)).item()
+    tiny = magnitudes(torch.tensor(info.tiny, dtype=t.dtype)).item()
     return bool((magnitude >= half_max).any() or ((magnitude > 0) & (magnitude < tiny)).any())

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from conformance.engine.calls import Call, load_calls, save_calls
+from conformance.engine.compare import equal_values
 from conformance.engine.discovery import resolve
 from conformance.engine.placing import place
 from conformance.engine.repro import write_repro
@@ -294,9 +295,7 @@ def _value_set_calls(overloads: list[str], monkeypatch, kept: int) -> tuple[dict
 
 def _same(a: list, b: list) -> bool:
     def equal(x: torch.Tensor, y: torch.Tensor) -> bool:
-        if x.dtype != y.dtype or x.shape != y.shape:
-            return False
-        return torch.equal(x, y) or bool(((x == y) | (x.isnan() & y.isnan())).all())
+        return x.dtype == y.dtype and x.shape == y.shape and equal_values(x, y)
 
     return len(a) == len(b) and all(
         sa == sb and len(ta) == len(tb) and all(map(equal, ta, tb))

@@ -29,6 +29,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from pytest import ExitCode
+
 from conformance.measure.mutants.install import LOG_VARIABLE, MUTANTS_VARIABLE, WRAPPER
 from conformance.measure.mutants.operators import FACTS_VARIABLE, OPERATORS
 from conformance.measure.mutants.signature import Signature, category
@@ -36,6 +38,9 @@ from conformance.measure.mutants.values import LAW_RESOLUTION
 from conformance.processes import launch
 from conformance.record import CaseRecord, Status
 from conformance.report.load import load_run
+
+#: a suite run whose records say what it did: cases ran (passed or failed) or none was collected
+RAN = (ExitCode.OK, ExitCode.TESTS_FAILED, ExitCode.NO_TESTS_COLLECTED)
 
 SUITE_DIR = Path(__file__).resolve().parents[2]  # the conformance package
 OP_CASES = SUITE_DIR / "test_conformance.py"  # the op family's test module
@@ -171,8 +176,8 @@ class Campaign:
         run = load_run(results) if (results / "run.json").exists() else None
         records = run.cases if run is not None else []
         profile = run.meta.get("profile", {}) if run is not None else {}
-        # 5: pytest collected nothing (`-- -k` deselected every case of the run): no records
-        if not records and done.returncode not in (0, 1, 5):
+        # collected nothing (`-- -k` deselected every case of the run): no records, no error
+        if not records and done.returncode not in RAN:
             raise RuntimeError(f"the suite did not run ({done.returncode}): {tail[0]}")
         events = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
         return records, events, tail[0], profile if isinstance(profile, dict) else {}
