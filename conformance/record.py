@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from enum import Enum
 from types import MappingProxyType
 from typing import Any
@@ -196,6 +196,20 @@ FINDINGS_OF_OLDER_RECORDS = MappingProxyType(
 )
 
 
+def _copied(value: Any) -> Any:
+    """A copy of a JSON-like value as `dataclasses.asdict` makes it: containers copied, a
+    dataclass as a dict, other values (str, numbers, None) themselves."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
+        return type(value)(*[_copied(v) for v in value])
+    if isinstance(value, list | tuple):
+        return type(value)(_copied(v) for v in value)
+    return value
+
+
 @dataclass
 class CaseRecord:
     """One line of ``cases-<worker>.jsonl``: what one case measured (docs/RESULTS.md)."""
@@ -294,10 +308,12 @@ class CaseRecord:
         return text.splitlines()[0] if text else ""
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        extra = data.pop("extra")
+        """The record as one JSON object: its fields (plain values, read as they are) and
+        `extra`'s keys, copied as `dataclasses.asdict` copies (asdict deep-copied every field
+        of every record, a case's largest share of writing its record)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
         data["status"] = self.status.value
-        return {**data, **extra}
+        return {**data, **_copied(self.extra)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CaseRecord:

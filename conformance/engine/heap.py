@@ -175,7 +175,7 @@ class HeapZones:
         """Every error since the last check (red zones of live blocks, the quarantine)."""
         count = int(self.lib.hz_check())
         found = []
-        buf = ctypes.create_string_buffer(512)
+        buf = ctypes.create_string_buffer(512) if count else None  # most checks find nothing
         for i in range(count):
             if self.lib.hz_error_at(i, buf, len(buf)) == 0:
                 kind, size, first, bad, when, library = buf.value.decode().split("|", 5)

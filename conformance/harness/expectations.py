@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -124,6 +125,11 @@ class Manifest:
     unsupported_dtypes: dict[str, str] = field(default_factory=dict)  # dtype -> "file:line"
     flushes_subnormals: dict[str, str] = field(default_factory=dict)  # dtype -> "file:line"
     computes_in_dtype: dict[str, str] = field(default_factory=dict)  # dtype -> "file:line"
+    # (entries it was built from, one regex that every pattern of them matches through): a case
+    # id it rejects matches no entry (most of a run's ids; the entries are scanned for the rest)
+    _screen: tuple[int, re.Pattern[str] | None] = field(
+        default=(-1, None), repr=False, compare=False
+    )
 
     def policy(self, dtype: str) -> DtypePolicy:
         """What the manifest declares of the device's arithmetic in `dtype` (a case's)."""
@@ -135,12 +141,32 @@ class Manifest:
         )
 
     def match(self, case_id: str, allocator: str = "") -> Entry | None:
+        """The first entry (in file order) with a pattern matching `case_id`, under `allocator`."""
+        if not self._may_match(case_id):
+            return None
         for entry in self.entries:
             if entry.allocator and entry.allocator != allocator:
                 continue
             if entry.matching(case_id) is not None:
                 return entry
         return None
+
+    def _may_match(self, case_id: str) -> bool:
+        """Whether some pattern could match `case_id` (as written, or as a glob: `Entry.matching`)
+        by one regex."""
+        screen = self.screen()
+        return screen is not None and screen.fullmatch(case_id) is not None
+
+    def screen(self) -> re.Pattern[str] | None:
+        """One regex that every pattern matches through (None: no patterns), built again when
+        entries were added (compiling it costs about 10 ms)."""
+        built, screen = self._screen
+        if built != len(self.entries):
+            patterns = [p for entry in self.entries for p in entry.patterns]
+            parts = [x for p in patterns for x in (re.escape(p), fnmatch.translate(p))]
+            screen = re.compile("|".join(f"(?:{x})" for x in parts)) if parts else None
+            self._screen = (len(self.entries), screen)
+        return screen
 
 
 @dataclass(frozen=True)
@@ -212,6 +238,7 @@ def load_manifest(paths: list[str]) -> Manifest:
             for dtype in _dtypes(path, data.get(key, []), key, allowed):
                 getattr(manifest, key)[dtype] = f"{path}:{_line_of(text, key)}"
         manifest.files.append(path)
+    manifest.screen()  # built once here: the runners forked later inherit it compiled
     return manifest
 
 

@@ -83,3 +83,68 @@ def test_a_backend_without_a_dtype_declares_it_in_one_line(tmp_path):
     m = load_manifest([_write(tmp_path, 'unsupported_dtypes = ["float64", "torch.complex64"]\n')])
     assert set(m.unsupported_dtypes) == {"float64", "complex64"}
     assert m.unsupported_dtypes["float64"].endswith("m.toml:1") and m.entries == []
+
+
+SCREENED = """
+[[entry]]
+pattern = "scenario:test_generate[attention_mask]"
+status = "xfail"
+category = "backend-bug"
+reason = "a name with brackets, matched as written"
+
+[[entry]]
+pattern = ["*native_batch_norm*-float32-*-native-compile", "add.Tensor-float1[6]-*"]
+status = "xfail"
+category = "backend-bug"
+reason = "globs: a leading star, a character class"
+
+[[entry]]
+pattern = "add.Tensor-float16-offset-?ative"
+status = "skip"
+category = "unsupported"
+reason = "shadowed by the entry before it (file order decides)"
+
+[[entry]]
+pattern = "unfold-*-sliced-fallback"
+status = "skip"
+category = "unsupported"
+reason = "only in guard mode"
+allocator = "guard"
+"""
+
+
+def test_one_screen_for_every_pattern_finds_what_the_entries_find(tmp_path):
+    """`Manifest.match` first asks one regex of every pattern whether any could match; the
+    entry it then finds is the one a scan of the entries in file order finds, for literal names
+    with brackets, globs with classes and leading stars, shadowed entries and allocators."""
+    m = load_manifest([_write(tmp_path, SCREENED)])
+
+    def scanned(case_id, allocator):
+        for entry in m.entries:
+            if entry.allocator and entry.allocator != allocator:
+                continue
+            if entry.matching(case_id) is not None:
+                return entry
+        return None
+
+    ids = [
+        "scenario:test_generate[attention_mask]",
+        "scenario:test_generate[a]",
+        "scenario:test_generate",
+        "_native_batch_norm_legit.no_stats-float32-transposed-native-compile",
+        "native_batch_norm-float32-contiguous-fallback-compile",
+        "add.Tensor-float16-offset-native",
+        "add.Tensor-float32-offset-native",
+        "add.Tensor-float16",
+        "unfold-float32-sliced-fallback",
+        "unfold-float32-sliced-native",
+        "",
+    ]
+    found = 0
+    for case_id in ids:
+        for allocator in ("", "guard"):
+            entry = m.match(case_id, allocator)
+            assert entry is scanned(case_id, allocator), (case_id, allocator)
+            found += entry is not None
+    assert found == 7  # the ids above that some entry matches, under each allocator
+    assert m.match("add.Tensor-float16-offset-native").reason.startswith("globs")

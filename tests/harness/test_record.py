@@ -48,6 +48,33 @@ def test_record_json_round_trip_keeps_unknown_fields() -> None:
     assert back.to_json() == data
 
 
+def test_record_json_is_a_copy_as_asdict_made_it() -> None:
+    """to_json reads the plain fields as they are and copies `extra` as dataclasses.asdict did:
+    a dataclass in it becomes a dict, and changing the JSON changes nothing of the record."""
+    import collections
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Note:
+        text: str
+        where: list[int]
+
+    pair = collections.namedtuple("pair", "a b")
+    case = CaseId("add.Tensor", "int64", "offset", "native")
+    record = CaseRecord.for_case(case, Status.PASSED, samples=3)
+    record.extra.update(notes=[Note("n", [1])], seen={"x": [1, 2]}, at=pair(1, [2]))
+    data = record.to_json()
+    old = dataclasses.asdict(record)
+    assert data == {**{k: v for k, v in old.items() if k != "extra"}, "status": "passed",
+                    **old["extra"]}  # fmt: skip
+    assert data["notes"] == [{"text": "n", "where": [1]}] and data["at"] == pair(1, [2])
+    data["seen"]["x"].append(3)
+    data["notes"][0]["where"].append(2)
+    data["at"].b.append(3)
+    assert record.extra["seen"] == {"x": [1, 2]} and record.extra["notes"][0].where == [1]
+    assert record.extra["at"].b == [2]
+
+
 def test_record_from_partial_json() -> None:
     record = CaseRecord.from_json({"id": "x", "status": "weird"})
     assert record.status is Status.ERROR and record.op == "?" and record.dtype == "-"
