@@ -128,7 +128,7 @@ class Manifest:
     # (entries it was built from, one regex that every pattern of them matches through): a case
     # id it rejects matches no entry (most of a run's ids; the entries are scanned for the rest)
     _screen: tuple[int, re.Pattern[str] | None] = field(
-        default=(-1, None), repr=False, compare=False
+        default=(-1, None), init=False, repr=False, compare=False
     )
 
     def policy(self, dtype: str) -> DtypePolicy:
