@@ -141,21 +141,21 @@ class Manifest:
         )
 
     def match(self, case_id: str, allocator: str = "") -> Entry | None:
-        """The first entry (in file order) with a pattern matching `case_id`, under `allocator`."""
-        if not self._may_match(case_id):
+        """The first entry (in file order) with a pattern matching `case_id`, under `allocator`:
+        `scan`, for the ids the screen (one regex of every pattern) lets through."""
+        screen = self.screen()
+        if screen is None or screen.fullmatch(case_id) is None:
             return None
+        return self.scan(case_id, allocator)
+
+    def scan(self, case_id: str, allocator: str = "") -> Entry | None:
+        """`match` without the screen: every entry in file order asked in turn."""
         for entry in self.entries:
             if entry.allocator and entry.allocator != allocator:
                 continue
             if entry.matching(case_id) is not None:
                 return entry
         return None
-
-    def _may_match(self, case_id: str) -> bool:
-        """Whether some pattern could match `case_id` (as written, or as a glob: `Entry.matching`)
-        by one regex."""
-        screen = self.screen()
-        return screen is not None and screen.fullmatch(case_id) is not None
 
     def screen(self) -> re.Pattern[str] | None:
         """One regex that every pattern matches through (None: no patterns), built again when

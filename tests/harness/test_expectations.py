@@ -115,18 +115,10 @@ allocator = "guard"
 
 def test_one_screen_for_every_pattern_finds_what_the_entries_find(tmp_path):
     """`Manifest.match` first asks one regex of every pattern whether any could match; the
-    entry it then finds is the one a scan of the entries in file order finds, for literal names
-    with brackets, globs with classes and leading stars, shadowed entries and allocators."""
+    entry it then finds is the one `Manifest.scan` (the entries in file order) finds, for
+    literal names with brackets, globs with classes and leading stars, shadowed entries and
+    allocators."""
     m = load_manifest([_write(tmp_path, SCREENED)])
-
-    def scanned(case_id, allocator):
-        for entry in m.entries:
-            if entry.allocator and entry.allocator != allocator:
-                continue
-            if entry.matching(case_id) is not None:
-                return entry
-        return None
-
     ids = [
         "scenario:test_generate[attention_mask]",
         "scenario:test_generate[a]",
@@ -144,7 +136,7 @@ def test_one_screen_for_every_pattern_finds_what_the_entries_find(tmp_path):
     for case_id in ids:
         for allocator in ("", "guard"):
             entry = m.match(case_id, allocator)
-            assert entry is scanned(case_id, allocator), (case_id, allocator)
+            assert entry is m.scan(case_id, allocator), (case_id, allocator)
             found += entry is not None
     assert found == 7  # the ids above that some entry matches, under each allocator
     assert m.match("add.Tensor-float16-offset-native").reason.startswith("globs")
