@@ -1,8 +1,9 @@
 """Where a run's CPU goes, by kind of process, and a run of an older commit beside this one.
 
 Used by bench_conformance.py (issue 85): the default run's CPU seconds split between the pytest
-process (the xdist controller), the xdist workers, the runner zygotes, the runners (where the
-cases run), the task zygotes and their children; and the same default run of an older commit of
+process (the xdist controller, or a plain pytest process, which owns the runners), the xdist
+workers, the runner zygotes, the runners (where the cases run), the task zygotes and their
+children; and the same default run of an older commit of
 the suite (a git worktree, the same backend and torch), its CPU milliseconds a case against this
 one's, with their verdicts compared case by case.
 
@@ -27,6 +28,9 @@ from conformance.record import CaseId
 
 TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 XDIST_WORKER = "import sys;exec(eval(sys.stdin.readline()))"  # execnet's bootstrap
+
+#: the process pytest was started as: the xdist controller, or the plain pytest process
+ROOT = "pytest process (controller or owner)"
 
 
 @dataclass
@@ -72,7 +76,7 @@ class ProcessTree:
         """The kind of a process of the run, from its command line and its parent's kind."""
         proc = self.procs[pid]
         if pid == self.root:
-            return "pytest process (xdist controller)"
+            return ROOT
         parent = self.kind(proc.parent) if proc.parent in self.procs else ""
         if XDIST_WORKER in proc.cmdline:
             return "xdist workers"
@@ -82,9 +86,9 @@ class ProcessTree:
             return "task children"
         if parent == "xdist workers" and "pytest" in proc.cmdline:
             return "runner zygotes"
-        if parent == "pytest process (xdist controller)" and self._forks_pytest(pid):
+        if parent == ROOT and self._forks_pytest(pid):
             return "runner zygotes"  # without xdist: forked from the pytest process itself
-        if parent in ("runner zygotes", "pytest process (xdist controller)"):
+        if parent in ("runner zygotes", ROOT):
             return "runners (the cases)" if "pytest" in proc.cmdline else "other"
         if parent == "runners (the cases)":
             return "runners' own children"

@@ -257,14 +257,15 @@ class CaseList:
             out += self._mode_cases(overload, dtypes, ["native"], layouts, probe, keep)
         return out
 
-    def matrix_cases(self) -> list[CaseId]:
+    def matrix_cases(self, named: Callable[[str], bool] | None = None) -> list[CaseId]:
         """Every case of the run's matrix, whatever -k kept: the ones collecting built where it
         built them all (no -k; before --shard took its part), else built anew;
         under -k without building a sample (`cases(probe=False)`: a superset, so an entry
-        judged by it is never called stale wrongly; a run without -k judges exactly)."""
+        judged by it is never called stale wrongly; a run without -k judges exactly), and only
+        the ids `named` keeps where it is given (its `may_keep`: the overloads worth naming)."""
         if self._matrix is not None:
             return self._matrix
-        return self.cases(probe=self.keep is None)
+        return self.cases(named, probe=self.keep is None)
 
     def collected_cases(self) -> list[CaseId]:
         """The cases this process builds items for: `cases()` that -k keeps, then this shard's

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+from collections import deque
 from typing import Any, Protocol
 
 import pytest
@@ -57,30 +58,21 @@ class Owner(Protocol):
     def record_for(self, item: pytest.Item, status: Status, **values: Any) -> CaseRecord | None: ...
 
 
-__all__ = ("RUNNER_ENV", "IsolatedRunner", "describe_status", "diagnose", "run_isolated")
+__all__ = ("RUNNER_ENV", "IsolatedRunner", "RunnerStarts", "describe_status", "diagnose")
 
 
-# ---- the parent ---------------------------------------------------------------------------------
-class IsolatedRunner:
-    """Runs the items of the process that schedules them (the plain pytest process, or an xdist
-    worker) in runner processes (runners.py), one item per request: a crash or hang costs that
-    item alone, gets the same record wherever it happened, and is followed by the culprit search
-    (culprit.py) when the runner had run other cases before it."""
+# ---- the parent ----------------------------------------------------------------------------------
+class RunnerStarts:
+    """Starts the runners of one scheduling process (the plain pytest process, or an xdist
+    worker): the zygote that forks them all, the file naming the cases a spawned one collects,
+    and the run's turns on a device one process may open at a time."""
 
     def __init__(self, session: pytest.Session, run: Owner) -> None:
         self.session = session
         self.run = run
-        self.process: RunnerProcess | None = None
-        self.history: list[pytest.Item] = []  # items the current runner finished, in order
-        self.cases = 0  # cases the current runner ran
         self.zygote: RunnerZygote | None = None  # forks the runners (harness/zygotes.py)
         self.case_file: str | None = None  # the op cases a spawned process collects
         self.turns: DeviceTurns | None = None  # a device one process may open at a time
-        self.ahead: pytest.Item | None = None  # asked of the current runner before its turn
-        options = run.options
-        self.culprits = CulpritSearch(
-            session.items, self.start, options.culprit_search, options.case_timeout
-        )
 
     def start(self, *, replay: bool = False, env: dict[str, str] | None = None) -> RunnerProcess:
         """A runner in the plan's mode (forked by the zygote, or spawned); `env` (extra
@@ -132,10 +124,14 @@ class IsolatedRunner:
             self.case_file = write_case_file(self.session.items)
         return self.case_file
 
+    def close_zygote(self) -> None:
+        if self.zygote is not None:
+            self.zygote.close()
+            self.zygote = None
+
     def finish(self) -> None:
-        """The end of the run: its runner and zygote closed, the case list file removed."""
+        """The end of the run: the zygote closed, the case list file removed."""
         try:
-            self.close()
             self.close_zygote()
         finally:
             if self.case_file is not None:
@@ -143,38 +139,92 @@ class IsolatedRunner:
                     os.unlink(self.case_file)
                 self.case_file = None
 
-    def close_zygote(self) -> None:
-        if self.zygote is not None:
-            self.zygote.close()
-            self.zygote = None
+
+class IsolatedRunner:
+    """Runs items of the process that schedules them (the plain pytest process, or an xdist
+    worker) in one runner process at a time (runners.py), replaced after a crash, a hang or
+    --runner-cases cases: a crash or hang costs that item alone, gets the same record wherever
+    it happened, and is followed by the culprit search (culprit.py) when the runner had run
+    other cases before it. Items may be asked of the runner ahead (`ask`, while it runs
+    others); their reports are gathered in the order they were asked (`run_item`)."""
+
+    def __init__(
+        self, session: pytest.Session, run: Owner, starts: RunnerStarts | None = None
+    ) -> None:
+        self.session = session
+        self.run = run
+        self.starts = starts if starts is not None else RunnerStarts(session, run)
+        self.process: RunnerProcess | None = None
+        self.history: list[pytest.Item] = []  # items the current runner finished, in order
+        self.cases = 0  # cases the current runner ran
+        self.sent: deque[pytest.Item] = deque()  # asked of the current runner, not gathered
+        self.lost: list[pytest.Item] = []  # asked of a runner closed before their turn
+        options = run.options
+        self.culprits = CulpritSearch(
+            session.items, self.start, options.culprit_search, options.case_timeout
+        )
+
+    def start(self, *, replay: bool = False, env: dict[str, str] | None = None) -> RunnerProcess:
+        return self.starts.start(replay=replay, env=env)
+
+    @property
+    def turns(self) -> DeviceTurns | None:
+        return self.starts.turns
+
+    def finish(self) -> None:
+        """The end of the run: its runner and zygote closed, the case list file removed."""
+        try:
+            self.close()
+        finally:
+            self.starts.finish()
 
     def close(self) -> None:
+        """The current runner closed; what it was asked ahead is killed unrun (`lost`)."""
         if self.process is not None:
-            if self.ahead is not None:  # running a case nobody will log (the run stopped)
+            if self.sent:  # running a case this runner will not log
                 self.process.kill(signal.SIGKILL)
             self.process.close()
             self.process = None
             self.history = []
             self.cases = 0
-        self.ahead = None
+        self.lost += self.sent
+        self.sent.clear()
 
-    def run_item(
-        self,
-        item: pytest.Item,
-        nextitem: pytest.Item | None,
-        after: pytest.Item | None = None,
-    ) -> None:
-        """Run one item in the runner (started if needed) and log its reports here. Where the
-        caller knows the item after `nextitem` (`after`: the plain pytest process knows its
-        whole list; an xdist worker does not), the runner is asked for `nextitem` right after
-        `item`, so that it never waits for its owner between two cases (`_may_ask_ahead`)."""
+    def room(self, ahead: int = 1) -> bool:
+        """Whether an item may be asked of this runner now: one at a time, and up to `ahead`
+        more while it runs where the runner will run them: not on a device one process may
+        open at a time (the turn may end after any case) nor past --runner-cases. A runner
+        that retires itself (its runtime broke) runs nothing it was asked ahead (serving.py),
+        and one closed before their turn (a crash, a hang, -x) is killed (`close`): they run
+        in the next one (`lost`)."""
+        if not self.sent:
+            return True
+        limit = self.run.options.runner_cases
+        return (
+            not self.run.plan.exclusive
+            and len(self.sent) <= ahead
+            and (not limit or self.cases + len(self.sent) < limit)
+        )
+
+    def ask(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
+        """Send `item` to the runner (started if needed), to be gathered in its turn. If the
+        runner died meanwhile, the send fails and gathering it sees the end: this one."""
         if self.process is None:
             self.process, self.history = self.start(), []
+        self.process.send(item.nodeid, nextitem.nodeid if nextitem is not None else None)
+        self.sent.append(item)
+
+    def run_item(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
+        """Run one item in the runner (asked now unless it was asked ahead) and log its reports
+        here."""
+        if not (self.sent and self.sent[0] is item):
+            if self.sent:  # the runner was asked for others first: they are not its next
+                self.close()
+            self.ask(item, nextitem)
+        self.sent.popleft()
         process = self.process
-        sent, self.ahead = self.ahead is item, None
-        known = nextitem is not None and after is not None
-        then = (nextitem, after) if known and self._may_ask_ahead() else None
-        attempt = self._attempt(process, item, nextitem, sent=sent, then=then)
+        assert process is not None
+        attempt = self._attempt(process, item)
         if attempt.end == "finished":
             attempt.log(item)
             self.history.append(item)
@@ -193,32 +243,9 @@ class IsolatedRunner:
         else:
             self._ended(item, nextitem, process, attempt.started)
 
-    def _may_ask_ahead(self) -> bool:
-        """Whether the current runner will run the case after the one it is asked for: not on
-        a device one process may open at a time (the turn may end after any case) nor where
-        --runner-cases ends it after this one. A runner that retires itself (its runtime broke)
-        runs nothing it was asked ahead (serving.py), and one asked ahead that is closed before
-        its turn (a crash, a hang, -x) is killed (`close`): the case runs in the next one."""
-        limit = self.run.options.runner_cases
-        return not self.run.plan.exclusive and (not limit or self.cases + 1 < limit)
-
-    def _attempt(
-        self,
-        process: RunnerProcess,
-        item: pytest.Item,
-        nextitem: pytest.Item | None,
-        *,
-        sent: bool = False,
-        then: tuple[pytest.Item, pytest.Item] | None = None,
-    ) -> Attempt:
-        """Send `item` to `process` (unless it was `sent` ahead), then `then`'s first item
-        (with the one after it) if given, and gather what comes back for `item` until it
+    def _attempt(self, process: RunnerProcess, item: pytest.Item) -> Attempt:
+        """Gather what comes back from `process` for `item` (asked of it already) until it
         finishes or ends."""
-        # if it died between two items, the send fails and receive() sees the end: this one
-        if not sent:
-            process.send(item.nodeid, nextitem.nodeid if nextitem is not None else None)
-        if then is not None and process.send(then[0].nodeid, then[1].nodeid):
-            self.ahead = then[0]
         attempt = Attempt(item=item, config=self.session.config)
         wait = self.run.options.case_timeout or None
         while not attempt.end:
@@ -296,7 +323,8 @@ class IsolatedRunner:
         process = self.start()
         attempt = Attempt(end="died")
         try:
-            attempt = self._attempt(process, item, nextitem)
+            process.send(item.nodeid, nextitem.nodeid if nextitem is not None else None)
+            attempt = self._attempt(process, item)
         finally:
             if attempt.end == "hung":
                 process.stop()
@@ -313,21 +341,6 @@ class IsolatedRunner:
         )
         _report_problem(self.run, item, Status.ERROR, "harness", message, detail, started=False)
         self.session.shouldstop = message
-
-
-def run_isolated(session: pytest.Session, run: Owner) -> None:
-    """Run every collected item in runner processes; returns when all ran or the run stops."""
-    items = session.items
-    runner = IsolatedRunner(session, run)
-    try:
-        for i, item in enumerate(items):
-            if session.shouldstop or session.shouldfail:
-                break
-            nextitem = items[i + 1] if i + 1 < len(items) else None
-            after = items[i + 2] if i + 2 < len(items) else None
-            runner.run_item(item, nextitem, after)
-    finally:
-        runner.finish()
 
 
 def _report_crash(

@@ -123,6 +123,13 @@ def _count(flag: str, text: str) -> int:
     return value
 
 
+def _at_least_one(flag: str, text: str) -> int:
+    value = _count(flag, text)
+    if value < 1:
+        raise ConformanceUsageError(f"{flag} {text!r}: use 'auto' or a whole number >= 1")
+    return value
+
+
 def _bool(flag: str, text: str) -> bool:
     value = str(text).strip().lower()
     if value in ("1", "true", "yes", "on"):
@@ -266,6 +273,14 @@ class Options:
         "it; a crash or hang replaces it at once, a failed case does not (0: no limit)",
         default="500",
         parse=lambda v: _count("--runner-cases", v),
+    )
+    runners: int = option(
+        "runner processes a plain pytest process (no -n) runs its cases in at the same time, "
+        "where they are forked and the device may be open in several processes; 'auto' = one "
+        "per usable CPU core, at most 4 (spawned runners and a device one process may open at "
+        "a time: 1); under pytest-xdist each worker has one",
+        default="auto",
+        parse=lambda v: 0 if str(v).strip() == "auto" else _at_least_one("--runners", v),
     )
     culprit_search: int = option(
         "after a crash in a runner that ran other cases first, replay them in fresh processes to "

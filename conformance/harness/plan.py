@@ -6,6 +6,7 @@ the controller's probe)."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass
 
 import pytest
@@ -28,6 +29,7 @@ class Plan:
     # under xdist (the controller's plan): how each worker runs its cases
     runner: str = ""
     runner_cases: int = 0  # cases one runner runs before a fresh one replaces it (0: no limit)
+    runners: int = 1  # runners a plain pytest process runs its cases in at the same time
 
     @property
     def exclusive(self) -> bool:
@@ -41,10 +43,10 @@ class Plan:
     def describe(self, timeout: float) -> str:
         limit = f"{timeout:g} s per case" if timeout else "none"
         if self.mode == "xdist":
-            how = _how(self.runner, self.runner_cases)
+            how = _how(self.runner, self.runner_cases, 1)
             text = f"isolation: in pytest-xdist workers, each {how}"
         else:
-            text = f"isolation: {_how(self.mode, self.runner_cases)}"
+            text = f"isolation: {_how(self.mode, self.runner_cases, self.runners)}"
         text += f"; time limit: {limit}"
         if self.exclusive:
             text += (
@@ -54,16 +56,36 @@ class Plan:
         return text + (f" [{self.reason}]" if self.reason else "")
 
 
-def _how(mode: str, runner_cases: int) -> str:
+def _how(mode: str, runner_cases: int, runners: int) -> str:
     """How cases run in one scheduling process, for the run header."""
     if mode == "in-process":
         return "running its cases in-process (a crash or hang ends the run or the worker)"
     process = picture.runner_words(mode)
     reuse = f"{runner_cases} cases" if runner_cases else "any number of cases"
+    where = "a runner process" if runners == 1 else f"{runners} runner processes at a time"
     return (
-        f"running its cases in a runner process, {process}, reused across cases and replaced "
-        f"after a crash, a hang or {reuse} (a crash or hang costs one case)"
+        f"running its cases in {where}, {process}, each reused across cases and replaced "
+        f"after a crash, a hang or {reuse} (a crash or hang costs one case; --runners)"
     )
+
+
+def runners_of(options: Options, plan: Plan) -> int:
+    """How many runners a plain pytest process runs its cases in at the same time: --runners,
+    or one per usable CPU core up to `AUTO_RUNNERS` where its runners are forked (a spawned
+    runner costs an interpreter start and a collection) and the device may be open in several
+    processes (else one)."""
+    if plan.mode not in ("fork", "spawn"):
+        return 1
+    if options.runners:
+        return 1 if plan.exclusive else options.runners
+    if plan.mode != "fork" or plan.exclusive:
+        return 1
+    return max(1, min(AUTO_RUNNERS, len(os.sched_getaffinity(0))))
+
+
+#: --runners auto's ceiling: past it the plain pytest process, which logs every case's reports,
+#: becomes the bottleneck (pytest-xdist's -n spreads that work too)
+AUTO_RUNNERS = 4
 
 
 def plan_isolation(
@@ -84,7 +106,10 @@ def plan_isolation(
     def plan(mode: str, probe: Probe, reason: str) -> Plan:
         if controller:
             return Plan("xdist", probe, reason, runner=mode, runner_cases=cases)
-        return Plan(mode, probe, reason, runner_cases=cases)
+        chosen = Plan(mode, probe, reason, runner_cases=cases)
+        if role is Role.SINGLE:
+            chosen.runners = runners_of(options, chosen)
+        return chosen
 
     def probe_once() -> Probe:
         return Probe(**json.loads(given)) if given else probe_isolated(backend)

@@ -14,6 +14,8 @@ whether a sequence of cases crashes.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -39,6 +41,19 @@ HEAP_EXERCISE = "<heap exercise>"  # a command that is no item: serving.exercise
 KILL_GRACE = 5.0  # seconds between SIGABRT (stack dump) and SIGKILL of a hung runner
 
 
+#: what a runner's report pipe holds before the runner waits on its owner: the cases asked of
+#: it ahead (harness/lanes.py) leave their reports there until their turn
+PIPE_BYTES = 1 << 20
+
+
+def _enlarge(fd: int) -> None:
+    """The pipe of `fd` holds `PIPE_BYTES` where the system lets it (Linux: F_SETPIPE_SZ, up to
+    /proc/sys/fs/pipe-max-size); elsewhere it keeps its size (a full pipe only makes a runner
+    wait)."""
+    with contextlib.suppress(AttributeError, OSError):
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+
+
 class RunnerProcess:
     """One runner, seen from the process that owns it (os.wait-style `status` once it ended)."""
 
@@ -61,6 +76,7 @@ class RunnerProcess:
         self.log_path = log.name
         cmd_read, cmd_write = os.pipe()
         out_read, out_write = os.pipe()
+        _enlarge(out_write)
         self.popen: subprocess.Popen | None = None
         self.child: Child | None = None
         if mode == "spawn":

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import faulthandler
 import os
+import sys
 from collections.abc import Callable
 
 import pytest
@@ -139,6 +140,23 @@ def exercise_heap() -> None:
         trim(0)
 
 
+def _tear_down_for(item: pytest.Item) -> None:
+    """Tear down what the runner's previous item left set up that `item` does not share, as
+    that item's teardown would have with `item` as its next: the owner's hint of the next item
+    names the next collected one, which another runner may run (harness/lanes.py), and pytest
+    sets an item up only on what the previous one left that it shares. A fixture whose teardown
+    fails here is said in the runner's log (the item it belonged to was logged already)."""
+    state = item.session._setupstate
+    if not state.stack:
+        return
+    if list(state.stack) == item.listchain()[: len(state.stack)]:
+        return
+    try:
+        state.teardown_exact(item)
+    except BaseException as exc:  # noqa: BLE001 - the previous item's fixtures; this one runs
+        print(f"[conformance] teardown before {item.nodeid} failed: {exc!r}", file=sys.stderr)
+
+
 class _Serving:
     """A runner's handler of its owner's commands (processes/messages.py)."""
 
@@ -172,6 +190,7 @@ class _Serving:
             messages.say(self.out, "missing", nodeid=nodeid, reason=reason)
             return
         nextitem = self.by_id.get(next) if next else None
+        _tear_down_for(item)
         messages.say(self.out, "start", nodeid=nodeid)
         config, passed, out = self.config, True, []
         for report in runtestprotocol(item, log=False, nextitem=nextitem):

@@ -34,7 +34,8 @@ from conformance.harness.case_warnings import CaseWarnings, QuietSetup, summary_
 from conformance.harness.exiting import end_at_exit, interrupt_on_sigterm, is_command_line
 from conformance.harness.families import registry
 from conformance.harness.header import header_lines, key_header_lines
-from conformance.harness.isolation import WorkerIsolation, run_isolated
+from conformance.harness.isolation import WorkerIsolation
+from conformance.harness.lanes import RunnerLanes
 from conformance.harness.nodes import targets_conformance
 from conformance.harness.options import Options, read_options
 from conformance.harness.ordering import order_items
@@ -299,7 +300,7 @@ class ConformanceRun:
             return None  # let pytest report the collection errors
         if self.config.option.collectonly:
             return True
-        run_isolated(session, self)
+        RunnerLanes(session, self, self.plan.runners).run()
         if session.shouldfail:
             raise session.Failed(session.shouldfail)
         if session.shouldstop:

@@ -1,9 +1,10 @@
-"""The plain pytest process asks its runner for the next case right after the one it waits for
-(harness/isolation.py `IsolatedRunner.run_item`), so that the runner never waits for its owner
-between two cases: an owner and runner faked at the message level, the order of what each did
-compared; a runner that will not run the next case (--runner-cases, a device one process may
-open at a time) is not asked ahead, and one asked ahead that is closed before its turn is
-killed."""
+"""The plain pytest process asks each runner for the next case right after the one it waits for
+(harness/lanes.py `RunnerLanes`, harness/isolation.py `IsolatedRunner.room`), so that no
+runner waits for its owner between two cases, and with --runners 2 runs two runners at once:
+an owner and runners faked at the message level, the order of what each did compared; a runner
+that will not run the next case (--runner-cases, a device one process may open at a time) is
+not asked ahead, one asked ahead that is closed before its turn is killed, and what a runner
+that retired was asked ahead is asked again, before any later case, of its successor."""
 
 from __future__ import annotations
 
@@ -11,23 +12,28 @@ import signal
 from types import SimpleNamespace
 
 from conformance.harness.isolation import IsolatedRunner
+from conformance.harness.lanes import AHEAD, RunnerLanes
 
 
 class FakeRunner:
-    """A runner process answering each `run` with start, one report and finish."""
+    """A runner process answering each `run` with start, one report and finish (asking to be
+    retired after the items named in `retiring`)."""
 
-    def __init__(self, events: list[tuple[str, str]]) -> None:
-        self.events = events
+    def __init__(self, events: list[tuple[str, str]], retiring: str = "") -> None:
+        self.events, self.retiring = events, retiring
         self.queue: list[dict] = []
         self.killed: list[int] = []
+        self.asked: list[str] = []
 
     def send(self, nodeid: str, next_nodeid: str | None) -> bool:
         self.events.append(("send", nodeid))
+        self.asked.append(nodeid)
         report = {"failed": False}
+        retire = nodeid in self.retiring
         self.queue += [
             {"kind": "start", "nodeid": nodeid},
             {"kind": "report", "nodeid": nodeid, "report": report},
-            {"kind": "finish", "nodeid": nodeid, "retire": False},
+            {"kind": "finish", "nodeid": nodeid, "retire": retire},
         ]
         return True
 
@@ -53,37 +59,43 @@ def _item(nodeid: str, events: list[tuple[str, str]]) -> SimpleNamespace:
     return SimpleNamespace(nodeid=nodeid, location=(nodeid, 0, nodeid), ihook=hooks)
 
 
-def _owner(items: list, runner_cases: int = 0, exclusive: bool = False) -> IsolatedRunner:
+def _session(items: list) -> SimpleNamespace:
     def from_serializable(config, data) -> SimpleNamespace:
         return SimpleNamespace(failed=data["failed"], longrepr=None, user_properties=[])
 
     hook = SimpleNamespace(pytest_report_from_serializable=from_serializable)
-    session = SimpleNamespace(items=items, config=SimpleNamespace(hook=hook))
+    config = SimpleNamespace(hook=hook)
+    return SimpleNamespace(items=items, config=config, shouldstop=False, shouldfail=False)
+
+
+def _run_of(runner_cases: int = 0, exclusive: bool = False) -> SimpleNamespace:
     options = SimpleNamespace(culprit_search=0, case_timeout=0, runner_cases=runner_cases)
-    plan = SimpleNamespace(mode="fork", exclusive=exclusive)
-    run = SimpleNamespace(options=options, plan=plan)
-    return IsolatedRunner(session, run)  # type: ignore[arg-type]
+    return SimpleNamespace(options=options, plan=SimpleNamespace(mode="fork", exclusive=exclusive))
 
 
-def _run(names: str, **owner) -> tuple[list[tuple[str, str]], list[FakeRunner]]:
+def _owner(items: list, runner_cases: int = 0, exclusive: bool = False) -> IsolatedRunner:
+    return IsolatedRunner(_session(items), _run_of(runner_cases, exclusive))  # type: ignore[arg-type]
+
+
+def _run(
+    names: str, runners: int = 1, retiring: str = "", **owner
+) -> tuple[list[tuple[str, str]], list[FakeRunner]]:
+    """The items `names` run by a plain pytest process's `RunnerLanes` over fake runners."""
     events: list[tuple[str, str]] = []
     items = [_item(name, events) for name in names]
-    runner = _owner(items, **owner)
+    lanes = RunnerLanes(_session(items), _run_of(**owner), runners)  # type: ignore[arg-type]
     started: list[FakeRunner] = []
 
     def start(**kw) -> FakeRunner:
-        started.append(FakeRunner(events))
+        started.append(FakeRunner(events, retiring))
         events.append(("runner", str(len(started))))
         return started[-1]
 
-    runner.start = start  # type: ignore[method-assign]
+    lanes.starts.start = start  # type: ignore[method-assign]
     if owner.get("exclusive"):  # the device's turns, as _device_lock sets them there
         turns = SimpleNamespace(case_done=lambda: None, should_hand_over=lambda: False)
-        runner.turns = turns  # type: ignore[assignment]
-    for i, item in enumerate(items):
-        nextitem = items[i + 1] if i + 1 < len(items) else None
-        after = items[i + 2] if i + 2 < len(items) else None
-        runner.run_item(item, nextitem, after)  # type: ignore[arg-type]
+        lanes.starts.turns = turns  # type: ignore[assignment]
+    lanes.run()
     return events, started
 
 
@@ -96,8 +108,8 @@ def test_the_next_case_is_asked_for_before_the_runner_finishes_this_one() -> Non
         ("log", "a"),
         ("send", "c"),
         ("log", "b"),
-        ("log", "c"),  # c's next (d) is the last: asked for only once c is logged
         ("send", "d"),
+        ("log", "c"),
         ("log", "d"),
     ]
 
@@ -130,7 +142,96 @@ def test_a_runner_asked_ahead_is_killed_when_the_run_stops() -> None:
     items = [_item(name, events) for name in "abc"]
     runner = _owner(items)
     process = runner.process = FakeRunner(events)  # type: ignore[assignment]
-    runner.run_item(items[0], items[1], items[2])  # type: ignore[arg-type]
-    assert runner.ahead is items[1]
+    runner.ask(items[0], items[1])  # type: ignore[arg-type]
+    runner.ask(items[1], items[2])  # type: ignore[arg-type]
+    runner.run_item(items[0], items[1])  # type: ignore[arg-type]
+    assert list(runner.sent) == [items[1]]
     runner.close()  # the run stopped (-x, an interrupt) before b's turn: b is never logged
-    assert process.killed == [signal.SIGKILL] and runner.ahead is None
+    assert process.killed == [signal.SIGKILL] and not runner.sent and runner.lost == [items[1]]
+
+
+def test_two_runners_run_at_once_and_every_case_is_logged_in_collection_order() -> None:
+    events, started = _run("abcdef", runners=2)
+    assert len(started) == 2
+    # the first runner is filled first (a run of two cases stays in one runner), then the
+    # second, then each in turn up to AHEAD cases ahead of the one it runs
+    assert events[:9] == [
+        ("runner", "1"),
+        ("send", "a"),
+        ("send", "b"),
+        ("runner", "2"),
+        ("send", "c"),
+        ("send", "d"),
+        ("send", "e"),
+        ("send", "f"),
+        ("log", "a"),
+    ]
+    assert started[0].asked == list("abe") and started[1].asked == list("cdf")
+    assert [e[1] for e in events if e[0] == "log"] == list("abcdef")
+    assert len(_run("ab", runners=2)[1]) == 1  # two cases: one runner
+
+
+def test_a_runner_is_asked_at_most_ahead_cases_beyond_the_one_logged_next() -> None:
+    """Past AHEAD cases a runner is asked no more until its owner logged some: what it ran
+    ahead waits in its pipe."""
+    names = "".join(chr(ord("A") + i) for i in range(3 * AHEAD))
+    events, started = _run(names, runners=2)
+    outstanding = {id(r): 0 for r in started}
+    runner_of = {n: r for r in started for n in r.asked}
+    for kind, name in events:
+        if kind in ("send", "log"):
+            outstanding[id(runner_of[name])] += 1 if kind == "send" else -1
+            assert outstanding[id(runner_of[name])] <= AHEAD + 1
+    assert [e[1] for e in events if e[0] == "log"] == list(names)
+    assert sorted(n for r in started for n in r.asked) == sorted(names)  # each asked once
+
+
+def test_what_a_retired_runner_was_asked_ahead_is_asked_again_first() -> None:
+    """Runner 1 retires after a (its runtime broke): b, asked ahead, is killed unrun and asked
+    again of runner 3, before any later case; every case logged once, in order."""
+    events, started = _run("abcdef", runners=2, retiring="a")
+    assert started[0].killed == [signal.SIGKILL]
+    after_a = events[events.index(("log", "a")) + 1 :]
+    assert after_a[:2] == [("runner", "3"), ("send", "b")] and started[2].asked[0] == "b"
+    assert [e[1] for e in events if e[0] == "log"] == list("abcdef")
+
+
+class _Node:
+    """A collector or item as pytest's SetupState sees it (its chain, setup and teardown)."""
+
+    def __init__(self, name: str, parent: _Node | None, torn: list[str]) -> None:
+        self.name, self.parent, self.torn = name, parent, torn
+
+    def listchain(self) -> list[_Node]:
+        return [*(self.parent.listchain() if self.parent else []), self]
+
+    def setup(self) -> None:
+        pass
+
+    def teardown(self) -> None:
+        self.torn.append(self.name)
+
+
+def test_a_runner_whose_next_case_is_not_the_hinted_one_tears_down_what_it_does_not_share():
+    """A runner asked for a (module m1) with the next collected case as its hint (a2, m1 too)
+    runs b of m2 next, since a2 went to the other runner: before b, m1's fixtures are torn down
+    (pytest asserts "previous item was not torn down properly" otherwise); a case that shares
+    all that is set up tears down nothing."""
+    from _pytest.runner import SetupState
+
+    from conformance.harness.serving import _tear_down_for
+
+    torn: list[str] = []
+    session = _Node("session", None, torn)
+    m1, m2 = _Node("m1", session, torn), _Node("m2", session, torn)
+    a, a2, a3, b = (_Node(n, m, torn) for n, m in (("a", m1), ("a2", m1), ("a3", m1), ("b", m2)))
+    state = SetupState()
+    for node in (a, a2, a3, b):
+        node.session = SimpleNamespace(_setupstate=state)  # type: ignore[attr-defined]
+    state.setup(a)  # type: ignore[arg-type]
+    state.teardown_exact(a2)  # type: ignore[arg-type]  # a ran with a2 as its hint
+    _tear_down_for(a3)  # type: ignore[arg-type]
+    assert torn == ["a"]  # a3 shares m1: nothing more torn down
+    _tear_down_for(b)  # type: ignore[arg-type]
+    assert torn == ["a", "m1"]
+    state.setup(b)  # type: ignore[arg-type]  # raises AssertionError unless m1 was torn down

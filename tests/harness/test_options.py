@@ -55,6 +55,7 @@ def test_command_line_beats_environment(monkeypatch: pytest.MonkeyPatch) -> None
         ({"paths": "sideways"}, "unknown path(s) sideways"),
         ({"isolate": "thread"}, "--isolate 'thread': valid values are auto, fork, spawn, none"),
         ({"case_timeout": "soon"}, "--case-timeout 'soon': give a number of seconds"),
+        ({"runners": "0"}, "--runners '0': use 'auto' or a whole number >= 1"),
     ],
 )
 def test_bad_values_are_one_line_errors(given: dict, message: str) -> None:
@@ -124,3 +125,29 @@ def test_the_modes_help_names_every_mode_with_what_it_does():
     for mode in MODES:
         assert summary(mode), f"engine/modes/{mode}.py declares no summary"
         assert f"{mode} ({summary(mode)})" in text
+
+
+@pytest.mark.parametrize(
+    ("given", "mode", "exclusive", "runners"),
+    [
+        ("auto", "fork", False, "cores"),  # one per usable core, at most AUTO_RUNNERS
+        ("auto", "spawn", False, 1),  # a spawned runner costs an interpreter and a collection
+        ("auto", "fork", True, 1),  # a device one process may open at a time
+        ("3", "fork", False, 3),
+        ("3", "spawn", False, 3),  # asked for: spawned ones too
+        ("3", "fork", True, 1),  # never two processes on such a device
+        ("3", "in-process", False, 1),
+    ],
+)
+def test_runners_of_a_plain_pytest_process(given, mode, exclusive, runners, monkeypatch) -> None:
+    """--runners: how many runners a plain pytest process runs its cases in at once."""
+    from types import SimpleNamespace
+
+    from conformance.harness import plan as planning
+
+    monkeypatch.setattr(planning.os, "sched_getaffinity", lambda pid: set(range(16)))
+    options = read_options(FakeConfig(runners=given))
+    probe = SimpleNamespace(exclusive=(exclusive, "the probe said so"))
+    chosen = planning.Plan(mode, probe)  # type: ignore[arg-type]
+    expected = planning.AUTO_RUNNERS if runners == "cores" else runners
+    assert planning.runners_of(options, chosen) == expected

@@ -45,7 +45,7 @@ def test_the_cpu_split_names_the_processes_of_an_xdist_run_and_reads_its_records
     run = process_cost.measured_run(cmd, str(REPO), clean_env())
     assert run.cases >= 20 and set(run.statuses.values()) <= {"passed", "skipped"}, run.summary
     kinds = {kind: cpu for kind, (_, cpu) in run.split.items()}
-    for kind in ("pytest process (xdist controller)", "xdist workers", "runner zygotes",
+    for kind in (process_cost.ROOT, "xdist workers", "runner zygotes",
                  "runners (the cases)"):  # fmt: skip
         assert kinds.get(kind, 0) > 0, run.split
     assert run.case_time["ops (ordinary)"][0] >= 1 and run.case_time["ops (ordinary)"][1] > 0

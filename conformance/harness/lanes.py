@@ -1,0 +1,84 @@
+"""The plain pytest process's runners side by side (`--runners`): its cases run in up to N
+runner processes at the same time, each an `IsolatedRunner` (isolation.py) with its own
+history, culprit search and replacement, all forked by one zygote; pytest-xdist's workers keep
+one each (xdist is their scheduler).
+
+Items are asked in collection order, each of the first runner with one ahead to spare (one
+running, one asked ahead: `IsolatedRunner.room`), so a run of two cases stays in one runner,
+then of the runner with the fewest asked, up to `AHEAD`; every item's reports are gathered
+and logged in collection order, so the terminal, the records and -x read as in a run with one
+runner (a hang is timed from when its turn to be logged came: never shorter than the limit).
+A runner closed with items asked ahead (a crash, a hang, a runtime that retired it) is asked
+them again at once, in order, before any later item: each runner's items stay in collection
+order, which is the order its reports come back in. Each item carries the next collected item
+as its `nextitem` hint (pytest's fixture teardown); where a runner's next item is another, the
+runner tears down what that item does not share (serving.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.harness.isolation import IsolatedRunner, Owner, RunnerStarts
+
+#: cases asked of one runner ahead of the one it runs, where more than one runs at a time: a
+#: long case in one leaves the others that many to run meanwhile (their reports wait in their
+#: pipes, enlarged for them: runners.py `PIPE_BYTES`); a default run on 2 cores: 152 s wall
+#: with 1, 140 s with 16, 127 s with 64
+AHEAD = 64
+
+
+class RunnerLanes:
+    """The runners of a plain pytest process, sharing one zygote (`RunnerStarts`)."""
+
+    def __init__(self, session: pytest.Session, run: Owner, count: int) -> None:
+        self.session = session
+        self.starts = RunnerStarts(session, run)
+        self.lanes = [IsolatedRunner(session, run, self.starts) for _ in range(max(1, count))]
+
+    def run(self) -> None:
+        """Run every collected item; returns when all ran or the run stops."""
+        session, items = self.session, self.session.items
+        lane_of: dict[int, IsolatedRunner] = {}  # item index -> the runner it was asked of
+        asked = 0  # items asked so far (0 .. asked-1)
+
+        def next_of(i: int) -> pytest.Item | None:
+            return items[i + 1] if i + 1 < len(items) else None
+
+        index = {id(item): i for i, item in enumerate(items)}
+        try:
+            for i, item in enumerate(items):
+                if session.shouldstop or session.shouldfail:
+                    break
+                while asked < len(items):
+                    lane = self._next_lane()
+                    if lane is None:
+                        break
+                    lane.ask(items[asked], next_of(asked))
+                    lane_of[asked] = lane
+                    asked += 1
+                lane = lane_of[i]
+                lane.run_item(item, next_of(i))
+                lost, lane.lost = lane.lost, []
+                if not (session.shouldstop or session.shouldfail):
+                    for again in lost:  # before any later item: its runner's order holds
+                        lane.ask(again, next_of(index[id(again)]))
+        finally:
+            self.finish()
+
+    def _next_lane(self) -> IsolatedRunner | None:
+        """The runner the next item is asked of: the first with one case ahead to spare (so a
+        run of two cases stays in one runner), else the one with the fewest asked, up to
+        `AHEAD` ahead of the case it runs (a long case in one runner leaves the others that
+        many to run meanwhile: they are logged once its turn is over)."""
+        first = next((lane for lane in self.lanes if lane.room(1)), None)
+        if first is not None or len(self.lanes) == 1:  # one runner: one ahead keeps it busy
+            return first
+        spare = [lane for lane in self.lanes if lane.room(AHEAD)]
+        return min(spare, key=lambda lane: len(lane.sent)) if spare else None
+
+    def finish(self) -> None:
+        try:
+            for lane in self.lanes:
+                lane.close()  # one asked ahead is killed: the run stopped before its turn
+        finally:
+            self.starts.finish()
