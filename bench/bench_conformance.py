@@ -14,7 +14,8 @@ over 2 is what the run would take on 2 idle cores).
   sides, both ops, read-back, assert_close; add.Tensor float32, every layout), with the ratio to
   the bare op pair alone (<= 10x, issue 85) and where the harness's time goes, phase by phase
 - the default run (`-n 2`: registered overloads, the model-derived fallback set, the values
-  axis) <= 2 min
+  axis) <= 2 min; and the same run without `-n` (the pytest process's runners side by side,
+  `--runners auto`)
 - the modes (`-grad`, `-inference` cases, issue 21): the default run <= 1.5x the same run with
   `--modes none` (both timed in this run)
 - the value sets of issue 43 (-arguments, -sizes, -models): the default run <= 1.2x the same run
@@ -527,6 +528,9 @@ def main() -> None:
     if not opts.skip_default:
         default = full_run("default run (-n 2)", ["-n", "2"], env, 2)
         default_cpu = default.cpu
+        # the same cases without xdist: one pytest process and its runners side by side
+        # (--runners auto, harness/lanes.py): no worker interpreters, no reports relayed twice
+        full_run("default run without -n (--runners auto)", [], env, 2)
         modes_ratio(env, default_cpu)
         value_sets_ratio(env, default_cpu)
         heap_zones_ratio(env, default_cpu)
