@@ -2,11 +2,12 @@
 costs one case, and gets the same record with or without pytest-xdist.
 
 The process that schedules cases (the plain pytest process, or each xdist worker: xdist stays the
-scheduler) owns a runner: a forked child (fast: it inherits the collected session) or, for devices
-that refuse use in a forked child once initialised (as CUDA does), a fresh interpreter that
-collects the same items (`spawn`; see `plan_isolation`). It sends the runner one item at a time and
-logs the reports it streams back (terminal, results, JUnit) as if it had run them (the plain pytest
-process asks for the next item as soon as it asked for one, so its runner never waits). A runner
+scheduler) owns runners (`IsolatedRunner`: one at a time each; the plain pytest process keeps
+several busy, harness/lanes.py): a forked child (fast: it inherits the collected session) or, for
+devices that refuse use in a forked child once initialised (as CUDA does), a fresh interpreter
+that collects the same items (`spawn`; see `plan_isolation`). It asks a runner for items and logs
+the reports it streams back (terminal, results, JUnit) as if it had run them, in the order it
+asked (the plain pytest process asks ahead, so its runners never wait for it). A runner
 serves case after case, failed ones included, and is replaced after a crash, a hang or
 `--runner-cases` cases (a spawned runner costs an interpreter start and a collection). If the
 runner dies (SIGSEGV, abort, sanitizer exit) the case is `crashed`, with the signal, the glibc or
@@ -73,6 +74,7 @@ class RunnerStarts:
         self.zygote: RunnerZygote | None = None  # forks the runners (harness/zygotes.py)
         self.case_file: str | None = None  # the op cases a spawned process collects
         self.turns: DeviceTurns | None = None  # a device one process may open at a time
+        self.pipe_bytes = 0  # the runners' report pipes enlarged to (runners.py: asked far ahead)
 
     def start(self, *, replay: bool = False, env: dict[str, str] | None = None) -> RunnerProcess:
         """A runner in the plan's mode (forked by the zygote, or spawned); `env` (extra
@@ -99,6 +101,7 @@ class RunnerStarts:
                 zygote=self.zygote,
                 device_lock=lock,
                 cases=self.case_list_file() if mode == "spawn" else None,
+                pipe_bytes=self.pipe_bytes,
             )
         except ZygoteGone as exc:
             if lock is not None:

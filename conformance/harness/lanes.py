@@ -5,7 +5,9 @@ one each (xdist is their scheduler).
 
 Items are asked in collection order, each of the first runner with one ahead to spare (one
 running, one asked ahead: `IsolatedRunner.room`), so a run of two cases stays in one runner,
-then of the runner with the fewest asked, up to `AHEAD`; every item's reports are gathered
+then of the runner with the fewest asked, up to `AHEAD` (1 under -x/--maxfail, so no runner
+runs far past the case that stops the run; after a switch to spawned runners under --runners
+auto, the first runner alone); every item's reports are gathered
 and logged in collection order, so the terminal, the records and -x read as in a run with one
 runner (a hang is timed from when its turn to be logged came: never shorter than the limit).
 A runner closed with items asked ahead (a crash, a hang, a runtime that retired it) is asked
@@ -19,6 +21,7 @@ from __future__ import annotations
 import pytest
 
 from conformance.harness.isolation import IsolatedRunner, Owner, RunnerStarts
+from conformance.harness.runners import PIPE_BYTES
 
 #: cases asked of one runner ahead of the one it runs, where more than one runs at a time: a
 #: long case in one leaves the others that many to run meanwhile (their reports wait in their
@@ -32,8 +35,13 @@ class RunnerLanes:
 
     def __init__(self, session: pytest.Session, run: Owner, count: int) -> None:
         self.session = session
+        self.run_of = run
         self.starts = RunnerStarts(session, run)
         self.lanes = [IsolatedRunner(session, run, self.starts) for _ in range(max(1, count))]
+        # -x/--maxfail: no runner runs far past the case that stops the run (their repros)
+        self.ahead = AHEAD if len(self.lanes) > 1 and not session.config.option.maxfail else 1
+        if self.ahead > 1:
+            self.starts.pipe_bytes = PIPE_BYTES
 
     def run(self) -> None:
         """Run every collected item; returns when all ran or the run stops."""
@@ -70,10 +78,14 @@ class RunnerLanes:
         run of two cases stays in one runner), else the one with the fewest asked, up to
         `AHEAD` ahead of the case it runs (a long case in one runner leaves the others that
         many to run meanwhile: they are logged once its turn is over)."""
-        first = next((lane for lane in self.lanes if lane.room(1)), None)
-        if first is not None or len(self.lanes) == 1:  # one runner: one ahead keeps it busy
+        lanes = self.lanes
+        run = self.run_of
+        if run.plan.mode == "spawn" and not run.options.runners:  # it switched to spawn
+            lanes = lanes[:1]  # --runners auto: a spawned runner costs an interpreter start
+        first = next((lane for lane in lanes if lane.room(1)), None)
+        if first is not None or self.ahead == 1:  # one runner: one ahead keeps it busy
             return first
-        spare = [lane for lane in self.lanes if lane.room(AHEAD)]
+        spare = [lane for lane in lanes if lane.room(self.ahead)]
         return min(spare, key=lambda lane: len(lane.sent)) if spare else None
 
     def finish(self) -> None:

@@ -284,7 +284,8 @@ class Options:
     )
     culprit_search: int = option(
         "after a crash in a runner that ran other cases first, replay them in fresh processes to "
-        "find the case that corrupted memory (at most N searches per process; 0: off)",
+        "find the case that corrupted memory (at most N searches per runner of a process, "
+        "--runners; 0: off)",
         default="8",
         parse=lambda v: _count("--culprit-search", v),
     )

@@ -80,7 +80,13 @@ def runners_of(options: Options, plan: Plan) -> int:
         return 1 if plan.exclusive else options.runners
     if plan.mode != "fork" or plan.exclusive:
         return 1
-    return max(1, min(AUTO_RUNNERS, len(os.sched_getaffinity(0))))
+    return max(1, min(AUTO_RUNNERS, _usable_cores()))
+
+
+def _usable_cores() -> int:
+    """The cores this process may run on (its affinity where the system has one)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
 
 
 #: --runners auto's ceiling: past it the plain pytest process, which logs every case's reports,

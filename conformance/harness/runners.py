@@ -41,17 +41,17 @@ HEAP_EXERCISE = "<heap exercise>"  # a command that is no item: serving.exercise
 KILL_GRACE = 5.0  # seconds between SIGABRT (stack dump) and SIGKILL of a hung runner
 
 
-#: what a runner's report pipe holds before the runner waits on its owner: the cases asked of
-#: it ahead (harness/lanes.py) leave their reports there until their turn
+#: what the report pipe of a runner asked many cases ahead holds before the runner waits on its
+#: owner: those cases' reports wait there until their turn (harness/lanes.py)
 PIPE_BYTES = 1 << 20
 
 
-def _enlarge(fd: int) -> None:
-    """The pipe of `fd` holds `PIPE_BYTES` where the system lets it (Linux: F_SETPIPE_SZ, up to
+def _enlarge(fd: int, size: int) -> None:
+    """The pipe of `fd` holds `size` bytes where the system lets it (Linux: F_SETPIPE_SZ, up to
     /proc/sys/fs/pipe-max-size); elsewhere it keeps its size (a full pipe only makes a runner
     wait)."""
     with contextlib.suppress(AttributeError, OSError):
-        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, size)
 
 
 class RunnerProcess:
@@ -69,6 +69,7 @@ class RunnerProcess:
         zygote: ZygoteLink | None = None,
         device_lock: Any = None,
         cases: str | None = None,
+        pipe_bytes: int = 0,
     ) -> None:
         self.mode = mode
         self.device_lock = device_lock  # released once the runner ended (close)
@@ -76,7 +77,8 @@ class RunnerProcess:
         self.log_path = log.name
         cmd_read, cmd_write = os.pipe()
         out_read, out_write = os.pipe()
-        _enlarge(out_write)
+        if pipe_bytes:
+            _enlarge(out_write, pipe_bytes)
         self.popen: subprocess.Popen | None = None
         self.child: Child | None = None
         if mode == "spawn":

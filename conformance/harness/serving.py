@@ -12,7 +12,6 @@ from __future__ import annotations
 import ctypes
 import faulthandler
 import os
-import sys
 from collections.abc import Callable
 
 import pytest
@@ -112,6 +111,7 @@ def serve(
             os.dup2(log_fd, 1)
             os.dup2(log_fd, 2)
         faulthandler.enable(file=2, all_threads=True)  # Python stacks of a crash into the log
+        config.pluginmanager.register(TearDownFirst(), "conformance-teardown-first")
         serving = _Serving(config, items, out_fd, replay, backend, after_case)
         commands = MessageReader(cmd_fd)
         while not serving.retired and (message := commands.receive()) is not None:
@@ -140,21 +140,29 @@ def exercise_heap() -> None:
         trim(0)
 
 
-def _tear_down_for(item: pytest.Item) -> None:
-    """Tear down what the runner's previous item left set up that `item` does not share, as
-    that item's teardown would have with `item` as its next: the owner's hint of the next item
-    names the next collected one, which another runner may run (harness/lanes.py), and pytest
-    sets an item up only on what the previous one left that it shares. A fixture whose teardown
-    fails here is said in the runner's log (the item it belonged to was logged already)."""
-    state = item.session._setupstate
-    if not state.stack:
-        return
-    if list(state.stack) == item.listchain()[: len(state.stack)]:
-        return
-    try:
-        state.teardown_exact(item)
-    except BaseException as exc:  # noqa: BLE001 - the previous item's fixtures; this one runs
-        print(f"[conformance] teardown before {item.nodeid} failed: {exc!r}", file=sys.stderr)
+class TearDownFirst:
+    """A runner's plugin: before an item's setup, what the runner's previous item left set up
+    that this item does not share is torn down, as that item's teardown would have with this
+    one as its next. The owner's hint of the next item names the next collected one, which
+    another runner may run (harness/lanes.py), and pytest sets an item up only on what the
+    previous one left that it shares ("previous item was not torn down properly"). It runs in
+    the item's setup, so a fixture teardown that fails, crashes or hangs there is this case's
+    setup error, crash or hang (with a note naming it): seen and recorded, never lost."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        state = item.session._setupstate
+        if not state.stack or list(state.stack) == item.listchain()[: len(state.stack)]:
+            return
+        try:
+            state.teardown_exact(item)
+        except Exception as exc:
+            exc.add_note(
+                "[conformance] raised while tearing down what the runner's previous case set "
+                "up and this case does not share (a fixture of an earlier case's module or "
+                "class), before this case's setup"
+            )
+            raise
 
 
 class _Serving:
@@ -190,7 +198,6 @@ class _Serving:
             messages.say(self.out, "missing", nodeid=nodeid, reason=reason)
             return
         nextitem = self.by_id.get(next) if next else None
-        _tear_down_for(item)
         messages.say(self.out, "start", nodeid=nodeid)
         config, passed, out = self.config, True, []
         for report in runtestprotocol(item, log=False, nextitem=nextitem):

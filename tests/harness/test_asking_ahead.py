@@ -11,6 +11,8 @@ from __future__ import annotations
 import signal
 from types import SimpleNamespace
 
+import pytest
+
 from conformance.harness.isolation import IsolatedRunner
 from conformance.harness.lanes import AHEAD, RunnerLanes
 
@@ -59,17 +61,19 @@ def _item(nodeid: str, events: list[tuple[str, str]]) -> SimpleNamespace:
     return SimpleNamespace(nodeid=nodeid, location=(nodeid, 0, nodeid), ihook=hooks)
 
 
-def _session(items: list) -> SimpleNamespace:
+def _session(items: list, maxfail: int = 0) -> SimpleNamespace:
     def from_serializable(config, data) -> SimpleNamespace:
         return SimpleNamespace(failed=data["failed"], longrepr=None, user_properties=[])
 
     hook = SimpleNamespace(pytest_report_from_serializable=from_serializable)
-    config = SimpleNamespace(hook=hook)
+    config = SimpleNamespace(hook=hook, option=SimpleNamespace(maxfail=maxfail))
     return SimpleNamespace(items=items, config=config, shouldstop=False, shouldfail=False)
 
 
 def _run_of(runner_cases: int = 0, exclusive: bool = False) -> SimpleNamespace:
-    options = SimpleNamespace(culprit_search=0, case_timeout=0, runner_cases=runner_cases)
+    options = SimpleNamespace(
+        culprit_search=0, case_timeout=0, runner_cases=runner_cases, runners=0
+    )
     return SimpleNamespace(options=options, plan=SimpleNamespace(mode="fork", exclusive=exclusive))
 
 
@@ -78,12 +82,13 @@ def _owner(items: list, runner_cases: int = 0, exclusive: bool = False) -> Isola
 
 
 def _run(
-    names: str, runners: int = 1, retiring: str = "", **owner
+    names: str, runners: int = 1, retiring: str = "", maxfail: int = 0, **owner
 ) -> tuple[list[tuple[str, str]], list[FakeRunner]]:
     """The items `names` run by a plain pytest process's `RunnerLanes` over fake runners."""
     events: list[tuple[str, str]] = []
     items = [_item(name, events) for name in names]
-    lanes = RunnerLanes(_session(items), _run_of(**owner), runners)  # type: ignore[arg-type]
+    session = _session(items, maxfail)
+    lanes = RunnerLanes(session, _run_of(**owner), runners)  # type: ignore[arg-type]
     started: list[FakeRunner] = []
 
     def start(**kw) -> FakeRunner:
@@ -176,14 +181,24 @@ def test_a_runner_is_asked_at_most_ahead_cases_beyond_the_one_logged_next() -> N
     ahead waits in its pipe."""
     names = "".join(chr(ord("A") + i) for i in range(3 * AHEAD))
     events, started = _run(names, runners=2)
-    outstanding = {id(r): 0 for r in started}
-    runner_of = {n: r for r in started for n in r.asked}
-    for kind, name in events:
-        if kind in ("send", "log"):
-            outstanding[id(runner_of[name])] += 1 if kind == "send" else -1
-            assert outstanding[id(runner_of[name])] <= AHEAD + 1
+    assert max(_most_outstanding(events, started).values()) == AHEAD + 1
     assert [e[1] for e in events if e[0] == "log"] == list(names)
     assert sorted(n for r in started for n in r.asked) == sorted(names)  # each asked once
+    # -x: no runner runs far past the case that may stop the run
+    events, started = _run(names, runners=2, maxfail=1)
+    assert all(n <= 2 for n in _most_outstanding(events, started).values())
+
+
+def _most_outstanding(events: list[tuple[str, str]], started: list[FakeRunner]) -> dict:
+    """The most cases each runner had asked and not logged at once."""
+    runner_of = {n: id(r) for r in started for n in r.asked}
+    now = dict.fromkeys(runner_of.values(), 0)
+    most = dict(now)
+    for kind, name in events:
+        if kind in ("send", "log"):
+            now[runner_of[name]] += 1 if kind == "send" else -1
+            most[runner_of[name]] = max(most[runner_of[name]], now[runner_of[name]])
+    return most
 
 
 def test_what_a_retired_runner_was_asked_ahead_is_asked_again_first() -> None:
@@ -210,6 +225,8 @@ class _Node:
 
     def teardown(self) -> None:
         self.torn.append(self.name)
+        if self.name == "broken":
+            raise RuntimeError("the module fixture's teardown failed")
 
 
 def test_a_runner_whose_next_case_is_not_the_hinted_one_tears_down_what_it_does_not_share():
@@ -219,7 +236,9 @@ def test_a_runner_whose_next_case_is_not_the_hinted_one_tears_down_what_it_does_
     all that is set up tears down nothing."""
     from _pytest.runner import SetupState
 
-    from conformance.harness.serving import _tear_down_for
+    from conformance.harness.serving import TearDownFirst
+
+    before_setup = TearDownFirst().pytest_runtest_setup
 
     torn: list[str] = []
     session = _Node("session", None, torn)
@@ -230,8 +249,29 @@ def test_a_runner_whose_next_case_is_not_the_hinted_one_tears_down_what_it_does_
         node.session = SimpleNamespace(_setupstate=state)  # type: ignore[attr-defined]
     state.setup(a)  # type: ignore[arg-type]
     state.teardown_exact(a2)  # type: ignore[arg-type]  # a ran with a2 as its hint
-    _tear_down_for(a3)  # type: ignore[arg-type]
+    before_setup(a3)  # type: ignore[arg-type]
     assert torn == ["a"]  # a3 shares m1: nothing more torn down
-    _tear_down_for(b)  # type: ignore[arg-type]
+    before_setup(b)  # type: ignore[arg-type]
     assert torn == ["a", "m1"]
     state.setup(b)  # type: ignore[arg-type]  # raises AssertionError unless m1 was torn down
+
+
+def test_a_fixture_teardown_failing_before_a_case_is_that_case_s_setup_error_naming_it():
+    """The teardown runs in the case's setup: its error is raised there (pytest reports it as
+    the case's setup error, recorded), with a note saying whose fixture it was."""
+    from _pytest.runner import SetupState
+
+    from conformance.harness.serving import TearDownFirst
+
+    torn: list[str] = []
+    session = _Node("session", None, torn)
+    broken, m2 = _Node("broken", session, torn), _Node("m2", session, torn)
+    a, a2, b = _Node("a", broken, torn), _Node("a2", broken, torn), _Node("b", m2, torn)
+    state = SetupState()
+    b.session = SimpleNamespace(_setupstate=state)  # type: ignore[attr-defined]
+    state.setup(a)  # type: ignore[arg-type]
+    state.teardown_exact(a2)  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="teardown failed") as info:
+        TearDownFirst().pytest_runtest_setup(b)  # type: ignore[arg-type]
+    assert "before this case's setup" in "".join(info.value.__notes__)
+    assert torn == ["a", "broken"] and list(state.stack) == [session]  # the shared part stays

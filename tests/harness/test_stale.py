@@ -20,6 +20,11 @@ PATTERNS = [
     "*-transposed-fallback",
     "nothing-matches-this",
     "neg",
+    "[a-m]*-float32-*",  # a class holding a '-'
+    "abs*[!-]",  # a class that matches a '-'
+    "ab[]s]-*",  # ']' first in a class is a member
+    "ab[s-*",  # a '[' no ']' closes is a literal
+    "[!a]dd.Tensor-*",
 ]
 
 
