@@ -259,10 +259,9 @@ class CaseList:
 
     def matrix_cases(self, named: Callable[[str], bool] | None = None) -> list[CaseId]:
         """Every case of the run's matrix, whatever -k kept: the ones collecting built where it
-        built them all (no -k; before --shard took its part), else built anew;
-        under -k without building a sample (`cases(probe=False)`: a superset, so an entry
-        judged by it is never called stale wrongly; a run without -k judges exactly), and only
-        the ids `named` keeps where it is given (its `may_keep`: the overloads worth naming)."""
+        built them all (no -k; before --shard took its part), else built anew under -k without
+        building a sample (`cases(probe=False)`: a superset, so an entry judged by it is never
+        called stale wrongly; a run without -k judges exactly), only the ids `named` keeps."""
         if self._matrix is not None:
             return self._matrix
         return self.cases(named, probe=self.keep is None)

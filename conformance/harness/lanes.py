@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.harness.isolation import IsolatedRunner, Owner, RunnerStarts
+from conformance.harness.isolation import IsolatedRunner
+from conformance.harness.runner_starts import Owner, RunnerStarts
 from conformance.harness.runners import PIPE_BYTES
 
 #: cases asked of one runner ahead of the one it runs, where more than one runs at a time: a

@@ -5,8 +5,9 @@ summary says how much of the run went there, and later cases of the op do not ca
 from pathlib import Path
 
 BACKENDS = str(Path(__file__).resolve().parents[1] / "backends")
+# one runner: a first call is each runner's (without -n a pytest process runs one per core)
 ARGS = ("--backend", "jit_backend", "--ops", "abs", "--dtypes", "float32,float64", "--paths",
-        "native", "--values", "ordinary")  # fmt: skip
+        "native", "--values", "ordinary", "--runners", "1")  # fmt: skip
 
 
 def test_the_first_call_of_a_kernel_is_timed_apart(run_suite):

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+# one runner: what is kept once is kept once per runner (one per core without -n otherwise)
 ARGS = ("-p", "no:xdist", "--backend", "echo_npu", "--ops", "mul.Tensor", "--fallback-ops",
-        "none", "--dtypes", "float32", "--paths", "native")  # fmt: skip
+        "none", "--dtypes", "float32", "--paths", "native", "--runners", "1")  # fmt: skip
 
 
 def _records(run_suite, switch: str) -> list[dict]:

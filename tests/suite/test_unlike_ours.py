@@ -49,10 +49,8 @@ def test_fork_refusing_device_untouched_by_the_parent_runs_in_forked_children(ru
         *LEAK_AND_CRASH,
         env={"ECHO_NPU_REFUSE_FORK": "1", "ECHO_NPU_FAULTS": "leak,segfault_empty"},
     )
-    assert (
-        "isolation: running its cases in a runner process, a child forked by the runner zygote"
-        in header(run)
-    )
+    # forked: one per core side by side without -n (--runners auto)
+    assert "processes at a time, a child forked by the runner zygote" in header(run)
     assert_leak_and_crash_caught(run, "allocated by mul.Tensor")
 
 
