@@ -149,7 +149,9 @@ class Campaign:
         ]
         if self.backend:
             argv += ["--backend", self.backend]
-        return argv + (["--maxfail", "1"] if maxfail else ["-n", str(self.jobs)])
+        # a mutant's run: one runner (the campaign runs `jobs` of them at once already; a
+        # run stopped at its first failure would throw the other runners' work away)
+        return argv + (["--maxfail", "1", "--runners", "1"] if maxfail else ["-n", str(self.jobs)])
 
     def _run(
         self, spec: str, overloads: list[str], results: Path, maxfail: bool
