@@ -58,8 +58,9 @@ class IsolatedRunner:
         self.process: RunnerProcess | None = None
         self.history: list[pytest.Item] = []  # items the current runner finished, in order
         self.cases = 0  # cases the current runner ran
-        self.sent: deque[pytest.Item] = deque()  # asked of the current runner, not gathered
-        self.lost: list[pytest.Item] = []  # asked of a runner closed before their turn
+        # asked of the current runner and not gathered, each with its next-item hint
+        self.sent: deque[tuple[pytest.Item, pytest.Item | None]] = deque()
+        self.lost: list[tuple[pytest.Item, pytest.Item | None]] = []  # closed before their turn
         options = run.options
         self.culprits = CulpritSearch(
             session.items, self.start, options.culprit_search, options.case_timeout
@@ -113,16 +114,21 @@ class IsolatedRunner:
         if self.process is None:
             self.process, self.history = self.start(), []
         self.process.send(item.nodeid, nextitem.nodeid if nextitem is not None else None)
-        self.sent.append(item)
+        self.sent.append((item, nextitem))
+
+    def ask_lost(self) -> None:
+        """Ask the items a closed runner was asked ahead (`lost`) again, in order."""
+        lost, self.lost = self.lost, []
+        for item, nextitem in lost:
+            self.ask(item, nextitem)
 
     def run_item(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
-        """Run one item in the runner (asked now unless it was asked ahead) and log its reports
-        here."""
-        if not (self.sent and self.sent[0] is item):
-            if self.sent:  # the runner was asked for others first: they are not its next
-                self.close()
+        """Run one item in the runner (asked now unless it was asked ahead: then it is the
+        first the runner was asked) and log its reports here."""
+        if not self.sent:
             self.ask(item, nextitem)
-        self.sent.popleft()
+        asked, _ = self.sent.popleft()
+        assert asked is item, f"{item.nodeid} gathered out of turn ({asked.nodeid} was asked)"
         process = self.process
         assert process is not None
         attempt = self._attempt(process, item)

@@ -36,7 +36,7 @@ class RunnerLanes:
 
     def __init__(self, session: pytest.Session, run: Owner, count: int) -> None:
         self.session = session
-        self.run_of = run
+        self.owner = run
         self.starts = RunnerStarts(session, run)
         self.lanes = [IsolatedRunner(session, run, self.starts) for _ in range(max(1, count))]
         # -x/--maxfail: no runner runs far past the case that stops the run (their repros)
@@ -53,7 +53,6 @@ class RunnerLanes:
         def next_of(i: int) -> pytest.Item | None:
             return items[i + 1] if i + 1 < len(items) else None
 
-        index = {id(item): i for i, item in enumerate(items)}
         try:
             for i, item in enumerate(items):
                 if session.shouldstop or session.shouldfail:
@@ -67,10 +66,10 @@ class RunnerLanes:
                     asked += 1
                 lane = lane_of[i]
                 lane.run_item(item, next_of(i))
-                lost, lane.lost = lane.lost, []
-                if not (session.shouldstop or session.shouldfail):
-                    for again in lost:  # before any later item: its runner's order holds
-                        lane.ask(again, next_of(index[id(again)]))
+                if session.shouldstop or session.shouldfail:
+                    lane.lost.clear()
+                else:
+                    lane.ask_lost()  # before any later item: its runner's order holds
         finally:
             self.finish()
 
@@ -80,7 +79,7 @@ class RunnerLanes:
         `AHEAD` ahead of the case it runs (a long case in one runner leaves the others that
         many to run meanwhile: they are logged once its turn is over)."""
         lanes = self.lanes
-        run = self.run_of
+        run = self.owner
         if run.plan.mode == "spawn" and not run.options.runners:  # it switched to spawn
             lanes = lanes[:1]  # --runners auto: a spawned runner costs an interpreter start
         first = next((lane for lane in lanes if lane.room(1)), None)

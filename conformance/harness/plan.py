@@ -74,13 +74,11 @@ def runners_of(options: Options, plan: Plan) -> int:
     or one per usable CPU core up to `AUTO_RUNNERS` where its runners are forked (a spawned
     runner costs an interpreter start and a collection) and the device may be open in several
     processes (else one)."""
-    if plan.mode not in ("fork", "spawn"):
+    if plan.mode not in ("fork", "spawn") or plan.exclusive:
         return 1
     if options.runners:
-        return 1 if plan.exclusive else options.runners
-    if plan.mode != "fork" or plan.exclusive:
-        return 1
-    return max(1, min(AUTO_RUNNERS, _usable_cores()))
+        return options.runners
+    return max(1, min(AUTO_RUNNERS, _usable_cores())) if plan.mode == "fork" else 1
 
 
 def _usable_cores() -> int:

@@ -150,9 +150,10 @@ def test_a_runner_asked_ahead_is_killed_when_the_run_stops() -> None:
     runner.ask(items[0], items[1])  # type: ignore[arg-type]
     runner.ask(items[1], items[2])  # type: ignore[arg-type]
     runner.run_item(items[0], items[1])  # type: ignore[arg-type]
-    assert list(runner.sent) == [items[1]]
+    assert list(runner.sent) == [(items[1], items[2])]
     runner.close()  # the run stopped (-x, an interrupt) before b's turn: b is never logged
-    assert process.killed == [signal.SIGKILL] and not runner.sent and runner.lost == [items[1]]
+    assert process.killed == [signal.SIGKILL] and not runner.sent
+    assert runner.lost == [(items[1], items[2])]
 
 
 def test_two_runners_run_at_once_and_every_case_is_logged_in_collection_order() -> None:
