@@ -113,7 +113,7 @@ class IsolatedRunner:
         runner died meanwhile, the send fails and gathering it sees the end: this one."""
         if self.process is None:
             self.process, self.history = self.start(), []
-        self.process.send(item.nodeid, nextitem.nodeid if nextitem is not None else None)
+        _send(self.process, item, nextitem)
         self.sent.append((item, nextitem))
 
     def ask_lost(self) -> None:
@@ -230,7 +230,7 @@ class IsolatedRunner:
         process = self.start()
         attempt = Attempt(end="died")
         try:
-            process.send(item.nodeid, nextitem.nodeid if nextitem is not None else None)
+            _send(process, item, nextitem)
             attempt = self._attempt(process, item)
         finally:
             if attempt.end == "hung":
@@ -248,6 +248,12 @@ class IsolatedRunner:
         )
         _report_problem(self.run, item, Status.ERROR, "harness", message, detail, started=False)
         self.session.shouldstop = message
+
+
+def _send(process: RunnerProcess, item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Ask `process` to run `item`, telling it the item collected after it (pytest's teardown
+    hint)."""
+    process.send(item.nodeid, nextitem.nodeid if nextitem is not None else None)
 
 
 def _report_crash(
