@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,8 @@ op = {op}
 reference = {reference}  # CPU's side
 device = {device!r}
 DIFFERS = 3  # the exit status that says the device differs (a crash or ImportError exits 1)
+# where both sides raise: the cause the suite read in each error message (engine/errorclass.py)
+ERROR_CLASSES = {classes!r}
 '''
 
 BODY = '''
@@ -74,12 +77,16 @@ def bits(t):
 
 
 def run(where):
+    """(the results read back, the tensor arguments read back after the call, what it raised):
+    read inside the try, as a lazy device computes only when a result is read and raises there."""
     args, kwargs = inputs(where)
     fn = reference if where == "cpu" else {device_fn}
     try:
-        return fn(*args, **kwargs), args, None
+        result = fn(*args, **kwargs)
+        return ([read_back(x) if isinstance(x, torch.Tensor) else x for x in leaves(result)],
+                [read_back(a) for a in leaves(args) if isinstance(a, torch.Tensor)], None)
     except Exception as exc:  # noqa: BLE001 - what each side raises is part of the report
-        return None, args, exc
+        return None, None, exc
 
 
 cpu, cpu_args, cpu_exc = run("cpu")
@@ -88,23 +95,26 @@ print("cpu   :", repr(cpu_exc) if cpu_exc else "returned")
 print("device:", repr(dev_exc) if dev_exc else "returned")
 if cpu_exc or dev_exc:
     same = cpu_exc is not None and dev_exc is not None and type(dev_exc) is type(cpu_exc)
+    if same and ERROR_CLASSES and ERROR_CLASSES["cpu"] != ERROR_CLASSES["device"]:
+        print(f"the device differs from cpu: both raised {{type(cpu_exc).__name__}}, for another "
+              f"cause: cpu's message is of class [{{ERROR_CLASSES['cpu']}}], the device's of "
+              f"class [{{ERROR_CLASSES['device']}}] (torch-conformance's classes of messages)")
+        sys.exit(DIFFERS)
     print("the device agrees with cpu (both raised)" if same else "the device differs from cpu")
     sys.exit(0 if same else DIFFERS)
 differs = False
-outputs, device_outputs = leaves(cpu), leaves(dev)
+outputs, device_outputs = cpu, dev
 if len(outputs) != len(device_outputs):
     print(f"cpu returned {{len(outputs)}} value(s), the device {{len(device_outputs)}}")
     differs = True
 pairs = []
 for i, (c, d) in enumerate(zip(outputs, device_outputs)):
     if isinstance(c, torch.Tensor) and isinstance(d, torch.Tensor):
-        pairs.append(("output", c, read_back(d)))
+        pairs.append(("output", c, d))
     elif c != d and not (c != c and d != d):  # plain values (NaN equals NaN here)
         print(f"output {{i}}: cpu {{c!r}}  device {{d!r}}")
         differs = True
-written = zip([a for a in leaves(cpu_args) if isinstance(a, torch.Tensor)],
-              [a for a in leaves(dev_args) if isinstance(a, torch.Tensor)])
-pairs += [("argument after the call", c, read_back(d)) for c, d in written]
+pairs += [("argument after the call", c, d) for c, d in zip(cpu_args, dev_args)]
 for i, (what, c, d) in enumerate(pairs):
     head = (f"{{what}} {{i}}: cpu {{c.dtype}} {{tuple(c.shape)}} strides {{c.stride()}}; "
             f"device {{d.dtype}} {{tuple(d.shape)}} strides {{d.stride()}}")
@@ -212,6 +222,20 @@ class _Code:
         raise ValueError(f"no literal for {type(x).__name__}")
 
 
+#: the `error` check's message where both sides raised for different causes
+_DIFFERENT_CLASS = re.compile(
+    r"device raised \w+ \[(?P<device>[\w-]+)\]: .*, cpu raised \w+ \[(?P<cpu>[\w-]+)\]: "
+    r".*\(a different class\)"
+)
+
+
+def error_classes(headline: str) -> dict[str, str] | None:
+    """{"cpu": class, "device": class} where the failure is two errors of different classes
+    (engine/error_checks.py words it so), else None."""
+    found = _DIFFERENT_CLASS.search(headline)
+    return {"cpu": found["cpu"], "device": found["device"]} if found else None
+
+
 def standalone_script(repro: Repro, title: str, name: str) -> tuple[str, dict[int, torch.Tensor]]:
     """The script's text and the tensors it reads from `<name>.pt` beside it (none: all
     inline). Raises ValueError where an input cannot be written as code."""
@@ -237,6 +261,7 @@ def standalone_script(repro: Repro, title: str, name: str) -> tuple[str, dict[in
             op=op,
             reference=facts["reference_name"] if facts["reference"] == "aten" else "op",
             device=facts["device_type"],
+            classes=error_classes(facts["headline"].splitlines()[0]),
         )
         + route
     )

@@ -13,6 +13,7 @@ case fails on its own and names the broken foundation it might be related to.
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -193,9 +194,11 @@ def _elements(placed: PlacedCall) -> int:
 def _smallest_failing(
     ctx: RunContext, mode: CaseMode, placements: list[PlacedCall], outcome: CaseOutcome
 ) -> None:
-    """The smallest sample that fails the same check (up to SHRINK_TRIES samples smaller than
-    the failing one, smallest first), kept as the repro's sample: a report shows the fewest
-    elements that still show the divergence."""
+    """The smallest sample that fails the same check worded alike (up to SHRINK_TRIES samples
+    smaller than the failing one, smallest first), kept as the repro's sample: a report shows
+    the fewest elements that still show the divergence. Worded otherwise it is another one: a
+    zero-size sample of torch_xla's `_log_softmax_backward_data` failed `error` for another
+    reason than the lowering error its case was reported for, and its script showed nothing."""
     failure, failed = outcome.failure, outcome.failed_call
     if failure is None or failed is None or failure.check in _KEEP_SAMPLE:
         return
@@ -205,11 +208,24 @@ def _smallest_failing(
         try:
             mode.run_sample(ctx, placed, CaseOutcome(evidence=mode.new_evidence()), False)
         except Mismatch as exc:
-            if exc.check == failure.check:
+            if exc.check == failure.check and _worded_alike(exc.message, failure.message):
                 outcome.repro_call, outcome.repro_failure = placed, exc
                 return
         except Exception:  # noqa: BLE001, S112 - another problem is not this repro's
             continue
+
+
+#: what varies between samples showing one divergence: numbers, shapes, bracketed lists
+_VARIES = re.compile(r"\[[^\]]*\]|\([^)]*\)|\{[^}]*\}|-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+def _worded_alike(a: str, b: str) -> bool:
+    """Two failures' first lines alike once what varies between samples is masked."""
+
+    def first(message: str) -> str:
+        return _VARIES.sub("#", message.split("\n", 1)[0])
+
+    return first(a) == first(b)
 
 
 def blame(outcome: CaseOutcome, foundations: Foundations, layout: str) -> Blame:

@@ -133,6 +133,11 @@ def _carried_groups(
             continue
         status = expected_status(record)
         entry = known.get(source)
+        if entry is None or entry.matching(case) is None:
+            # the source names another entry (the file was edited since, or an older run
+            # wrote one source for two entries): the entry is the one that matches the case
+            entry = manifest.match(case, ctx.allocator) or entry
+            source = entry.source if entry is not None else source
         key = ("carried", source)
         group = groups.get(key)
         if group is None:

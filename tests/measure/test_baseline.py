@@ -320,6 +320,26 @@ def test_an_xfail_entry_excuses_its_own_failure_not_a_second_one_of_the_same_che
     assert not entry.expects("values", other)  # a second bug of the same check
 
 
+def test_a_failure_noted_as_another_one_is_pinned_without_the_note(tmp_path):
+    """A run adds "(the manifest entry ... expects a [rounding] failure ...: this is another
+    one)" to a failure its case's entry did not expect; the rewritten manifest pinned that note,
+    and the next run's failure (judged before any note) was another one again (torch_xla:
+    `_to_copy`, 2026-12-01)."""
+    from conformance.harness.expectations import not_expected_note
+
+    head = (
+        "[values] output: 1/9 elements differ (max abs 1, max rel 1, rtol 0, atol 0); first at "
+        "(5,): device False vs cpu True"
+    )
+    note = not_expected_note("mul.Tensor-float32-offset-native", "/old/torch-2.9.toml:5509",
+                             ("rounding",), True)  # fmt: skip
+    failing = {"mul.Tensor-float32-offset-native": ("failed", "values", head + note + "\n  ...")}
+    text = baseline([({}, _run(failing))], None).files[""]
+    assert "another one" not in text, text
+    entry = _load(tmp_path, text).match("mul.Tensor-float32-offset-native")
+    assert entry is not None and entry.expects("values", head)  # as the next run words it
+
+
 def test_an_entry_s_line_is_its_own_not_a_comment_naming_its_cases(tmp_path):
     """A baseline's comments repeat case ids in repro lines: an entry's source named the
     comment's line, which after a rewrite held another entry."""
@@ -330,6 +350,43 @@ def test_an_entry_s_line_is_its_own_not_a_comment_naming_its_cases(tmp_path):
     )
     (entry,) = _load(tmp_path, text).entries
     assert entry.source.endswith(":3"), entry.source  # its pattern line, not the comment
+
+
+def test_each_entry_names_its_own_line_and_a_crash_entry_survives_a_rewrite(tmp_path):
+    """An entry's first pattern inside another entry's pattern (torch_xla's manifest:
+    `avg_pool2d-*-zero_dim-*` in `_adaptive_avg_pool2d-*-zero_dim-*`) named that entry's line:
+    two entries shared one source, and a rewrite took the crash entry (its cases skipped) for
+    the other and dropped it, so the next run crashed in 23 ops. Records written with such a
+    source are carried by the entry that matches their case."""
+    text = (
+        '[[entry]]\npattern = ["mul.Tensor-float64-offset-*", "xadd.Tensor-int64-*"]\n'
+        'status = "crash"\ncategory = "backend-bug"\nreason = "segfault"\n\n'
+        '[[entry]]\npattern = "add.Tensor-int64-*"\nstatus = "xfail"\ncheck = "values"\n'
+        'category = "backend-bug"\nreason = "wrong"\n'
+    )
+    old = _load(tmp_path, text, "old.toml")
+    crash, wrong = old.entries
+    assert crash.source.endswith(":2") and wrong.source.endswith(":8"), (crash, wrong)
+    records = []
+    for case in _universe():
+        entry = old.match(case)
+        if entry is crash:
+            message = f"Skipped: crash: backend-bug: segfault [{crash.source}]"
+            records.append(_rec(case, "skipped", message=message, expected_by=crash.source))
+        elif entry is wrong:
+            records.append(_rec(case, "xfailed", "values", expected_by=wrong.source))
+        else:
+            records.append(_rec(case))
+    for written in ("as loaded", "by an older run: one source for both"):
+        if written != "as loaded":
+            for r in records:
+                if r.get("expected_by") == wrong.source:
+                    r["expected_by"] = crash.source
+        new = _load(tmp_path, baseline([({}, records)], old).files[""], "new.toml")
+        kept = next(e for e in new.entries if e.reason == "segfault")
+        assert kept.status == "crash" and kept.patterns == crash.patterns, written
+        again = next(e for e in new.entries if e.reason == "wrong")
+        assert again.status == "xfail" and again.patterns == wrong.patterns, written
 
 
 def test_a_reason_never_carries_a_machine_path() -> None:
