@@ -29,8 +29,12 @@ class PlacedCall:
     call: Call
     layout: str
     leaves: list[Any]  # Leaf for tensors, the value itself otherwise
-    spec: Any  # pytree spec of (args, kwargs)
     rebuild: Rebuild  # how the leaves become (args, kwargs)
+
+    @property
+    def spec(self) -> Any:
+        """The pytree spec of (args, kwargs)."""
+        return self.rebuild.spec
 
     def signature(self) -> str:
         """The call as placed: shapes after the layout, strides/offset where not contiguous."""
@@ -48,7 +52,7 @@ class PlacedCall:
                 text += "@cpu"
             return text
 
-        args, kwargs = tree_unflatten([describe(x) for x in self.leaves], self.spec)
+        args, kwargs = self.rebuild([describe(x) for x in self.leaves])
         return format_call(self.call.overload, args, kwargs).replace("'", "")
 
     def layout_free(self) -> PlacedCall:
@@ -60,7 +64,7 @@ class PlacedCall:
             else x
             for x in self.leaves
         ]
-        return PlacedCall(self.call, "contiguous", leaves, self.spec, self.rebuild)
+        return PlacedCall(self.call, "contiguous", leaves, self.rebuild)
 
     def tensor_leaves(self) -> list[Leaf]:
         return [x for x in self.leaves if isinstance(x, Leaf)]
@@ -79,7 +83,7 @@ class PlacedCall:
                 values.append(materialize_storage(leaf, device))
             else:
                 values.append(leaf)
-        args, kwargs = self.rebuild(values, self.spec)
+        args, kwargs = self.rebuild(values)
         return Materialized(tuple(args), dict(kwargs), bases)
 
 
@@ -89,18 +93,21 @@ class Rebuild:
     of its own (most calls: a fifth of placing's time went to pytree's unflatten), else by the
     tree spec (lists of tensors, nested values)."""
 
+    spec: Any  # pytree spec of (args, kwargs)
     n_args: int
     keys: tuple[str, ...] | None  # the kwargs' names when every top-level value is a leaf
 
     @classmethod
-    def of(cls, call: Call, leaves: list) -> Rebuild:
+    def of(cls, call: Call) -> tuple[list, Rebuild]:
+        """The leaves of the call's (args, kwargs) and how to rebuild them."""
+        leaves, spec = tree_flatten((call.args, call.kwargs))
         top = [*call.args, *call.kwargs.values()]
         flat = len(top) == len(leaves) and all(a is b for a, b in zip(top, leaves, strict=True))
-        return cls(len(call.args), tuple(call.kwargs) if flat else None)
+        return leaves, cls(spec, len(call.args), tuple(call.kwargs) if flat else None)
 
-    def __call__(self, values: list, spec: Any) -> tuple[Any, Any]:
+    def __call__(self, values: list) -> tuple[Any, Any]:
         if self.keys is None:
-            return tree_unflatten(values, spec)
+            return tree_unflatten(values, self.spec)
         n = self.n_args
         return tuple(values[:n]), dict(zip(self.keys, values[n:], strict=True))
 
@@ -161,21 +168,21 @@ def place(
     written: tuple[str, ...] = (),
 ) -> PlacedCall | None:
     """Choose placements for `layout`; None when the layout changes no argument."""
-    tensors, leaves_in, spec, rebuild = _flattened(call, schema, written)
+    tensors, leaves_in, rebuild = _flattened(call, schema, written)
     chosen = _choose(tensors, layout, resize_out)
     if chosen is None:
         return None
     it = iter(chosen)
     leaves = [next(it) if isinstance(x, torch.Tensor) else x for x in leaves_in]
-    return PlacedCall(call, layout, leaves, spec, rebuild)
+    return PlacedCall(call, layout, leaves, rebuild)
 
 
 def _flattened(
     call: Call, schema: torch._C.FunctionSchema, written: tuple[str, ...]
-) -> tuple[list[tuple[torch.Tensor, str, bool, bool]], list, Any, Rebuild]:
+) -> tuple[list[tuple[torch.Tensor, str, bool, bool]], list, Rebuild]:
     """(each tensor with its argument's name, whether it is written, whether it stays on CPU;
-    the leaves of (args, kwargs); their tree spec; how to rebuild them): the same for every
-    layout and case of the call, so learned once (kept on the call)."""
+    the leaves of (args, kwargs); how to rebuild them): the same for every layout and case of
+    the call, so learned once (kept on the call)."""
     key = (schema.name, schema.overload_name, written)
     if key not in call.placing:
         top = list(call.args) + list(call.kwargs.values())
@@ -186,8 +193,7 @@ def _flattened(
             flat, _ = tree_flatten(value)
             cpu = i in call.cpu_args
             tensors += [(t, name, writes, cpu) for t in flat if isinstance(t, torch.Tensor)]
-        leaves, spec = tree_flatten((call.args, call.kwargs))
-        call.placing[key] = (tensors, leaves, spec, Rebuild.of(call, leaves))
+        call.placing[key] = (tensors, *Rebuild.of(call))
     return call.placing[key]
 
 

@@ -188,10 +188,8 @@ def write_repro(
         )
         return ("__tensor__", len(tensors) - 1)
 
-    from torch.utils._pytree import tree_unflatten
-
     values = [marker(x) if isinstance(x, Leaf) else x for x in placed.leaves]
-    args, kwargs = tree_unflatten(values, placed.spec)
+    args, kwargs = placed.rebuild(values)
     torch.save(
         {"args": portable(list(args)), "kwargs": portable(dict(kwargs)), "tensors": tensors},
         os.path.join(directory, name + ".pt"),

@@ -98,6 +98,15 @@ class Entry:
             (p for p in self.patterns if p == case_id or fnmatch.fnmatchcase(case_id, p)), None
         )
 
+    def not_expected_note(self, case_id: str) -> str:
+        """What the first line of `case_id`'s failure gets where this entry expects another
+        failure (`failure_head` takes it off again)."""
+        pinned = "/".join(self.checks) or "the failures it names"
+        return (
+            f" (the manifest entry {self.matching(case_id)!r} at {self.source} expects a "
+            f"[{pinned}] failure{' as it words it' if self.failures else ''}: this is another one)"
+        )
+
     def expects(self, check: str | None, head: str = "") -> bool:
         """Whether a failure of `check`, whose record's first line is `head` ("[values] ..."),
         is the one this entry expects: its check, and where the entry pins its failures, that
@@ -337,16 +346,7 @@ def default_manifest_paths(root: str, backend: str, torch_version: str) -> list[
     return [os.path.join(folder, n) for n in names if os.path.exists(os.path.join(folder, n))]
 
 
-def not_expected_note(pattern: str, source: str, checks: tuple[str, ...], worded: bool) -> str:
-    """What a failure's first line gets where the case's entry expects another failure."""
-    pinned = "/".join(checks) or "the failures it names"
-    return (
-        f" (the manifest entry {pattern!r} at {source} expects a [{pinned}] failure"
-        f"{' as it words it' if worded else ''}: this is another one)"
-    )
-
-
-#: `not_expected_note` in a first line: the run's remark, not the case's failure
+#: `Entry.not_expected_note` in a first line: the run's remark, not the case's failure
 _NOT_EXPECTED = re.compile(r" \(the manifest entry '.*' at \S+ expects a \[[^\]]*\] failure"
                            r"(?: as it words it)?: this is another one\)")  # fmt: skip
 

@@ -17,7 +17,7 @@ from conformance.engine.modes import mode_of
 from conformance.engine.placing import PlacedCall
 from conformance.engine.runner import CaseOutcome, blame
 from conformance.harness.casework import CaseWork, CpuLacksDtype, SampleError
-from conformance.harness.expectations import Expectations, not_expected_note
+from conformance.harness.expectations import Expectations
 from conformance.harness.nodes import case_of, leave_verdict, left_verdict
 from conformance.harness.options import Options
 from conformance.harness.repro_lines import ReproLines
@@ -106,12 +106,7 @@ class CaseVerdicts:
             # another failure than the entry expects (a second bug, a missing kernel): never
             # excused by an entry pinned to other checks or other failures
             xfail = False
-            failure.message += not_expected_note(
-                str(expected.matching(str(case))),
-                expected.source,
-                expected.checks,
-                bool(expected.failures),
-            )
+            failure.message += expected.not_expected_note(str(case))
         if outcome.failure is not None or outcome.unsupported:
             self._diagnose(case, outcome, nodeid, xfail)
         record = self._record(case, outcome, nodeid)
