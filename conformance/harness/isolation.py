@@ -148,7 +148,7 @@ class IsolatedRunner:
         elif attempt.end == "missing":
             _report_problem(self.run, item, Status.ERROR, "harness", attempt.reason, started=False)
         else:
-            self._ended(item, nextitem, process, attempt.started)
+            self._ended(item, nextitem, process, attempt)
 
     def _attempt(self, process: RunnerProcess, item: pytest.Item) -> Attempt:
         """Gather what comes back from `process` for `item` (asked of it already) until it
@@ -186,8 +186,9 @@ class IsolatedRunner:
         item: pytest.Item,
         nextitem: pytest.Item | None,
         process: RunnerProcess,
-        started: bool,
+        attempt: Attempt,
     ) -> None:
+        started, checked = attempt.started, bool(attempt.reports)
         status = process.wait()
         log = process.log()
         history = self.history
@@ -196,11 +197,11 @@ class IsolatedRunner:
             self._never_started(item, describe_status(status), diagnose(log)[1] or log)
             return
         verdict = self.run.run_dir.read_verdict(process.pid, item.nodeid)
-        if verdict is not None:  # the case had its verdict; the suite's diagnostics crashed
-            _report_diagnostics_crash(item, *verdict, status, log)
+        if verdict is not None:  # its verdict stands: the diagnostics or the check after it died
+            _report_diagnostics_crash(item, *verdict, status, log, checked)
             return
         if not history:  # it crashed in a fresh runner: its own crash
-            _report_crash(self.run, item, status, log, None)
+            _report_crash(self.run, item, status, log, None, checked)
             return
         alone = self._confirm(item, nextitem)
         if alone.end != "finished":
@@ -209,11 +210,11 @@ class IsolatedRunner:
                 if alone.end == "hung"
                 else "it crashes alone in a fresh process too: its own crash"
             )
-            _report_crash(self.run, item, status, log, Culprit(None, own))
+            _report_crash(self.run, item, status, log, Culprit(None, own), checked)
             return
         culprit = self.culprits.search(item, history)
         if culprit.case is not None or culprit.after is not None or culprit.unsearched:
-            _report_crash(self.run, item, status, log, culprit)
+            _report_crash(self.run, item, status, log, culprit, checked)
             return
         how = describe_status(status)
         headline = diagnose(log)[0]
@@ -256,12 +257,27 @@ def _send(process: RunnerProcess, item: pytest.Item, nextitem: pytest.Item | Non
     process.send(item.nodeid, nextitem.nodeid if nextitem is not None else None)
 
 
+#: where a runner dies after a case's reports came (harness/serving.py sends them before it asks
+#: the device whether it still works: the sync then runs what the case left pending)
+AFTER_CHECKS = (
+    "after this case's checks, while its runner checked that the device still works (a sync "
+    "and a small computation; on a lazy device the sync runs the work the case left pending)"
+)
+
+
 def _report_crash(
-    run: Owner, item: pytest.Item, status: int, log: str, culprit: Culprit | None
+    run: Owner,
+    item: pytest.Item,
+    status: int,
+    log: str,
+    culprit: Culprit | None,
+    checked: bool = False,
 ) -> None:
+    """The crash record of `item` (`checked`: its reports had come, so the process died in the
+    runner's device check after it: still the case's, since the work is its own)."""
     how = describe_status(status)
     headline, detail = diagnose(log)
-    what = f"the process {how} while running this case"
+    what = f"the process {how} {AFTER_CHECKS if checked else 'while running this case'}"
     if headline:
         what += f": {headline}"
     extra: dict[str, Any] = {"crash_class": crash_class(f"{how}: {headline or ''}")}
@@ -285,11 +301,17 @@ def _report_crash(
 
 
 def _report_diagnostics_crash(
-    item: pytest.Item, verdict: CaseRecord, longrepr: str, status: int, log: str
+    item: pytest.Item, verdict: CaseRecord, longrepr: str, status: int, log: str, checked: bool
 ) -> None:
-    """The case's own verdict stands; the crash of the suite's diagnostics is noted on it."""
+    """The case's own verdict stands; the crash of the suite's diagnostics (or, `checked`: of
+    the runner's device check after the case's reports came) is noted on it."""
     headline, _ = diagnose(log)
-    note = f"the suite's diagnostics (blame, repro) crashed: {describe_status(status)}"
+    how = describe_status(status)
+    note = (
+        f"its runner was {how} {AFTER_CHECKS}"
+        if checked
+        else f"the suite's diagnostics (blame, repro) crashed: {how}"
+    )
     if headline:
         note += f": {headline}"
     verdict.extra["diagnostics"] = note

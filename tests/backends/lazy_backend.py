@@ -10,11 +10,16 @@ Faults (environment switches, never the default):
   (`select_scatter`, which functionalization uses to write a view back into its base).
 - LAZY_PLANT_BREAK_RUNTIME=1: `cosh` breaks the runtime of its process: every later sync
   raises, as torch_xla's does after some failed graphs ("Check failed: tensor_data").
+- LAZY_PLANT_CRASH_AFTER_COSH=1: once `cosh` ran, the process's next `mul` on the device dies
+  of SIGSEGV (cosh's own cases call no `mul`): a crash after a case's checks, in its runner's
+  check that the device still works, as torch_xla's GRU cases crash in the sync of the graph
+  they left pending.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 
 import torch
 
@@ -32,6 +37,26 @@ def register() -> None:
         _LIBRARIES.append(lib)
     if os.environ.get("LAZY_PLANT_BREAK_RUNTIME") == "1":
         _break_runtime_at_cosh()
+    if os.environ.get("LAZY_PLANT_CRASH_AFTER_COSH") == "1":
+        _crash_after_cosh()
+
+
+def _crash_after_cosh() -> None:
+    ran: list[bool] = []
+
+    def cosh(x: torch.Tensor) -> torch.Tensor:
+        ran.append(True)
+        return torch.ops.aten.cosh.default(x.cpu()).to(x.device)
+
+    def mul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if ran:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return torch.ops.aten.mul.Tensor(x.cpu(), y.cpu()).to(x.device)
+
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("cosh", cosh, "Lazy")
+    lib.impl("mul.Tensor", mul, "Lazy")
+    _LIBRARIES.append(lib)
 
 
 def _break_runtime_at_cosh() -> None:

@@ -141,3 +141,17 @@ def test_a_case_that_breaks_the_runtime_costs_that_case_only(tmp_path):
     assert tanh and {r["status"] for r in tanh} <= {"passed", "skipped"}, [
         (r["id"], r["message"][:120]) for r in tanh if r["status"] == "failed"
     ]
+
+
+def test_a_crash_after_a_cases_checks_says_so(tmp_path):
+    """The planted crash comes after cosh's checks passed, in its runner's check that the device
+    still works (on torch_xla: GRU's pending graph, run by that sync). The case is charged, its
+    record says where it died, not "while running this case"."""
+    ops = ["--ops", "cosh", "--layouts", "contiguous", "--modes", "none", "--paths", "native"]
+    proc, records = _run(tmp_path, plant="LAZY_PLANT_CRASH_AFTER_COSH", ops=ops)
+    cosh = [r for r in records if r["id"].startswith("test_matches_cpu[cosh-")]
+    assert cosh, proc.stdout[-2000:]
+    for r in cosh:
+        assert r["status"] == "crashed", r
+        assert "killed by SIGSEGV after this case's checks" in r["message"], r["message"]
+        assert "while running this case" not in r["message"]
