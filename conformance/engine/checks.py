@@ -55,12 +55,31 @@ class NotApplicable(Exception):
     """Nothing to compare in this sample (CPU's layout precondition, CPU lacks the dtype)."""
 
 
+#: the tree spec of a single value (a result that is one tensor: most ops')
+_LEAF_SPEC = tree_flatten(0)[1]
+
+
+def flatten(value: Any) -> tuple[list[Any], Any]:
+    """`tree_flatten(value)`, without pytree's walk for a single tensor."""
+    if isinstance(value, torch.Tensor):
+        return [value], _LEAF_SPEC
+    return tree_flatten(value)
+
+
 @dataclass
 class Outcome:
     """What one side (CPU or device) returned or raised."""
 
     result: Any = None
     exc: BaseException | None = None
+    _flat: tuple[list[Any], Any] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def flat(self) -> tuple[list[Any], Any]:
+        """The result's leaves and tree spec, flattened once: the checks ask for them several
+        times a sample (a result is never replaced)."""
+        if self._flat is None:
+            self._flat = flatten(self.result)
+        return self._flat
 
 
 def invoke(
@@ -245,7 +264,7 @@ def returned(schema: Any, result: Any) -> Iterator[tuple[int, torch.Tensor, Any]
         values = [result]
     index = 0
     for ret, value in zip(returns, values, strict=False):
-        for leaf in tree_flatten(value)[0]:
+        for leaf in flatten(value)[0]:
             if isinstance(leaf, torch.Tensor):
                 yield index, leaf, ret.alias_info
             index += 1
@@ -285,8 +304,8 @@ def _redraw(s: Sample, k: int) -> Redraw | None:
     if actual.exc is not None:
         got = errorclass.classify(actual.exc).describe()
         raise Mismatch("error", f"{again}: device raised {got}; cpu returned normally")
-    a_leaves, a_spec = tree_flatten(actual.result)
-    e_leaves, e_spec = tree_flatten(expected.result)
+    a_leaves, a_spec = actual.flat()
+    e_leaves, e_spec = expected.flat()
     if a_spec != e_spec:
         raise Mismatch("shape", f"{again}: returned {a_spec}, cpu returns {e_spec}")
     back = [read_back(a) if isinstance(a, torch.Tensor) else a for a in a_leaves]
@@ -301,9 +320,8 @@ def _redraw(s: Sample, k: int) -> Redraw | None:
 @sample_check("outputs", "returned values, dtype, shape, strides and device match CPU")
 def check_outputs(s: Sample) -> None:
     backend, spec, stats = s.backend, s.spec, s.stats
-    actual, expected = s.actual.result, s.expected.result
-    a_leaves, a_spec = tree_flatten(actual)
-    e_leaves, e_spec = tree_flatten(expected)
+    a_leaves, a_spec = s.actual.flat()
+    e_leaves, e_spec = s.expected.flat()
     if a_spec != e_spec:
         raise Mismatch("shape", f"returned {a_spec}, cpu returns {e_spec}")
     for i, (a, e) in enumerate(zip(a_leaves, e_leaves, strict=True)):

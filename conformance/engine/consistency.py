@@ -12,10 +12,10 @@ its kernel's artefact.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
-from torch.utils._pytree import tree_flatten
 
 from conformance.engine import layouts
 from conformance.engine.checks import Outcome, invoke
@@ -36,9 +36,11 @@ class LayoutFree:
     bumped: frozenset[str]
 
 
+@functools.cache
 def reads_memory(op: torch._ops.OpOverload) -> bool:
     """Whether the overload takes explicit strides (as_strided, _reshape_alias, set_, ...): its
-    result depends on the memory layout of its input by definition, not by a CPU bug."""
+    result depends on the memory layout of its input by definition, not by a CPU bug (asked
+    of every sample: kept per overload)."""
     names = {a.name for a in op._schema.arguments}
     return {"size", "stride"} <= names or "storage_offset" in names or "source" in names
 
@@ -60,7 +62,7 @@ def layout_free(
     shared = placed.call.layout_free
     key = (op, reference, None if placed.layout in layouts.KEEPS_VALUES else placed.layout)
     if key not in shared:
-        free = placed.layout_free().materialize("cpu")
+        free = placed.layout_free()
         before = {id(view): view._version for _, view in free.written()}
         out = invoke(reference, free)
         bumped = frozenset(n for n, view in free.written() if view._version > before[id(view)])
@@ -73,8 +75,8 @@ def _pairs(
 ) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
     """(name, strided-layout CPU tensor, layout-free CPU tensor) for every compared value."""
     out = []
-    e_leaves, e_spec = tree_flatten(expected.result)
-    f_leaves, f_spec = tree_flatten(free.outcome.result)
+    e_leaves, e_spec = expected.flat()
+    f_leaves, f_spec = free.outcome.flat()
     if e_spec == f_spec:
         for i, (e, f) in enumerate(zip(e_leaves, f_leaves, strict=True)):
             if (
@@ -115,8 +117,8 @@ def adopt(fixed: Materialized, expected: Outcome, free: LayoutFree) -> None:
             if leaf.written and view.shape == fview.shape:
                 base.copy_(leaf.placement.base)
                 view.copy_(fview)
-        e_leaves, e_spec = tree_flatten(expected.result)
-        f_leaves, f_spec = tree_flatten(free.outcome.result)
+        e_leaves, e_spec = expected.flat()
+        f_leaves, f_spec = free.outcome.flat()
         if e_spec != f_spec:
             return
         written = [view for leaf, _, view in fixed.bases if leaf.written]

@@ -27,16 +27,44 @@ __all__ = ("CASE_WARNINGS", "CPP_WARNING", "HELD", "CaseRecording", "HeldStderr"
 CPP_WARNING = re.compile(r"^\[W\S* \S+ [^\]]+\] Warning: (?P<text>.*?)(?: \(function \S+\))?$")
 
 
+#: the end c10's handler puts after a warning's text, on its last line
+_FUNCTION_END = re.compile(r" \(function \S+\)$")
+#: lines one multi-line warning may span (torch's deprecation notes take about 8)
+_MOST_LINES = 40
+
+
+def _warning_end(lines: list[str], first: int) -> int:
+    """The index of the last line of the warning whose header is lines[first]: a warning whose
+    text has newlines (torch.cholesky's deprecation note) ends at the line carrying
+    ` (function f)`. Where none follows within _MOST_LINES, or another warning starts first, the
+    header is a warning of one line and what follows is not its text."""
+    if _FUNCTION_END.search(lines[first].rstrip()):
+        return first
+    for i in range(first + 1, min(len(lines), first + _MOST_LINES)):
+        if CPP_WARNING.match(lines[i].strip()):
+            break
+        if _FUNCTION_END.search(lines[i].rstrip()):
+            return i
+    return first
+
+
 def split_warnings(text: str) -> tuple[Counter, list[str]]:
-    """Stderr lines split: the C++ warnings (("c10", text) -> count) and every other line."""
+    """Stderr lines split: the C++ warnings (("c10", text) -> count; a text of several lines
+    joined by spaces) and every other line."""
     found: Counter = Counter()
     rest = []
-    for line in text.splitlines():
-        m = CPP_WARNING.match(line.strip())
-        if m:
-            found[("c10", m.group("text"))] += 1
-        else:
-            rest.append(line)
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        m = CPP_WARNING.match(lines[i].strip())
+        if not m:
+            rest.append(lines[i])
+            i += 1
+            continue
+        end = _warning_end(lines, i)
+        body = [m.group("text"), *(ln.strip() for ln in lines[i + 1 : end + 1])]
+        found[("c10", _FUNCTION_END.sub("", " ".join(body)).strip())] += 1
+        i = end + 1
     return found, rest
 
 

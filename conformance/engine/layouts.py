@@ -106,12 +106,23 @@ def _gap_buffer(n: int, like: torch.Tensor) -> torch.Tensor:
     return torch.full((n,), GAP_VALUE, dtype=like.dtype)
 
 
-def _place_dense(buf: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...], offset: int):
-    return Placement(buf.reshape(-1).clone(), size, stride, offset)
+def _place_dense(
+    buf: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...], offset: int, fresh: bool
+) -> Placement:
+    """A placement over `buf`'s elements (`fresh`: made for it, else copied: it may share the
+    sample's memory)."""
+    return Placement(buf.reshape(-1) if fresh else buf.reshape(-1).clone(), size, stride, offset)
+
+
+def _same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether `a` may share memory with `b` (`.contiguous()` returns its tensor as it is)."""
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
 
 def contiguous(t: torch.Tensor) -> Placement:
-    return Placement(t.reshape(-1).clone(), tuple(t.shape), _contiguous_strides(tuple(t.shape)), 0)
+    """The values in a buffer of their own, contiguous (one copy, whatever `t`'s strides)."""
+    flat = t.clone(memory_format=torch.contiguous_format).reshape(-1)
+    return Placement(flat, tuple(t.shape), _contiguous_strides(tuple(t.shape)), 0)
 
 
 def noncontiguous(t: torch.Tensor) -> Placement | None:
@@ -123,16 +134,16 @@ def noncontiguous(t: torch.Tensor) -> Placement | None:
     buf[..., 1::2] = t
     stride = list(_contiguous_strides(tuple(buf.shape)))
     stride[-1] = 2
-    return _place_dense(buf, shape, tuple(stride), 1)
+    return _place_dense(buf, shape, tuple(stride), 1, fresh=True)
 
 
 def transposed(t: torch.Tensor) -> Placement | None:
     """The last two dims swapped in memory (column-major for matrices)."""
     if t.dim() < 2 or t.shape[-1] < 2 or t.shape[-2] < 2:
         return None
-    buf = t.transpose(-1, -2).contiguous()
+    buf = t.transpose(-1, -2).contiguous()  # t itself where t was transposed already
     view = buf.transpose(-1, -2)
-    return _place_dense(buf, tuple(view.shape), view.stride(), 0)
+    return _place_dense(buf, tuple(view.shape), view.stride(), 0, fresh=not _same_memory(buf, t))
 
 
 def sliced(t: torch.Tensor) -> Placement | None:
@@ -144,7 +155,7 @@ def sliced(t: torch.Tensor) -> Placement | None:
     buf[::2] = t
     stride = list(_contiguous_strides(tuple(buf.shape)))
     stride[0] *= 2
-    return _place_dense(buf, shape, tuple(stride), 0)
+    return _place_dense(buf, shape, tuple(stride), 0, fresh=True)
 
 
 def offset(t: torch.Tensor) -> Placement | None:
@@ -178,8 +189,8 @@ def channels_last(t: torch.Tensor) -> Placement | None:
         return None
     view = t.contiguous(memory_format=fmt)
     perm = (0, 2, 3, 1) if t.dim() == 4 else (0, 2, 3, 4, 1)
-    buf = view.permute(perm).contiguous()
-    return _place_dense(buf, tuple(view.shape), view.stride(), 0)
+    buf = view.permute(perm).contiguous()  # t itself where t was channels_last already
+    return _place_dense(buf, tuple(view.shape), view.stride(), 0, fresh=not _same_memory(buf, t))
 
 
 def zero_size(t: torch.Tensor) -> Placement | None:

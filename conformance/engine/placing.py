@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -55,16 +55,26 @@ class PlacedCall:
         args, kwargs = self.rebuild([describe(x) for x in self.leaves])
         return format_call(self.call.overload, args, kwargs).replace("'", "")
 
-    def layout_free(self) -> PlacedCall:
-        """The same call with every tensor a fresh contiguous copy of the same values (the
-        reference CPU must agree with across layouts)."""
-        leaves = [
-            Leaf(x.arg, x.written, layouts.contiguous(x.placement.values()), x.on_cpu)
-            if isinstance(x, Leaf)
-            else x
-            for x in self.leaves
-        ]
-        return PlacedCall(self.call, "contiguous", leaves, self.rebuild)
+    def layout_free(self) -> Materialized:
+        """The call on CPU with every tensor a fresh contiguous copy of the placed values (the
+        reference CPU must agree with across layouts). One copy a tensor, made for this run:
+        a leaf's placement here describes its copy, which the run may write, not a pristine
+        buffer (nothing restores a layout-free run)."""
+        values: list[Any] = []
+        bases = []
+        for x in self.leaves:
+            if isinstance(x, Leaf):
+                copy = x.placement.values().clone(memory_format=torch.contiguous_format)
+                size = tuple(copy.shape)
+                flat = layouts.Placement(copy.view(-1), size, layouts._contiguous_strides(size), 0)
+                values.append(copy)
+                bases.append((Leaf(x.arg, x.written, flat, x.on_cpu), flat.base, copy))
+            elif isinstance(x, torch.UntypedStorage):
+                values.append(materialize_storage(x, "cpu"))
+            else:
+                values.append(x)
+        args, kwargs = self.rebuild(values)
+        return Materialized(tuple(args), dict(kwargs), bases)
 
     def tensor_leaves(self) -> list[Leaf]:
         return [x for x in self.leaves if isinstance(x, Leaf)]
@@ -123,21 +133,27 @@ class Materialized:
     args: tuple
     kwargs: dict
     bases: list[tuple[Leaf, torch.Tensor, torch.Tensor]]  # (leaf, backing buffer, view)
+    _written: list[tuple[str, torch.Tensor]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def written(self) -> list[tuple[str, torch.Tensor]]:
         """(name, view) of each written tensor, named as the checks name it: its argument's
         name, or `name[k]` for the k-th tensor of a list argument (a foreach op's `self`: one
         name for twenty tensors kept the float64 truth of the last one only, and a correctly
-        rounded 0-dim float16 `_foreach_mul_` failed `rounding`)."""
-        leaves = [(leaf.arg, view) for leaf, _, view in self.bases if leaf.written]
-        many = {a for a in {a for a, _ in leaves} if sum(b == a for b, _ in leaves) > 1}
-        seen: dict[str, int] = {}
-        out = []
-        for arg, view in leaves:
-            k = seen.get(arg, 0)
-            seen[arg] = k + 1
-            out.append((f"{arg}[{k}]" if arg in many else arg, view))
-        return out
+        rounded 0-dim float16 `_foreach_mul_` failed `rounding`). Worked out once (the checks
+        ask for it several times a sample; the bases never change)."""
+        if self._written is None:
+            leaves = [(leaf.arg, view) for leaf, _, view in self.bases if leaf.written]
+            many = {a for a in {a for a, _ in leaves} if sum(b == a for b, _ in leaves) > 1}
+            seen: dict[str, int] = {}
+            out = []
+            for arg, view in leaves:
+                k = seen.get(arg, 0)
+                seen[arg] = k + 1
+                out.append((f"{arg}[{k}]" if arg in many else arg, view))
+            self._written = out
+        return list(self._written)
 
 
 def arg_roles(

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_flatten
 
 from conformance.engine import (  # noqa: F401 - these *_checks and bits register their checks
     alias_checks,
@@ -63,14 +62,14 @@ def _observed(outcome: Outcome, m: Materialized) -> list[Any]:
     """What a CPU run produced: the exception type, or the result's and written args' tensors."""
     if outcome.exc is not None:
         return [type(outcome.exc).__name__]
-    leaves, _ = tree_flatten(outcome.result)
+    leaves = outcome.flat()[0]
     return leaves + [view for leaf, _, view in m.bases if leaf.written]
 
 
 def _compared_values(spec: OpSpec, outcome: Outcome) -> Callable[[int], bool]:
     """Which of `_observed`'s values the checks compare element by element (the rest, such as
     uninitialised memory, only by metadata): a reference may differ there from run to run."""
-    outputs = len(tree_flatten(outcome.result)[0]) if outcome.exc is None else 0
+    outputs = len(outcome.flat()[0]) if outcome.exc is None else 0
 
     def compared(i: int) -> bool:
         if not spec.check_values:

@@ -209,7 +209,7 @@ def _measure_sample(
     expected = invoke(reference, cpu)
     if expected.exc is not None:
         return  # error parity: no values
-    free = placed.layout_free().materialize("cpu")
+    free = placed.layout_free()
     wide = _upcast(free)
     exact = invoke(reference, wide)
     free_out = invoke(reference, free)

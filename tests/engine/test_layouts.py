@@ -91,3 +91,23 @@ def test_a_transposed_placement_is_transposed_by_permute():
     placement = layouts.LAYOUTS["transposed"](torch.arange(6.0).reshape(2, 3))
     view = placement.view_of(placement.base.clone())
     assert view.stride() == placement.stride and not view.is_contiguous()
+
+
+@pytest.mark.parametrize("name", sorted(layouts.LAYOUTS))
+def test_a_placement_owns_its_buffer(name):
+    """Placing copies only where the layout did not make a buffer of its own: a placement that
+    shared the sample's memory (channels_last of a tensor already channels_last, contiguous of
+    a contiguous one) would change when a run writes the sample, and the next case would read
+    other values."""
+    for t in (
+        torch.randn(2, 3, 4, 5),
+        torch.randn(2, 3, 4, 5).contiguous(memory_format=torch.channels_last),
+        torch.randn(2, 3, 4, 5, 2).contiguous(memory_format=torch.channels_last_3d),
+        torch.randn(5, 4).t(),
+    ):
+        placement = layouts.LAYOUTS[name](t)
+        if placement is None:
+            continue
+        before = placement.base.clone()
+        t.fill_(-1.0)
+        assert torch.equal(placement.base, before), (name, t.stride())

@@ -61,6 +61,28 @@ def test_held_stderr_tallies_warnings_and_gives_back_the_rest(capfd) -> None:
     assert "something else" in err and "Resize.cpp" not in err
 
 
+def test_a_warning_of_several_lines_is_held_whole(capfd) -> None:
+    """torch's deprecation notes (torch.cholesky, torch.triangular_solve) have newlines in their
+    text: c10's handler writes the header, the lines, then ` (function f)` on the last. Seen on
+    torch_xla's collection: the header was tallied and the other lines reached the terminal."""
+    several = (
+        "[W1201 10:00:00.1 BatchLinearAlgebra.cpp:1] Warning: torch.cholesky is deprecated.\n"
+        "L = torch.cholesky(A)\nshould be replaced with\nL = torch.linalg.cholesky(A)"
+        " (function operator())\n"
+    )
+    unended = "[W1201 10:00:00.1 X.cpp:2] Warning: an old handler's line\nthe user's own line\n"
+    held = HeldStderr()
+    with held.held():
+        os.write(2, (several + unended + LINE + "\n").encode())
+    assert held.tally[("c10", "torch.cholesky is deprecated. L = torch.cholesky(A) should be "
+                              "replaced with L = torch.linalg.cholesky(A)")] == 1  # fmt: skip
+    assert held.tally[("c10", "an old handler's line")] == 1
+    assert sum(held.tally.values()) == 3
+    err = capfd.readouterr().err
+    assert "the user's own line" in err  # no ` (function f)` follows: not the warning's text
+    assert "cholesky" not in err and "should be replaced" not in err
+
+
 def test_the_users_warning_filters_still_apply_in_a_case() -> None:
     config = SimpleNamespace(
         getini=lambda name: [],
