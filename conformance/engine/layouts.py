@@ -107,16 +107,15 @@ def _gap_buffer(n: int, like: torch.Tensor) -> torch.Tensor:
 
 
 def _place_dense(
-    buf: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...], offset: int, fresh: bool
+    buf: torch.Tensor, t: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...], offset: int
 ) -> Placement:
-    """A placement over `buf`'s elements (`fresh`: made for it, else copied: it may share the
-    sample's memory)."""
-    return Placement(buf.reshape(-1) if fresh else buf.reshape(-1).clone(), size, stride, offset)
-
-
-def _same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether `a` may share memory with `b` (`.contiguous()` returns its tensor as it is)."""
-    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+    """A placement over `buf`'s elements, laid out from the sample `t`: `buf` as it is where it
+    was made for the placement, a copy where it is `t`'s own memory (`.contiguous()` returns a
+    tensor already laid out so as it is), so no run writes the sample."""
+    flat = buf.reshape(-1)
+    if buf.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
+        flat = flat.clone()
+    return Placement(flat, size, stride, offset)
 
 
 def contiguous(t: torch.Tensor) -> Placement:
@@ -134,7 +133,7 @@ def noncontiguous(t: torch.Tensor) -> Placement | None:
     buf[..., 1::2] = t
     stride = list(_contiguous_strides(tuple(buf.shape)))
     stride[-1] = 2
-    return _place_dense(buf, shape, tuple(stride), 1, fresh=True)
+    return _place_dense(buf, t, shape, tuple(stride), 1)
 
 
 def transposed(t: torch.Tensor) -> Placement | None:
@@ -143,7 +142,7 @@ def transposed(t: torch.Tensor) -> Placement | None:
         return None
     buf = t.transpose(-1, -2).contiguous()  # t itself where t was transposed already
     view = buf.transpose(-1, -2)
-    return _place_dense(buf, tuple(view.shape), view.stride(), 0, fresh=not _same_memory(buf, t))
+    return _place_dense(buf, t, tuple(view.shape), view.stride(), 0)
 
 
 def sliced(t: torch.Tensor) -> Placement | None:
@@ -155,7 +154,7 @@ def sliced(t: torch.Tensor) -> Placement | None:
     buf[::2] = t
     stride = list(_contiguous_strides(tuple(buf.shape)))
     stride[0] *= 2
-    return _place_dense(buf, shape, tuple(stride), 0, fresh=True)
+    return _place_dense(buf, t, shape, tuple(stride), 0)
 
 
 def offset(t: torch.Tensor) -> Placement | None:
@@ -190,7 +189,7 @@ def channels_last(t: torch.Tensor) -> Placement | None:
     view = t.contiguous(memory_format=fmt)
     perm = (0, 2, 3, 1) if t.dim() == 4 else (0, 2, 3, 4, 1)
     buf = view.permute(perm).contiguous()  # t itself where t was channels_last already
-    return _place_dense(buf, tuple(view.shape), view.stride(), 0, fresh=not _same_memory(buf, t))
+    return _place_dense(buf, t, tuple(view.shape), view.stride(), 0)
 
 
 def zero_size(t: torch.Tensor) -> Placement | None:

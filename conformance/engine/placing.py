@@ -64,9 +64,8 @@ class PlacedCall:
         bases = []
         for x in self.leaves:
             if isinstance(x, Leaf):
-                copy = x.placement.values().clone(memory_format=torch.contiguous_format)
-                size = tuple(copy.shape)
-                flat = layouts.Placement(copy.view(-1), size, layouts._contiguous_strides(size), 0)
+                flat = layouts.contiguous(x.placement.values())  # one copy
+                copy = flat.base.view(flat.size)
                 values.append(copy)
                 bases.append((Leaf(x.arg, x.written, flat, x.on_cpu), flat.base, copy))
             elif isinstance(x, torch.UntypedStorage):
