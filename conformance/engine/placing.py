@@ -8,8 +8,9 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from conformance.engine import layouts
+from conformance.engine import layouts, poison
 from conformance.engine.calls import Call, format_call
+from conformance.engine.siblings import _is_out
 
 
 @dataclass
@@ -197,17 +198,24 @@ def _flattened(
 ) -> tuple[list[tuple[torch.Tensor, str, bool, bool]], list, Rebuild]:
     """(each tensor with its argument's name, whether it is written, whether it stays on CPU;
     the leaves of (args, kwargs); how to rebuild them): the same for every layout and case of
-    the call, so learned once (kept on the call)."""
+    the call, so learned once (kept on the call). An out= tensor is placed holding poison
+    (poison.py), never what the sample's memory held."""
     key = (schema.name, schema.overload_name, written)
     if key not in call.placing:
         top = list(call.args) + list(call.kwargs.values())
+        outs = {a.name for a in schema.arguments if _is_out(a)}
         tensors = []
         for i, (value, (name, writes)) in enumerate(
             zip(top, arg_roles(schema, call, written), strict=True)
         ):
             flat, _ = tree_flatten(value)
             cpu = i in call.cpu_args
-            tensors += [(t, name, writes, cpu) for t in flat if isinstance(t, torch.Tensor)]
+            fill = poison.unwritten_out if name in outs else None
+            tensors += [
+                (fill(t) if fill else t, name, writes, cpu)
+                for t in flat
+                if isinstance(t, torch.Tensor)
+            ]
         call.placing[key] = (tensors, *Rebuild.of(call))
     return call.placing[key]
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from conformance.engine.calls import Call
+from conformance.engine.poison import out_like
 from conformance.ops import OpSpec, register
 
 
@@ -33,7 +34,7 @@ def _samples(name: str):
 
     def samples(dtype: torch.dtype) -> list[Call]:
         return [
-            Call(f"{name}.out", (a, b), {"out": torch.zeros_like(reference(a, b))})
+            Call(f"{name}.out", (a, b), {"out": out_like(reference(a, b))})
             for a, b in _operands(dtype)
         ]
 

@@ -28,10 +28,11 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from conformance.engine.calls import Call, clone_tree, dedupe, load_calls, save_calls
 from conformance.engine.discovery import overload_name
+from conformance.engine.poison import out_like
 from conformance.samples.guarded import BACKWARD, guarded
 from conformance.samples.sample_kinds import sample_kind, shape_of, varied
 
-CACHE_SALT = "v6"  # of the captures (v6: the ordinary reference inputs kept too)
+CACHE_SALT = "v7"  # of the captures (v7: out= holds poison, a boolean one the negated answer)
 INDEX_SALT = "v4"  # of the index alone (v4: the foreach databases joined op_db)
 KINDS = ("samples", "special", "promotion", "reference")
 REFERENCE_SCAN = 400  # reference samples looked at per (OpInfo, dtype)
@@ -369,9 +370,7 @@ def _run_variants(op, sample, recorder: _Recorder) -> None:
             pass
     if op.supports_out and expected is not None:
         try:
-            out = tree_map(
-                lambda t: torch.empty_like(t) if isinstance(t, torch.Tensor) else t, expected
-            )
+            out = tree_map(lambda t: out_like(t) if isinstance(t, torch.Tensor) else t, expected)
             with recorder:
                 op.op(sample.input, *args, **kwargs, out=out)
         except Exception:

@@ -6,9 +6,9 @@ the samples cost a process about 40 ms and 0.6 MiB per overload (55 s and 0.8 Gi
 of 1,400 overloads, in the pytest process, every xdist worker and every spawned runner). The
 answers are small JSON values kept in one file beside the captures (the folder already names the
 torch version); its name holds a digest of the sources that produce the answers (sample sources,
-op specs, placing, exactness and its measurement, gradients and the autograd steps), so editing
-any of them starts a new file. Answers for op specs with samples of their own (Python code, maybe
-random) are keyed by the samples' contents too
+op specs, placing and its poison, exactness and its measurement, gradients and the autograd
+steps), so editing any of them starts a new file. Answers for op specs with samples of their
+own (Python code, maybe random) are keyed by the samples' contents too
 (harness/sampling.py `RunSamples.remember`).
 
 Several processes of one run may write the file: each merges what is on disk with what it
@@ -36,7 +36,7 @@ def sources_digest() -> str:
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     engine = os.path.join(package, "engine")
     produce = ("calls.py", "exactness.py", "exactness_measure.py", "gradients.py", "grad_steps.py")
-    files = [os.path.join(engine, n) for n in (*produce, "placing.py")]
+    files = [os.path.join(engine, n) for n in (*produce, "placing.py", "poison.py")]
     for folder in (os.path.join(package, "samples"), os.path.join(package, "ops")):
         for root, dirs, names in os.walk(folder):
             dirs[:] = sorted(d for d in dirs if d != "__pycache__")

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from conformance.engine.calls import Call
+from conformance.engine.poison import out_like
 from conformance.engine.siblings import (  # noqa: F401 - functional_of: also from here
     _inputs,
     _is_out,
@@ -91,7 +92,8 @@ def derive(call: Call, overload: str, functional: Callable[..., Any] | None) -> 
 def _out_args(
     functional: Callable[..., Any] | None, args: list, kwargs: dict, n: int
 ) -> list[torch.Tensor] | None:
-    """Zero tensors shaped like the functional result (the out= arguments to pass)."""
+    """The out= arguments to pass: shaped like the functional result, unlike it in value
+    (engine/poison.py)."""
     if functional is None:
         return None
     try:
@@ -105,4 +107,4 @@ def _out_args(
         return None
     if any(r.layout != torch.strided for r in results):
         return None  # a sparse result (`_to_sparse.out`): no dense out= to derive
-    return [torch.zeros_like(r, memory_format=torch.contiguous_format) for r in results]
+    return [out_like(r) for r in results]

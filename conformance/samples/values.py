@@ -23,6 +23,7 @@ import torch
 
 from conformance.engine.calls import Call
 from conformance.engine.operands import NOT_DATA, data_args, kind  # noqa: F401 - also from here
+from conformance.engine.poison import out_like
 from conformance.ops import spec_for
 from conformance.samples import cpu_survivors
 from conformance.samples.twins import _is_out, functional_of, schema_of
@@ -276,7 +277,7 @@ def _remade_outs(overload: str, args: list, kwargs: dict) -> dict | None:
     results = list(result) if isinstance(result, tuple | list) else [result]
     if len(results) != len(outs):
         return dict(kwargs)
-    return {**inputs, **{k: torch.zeros_like(r) for k, r in zip(outs, results, strict=True)}}
+    return {**inputs, **{k: out_like(r) for k, r in zip(outs, results, strict=True)}}
 
 
 def _clone(tree: Any) -> Any:

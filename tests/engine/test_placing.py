@@ -4,6 +4,8 @@ import torch
 
 from conformance.engine.calls import Call
 from conformance.engine.placing import place
+from conformance.engine.poison import out_like, poison_of
+from conformance.samples.twins import derive
 
 MASKED_FILL = torch.ops.aten.masked_fill_.Scalar._schema
 ADD_OUT = torch.ops.aten.add.out._schema
@@ -50,3 +52,30 @@ def test_materialize_replaces_cpu_device_arguments():
     placed = place(call, "contiguous", torch.ops.aten.empty.memory_format._schema)
     m = placed.materialize("meta")
     assert m.kwargs["device"] == torch.device("meta")
+
+
+def test_an_out_argument_is_placed_holding_poison_not_the_answer():
+    """An out= tensor captured as `empty_like(answer)` may hold the answer (the block the
+    functional call just freed): a kernel that left elements unwritten then passed. Placed,
+    every out= element holds poison, on every layout; the inputs keep their values."""
+    x = torch.randn(3, 4)
+    call = Call("abs.out", (x,), {"out": x.abs()})
+    for layout in ("contiguous", "noncontiguous", "offset", "transposed"):
+        placed = place(call, layout, torch.ops.aten.abs.out._schema)
+        self_leaf, out_leaf = placed.tensor_leaves()
+        assert torch.equal(self_leaf.placement.values(), x)
+        held = out_leaf.placement.values()
+        assert not (held == x.abs()).any(), layout
+        assert torch.equal(held, poison_of(x)), layout
+
+
+def test_a_boolean_out_argument_holds_the_negated_answer():
+    """No byte pattern poisons a bool, so the sources that know the answer hold its negation
+    (samples/twins.py re-makes out= from the functional result) and placing keeps it."""
+    x, y = torch.arange(6.0).reshape(2, 3), torch.tensor([1.0, 4.0])
+    call = derive(Call("isin.Tensor_Tensor", (x, y), {}), "isin.Tensor_Tensor_out", torch.isin)
+    assert call is not None
+    placed = place(call, "contiguous", torch.ops.aten.isin.Tensor_Tensor_out._schema)
+    held = placed.tensor_leaves()[-1].placement.values()
+    assert held.dtype == torch.bool and torch.equal(held, ~torch.isin(x, y))
+    assert torch.equal(out_like(torch.isin(x, y)), ~torch.isin(x, y))

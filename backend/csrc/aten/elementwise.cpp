@@ -184,6 +184,25 @@ Tensor& unary_out(k::UnOp kop, const Tensor& self, Tensor& out) {
   return out;
 }
 
+// Fault "out_skips_last": out's last element (in logical order) keeps what it held.
+Tensor& unary_out_skipping_last(k::UnOp kop, const Tensor& self, Tensor& out) {
+  auto dev = device_of({self, out});
+  Tensor mo = to_meta(out);
+  meta_call<at::_ops::abs_out>(to_meta(self), mo);
+  resize_out_like(out, mo);
+  check_inplace(out, {self});
+  Tensor r = unary_compute(kop, self, unary_ct(kop, self), dev);
+  const int64_t n = out.numel();
+  if (n > 0) {
+    int64_t last = out.storage_offset();
+    for (int64_t d = 0; d < out.dim(); ++d) last += (out.size(d) - 1) * out.stride(d);
+    Tensor old = out.as_strided({1}, {1}, last);
+    copy_any(r.view({-1}).narrow(0, n - 1, 1), old);
+  }
+  copy_any(out, r);
+  return out;
+}
+
 template <class Inplace>
 Tensor& unary_inplace(k::UnOp kop, Tensor& self) {
   auto dev = device_of({self});
@@ -451,6 +470,7 @@ Tensor& abs_(Tensor& self) {
 Tensor& abs_out(const Tensor& self, Tensor& out) {
   OpScope s("abs.out");
   if (use_fallback("abs.out", {self, out})) return fallback<at::_ops::abs_out>(self, out);
+  if (fault(Fault::OutSkipsLast)) return unary_out_skipping_last(k::UnOp::Abs, self, out);
   return unary_out<at::_ops::abs_out>(k::UnOp::Abs, self, out);
 }
 

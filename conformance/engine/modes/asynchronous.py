@@ -26,23 +26,15 @@ from conformance.engine.compare import Mismatch
 from conformance.engine.modes.base import CaseMode, CaseRequest, ModeScope, register
 from conformance.engine.outcome import CaseOutcome, RunContext
 from conformance.engine.placing import Materialized, PlacedCall
+from conformance.engine.poison import POISON, poison_of
 from conformance.engine.streams import current_stream, describe, side_stream
 from conformance.engine.transfer import read_back
 from conformance.record import CaseId
 
 MAX_SAMPLES = 2
 DELAY_MS = 2.0  # per delayed piece of work: a few per sample
-POISON = 0x5A  # the byte every input holds before its non_blocking copy lands
 #: the note of a case whose fences were tested on idle streams (counted in the summary)
 NOT_OBSERVABLE = "asynchronous: not observable: "
-
-
-def poison_of(t: torch.Tensor) -> torch.Tensor:
-    """A CPU tensor like `t` whose every byte is POISON (bool: the negation of `t`)."""
-    if t.dtype == torch.bool:
-        return ~t
-    raw = torch.full((t.numel() * t.element_size(),), POISON, dtype=torch.uint8)
-    return raw.view(t.dtype).reshape(t.shape)
 
 
 def _leaves(result: Outcome, dev: Materialized) -> list[Any]:

@@ -138,6 +138,12 @@ for _n in (1024, 4096):
         f"elements past the first {_n} left unwritten (old contents, or garbage)",
         writes,
     )(_values(values.past(_n, "unwritten"), f"left unwritten past {_n}"))
+operator(
+    "last:unwritten",
+    "values",
+    "the last element of each result left unwritten (old contents, or garbage)",
+    writes,
+)(_values(values.last(1, "unwritten"), "left unwritten: the last element"))
 for _dtype in ("float16", "bfloat16", "float64"):
     operator(f"ulp:4@{_dtype}", "values", f"4 ulps off, in {_dtype} results only", writes)(
         _values(

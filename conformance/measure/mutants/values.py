@@ -104,13 +104,25 @@ def past(n: int, how: str) -> Transform:
     through `before`)."""
 
     def transform(t: torch.Tensor) -> torch.Tensor:
-        if t.numel() <= n:
-            return t
-        flat = t.reshape(-1).clone()
-        flat[n:] = off(flat[n:]) if how == "wrong" else UNWRITTEN.before(flat)[n:]
-        return flat.reshape(t.shape)
+        return _from(t, n, how) if t.numel() > n else t
 
     return transform
+
+
+def last(k: int, how: str) -> Transform:
+    """The last `k` elements (in logical order) wrong or left unwritten, as `past`: a grid or
+    a tail loop one short."""
+
+    def transform(t: torch.Tensor) -> torch.Tensor:
+        return _from(t, max(t.numel() - k, 0), how) if t.numel() else t
+
+    return transform
+
+
+def _from(t: torch.Tensor, start: int, how: str) -> torch.Tensor:
+    flat = t.reshape(-1).clone()
+    flat[start:] = off(flat[start:]) if how == "wrong" else UNWRITTEN.before(flat)[start:]
+    return flat.reshape(t.shape)
 
 
 class _Unwritten:
