@@ -210,9 +210,8 @@ def _flattened(
         ):
             flat, _ = tree_flatten(value)
             cpu = i in call.cpu_args
-            fill = poison.unwritten_out if name in outs else None
             tensors += [
-                (fill(t) if fill else t, name, writes, cpu)
+                (poison.unwritten_out(t) if name in outs else t, name, writes, cpu)
                 for t in flat
                 if isinstance(t, torch.Tensor)
             ]

@@ -42,7 +42,7 @@ def unwritten_out(t: torch.Tensor) -> torch.Tensor:
     """What an out= argument holds when placed: poison, or `t` itself where no byte pattern
     works (bool: the sample's own values, which `out_like` made the answer's negation)."""
     if t.device.type != "cpu" or t.layout != torch.strided or not _byte_poisonable(t.dtype):
-        return t  # a sparse out= (its answer's structure is not a buffer's bytes)
+        return t  # bool, quantized, sparse: no buffer of bytes to fill
     return poison_of(t)
 
 

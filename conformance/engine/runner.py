@@ -32,6 +32,7 @@ from conformance.engine.modes import CaseMode
 from conformance.engine.outcome import CaseOutcome, RunContext
 from conformance.engine.placing import PlacedCall, place
 from conformance.engine.precision import DtypePolicy
+from conformance.engine.siblings import _is_out
 from conformance.engine.spec import OpSpec
 from conformance.engine.transfer import LazyRunError
 
@@ -287,10 +288,7 @@ def placed_calls(
     """The samples placed in `layout` (those it changes; on the contiguous layout also an out=
     resized from empty, unless `resize` is off: the -grad cases)."""
     out = []
-    has_out = any(
-        a.alias_info is not None and a.alias_info.is_write and a.kwarg_only
-        for a in schema.arguments
-    )
+    has_out = any(_is_out(a) for a in schema.arguments)
     for call in calls:
         p = place(call, layout, schema, written=written)
         if p is not None:

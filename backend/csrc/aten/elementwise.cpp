@@ -185,10 +185,11 @@ Tensor& unary_out(k::UnOp kop, const Tensor& self, Tensor& out) {
 }
 
 // Fault "out_skips_last": out's last element (in logical order) keeps what it held.
+template <class Out>
 Tensor& unary_out_skipping_last(k::UnOp kop, const Tensor& self, Tensor& out) {
   auto dev = device_of({self, out});
   Tensor mo = to_meta(out);
-  meta_call<at::_ops::abs_out>(to_meta(self), mo);
+  meta_call<Out>(to_meta(self), mo);
   resize_out_like(out, mo);
   check_inplace(out, {self});
   Tensor r = unary_compute(kop, self, unary_ct(kop, self), dev);
@@ -470,7 +471,7 @@ Tensor& abs_(Tensor& self) {
 Tensor& abs_out(const Tensor& self, Tensor& out) {
   OpScope s("abs.out");
   if (use_fallback("abs.out", {self, out})) return fallback<at::_ops::abs_out>(self, out);
-  if (fault(Fault::OutSkipsLast)) return unary_out_skipping_last(k::UnOp::Abs, self, out);
+  if (fault(Fault::OutSkipsLast)) return unary_out_skipping_last<at::_ops::abs_out>(k::UnOp::Abs, self, out);
   return unary_out<at::_ops::abs_out>(k::UnOp::Abs, self, out);
 }
 
