@@ -13,9 +13,10 @@ over 2 is what the run would take on 2 idle cores).
 - harness overhead <= 1.5x a hand-written comparison of the same samples (inputs placed on both
   sides, both ops, read-back, assert_close; add.Tensor float32, every layout), with the ratio to
   the bare op pair alone (<= 10x, issue 85) and where the harness's time goes, phase by phase
-- the default run (`-n 2`: registered overloads, the model-derived fallback set, the values
-  axis) <= 2 min; and the same run without `-n` (the pytest process's runners side by side,
-  `--runners auto`)
+- the default run (the README's main job, `python -m pytest conformance`: registered overloads,
+  the model-derived fallback set, the values axis; its cases in one forked runner per core,
+  `--runners auto`) <= 75 s (issue 85); and the same cases with `-n 2` (xdist workers relaying
+  each case's reports), its CPU and wall against the main job's and its verdicts case by case
 - the modes (`-grad`, `-inference` cases, issue 21): the default run <= 1.5x the same run with
   `--modes none` (both timed in this run)
 - the value sets of issue 43 (-arguments, -sizes, -models): the default run <= 1.2x the same run
@@ -36,8 +37,8 @@ over 2 is what the run would take on 2 idle cores).
 - the default run's CPU by kind of process (controller, xdist workers, zygotes, runners, task
   processes); echo_npu's run with copy_ignores_offset (a tenth of the cases fail) <= 1.3x the
   clean run's CPU; and the default run's CPU milliseconds a case at least 1.5x lower than at
-  `--baseline` (an older commit run in this bench run on the same backend; its verdicts compared
-  case by case)
+  `--baseline` (an older commit run in this bench run on the same backend with its own main job,
+  `-n 2`; this commit's `-n 2` beside it, like for like; verdicts compared case by case)
 """
 
 from __future__ import annotations
@@ -73,6 +74,15 @@ def run(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     lines = (proc.stdout.strip() or proc.stderr.strip()).splitlines()
     return wall, cpu, lines[-1] if lines else ""
+
+
+#: the README's main job: the plain pytest process, which runs its cases in one forked runner per
+#: core (--runners auto, harness/lanes.py); `-n 2` adds two xdist workers that relay each case's
+#: reports and spawn a runner zygote each (timed beside it)
+MAIN_JOB: list[str] = []
+XDIST = ["-n", "2"]
+#: the main job at the baseline commit (118dbd1's README: `-n 2`; it had no runners side by side)
+BASELINE_JOB = ["-n", "2"]
 
 
 def pytest_cmd(*args: str) -> list[str]:
@@ -278,7 +288,7 @@ def modes_ratio(env: dict[str, str], with_modes_cpu: float) -> None:
     """The default run against the same run without the -grad/-inference cases (CPU seconds:
     the two runs are sequential, so wall time would compare two different loads)."""
     without = full_run(
-        "default run without modes (-n 2 --modes none)", ["-n", "2", "--modes", "none"], env, 2
+        "default run without modes (--modes none)", [*MAIN_JOB, "--modes", "none"], env, 2
     ).cpu
     ratio = with_modes_cpu / without
     print(
@@ -290,7 +300,7 @@ def modes_ratio(env: dict[str, str], with_modes_cpu: float) -> None:
 def value_sets_ratio(env: dict[str, str], default_cpu: float) -> None:
     """The default run against the same run without the value sets of issue 43 (CPU seconds;
     both after a collect-only pass, so their samples are built and cached: a warm run)."""
-    older = ["-n", "2", "--values", "ordinary,special,promotion"]
+    older = [*MAIN_JOB, "--values", "ordinary,special,promotion"]
     without = full_run("default run without -arguments/-sizes/-models", older, env, 2).cpu
     ratio = default_cpu / without
     print(
@@ -302,7 +312,7 @@ def value_sets_ratio(env: dict[str, str], default_cpu: float) -> None:
 def heap_zones_ratio(env: dict[str, str], default_cpu: float) -> None:
     """The default run against the same run without the suite's heap red zones (CPU seconds)."""
     without = full_run(
-        "default run with --heap-zones off", ["-n", "2", "--heap-zones", "off"], env, 2
+        "default run with --heap-zones off", [*MAIN_JOB, "--heap-zones", "off"], env, 2
     ).cpu
     ratio = default_cpu / without
     print(
@@ -315,7 +325,7 @@ def runtime_ratio(env: dict[str, str], default_cpu: float) -> None:
     """The default run against the same run without the runtime contract cases and the
     -asynchronous mode (CPU seconds)."""
     modes = ",".join(m for m in DEFAULT_MODES if m != "asynchronous")
-    args = ["-n", "2", "--ignore", "conformance/contract", "--modes", modes]
+    args = [*MAIN_JOB, "--ignore", "conformance/contract", "--modes", modes]
     without = full_run("default run without the contract and -asynchronous", args, env, 2).cpu
     ratio = default_cpu / without
     print(
@@ -340,7 +350,7 @@ def new_families_ratio(env: dict[str, str], default_cpu: float) -> None:
     """What the modules (core selection) and autocast families add to the default run: the
     default run's CPU seconds against the same run without their folders."""
     ignored = ["--ignore", "conformance/modules", "--ignore", "conformance/autocast"]
-    _, without, _ = run(pytest_cmd("-n", "2", *ignored), env)
+    _, without, _ = run(pytest_cmd(*MAIN_JOB, *ignored), env)
     ratio = default_cpu / without
     print(
         f"modules (core) + autocast families: the default run costs {ratio:.2f}x the run "
@@ -357,7 +367,7 @@ def vendor_keys_share(env: dict[str, str]) -> None:
     from conformance.engine.modules.suite_specs import SPECS
 
     results = tempfile.mkdtemp()
-    wall, _, _ = run(pytest_cmd("-n", "2", "--results", results), env)
+    wall, _, _ = run(pytest_cmd(*MAIN_JOB, "--results", results), env)
     rows = [
         json.loads(line)
         for f in sorted(os.listdir(results))
@@ -423,21 +433,26 @@ def cost_per_case(env: dict[str, str], now: process_cost.MeasuredRun, baseline: 
     try:
         paths = [path, env.get("PYTHONPATH", "")]
         old_env = {**env, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
-        cmd = [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:randomly", "-n", "2"]
+        cmd = [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:randomly"]
+        cmd += BASELINE_JOB
         process_cost.measured_run(cmd, path, old_env)  # warm-up: that commit's sample cache
         old = process_cost.measured_run(cmd, path, old_env)
-        now = process_cost.measured_run(pytest_cmd("-n", "2"), REPO, env)  # measured after it
+        # measured after it: the main job, and the baseline's own command line (like for like)
+        now = process_cost.measured_run(pytest_cmd(*MAIN_JOB), REPO, env)
+        same = process_cost.measured_run(pytest_cmd(*BASELINE_JOB), REPO, env)
     finally:
         process_cost.drop_worktree(REPO, path)
-    ratio = old.ms_a_case / now.ms_a_case
-    print(
-        f"CPU a case: {now.ms_a_case:.2f} ms ({now.cases} cases, {now.cpu:.0f} s, "
-        f"{now.wall:.0f} s wall) against {old.ms_a_case:.2f} ms at {baseline} ({old.cases} "
-        f"cases, {old.cpu:.0f} s, {old.wall:.0f} s wall): {ratio:.2f}x lower (target >= 1.5x: "
-        f"{'ok' if ratio >= 1.5 else 'UNDER TARGET'}) [{load()}]"
-    )
+    for name, run_now in (("the main job", now), (" ".join(BASELINE_JOB), same)):
+        ratio = old.ms_a_case / run_now.ms_a_case
+        print(
+            f"CPU a case, {name}: {run_now.ms_a_case:.2f} ms ({run_now.cases} cases, "
+            f"{run_now.cpu:.0f} s, {run_now.wall:.0f} s wall) against {old.ms_a_case:.2f} ms at "
+            f"{baseline} ({' '.join(BASELINE_JOB)}, its main job; {old.cases} cases, "
+            f"{old.cpu:.0f} s, {old.wall:.0f} s wall): {ratio:.2f}x lower (target >= 1.5x: "
+            f"{'ok' if ratio >= 1.5 else 'UNDER TARGET'}) [{load()}]"
+        )
+        print("  " + process_cost.compare_verdicts(old, run_now))
     process_cost.print_split(f"{baseline}'s default run", old)
-    print(process_cost.compare_verdicts(old, now))
 
 
 def failure_cost(env: dict[str, str], clean: process_cost.MeasuredRun) -> None:
@@ -445,7 +460,7 @@ def failure_cost(env: dict[str, str], clean: process_cost.MeasuredRun) -> None:
     tenth of its cases (copy_ignores_offset) against the clean run, CPU seconds, and where its
     extra CPU goes."""
     faulted = process_cost.measured_run(
-        pytest_cmd("-n", "2"), REPO, {**env, "ECHO_NPU_FAULTS": "copy_ignores_offset"}
+        pytest_cmd(*MAIN_JOB), REPO, {**env, "ECHO_NPU_FAULTS": "copy_ignores_offset"}
     )
     ratio = faulted.cpu / clean.cpu
     counts = collections.Counter(faulted.statuses.values())
@@ -519,18 +534,25 @@ def main() -> None:
     if not opts.cold:
         # every figure below is of warm caches (captures, exactness, the value sets' samples,
         # the heap layer): a collect-only pass builds only some, so one default run first
-        wall, cpu, summary = run(pytest_cmd("-n", "2"), env)
+        wall, cpu, summary = run(pytest_cmd(*MAIN_JOB), env)
         print(f"warm-up: the default run, {wall / 60:.2f} min wall, {cpu:.0f} s CPU [{summary}]")
     coverage(env)
     masked_fill_ratio(env, opts.rounds)
     overhead(opts.backend, opts.rounds)
     default_cpu = None
     if not opts.skip_default:
-        default = full_run("default run (-n 2)", ["-n", "2"], env, 2)
+        default = full_run(
+            "default run (README: python -m pytest conformance)", MAIN_JOB, env, 1.25
+        )
         default_cpu = default.cpu
-        # the same cases without xdist: one pytest process and its runners side by side
-        # (--runners auto, harness/lanes.py): no worker interpreters, no reports relayed twice
-        full_run("default run without -n (--runners auto)", [], env, 2)
+        # the same cases under xdist: each worker collects again, spawns a runner zygote that
+        # collects a third time, and relays every case's reports to the controller
+        xdist = full_run("default run with -n 2 (xdist)", XDIST, env, 1.25)
+        print(
+            f"  -n 2 against the main job: {xdist.cpu / default.cpu:.2f}x its CPU, "
+            f"{xdist.wall / default.wall:.2f}x its wall; "
+            + process_cost.compare_verdicts(default, xdist)
+        )
         modes_ratio(env, default_cpu)
         value_sets_ratio(env, default_cpu)
         heap_zones_ratio(env, default_cpu)

@@ -36,7 +36,7 @@ def test_the_bench_runs_its_smoke_configuration_to_the_end():
 
 
 def test_the_cpu_split_names_the_processes_of_an_xdist_run_and_reads_its_records():
-    """bench/process_cost.py on the path the bench measures (`pytest conformance -n 2`): the
+    """bench/process_cost.py on the xdist path the bench measures beside the main job (`-n 2`): the
     workers, their runner zygotes and the runners are told apart, each with CPU seconds, and
     every record's status is read back (the verdicts compared case by case)."""
     process_cost = _process_cost()
