@@ -420,9 +420,10 @@ def compile_axis(env: dict[str, str], default_cpu: float | None) -> None:
 
 
 def cost_per_case(env: dict[str, str], now: process_cost.MeasuredRun, baseline: str | None) -> None:
-    """The default run's (`now`) CPU split by kind of process, and (with a baseline commit) the
-    same run of that commit of the suite, on the same backend and torch, in this bench run: its
-    CPU milliseconds a case against this one's, and their verdicts case by case (issue 85)."""
+    """The default run's (`now`) CPU split by kind of process, and (with a baseline commit) that
+    commit's main job (`BASELINE_JOB`), on the same backend and torch, in this bench run: its CPU
+    milliseconds a case against this commit's main job and against this commit's run of the same
+    command line (like for like), measured after it, and the verdicts case by case (issue 85)."""
     process_cost.print_split("the default run", now)
     process_cost.print_case_time("the default run", now)
     if env.get("CONFORMANCE_BACKEND") == "echo_npu":
@@ -438,11 +439,11 @@ def cost_per_case(env: dict[str, str], now: process_cost.MeasuredRun, baseline: 
         process_cost.measured_run(cmd, path, old_env)  # warm-up: that commit's sample cache
         old = process_cost.measured_run(cmd, path, old_env)
         # measured after it: the main job, and the baseline's own command line (like for like)
-        now = process_cost.measured_run(pytest_cmd(*MAIN_JOB), REPO, env)
+        main = process_cost.measured_run(pytest_cmd(*MAIN_JOB), REPO, env)
         same = process_cost.measured_run(pytest_cmd(*BASELINE_JOB), REPO, env)
     finally:
         process_cost.drop_worktree(REPO, path)
-    for name, run_now in (("the main job", now), (" ".join(BASELINE_JOB), same)):
+    for name, run_now in (("the main job", main), (" ".join(BASELINE_JOB), same)):
         ratio = old.ms_a_case / run_now.ms_a_case
         print(
             f"CPU a case, {name}: {run_now.ms_a_case:.2f} ms ({run_now.cases} cases, "
