@@ -126,8 +126,13 @@ def test_nightly_matrix_step_emits_every_conformance_session(tmp_path: Path) -> 
         "MATRIX": step["env"]["MATRIX"],
     }
     workdir = tmp_path / "work"
+    # the checkout as a commit carries it: never the caches beside it (the sample captures in
+    # .pytest_cache and .conformance-cache grow to gigabytes: copying them took 4 minutes)
+    caches = (".pytest_cache", ".conformance-cache", ".ruff_cache", ".benchmarks", "__pycache__")
     shutil.copytree(
-        ROOT, workdir, ignore=shutil.ignore_patterns(".nox", ".git", "results", "build", "*.so")
+        ROOT,
+        workdir,
+        ignore=shutil.ignore_patterns(".nox", ".git", "results", "build", "*.so", *caches),
     )
     env["PYTHONPATH"] = str(workdir)
     proc = subprocess.run(
