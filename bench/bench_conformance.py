@@ -29,7 +29,7 @@ over 2 is what the run would take on 2 idle cores).
 - the collectives family (issue 47): its default selection (`pytest conformance/collectives
   -n 2`, every world size) <= 10 min; the default run carries only its core selection
 - `--fallback-ops all -n 2` <= 5 min (with --all: takes minutes)
-- the compiled axis (with --compile, issue 33): `--modes compile -k compile -n 2` (the -compile
+- the compiled axis (with --compile, issue 33): `--modes compile -k compile` (the -compile
   cases, the compile and AOTInductor scenarios) with cold and then warm Inductor caches, and
   its CPU seconds against the default run's (the default run keeps it out while that ratio is
   above 0.5x: the default run must stay within 1.5x)
@@ -405,7 +405,7 @@ def compile_axis(env: dict[str, str], default_cpu: float | None) -> None:
     cache folder of this run), against the default run's CPU seconds."""
     cache = tempfile.mkdtemp(prefix="inductor-cache-")
     env = {**env, "TORCHINDUCTOR_CACHE_DIR": cache}
-    args = ["-n", "2", "--modes", "compile", "-k", "compile"]
+    args = [*MAIN_JOB, "--modes", "compile", "-k", "compile"]  # as the default run is run
     name = "compiled axis (--modes compile -k compile)"
     cold = full_run(f"{name}, cold Inductor caches", args, env, 10).cpu
     warm = full_run(f"{name}, warm Inductor caches", args, env, 10).cpu
