@@ -62,6 +62,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import process_cost  # noqa: E402
 
 from conformance.harness.options import DEFAULT_MODES  # noqa: E402
+from conformance.harness.plan import AUTO_RUNNERS, usable_cores  # noqa: E402
 
 
 def run(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
@@ -81,6 +82,8 @@ def run(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
 #: reports and spawn a runner zygote each (timed beside it)
 MAIN_JOB: list[str] = []
 XDIST = ["-n", "2"]
+#: the runners the main job runs at once (plan.runners_of: --runners auto where they are forked)
+MAIN_JOB_LANES = min(AUTO_RUNNERS, usable_cores())
 #: the main job at the baseline commit (118dbd1's README: `-n 2`; it had no runners side by side)
 BASELINE_JOB = ["-n", "2"]
 
@@ -425,7 +428,7 @@ def cost_per_case(env: dict[str, str], now: process_cost.MeasuredRun, baseline: 
     milliseconds a case against this commit's main job and against this commit's run of the same
     command line (like for like), measured after it, and the verdicts case by case (issue 85)."""
     process_cost.print_split("the default run", now)
-    process_cost.print_case_time("the default run", now)
+    process_cost.print_case_time("the default run", now, MAIN_JOB_LANES)
     if env.get("CONFORMANCE_BACKEND") == "echo_npu":
         failure_cost(env, now)
     if not baseline:
@@ -472,7 +475,7 @@ def failure_cost(env: dict[str, str], clean: process_cost.MeasuredRun) -> None:
         f"[{faulted.summary}] [{load()}]"
     )
     process_cost.print_split("the faulted run", faulted)
-    process_cost.print_case_time("the faulted run", faulted)
+    process_cost.print_case_time("the faulted run", faulted, MAIN_JOB_LANES)
 
 
 def coverage(env: dict[str, str]) -> None:

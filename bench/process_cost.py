@@ -210,12 +210,14 @@ def print_split(name: str, run: MeasuredRun) -> None:
           f"{max(run.cpu - attributed, 0.0):7.1f} s")  # fmt: skip
 
 
-def print_case_time(name: str, run: MeasuredRun) -> None:
+def print_case_time(name: str, run: MeasuredRun, lanes: int = 2) -> None:
     """The records' own durations by family and mode: what the cases cost, and what the run
-    costs beyond them (its wall time on 2 workers against half the cases' time)."""
+    costs beyond them (its wall time against the cases' time spread over `lanes`: the runners
+    that run at once, one per xdist worker or `--runners` of a plain pytest process)."""
     total = sum(t for _, t in run.case_time.values())
-    print(f"  {name}: {total:.0f} s of case time in the records ({run.wall:.0f} s wall on 2 "
-          f"workers: {max(run.wall - total / 2, 0.0):.0f} s of it outside the cases):")  # fmt: skip
+    print(f"  {name}: {total:.0f} s of case time in the records ({run.wall:.0f} s wall on "
+          f"{lanes} lanes: {max(run.wall - total / lanes, 0.0):.0f} s of it outside the "
+          "cases):")  # fmt: skip
     for part, (n, t) in sorted(run.case_time.items(), key=lambda kv: -kv[1][1]):
         print(f"    {part:36s} {n:6d} cases {t:7.1f} s  {1000 * t / max(n, 1):6.1f} ms a case")
 

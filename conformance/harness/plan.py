@@ -78,10 +78,10 @@ def runners_of(options: Options, plan: Plan) -> int:
         return 1
     if options.runners:
         return options.runners
-    return max(1, min(AUTO_RUNNERS, _usable_cores())) if plan.mode == "fork" else 1
+    return max(1, min(AUTO_RUNNERS, usable_cores())) if plan.mode == "fork" else 1
 
 
-def _usable_cores() -> int:
+def usable_cores() -> int:
     """The cores this process may run on (its affinity where the system has one)."""
     affinity = getattr(os, "sched_getaffinity", None)
     return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
