@@ -173,33 +173,26 @@ Tensor unary_functional(k::UnOp kop, const Tensor& self) {
   return finish(unary_compute(kop, self, unary_ct(kop, self), dev), meta, dev);
 }
 
-template <class Out>
-Tensor& unary_out(k::UnOp kop, const Tensor& self, Tensor& out) {
-  auto dev = device_of({self, out});
-  Tensor mo = to_meta(out);
-  meta_call<Out>(to_meta(self), mo);
-  resize_out_like(out, mo);
-  check_inplace(out, {self});
-  copy_any(out, unary_compute(kop, self, unary_ct(kop, self), dev));
-  return out;
+// Fault "out_skips_last": out's last element (in logical order) keeps what it held, i.e. the
+// result `r` is given that element of out before r is copied in.
+void keep_last_element(const Tensor& out, const Tensor& r) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  int64_t last = out.storage_offset();
+  for (int64_t d = 0; d < out.dim(); ++d) last += (out.size(d) - 1) * out.stride(d);
+  Tensor old = out.as_strided({1}, {1}, last);
+  copy_any(r.view({-1}).narrow(0, n - 1, 1), old);
 }
 
-// Fault "out_skips_last": out's last element (in logical order) keeps what it held.
 template <class Out>
-Tensor& unary_out_skipping_last(k::UnOp kop, const Tensor& self, Tensor& out) {
+Tensor& unary_out(k::UnOp kop, const Tensor& self, Tensor& out, bool skip_last = false) {
   auto dev = device_of({self, out});
   Tensor mo = to_meta(out);
   meta_call<Out>(to_meta(self), mo);
   resize_out_like(out, mo);
   check_inplace(out, {self});
   Tensor r = unary_compute(kop, self, unary_ct(kop, self), dev);
-  const int64_t n = out.numel();
-  if (n > 0) {
-    int64_t last = out.storage_offset();
-    for (int64_t d = 0; d < out.dim(); ++d) last += (out.size(d) - 1) * out.stride(d);
-    Tensor old = out.as_strided({1}, {1}, last);
-    copy_any(r.view({-1}).narrow(0, n - 1, 1), old);
-  }
+  if (skip_last) keep_last_element(out, r);
   copy_any(out, r);
   return out;
 }
@@ -471,8 +464,7 @@ Tensor& abs_(Tensor& self) {
 Tensor& abs_out(const Tensor& self, Tensor& out) {
   OpScope s("abs.out");
   if (use_fallback("abs.out", {self, out})) return fallback<at::_ops::abs_out>(self, out);
-  if (fault(Fault::OutSkipsLast)) return unary_out_skipping_last<at::_ops::abs_out>(k::UnOp::Abs, self, out);
-  return unary_out<at::_ops::abs_out>(k::UnOp::Abs, self, out);
+  return unary_out<at::_ops::abs_out>(k::UnOp::Abs, self, out, fault(Fault::OutSkipsLast));
 }
 
 Tensor exp(const Tensor& self) {
