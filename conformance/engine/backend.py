@@ -114,8 +114,9 @@ class Backend:
         """The lazy runtime behind the device's dispatch key (torch_xla, torch._lazy), or None."""
         return runtime_for(self.dispatch_key)
 
-    @property
+    @functools.cached_property
     def device(self) -> torch.device:
+        """The device the cases run on (index 0); made once, asked on every sample's path."""
         return torch.device(self.device_type, 0)
 
     def device_count(self) -> int:
@@ -213,15 +214,18 @@ class Backend:
         fn = self.hook("allocator_mode")
         return str(fn()) if fn else "unknown"
 
-    @contextlib.contextmanager
-    def routed_through_fallback(self, overload: str | None) -> Iterator[None]:
-        """Route `overload` through cpu_fallback inside the block (no-op for None).
+    def routed_through_fallback(self, overload: str | None) -> contextlib.AbstractContextManager:
+        """Route `overload` through cpu_fallback inside the block (no-op for None: most
+        samples' calls, so no generator is made for them).
 
         Without `get_fallback_routes` the routes in force before the block are unknown: the
         block ends with no route at all (the run header says so)."""
         if overload is None:
-            yield
-            return
+            return contextlib.nullcontext()
+        return self._routed(overload)
+
+    @contextlib.contextmanager
+    def _routed(self, overload: str) -> Iterator[None]:
         setter = self.hook("set_fallback_routes")
         getter = self.hook("get_fallback_routes")
         before = list(getter()) if getter else []

@@ -37,6 +37,7 @@ from conformance.engine.held_stderr import CASE_WARNINGS
 from conformance.engine.lazy import LazyRuntime
 from conformance.engine.placing import Materialized, PlacedCall
 from conformance.engine.precision import DtypePolicy, compare_result
+from conformance.engine.schema_facts import return_aliases
 from conformance.engine.spec import OpSpec
 from conformance.engine.transfer import has_storage, read_back, same_tensor
 
@@ -255,18 +256,18 @@ def check_path(s: Sample) -> None:
 def returned(schema: Any, result: Any) -> Iterator[tuple[int, torch.Tensor, Any]]:
     """(flat index, tensor, alias info of the schema return it belongs to) for each returned
     tensor; the tensors of a list return (`Tensor(a)[]`, e.g. unbind) share that return's info."""
-    returns = list(schema.returns)
-    if len(returns) == 1:
+    infos = return_aliases(schema)
+    if len(infos) == 1:
         values = [result]
-    elif isinstance(result, tuple | list) and len(result) == len(returns):
+    elif isinstance(result, tuple | list) and len(result) == len(infos):
         values = list(result)
     else:
         values = [result]
     index = 0
-    for ret, value in zip(returns, values, strict=False):
+    for info, value in zip(infos, values, strict=False):
         for leaf in flatten(value)[0]:
             if isinstance(leaf, torch.Tensor):
-                yield index, leaf, ret.alias_info
+                yield index, leaf, info
             index += 1
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -26,13 +26,14 @@ class Placement:
     size: tuple[int, ...]
     stride: tuple[int, ...]
     offset: int
+    _whole: bool | None = field(default=None, init=False, repr=False, compare=False)
 
     def materialize(self, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
         """(backing buffer, view) on `device`; the view aliases the buffer. On a device, a
         placement that is its whole buffer (contiguous, offset 0) is placed as it is, without
         `as_strided`: then buffer and view are the same tensor (read the buffer with
         `transfer.read_storage`)."""
-        if str(device) == "cpu":
+        if is_cpu(device):
             base = self.base.clone()
         elif self.is_whole_buffer():
             view = to_device(self.base.reshape(self.size), device)
@@ -79,16 +80,25 @@ class Placement:
         return view.expand(*size) if any(s == 0 for s in stride) else view
 
     def is_whole_buffer(self) -> bool:
-        """Contiguous at offset 0 over every element of the buffer."""
-        return (
-            self.offset == 0
-            and self.base.numel() == math.prod(self.size)
-            and self.stride == _contiguous_strides(self.size)
-        )
+        """Contiguous at offset 0 over every element of the buffer (worked out once: a
+        placement is never changed, and every sample placing it asks)."""
+        if self._whole is None:
+            self._whole = (
+                self.offset == 0
+                and self.base.numel() == math.prod(self.size)
+                and self.stride == _contiguous_strides(self.size)
+            )
+        return self._whole
 
     def values(self) -> torch.Tensor:
         """The placed values as a CPU tensor (a view of the backing buffer)."""
         return self.base.as_strided(self.size, self.stride, self.offset)
+
+
+def is_cpu(device: torch.device | str) -> bool:
+    """Whether `device` (a torch.device or its name) is the CPU, without `str(device)`'s cost
+    (asked for every tensor a sample places)."""
+    return device.type == "cpu" if isinstance(device, torch.device) else device == "cpu"
 
 
 def _contiguous_strides(size: tuple[int, ...]) -> tuple[int, ...]:

@@ -76,6 +76,13 @@ class PlacedCall:
         args, kwargs = self.rebuild(values)
         return Materialized(tuple(args), dict(kwargs), bases)
 
+    def contiguous(self) -> bool:
+        """Whether every tensor is placed contiguous at offset 0 over its whole buffer (the
+        zero_size and zero_dim layouts place so, and any layout that lands on contiguous
+        strides, e.g. channels_last of an N x C x 1 x 1 tensor): what CPU's layout-free run
+        would place again (`consistency.layout_free`), so it has nothing to add."""
+        return all(x.placement.is_whole_buffer() for x in self.leaves if isinstance(x, Leaf))
+
     def tensor_leaves(self) -> list[Leaf]:
         return [x for x in self.leaves if isinstance(x, Leaf)]
 
@@ -87,7 +94,7 @@ class PlacedCall:
                 base, view = leaf.placement.materialize(where)
                 values.append(view)
                 bases.append((leaf, base, view))
-            elif isinstance(leaf, torch.device) and str(device) != "cpu":
+            elif isinstance(leaf, torch.device) and not layouts.is_cpu(device):
                 values.append(torch.device(device))
             elif isinstance(leaf, torch.UntypedStorage):  # set_(storage): a copy per run
                 values.append(materialize_storage(leaf, device))
@@ -184,8 +191,8 @@ def place(
     written: tuple[str, ...] = (),
 ) -> PlacedCall | None:
     """Choose placements for `layout`; None when the layout changes no argument."""
-    tensors, leaves_in, rebuild = _flattened(call, schema, written)
-    chosen = _choose(tensors, layout, resize_out)
+    tensors, leaves_in, rebuild, unmoved = _flattened(call, schema, written)
+    chosen = _choose(tensors, layout, resize_out, unmoved)
     if chosen is None:
         return None
     it = iter(chosen)
@@ -195,11 +202,12 @@ def place(
 
 def _flattened(
     call: Call, schema: torch._C.FunctionSchema, written: tuple[str, ...]
-) -> tuple[list[tuple[torch.Tensor, str, bool, bool]], list, Rebuild]:
+) -> tuple[list[tuple[torch.Tensor, str, bool, bool]], list, Rebuild, list]:
     """(each tensor with its argument's name, whether it is written, whether it stays on CPU;
-    the leaves of (args, kwargs); how to rebuild them): the same for every layout and case of
-    the call, so learned once (kept on the call). An out= tensor is placed holding poison
-    (poison.py), never what the sample's memory held."""
+    the leaves of (args, kwargs); how to rebuild them; each tensor's contiguous placement,
+    made when first needed): the same for every layout and case of the call, so learned once
+    (kept on the call; a placement's buffer is only ever copied from). An out= tensor is
+    placed holding poison (poison.py), never what the sample's memory held."""
     key = (schema.name, schema.overload_name, written)
     if key not in call.placing:
         top = list(call.args) + list(call.kwargs.values())
@@ -215,26 +223,33 @@ def _flattened(
                 for t in flat
                 if isinstance(t, torch.Tensor)
             ]
-        call.placing[key] = (tensors, *Rebuild.of(call))
+        call.placing[key] = (tensors, *Rebuild.of(call), [None] * len(tensors))
     return call.placing[key]
 
 
-def _choose(tensors, layout: str, resize_out: bool) -> list[Leaf] | None:
+def _choose(tensors, layout: str, resize_out: bool, unmoved: list) -> list[Leaf] | None:
+    """Each tensor's leaf for `layout` (None when the layout changes no argument); a tensor the
+    layout leaves alone gets its contiguous placement, one per tensor for every layout
+    (`unmoved`)."""
     fn = layouts.LAYOUTS[layout]
     eligible = [True] * len(tensors)
     if layout in layouts.SHAPE_CHANGING:
         eligible = _largest(tensors)
     changed = False
     out = []
-    for (t, name, written, on_cpu), ok in zip(tensors, eligible, strict=True):
+    for i, ((t, name, written, on_cpu), ok) in enumerate(zip(tensors, eligible, strict=True)):
         placement = None
         if resize_out and written and name == "out":
             placement = layouts.contiguous(t.new_empty(0))
             changed = True
-        elif ok and not (written and layout in layouts.READ_ONLY):
+        elif ok and layout != "contiguous" and not (written and layout in layouts.READ_ONLY):
             placement = fn(t)
             changed = changed or (placement is not None and layout != "contiguous")
-        out.append(Leaf(name, written, placement or layouts.contiguous(t), on_cpu))
+        if placement is None:
+            if unmoved[i] is None:
+                unmoved[i] = layouts.contiguous(t)
+            placement = unmoved[i]
+        out.append(Leaf(name, written, placement, on_cpu))
     if layout != "contiguous" and not changed:
         return None
     return out

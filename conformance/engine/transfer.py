@@ -10,7 +10,9 @@ happened to produce a strided result:
 - `read_back`: one contiguous device->host copy of the *whole storage* (through an
   `as_strided` view at offset 0 that covers it, unless the tensor already is that: contiguous,
   offset 0, as large as its storage), then the tensor's size, strides and storage offset are
-  rebuilt on CPU with `as_strided`. No device kernel sees the offset or the strides.
+  rebuilt on CPU with `as_strided` (a tensor that is its whole storage is its copy as it is,
+  where the copy's strides are already its own). No device kernel sees the offset or the
+  strides.
 
 The foundation probes (`foundations.py`) check exactly these paths first.
 """
@@ -24,7 +26,8 @@ RELIES_ON = (
     "inputs: empty + one contiguous host->device _copy_from per buffer, views by as_strided "
     "(none for contiguous inputs); results: one contiguous device->host _copy_from of the whole "
     "storage (through as_strided unless the result is its whole storage), strides and offset "
-    "rebuilt on CPU (the backend's own .cpu() only for sparse, quantized or storage-less tensors)"
+    "rebuilt on CPU where they differ from the copy's (the backend's own .cpu() only for "
+    "sparse, quantized or storage-less tensors)"
 )
 
 
@@ -107,9 +110,7 @@ def read_storage(t: torch.Tensor) -> torch.Tensor:
     if n == 0:
         return torch.empty(0, dtype=t.dtype)
     if is_whole_storage(t, n):  # no view needed: no device op but the copy
-        host = torch.empty(t.shape, dtype=t.dtype)
-        host.copy_(t.detach())
-        return host.reshape(-1)
+        return _read_whole(t).reshape(-1)
     flat = t.detach().as_strided((n,), (1,), 0)
     if flat.is_conj():
         flat = flat.conj()  # the raw bits; the bit is applied again on the CPU view
@@ -117,6 +118,14 @@ def read_storage(t: torch.Tensor) -> torch.Tensor:
         flat = flat._neg_view()
     host = torch.empty(n, dtype=t.dtype)
     host.copy_(flat)
+    return host
+
+
+def _read_whole(t: torch.Tensor) -> torch.Tensor:
+    """A CPU copy of `t`, a device tensor that is its whole storage (`is_whole_storage`): one
+    contiguous device->host copy, shaped as `t`."""
+    host = torch.empty(t.shape, dtype=t.dtype)
+    host.copy_(t.detach())
     return host
 
 
@@ -141,7 +150,8 @@ class ReadBackError(RuntimeError):
 
 
 def read_back(t: torch.Tensor) -> torch.Tensor:
-    """A CPU tensor with `t`'s values, size and strides (a view of a copy of its storage).
+    """A CPU tensor with `t`'s values, size and strides (a view of a copy of its storage, or
+    the copy itself where `t` is its whole storage and the copy has its strides).
 
     CPU tensors are returned as they are. Only tensors that have no storage of plain elements
     (sparse, quantized, opaque tensors of some backends, a lazy device's: `has_storage`) are
@@ -154,7 +164,13 @@ def read_back(t: torch.Tensor) -> torch.Tensor:
     if not has_storage(t):  # opaque, a lazy device's (or empty): values only
         return lazy_values(t)
     try:
-        host = read_storage(t)
+        if t.numel() and is_whole_storage(t):
+            host = _read_whole(t)
+            if host.stride() == t.stride():  # already shaped so: no view to rebuild
+                return host
+            host = host.reshape(-1)  # strides differ in a dim of size 1: rebuilt below
+        else:
+            host = read_storage(t)
     except (RuntimeError, NotImplementedError) as exc:
         text = str(exc).strip().splitlines()
         raise ReadBackError(

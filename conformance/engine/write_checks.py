@@ -12,7 +12,13 @@ from typing import Any
 import torch
 
 from conformance.engine import oracles
-from conformance.engine.checks import Sample, redrawn, returned, sample_check, version
+from conformance.engine.checks import (
+    Sample,
+    redrawn,
+    returned,
+    sample_check,
+    version,
+)
 from conformance.engine.compare import (
     ErrorStats,
     Mismatch,
@@ -23,6 +29,7 @@ from conformance.engine.compare import (
 )
 from conformance.engine.errorclass import first_line
 from conformance.engine.precision import compare_result
+from conformance.engine.schema_facts import declared_writes, returns_views
 from conformance.engine.spec import OpSpec
 from conformance.engine.transfer import read_back, read_storage
 
@@ -34,10 +41,12 @@ from conformance.engine.transfer import read_back, read_storage
 )
 def check_written(s: Sample) -> None:
     """Written args: memory kept (as on CPU), version bumped, values and whole buffer as CPU's."""
-    schema, dev, cpu, spec, stats = s.schema, s.dev, s.cpu, s.spec, s.stats
-    before, cpu_before = s.written_before, s.cpu_written_before
-    declared = {a.name for a in schema.arguments if a.alias_info and a.alias_info.is_write}
+    dev, cpu, spec, stats = s.dev, s.cpu, s.spec, s.stats
     dev_written = [(leaf, base, view) for leaf, base, view in dev.bases if leaf.written]
+    if not dev_written:
+        return
+    before, cpu_before = s.written_before, s.cpu_written_before
+    declared = declared_writes(s.schema)
     cpu_written = [(leaf, base, view) for leaf, base, view in cpu.bases if leaf.written]
     names = [name for name, _ in dev.written()]
     for j, ((leaf, base, view), (_, cbase, cview), (ver, ptr), (cver, cptr), name) in enumerate(
@@ -187,7 +196,7 @@ def check_inputs_untouched(s: Sample) -> None:
     needs=("storage",),
 )
 def check_view_map(s: Sample) -> None:
-    if not s.spec.check_aliasing:
+    if not s.spec.check_aliasing or not returns_views(s.schema):
         return
     dev_out = list(returned(s.schema, s.actual.result))
     cpu_out = {i: t for i, t, _ in returned(s.schema, s.expected.result)}

@@ -5,7 +5,10 @@ one each (xdist is their scheduler).
 
 Items are asked in collection order, each of the first runner with one ahead to spare (one
 running, one asked ahead: `IsolatedRunner.room`), so a run of two cases stays in one runner,
-then of the runner with the fewest asked, up to `AHEAD` (1 under -x/--maxfail, so no runner
+then of the runner asked the item before it where both are cases of one overload and dtype
+(they share samples, placements and CPU's references, which each runner loads and computes for
+itself) unless it is `GROUP_SLACK` ahead of the others, else of the runner with the fewest
+asked, up to `AHEAD` (1 under -x/--maxfail, so no runner
 runs far past the case that stops the run; after a switch to spawned runners under --runners
 auto, the first runner alone); every item's reports are gathered
 and logged in collection order, so the terminal, the records and -x read as in a run with one
@@ -21,6 +24,7 @@ from __future__ import annotations
 import pytest
 
 from conformance.harness.isolation import IsolatedRunner
+from conformance.harness.nodes import case_of
 from conformance.harness.runner_starts import Owner, RunnerStarts
 from conformance.harness.runners import PIPE_BYTES
 
@@ -29,6 +33,9 @@ from conformance.harness.runners import PIPE_BYTES
 #: pipes, enlarged for them: runners.py `PIPE_BYTES`); a default run on 2 cores: 152 s wall
 #: with 1, 140 s with 16, 127 s with 64
 AHEAD = 64
+#: cases a runner may be asked beyond the runner with the fewest asked, to keep the cases that
+#: share samples together (a run of one overload and dtype still ends on every runner at once)
+GROUP_SLACK = 16
 
 
 class RunnerLanes:
@@ -43,6 +50,8 @@ class RunnerLanes:
         self.ahead = AHEAD if len(self.lanes) > 1 and not session.config.option.maxfail else 1
         if self.ahead > 1:
             self.starts.pipe_bytes = PIPE_BYTES
+        # the samples the last item asked uses, and the runner it was asked of
+        self._last: tuple[tuple[str, str] | None, IsolatedRunner | None] = (None, None)
 
     def run(self) -> None:
         """Run every collected item; returns when all ran or the run stops."""
@@ -58,11 +67,12 @@ class RunnerLanes:
                 if session.shouldstop or session.shouldfail:
                     break
                 while asked < len(items):
-                    lane = self._next_lane()
+                    lane = self._next_lane(items[asked])
                     if lane is None:
                         break
                     lane.ask(items[asked], next_of(asked))
                     lane_of[asked] = lane
+                    self._last = (_samples_of(items[asked]), lane)
                     asked += 1
                 lane = lane_of[i]
                 lane.run_item(item, next_of(i))
@@ -73,11 +83,14 @@ class RunnerLanes:
         finally:
             self.finish()
 
-    def _next_lane(self) -> IsolatedRunner | None:
-        """The runner the next item is asked of: the first with one case ahead to spare (so a
-        run of two cases stays in one runner), else the one with the fewest asked, up to
-        `AHEAD` ahead of the case it runs (a long case in one runner leaves the others that
-        many to run meanwhile: they are logged once its turn is over)."""
+    def _next_lane(self, item: pytest.Item) -> IsolatedRunner | None:
+        """The runner `item` is asked of: the first with one case ahead to spare (so a run of
+        two cases stays in one runner), else the one asked the item before it where both use
+        the same samples (`_samples_of`: one runner loads them, places them and runs CPU's
+        references on them for all those cases) while it is at most `GROUP_SLACK` asked ahead
+        of the runner with the fewest asked, else that one; up to `AHEAD` ahead of the case
+        it runs (a long case in one runner leaves the others that many to run meanwhile: they
+        are logged once its turn is over)."""
         lanes = self.lanes
         run = self.owner
         if run.plan.mode == "spawn" and not run.options.runners:  # it switched to spawn
@@ -86,7 +99,15 @@ class RunnerLanes:
         if first is not None or self.ahead == 1:  # one runner: one ahead keeps it busy
             return first
         spare = [lane for lane in lanes if lane.room(self.ahead)]
-        return min(spare, key=lambda lane: len(lane.sent)) if spare else None
+        if not spare:
+            return None
+        fewest = min(spare, key=lambda lane: len(lane.sent))
+        samples, last = self._last
+        if samples is not None and samples == _samples_of(item):
+            kin = next((lane for lane in spare if lane is last), None)
+            if kin is not None and len(kin.sent) <= len(fewest.sent) + GROUP_SLACK:
+                return kin
+        return fewest
 
     def finish(self) -> None:
         try:
@@ -94,3 +115,10 @@ class RunnerLanes:
                 lane.close()  # one asked ahead is killed: the run stopped before its turn
         finally:
             self.starts.finish()
+
+
+def _samples_of(item: pytest.Item) -> tuple[str, str] | None:
+    """The (overload, dtype) whose samples a generated case runs (its value set's and the
+    ordinary ones the modes share); None for a family's own test."""
+    case = case_of(item)
+    return (case.overload, case.dtype) if case is not None else None

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from conformance.engine import layouts
+from conformance.engine.calls import Call
 from conformance.errors import ConformanceUsageError
 
 
@@ -111,3 +112,23 @@ def test_a_placement_owns_its_buffer(name):
         before = placement.base.clone()
         t.fill_(-1.0)
         assert torch.equal(placement.base, before), (name, t.stride())
+
+
+@pytest.mark.parametrize("name", sorted(layouts.LAYOUTS))
+def test_the_layout_free_reference_is_skipped_only_where_it_would_place_the_same(name):
+    """sample_run runs CPU again on contiguous copies (consistency.layout_free) unless every
+    argument is already placed contiguous over its whole buffer (`PlacedCall.contiguous`:
+    the copies would be the placement again); a layout that moves memory must keep it."""
+    from conformance.engine.placing import place
+
+    t = torch.arange(2 * 3 * 4 * 5, dtype=torch.float32).reshape(2, 3, 4, 5)
+    call = Call("add.Tensor", (t, t.clone()), {})
+    placed = place(call, name, torch.ops.aten.add.Tensor._schema)
+    assert placed is not None
+    moves_memory = name not in ("contiguous", "zero_size", "zero_dim")
+    assert placed.contiguous() is not moves_memory
+    # the placement as the device gets it: every buffer contiguous, offset 0, whole
+    views = [view for _, _, view in placed.materialize("cpu").bases]
+    whole = [v.numel() * v.element_size() == v.untyped_storage().nbytes() for v in views]
+    plain = [v.is_contiguous() and not v.storage_offset() for v in views]
+    assert moves_memory == (not all(whole) or not all(plain))

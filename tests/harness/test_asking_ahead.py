@@ -15,6 +15,8 @@ import pytest
 
 from conformance.harness.isolation import IsolatedRunner
 from conformance.harness.lanes import AHEAD, RunnerLanes
+from conformance.harness.nodes import CASE_PARAM
+from conformance.record import CaseId
 
 
 class FakeRunner:
@@ -50,6 +52,9 @@ class FakeRunner:
 
 
 def _item(nodeid: str, events: list[tuple[str, str]]) -> SimpleNamespace:
+    """A fake item; one named `<overload><n>` (upper case, then digits) is a generated case
+    of that overload in float32 (`nodes.case_of`): cases with one overload share samples."""
+
     def logreport(report) -> None:
         events.append(("log", nodeid))
 
@@ -58,7 +63,12 @@ def _item(nodeid: str, events: list[tuple[str, str]]) -> SimpleNamespace:
         pytest_runtest_logreport=logreport,
         pytest_runtest_logfinish=lambda **kw: None,
     )
-    return SimpleNamespace(nodeid=nodeid, location=(nodeid, 0, nodeid), ihook=hooks)
+    item = SimpleNamespace(nodeid=nodeid, location=(nodeid, 0, nodeid), ihook=hooks)
+    overload = nodeid.rstrip("0123456789")
+    if overload != nodeid and overload.isupper():
+        case = CaseId(overload, "float32", "contiguous", "native")
+        item.callspec = SimpleNamespace(params={CASE_PARAM: case})
+    return item
 
 
 def _session(items: list, maxfail: int = 0) -> SimpleNamespace:
@@ -175,6 +185,31 @@ def test_two_runners_run_at_once_and_every_case_is_logged_in_collection_order() 
     assert started[0].asked == list("abe") and started[1].asked == list("cdf")
     assert [e[1] for e in events if e[0] == "log"] == list("abcdef")
     assert len(_run("ab", runners=2)[1]) == 1  # two cases: one runner
+
+
+def test_the_cases_that_share_samples_stay_in_one_runner() -> None:
+    """Cases of one overload and dtype are asked of the runner asked the case before them
+    while it has room (it loaded their samples, placed them and ran CPU's references on
+    them); other items still go to the runner with the fewest asked."""
+    names = [f"{group}{n}" for group in "PQRS" for n in range(6)]
+    events: list[tuple[str, str]] = []
+    items = [_item(name, events) for name in names]
+    lanes = RunnerLanes(_session(items), _run_of(), 2)  # type: ignore[arg-type]
+    started: list[FakeRunner] = []
+
+    def start(**kw) -> FakeRunner:
+        started.append(FakeRunner(events))
+        return started[-1]
+
+    lanes.starts.start = start  # type: ignore[method-assign]
+    lanes.run()
+    runner_of = {n: i for i, r in enumerate(started) for n in r.asked}
+    assert len(started) == 2 and sorted(runner_of) == sorted(names)
+    # the first two cases of P fill the first runner, the next two the second: from then on
+    # each group runs where the case before it did
+    split = {g: {runner_of[n] for n in names if n[0] == g} for g in "PQRS"}
+    assert all(len(split[g]) == 1 for g in "QRS"), split
+    assert [e[1] for e in events if e[0] == "log"] == names
 
 
 def test_a_runner_is_asked_at_most_ahead_cases_beyond_the_one_logged_next() -> None:
