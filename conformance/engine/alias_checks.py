@@ -4,7 +4,6 @@ shares its input's storage, a functional output does not)."""
 
 from __future__ import annotations
 
-import functools
 import warnings
 from typing import Any
 
@@ -15,13 +14,7 @@ from conformance.engine.checks import Sample, returned, sample_check
 from conformance.engine.compare import Mismatch, equal_values, same_values
 from conformance.engine.errorclass import first_line
 from conformance.engine.placing import Materialized
-
-
-@functools.cache
-def _writes(op: Any) -> bool:
-    """Whether the overload returns a tensor it wrote (in-place, out=): asked once per op (its
-    schema's returns are built anew on every access)."""
-    return any(r.alias_info is not None and r.alias_info.is_write for r in op._schema.returns)
+from conformance.engine.schema_facts import returns_written
 
 
 @sample_check(
@@ -31,7 +24,7 @@ def _writes(op: Any) -> bool:
     "kernel's return) and called below autograd (where ADInplaceOrView cannot return self)",
 )
 def check_identity(s: Sample) -> None:
-    if not s.spec.check_aliasing or not _writes(s.op):
+    if not s.spec.check_aliasing or not returns_written(s.schema):
         return
     inference = any(view.is_inference() for _, _, view in s.dev.bases)
     where = "on inference tensors inside torch.inference_mode()" if inference else "to the caller"

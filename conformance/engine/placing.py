@@ -244,7 +244,7 @@ def _choose(tensors, layout: str, resize_out: bool, unmoved: list) -> list[Leaf]
             changed = True
         elif ok and layout != "contiguous" and not (written and layout in layouts.READ_ONLY):
             placement = fn(t)
-            changed = changed or (placement is not None and layout != "contiguous")
+            changed = changed or placement is not None
         if placement is None:
             if unmoved[i] is None:
                 unmoved[i] = layouts.contiguous(t)

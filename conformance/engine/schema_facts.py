@@ -45,6 +45,11 @@ def returns_views(schema: Any) -> bool:
     return any(info is not None and not info.is_write for info in return_aliases(schema))
 
 
+def returns_written(schema: Any) -> bool:
+    """Whether a return of the schema is a tensor the overload wrote (in-place, out=)."""
+    return any(info is not None and info.is_write for info in return_aliases(schema))
+
+
 def declared_writes(schema: Any) -> frozenset[str]:
     """The arguments the schema marks written (`Tensor(a!)`)."""
     return FACTS.get(schema, _declared_writes)

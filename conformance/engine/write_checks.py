@@ -12,13 +12,7 @@ from typing import Any
 import torch
 
 from conformance.engine import oracles
-from conformance.engine.checks import (
-    Sample,
-    redrawn,
-    returned,
-    sample_check,
-    version,
-)
+from conformance.engine.checks import Sample, redrawn, returned, sample_check, version
 from conformance.engine.compare import (
     ErrorStats,
     Mismatch,

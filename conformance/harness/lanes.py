@@ -8,11 +8,11 @@ running, one asked ahead: `IsolatedRunner.room`), so a run of two cases stays in
 then of the runner asked the item before it where both are cases of one overload and dtype
 (they share samples, placements and CPU's references, which each runner loads and computes for
 itself) unless it is `GROUP_SLACK` ahead of the others, else of the runner with the fewest
-asked, up to `AHEAD` (1 under -x/--maxfail, so no runner
-runs far past the case that stops the run; after a switch to spawned runners under --runners
-auto, the first runner alone); every item's reports are gathered
-and logged in collection order, so the terminal, the records and -x read as in a run with one
-runner (a hang is timed from when its turn to be logged came: never shorter than the limit).
+asked, up to `AHEAD` (1 under -x/--maxfail, so no runner runs far past the case that stops the
+run; after a switch to spawned runners under --runners auto, the first runner alone); every
+item's reports are gathered and logged in collection order, so the terminal, the records and
+-x read as in a run with one runner (a hang is timed from when its turn to be logged came: never
+shorter than the limit).
 A runner closed with items asked ahead (a crash, a hang, a runtime that retired it) is asked
 them again at once, in order, before any later item: each runner's items stay in collection
 order, which is the order its reports come back in. Each item carries the next collected item
@@ -67,12 +67,13 @@ class RunnerLanes:
                 if session.shouldstop or session.shouldfail:
                     break
                 while asked < len(items):
-                    lane = self._next_lane(items[asked])
+                    samples = _samples_of(items[asked])
+                    lane = self._next_lane(samples)
                     if lane is None:
                         break
                     lane.ask(items[asked], next_of(asked))
                     lane_of[asked] = lane
-                    self._last = (_samples_of(items[asked]), lane)
+                    self._last = (samples, lane)
                     asked += 1
                 lane = lane_of[i]
                 lane.run_item(item, next_of(i))
@@ -83,14 +84,14 @@ class RunnerLanes:
         finally:
             self.finish()
 
-    def _next_lane(self, item: pytest.Item) -> IsolatedRunner | None:
-        """The runner `item` is asked of: the first with one case ahead to spare (so a run of
-        two cases stays in one runner), else the one asked the item before it where both use
-        the same samples (`_samples_of`: one runner loads them, places them and runs CPU's
-        references on them for all those cases) while it is at most `GROUP_SLACK` asked ahead
-        of the runner with the fewest asked, else that one; up to `AHEAD` ahead of the case
-        it runs (a long case in one runner leaves the others that many to run meanwhile: they
-        are logged once its turn is over)."""
+    def _next_lane(self, samples: tuple[str, str] | None) -> IsolatedRunner | None:
+        """The runner the next item (using `samples`) is asked of: the first with one case ahead to
+        spare (so a run of two cases stays in one runner), else the one asked the item before it
+        where both use the same samples (`_samples_of`: one runner loads them, places them and runs
+        CPU's references on them for all those cases) while it is at most `GROUP_SLACK` asked ahead
+        of the runner with the fewest asked, else that one; up to `AHEAD` ahead of the case it runs
+        (a long case in one runner leaves the others that many to run meanwhile: they are logged
+        once its turn is over)."""
         lanes = self.lanes
         run = self.owner
         if run.plan.mode == "spawn" and not run.options.runners:  # it switched to spawn
@@ -102,8 +103,8 @@ class RunnerLanes:
         if not spare:
             return None
         fewest = min(spare, key=lambda lane: len(lane.sent))
-        samples, last = self._last
-        if samples is not None and samples == _samples_of(item):
+        kept, last = self._last
+        if samples is not None and samples == kept:
             kin = next((lane for lane in spare if lane is last), None)
             if kin is not None and len(kin.sent) <= len(fewest.sent) + GROUP_SLACK:
                 return kin
