@@ -1,7 +1,8 @@
 """The samples of one run's process: built per (overload, dtype, value set) when a case needs
-them, the last `CALLS_KEPT` kept in memory (the cases of one overload run one after another, and
-keeping every overload's would grow with the backend), and what start-up asks about them
-answered from the summary on disk (`samples/summary.py`)."""
+them (a value set from the ordinary calls kept here, not a second build of them), the last
+`CALLS_KEPT` kept in memory (the cases of one overload run one after another, and keeping every
+overload's would grow with the backend), and what start-up asks about them answered from the
+summary on disk (`samples/summary.py`)."""
 
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ class RunSamples:
         self.cache_dir = cache_dir
         self.sizes = sizes  # the extents of the -sizes cases (--sizes)
         self._calls: OrderedDict[tuple[str, torch.dtype, str], list] = OrderedDict()
+        # the value sets' view of the ordinary calls in `_calls` (dropped with them)
+        self._ordinary: dict[tuple[str, torch.dtype], samples.Ordinary] = {}
         self._placed: OrderedDict[tuple[Any, ...], list[PlacedCall]] = OrderedDict()
         self._exact: dict[tuple[str, torch.dtype], Exactness | None] = {}
         self._digests: dict[tuple[str, torch.dtype], str] = {}
@@ -60,13 +63,25 @@ class RunSamples:
         if key in self._calls:
             self._calls.move_to_end(key)
             return self._calls[key]
+        ordinary = self._ordinary_of(overload, dtype) if value_set else None
         calls = samples.calls_for(
-            overload, dtype, self.cache_dir, value_set, self.limit(overload), self.sizes
+            overload, dtype, self.cache_dir, value_set, self.limit(overload), self.sizes, ordinary
         )
         self._calls[key] = calls
         if len(self._calls) > CALLS_KEPT:
-            self._calls.popitem(last=False)
+            gone, _ = self._calls.popitem(last=False)
+            if not gone[2]:
+                self._ordinary.pop(gone[:2], None)
         return calls
+
+    def _ordinary_of(self, overload: str, dtype: torch.dtype) -> samples.Ordinary:
+        """The ordinary calls a value set is built from: the ones this process keeps (its
+        ordinary cases run on them), with their digest worked out once for every value set."""
+        calls = self.calls(overload, dtype)
+        held = self._ordinary.get((overload, dtype))
+        if held is None or held.calls is not calls:
+            held = self._ordinary[overload, dtype] = samples.Ordinary(calls)
+        return held
 
     def placed(
         self, overload: str, dtype: torch.dtype, value_set: str, layout: str, resize: bool

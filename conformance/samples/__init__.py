@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -28,14 +29,18 @@ def calls_for(
     value_set: str = "",
     limit: int = MAX_OPINFO_SAMPLES,
     choice: str = sizes.SIZE_SETS[0],
+    ordinary: Ordinary | None = None,
 ) -> list[Call]:
     """Every sample call of `overload` for `dtype`: the spec's own, then up to `limit` of
     OpInfo's (or, when OpInfo reaches no call of it, a sibling's re-typed by twins.py).
     `value_set` (valuesets.py: special, promotion, arguments, sizes, models) gives the calls of
-    that value set instead; `choice`: the option of the set (--sizes)."""
-    ordinary = _ordinary(overload, dtype, cache_dir, limit)
+    that value set instead; `choice`: the option of the set (--sizes). `ordinary`: the ordinary
+    calls (of this `limit`) and their digest where the caller keeps them already (a run's
+    samples, harness/sampling.py): a value set is built from them, not from a second copy."""
+    if ordinary is None:
+        ordinary = Ordinary(_ordinary(overload, dtype, cache_dir, limit))
     if not value_set:
-        return ordinary
+        return ordinary.calls
     spec, kind = spec_for(overload), valuesets.value_set(value_set)
     from_opinfo = (
         opinfo.captured_calls(overload, dtype, spec.opinfo_names, cache_dir, kind=value_set)
@@ -46,10 +51,25 @@ def calls_for(
     return dedupe(from_opinfo)[: opinfo.VALUE_SET_FROM_OPINFO] + dedupe(generated)[: kind.limit]
 
 
+@dataclass
+class Ordinary:
+    """An overload's ordinary calls for one dtype, and their contents' digest (worked out on
+    first use: it names the value sets' files on disk)."""
+
+    calls: list[Call]
+    _digest: str = ""
+
+    @property
+    def digest(self) -> str:
+        if not self._digest:
+            self._digest = content_digest(self.calls)
+        return self._digest
+
+
 def _generated(
     overload: str,
     dtype: torch.dtype,
-    ordinary: list[Call],
+    ordinary: Ordinary,
     kind: valuesets.ValueSet,
     choice: str,
     cache_dir: str | None,
@@ -62,10 +82,10 @@ def _generated(
     builds them (summary.sources_digest), so an edit of a generator builds again too."""
     root = opinfo.cache_root(cache_dir)
     if root is None or not kind.cached:
-        return kind.build(overload, dtype, ordinary, choice)
+        return kind.build(overload, dtype, ordinary.calls, choice)
     dname = str(dtype).removeprefix("torch.")
     suffix = f"-{choice}" if kind.name == "sizes" else ""
-    name = f"{overload}-{dname}-{kind.name}{suffix}-{content_digest(ordinary)}"
+    name = f"{overload}-{dname}-{kind.name}{suffix}-{ordinary.digest}"
     folder = os.path.join(root, f"values-{sources_digest()}")
     path = os.path.join(folder, f"{name}.pt")
     if os.path.exists(path):
@@ -73,7 +93,7 @@ def _generated(
             return load_calls(path)[kind.name][overload]
         except Exception:  # noqa: BLE001 - a torn or stale file: build again
             pass
-    generated = kind.build(overload, dtype, ordinary, choice)
+    generated = kind.build(overload, dtype, ordinary.calls, choice)
     if not os.path.isdir(folder):
         os.makedirs(folder, exist_ok=True)
         _remove_stale(root, folder)

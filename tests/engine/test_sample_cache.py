@@ -347,3 +347,29 @@ def test_values_two_calls_hold_are_saved_once_and_loaded_apart(tmp_path):
     torch.ops.aten.add_.Tensor(*inplace.args)
     assert torch.equal(loaded["add.Tensor"][0].args[0], x)
     assert torch.equal(inplace.args[0], 2 * x) and torch.equal(inplace.args[1], x)
+
+
+def test_a_run_builds_value_sets_from_the_ordinary_calls_it_keeps(tmp_path, monkeypatch):
+    """A run's value sets (-special, -promotion, ...) of an (overload, dtype) start from the
+    ordinary calls its ordinary cases already hold: not a second build of them (loading,
+    deduplicating, an op spec's own samples drawn again) nor a digest of them per value set
+    (issue 85: about 1.3 ms of a runner's CPU per value set)."""
+    from conformance import samples
+    from conformance.harness.sampling import RunSamples
+
+    cache = str(tmp_path)
+    for value_set in ("special", "promotion"):  # built and written to disk once
+        samples.calls_for("add.Tensor", torch.float32, cache, value_set)
+    built, digests = [], []
+    ordinary, digest = samples._ordinary, samples.content_digest
+    monkeypatch.setattr(samples, "_ordinary", lambda *a: built.append(a) or ordinary(*a))
+    monkeypatch.setattr(samples, "content_digest", lambda c: digests.append(1) or digest(c))
+    run = RunSamples(cache)
+    kept = run.calls("add.Tensor", torch.float32)
+    special = run.calls("add.Tensor", torch.float32, "special")
+    promotion = run.calls("add.Tensor", torch.float32, "promotion")
+    assert len(built) == 1 and len(digests) == 1, (len(built), len(digests))
+    assert special and promotion and run.calls("add.Tensor", torch.float32) is kept
+    # the same calls as a value set built on its own (the file named by the same digest)
+    alone = samples.calls_for("add.Tensor", torch.float32, cache, "special")
+    assert [c.signature() for c in alone] == [c.signature() for c in special]
