@@ -75,6 +75,12 @@ def to_host(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     dtype = t.dtype if dtype is None else dtype
     if t.device.type != "cpu" and not has_storage(t):
         return lazy_values(t).to(dtype)
+    return _host_copy(t, dtype)
+
+
+def _host_copy(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`t`'s values (converted to `dtype`) in a fresh contiguous CPU tensor of its shape, by one
+    `copy_` (a tensor that is its whole storage: one contiguous device->host copy)."""
     host = torch.empty(t.shape, dtype=dtype)
     host.copy_(t.detach())
     return host
@@ -110,23 +116,13 @@ def read_storage(t: torch.Tensor) -> torch.Tensor:
     if n == 0:
         return torch.empty(0, dtype=t.dtype)
     if is_whole_storage(t, n):  # no view needed: no device op but the copy
-        return _read_whole(t).reshape(-1)
+        return _host_copy(t, t.dtype).reshape(-1)
     flat = t.detach().as_strided((n,), (1,), 0)
     if flat.is_conj():
         flat = flat.conj()  # the raw bits; the bit is applied again on the CPU view
     if flat.is_neg():
         flat = flat._neg_view()
-    host = torch.empty(n, dtype=t.dtype)
-    host.copy_(flat)
-    return host
-
-
-def _read_whole(t: torch.Tensor) -> torch.Tensor:
-    """A CPU copy of `t`, a device tensor that is its whole storage (`is_whole_storage`): one
-    contiguous device->host copy, shaped as `t`."""
-    host = torch.empty(t.shape, dtype=t.dtype)
-    host.copy_(t.detach())
-    return host
+    return _host_copy(flat, t.dtype)
 
 
 class LazyRunError(RuntimeError):
@@ -165,7 +161,7 @@ def read_back(t: torch.Tensor) -> torch.Tensor:
         return lazy_values(t)
     try:
         if t.numel() and is_whole_storage(t):
-            host = _read_whole(t)
+            host = _host_copy(t, t.dtype)
             if host.stride() == t.stride():  # already shaped so: no view to rebuild
                 return host
             host = host.reshape(-1)  # strides differ in a dim of size 1: rebuilt below

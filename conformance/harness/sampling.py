@@ -77,11 +77,10 @@ class RunSamples:
     def _ordinary_of(self, overload: str, dtype: torch.dtype) -> samples.Ordinary:
         """The ordinary calls a value set is built from: the ones this process keeps (its
         ordinary cases run on them), with their digest worked out once for every value set."""
-        calls = self.calls(overload, dtype)
-        held = self._ordinary.get((overload, dtype))
-        if held is None or held.calls is not calls:
-            held = self._ordinary[overload, dtype] = samples.Ordinary(calls)
-        return held
+        calls = self.calls(overload, dtype)  # kept or built: `_ordinary` follows `_calls`
+        if (overload, dtype) not in self._ordinary:
+            self._ordinary[overload, dtype] = samples.Ordinary(calls)
+        return self._ordinary[overload, dtype]
 
     def placed(
         self, overload: str, dtype: torch.dtype, value_set: str, layout: str, resize: bool

@@ -3,6 +3,7 @@ derived from a sibling overload (twins.py) and the values axis (values.py)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import time
@@ -57,13 +58,10 @@ class Ordinary:
     first use: it names the value sets' files on disk)."""
 
     calls: list[Call]
-    _digest: str = ""
 
-    @property
+    @functools.cached_property
     def digest(self) -> str:
-        if not self._digest:
-            self._digest = content_digest(self.calls)
-        return self._digest
+        return content_digest(self.calls)
 
 
 def _generated(
