@@ -7,7 +7,8 @@ launcher (`launch.py`) starts a child only as a kind of this table, and the harn
 
 `device`: "yes" (the process opens the device: it runs cases or probes), "no" (it never touches
 it, so it may fork a clean child), "hidden" (accelerators are hidden from it: CUDA_VISIBLE_DEVICES
-empty), "isolate none" (only where `--isolate none` runs cases in the scheduling process).
+empty, torch's backend autoload off: processes/zygote.py `HIDDEN_ACCELERATORS`), "isolate none"
+(only where `--isolate none` runs cases in the scheduling process).
 `forks`: "never" (it has threads or a device: its CPU tasks go to a task zygote), "its job" (a
 zygote), "while clean" (only while it has one thread and has not touched the device:
 forking.py's rule, checked at each fork). `channel`: the messages (processes/messages.py) each

@@ -40,10 +40,17 @@ from conformance.processes.messages import receive_packet, send_packet
 
 #: `python -m conformance.processes.zygote FD`: the modules a task zygote imports before forking
 TASK_MODULES = ("torch", "conformance.engine.calls", "conformance.samples.values")
-#: a task zygote's CPU work sees no GPU: torch's testing internals (OpInfo's op_db, imported to
-#: capture samples) initialise CUDA's driver where a GPU is visible (common_cuda's SM*OrLater),
-#: and its threads would stop the zygote from forking; captures then match a CPU machine's
-HIDDEN_ACCELERATORS = {"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": ""}
+#: a task zygote's CPU work sees no accelerator: torch's testing internals (OpInfo's op_db,
+#: imported to capture samples) initialise CUDA's driver where a GPU is visible (common_cuda's
+#: SM*OrLater) and ask an autoloaded PrivateUse1 backend's `is_available()` (common_utils'
+#: TEST_PRIVATEUSE1: an OpenCL ICD such as pocl starts its device threads there); either
+#: driver's threads would stop the zygote from forking, and every capture would import op_db
+#: again (5-10 s each). Captures then match a CPU machine's
+HIDDEN_ACCELERATORS = {
+    "CUDA_VISIBLE_DEVICES": "",
+    "HIP_VISIBLE_DEVICES": "",
+    "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",  # torch >= 2.5's `torch.backends` entry points
+}
 
 
 class ZygoteGone(RuntimeError):

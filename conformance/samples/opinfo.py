@@ -29,6 +29,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 from conformance.engine.calls import Call, clone_tree, dedupe, load_calls, save_calls
 from conformance.engine.discovery import overload_name
 from conformance.engine.poison import out_like
+from conformance.engine.testing_internals import import_testing
 from conformance.samples.guarded import BACKWARD, guarded
 from conformance.samples.sample_kinds import sample_kind, shape_of, varied
 
@@ -104,7 +105,7 @@ FOREACH_DBS = (
 
 @cache
 def _op_db() -> dict[str, object]:
-    from torch.testing._internal import common_methods_invocations as cmi
+    cmi = import_testing("common_methods_invocations")
 
     ops = list(cmi.op_db)
     for db in FOREACH_DBS:  # absent from an older torch: nothing to add

@@ -16,14 +16,15 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from types import SimpleNamespace
+from types import MappingProxyType, SimpleNamespace
 
 import pytest
 
-from conformance.processes import zygote
+from conformance.processes import interpreter, zygote
 from conformance.processes.forker import Forker
 from conformance.processes.this import ThisProcess
 from conformance.processes.zygote import ZygoteLink, link_pair
+from tests.helpers import clean_env
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = "tests.processes.test_task_zygotes"
@@ -65,6 +66,36 @@ def test_a_task_zygote_hides_the_accelerators():
     finally:
         forker.use(None)
     assert value == "" == zygote.HIDDEN_ACCELERATORS["CUDA_VISIBLE_DEVICES"]
+
+
+def report_backend_loaded(payload: str, progress_fd: int) -> None:
+    """A task: writes whether the module `payload` is imported in it."""
+    os.write(progress_fd, str(payload in sys.modules).encode())
+
+
+def test_a_task_zygote_does_not_autoload_the_backend(tmp_path, monkeypatch):
+    """A backend that `import torch` loads (a `torch.backends` entry point) stays out of the task
+    zygote: torch_opencl on pocl started its device threads when OpInfo's import asked it
+    whether it was available, the zygote refused every fork after its op_db warm-up, and each
+    integer capture of a cold sample cache imported op_db again (10 minutes instead of 2)."""
+    folder = tmp_path / "autoload"
+    subprocess.run(
+        [sys.executable, "-m", "echo_npu.autoload", str(folder)], check=True, env=clean_env()
+    )
+    path = os.pathsep.join(filter(None, [str(folder), interpreter.AT_START["PYTHONPATH"]]))
+    pinned = {**interpreter.AT_START, "PYTHONPATH": path}  # children get the start's PYTHONPATH
+    monkeypatch.setattr(interpreter, "AT_START", MappingProxyType(pinned))
+    forker = _through_a_zygote()
+    read_fd, write_fd = os.pipe()
+    try:
+        child = forker.start(f"{HERE}:report_backend_loaded", "echo_npu", write_fd, "t")
+        os.close(write_fd)
+        with os.fdopen(read_fd) as f:
+            loaded = f.read()
+        assert child.wait(60) == 0
+    finally:
+        forker.use(None)
+    assert loaded == "False"
 
 
 def test_a_warm_up_that_leaves_threads_gets_a_cold_zygote():

@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from conformance.engine.testing_internals import import_testing
+
 SELECTIONS = ("core", "full")
 CORE_SAMPLES = 2  # samples per module and train/eval in the core selection
 #: the memory format a sample's leading input of that many dimensions is also run in
@@ -68,7 +70,7 @@ class ModuleCase:
 def module_infos() -> dict[str, Any]:
     """torch's ModuleInfos by name (imports module_db: seconds), once per process, then the
     suite's own module specs whose names module_db lacks (engine/modules/suite_specs.py)."""
-    from torch.testing._internal.common_modules import module_db
+    module_db = import_testing("common_modules").module_db
 
     from conformance.engine.modules.suite_specs import SPECS
 
