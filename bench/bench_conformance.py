@@ -36,7 +36,9 @@ over 2 is what the run would take on 2 idle cores).
 - echo_npu: every registered overload has samples (from the suite's own account)
 - the default run's CPU by kind of process (controller, xdist workers, zygotes, runners, task
   processes); echo_npu's run with copy_ignores_offset (a tenth of the cases fail) <= 1.3x the
-  clean run's CPU; and the default run's CPU milliseconds a case at least 1.5x lower than at
+  clean run's CPU; with ECHO_NPU_NO_FALLBACK=1 (module cases and scenarios fail by the device's
+  exception, as torch_opencl's do) under half of the run's wall outside the cases; and the
+  default run's CPU milliseconds a case at least 1.5x lower than at
   `--baseline` (an older commit run in this bench run on the same backend with its own main job,
   `-n 2`; this commit's `-n 2` beside it, like for like; verdicts compared case by case)
 """
@@ -476,6 +478,20 @@ def failure_cost(env: dict[str, str], clean: process_cost.MeasuredRun) -> None:
     )
     process_cost.print_split("the faulted run", faulted)
     process_cost.print_case_time("the faulted run", faulted, MAIN_JOB_LANES)
+    # a backend whose device raises (a missing kernel): its module cases and scenarios fail by
+    # exception, as most of torch_opencl's did; warmed first (a collection captures the samples
+    # of the overloads it has without cpu_fallback), so that the run measured is a warm one
+    raising = {**env, "ECHO_NPU_NO_FALLBACK": "1"}
+    run(pytest_cmd(*MAIN_JOB, "--collect-only"), raising)
+    raised = process_cost.measured_run(pytest_cmd(*MAIN_JOB), REPO, raising)
+    share = process_cost.outside_cases(raised, MAIN_JOB_LANES) / raised.wall
+    counts = collections.Counter(raised.statuses.values())
+    print(
+        f"time outside the cases, a backend that raises where it has no kernel "
+        f"(ECHO_NPU_NO_FALLBACK=1: {counts['failed']} failed of {raised.cases}): {share:.0%} "
+        f"of its {raised.wall:.0f} s wall (target < 50 %: {verdict(share, 0.5)}) [{load()}]"
+    )
+    process_cost.print_case_time("the raising run", raised, MAIN_JOB_LANES)
 
 
 def coverage(env: dict[str, str]) -> None:

@@ -215,11 +215,16 @@ def print_case_time(name: str, run: MeasuredRun, lanes: int = 2) -> None:
     costs beyond them (its wall time against the cases' time spread over `lanes`: the runners
     that run at once, one per xdist worker or `--runners` of a plain pytest process)."""
     total = sum(t for _, t in run.case_time.values())
+    outside = outside_cases(run, lanes)
     print(f"  {name}: {total:.0f} s of case time in the records ({run.wall:.0f} s wall on "
-          f"{lanes} lanes: {max(run.wall - total / lanes, 0.0):.0f} s of it outside the "
-          "cases):")  # fmt: skip
+          f"{lanes} lanes: {outside:.0f} s of it outside the cases):")  # fmt: skip
     for part, (n, t) in sorted(run.case_time.items(), key=lambda kv: -kv[1][1]):
         print(f"    {part:36s} {n:6d} cases {t:7.1f} s  {1000 * t / max(n, 1):6.1f} ms a case")
+
+
+def outside_cases(run: MeasuredRun, lanes: int) -> float:
+    """The run's wall seconds beyond its cases' own (their durations spread over `lanes`)."""
+    return max(run.wall - sum(t for _, t in run.case_time.values()) / lanes, 0.0)
 
 
 def worktree(repo: str, rev: str) -> str:

@@ -32,6 +32,7 @@ from conformance.harness.baseline import write_run_baseline
 from conformance.harness.case_reports import attach_record, ends_case, logged_record
 from conformance.harness.case_warnings import CaseWarnings, QuietSetup, summary_line
 from conformance.harness.exiting import end_at_exit, interrupt_on_sigterm, is_command_line
+from conformance.harness.failure_reprs import shown_natively
 from conformance.harness.families import registry
 from conformance.harness.header import header_lines, key_header_lines
 from conformance.harness.isolation import WorkerIsolation
@@ -323,15 +324,14 @@ class ConformanceRun:
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
         """Attach the case's record to its setup/call report (so it travels to an xdist
-        controller or from a forked child to its parent)."""
-        outcome = yield
-        report = outcome.get_result()
-        if not ends_case(report):
-            return
+        controller or from a forked child to its parent); a case's exception is shown without
+        the backend's ops (failure_reprs.py)."""
         family = registry().of_item(item) if self.started else None
-        if family is None:
-            return
-        attach_record(report, family.record_from_report(self.suite, item, report))
+        with shown_natively(item, call, family is not None):
+            outcome = yield
+        report = outcome.get_result()
+        if family is not None and ends_case(report):
+            attach_record(report, family.record_from_report(self.suite, item, report))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Write the case's line, once per case, in the process that ran it; every process but

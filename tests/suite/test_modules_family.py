@@ -82,3 +82,25 @@ def test_a_manifest_entry_marks_a_case(tmp_path):
     proc, records, _ = modules_run(tmp_path, "-k", case, "--expectations", str(manifest))
     assert proc.returncode != 0 and records[case]["status"] == "xpassed", records[case]
     assert f"module:{case}" in records[case]["message"]
+
+
+def test_a_device_error_is_shown_as_python_prints_it(tmp_path):
+    """A module case whose device step raises (no kernel: ECHO_NPU_NO_FALLBACK) is shown under
+    FAILURES as Python prints the exception, from the test function down, with no frame's
+    arguments printed through the backend's ops and no source file parsed (pytest's long style
+    did both; on torch_opencl it was most of a run's time: harness/failure_reprs.py). Its
+    record's message is the exception's line as before; `--tb=long` gives pytest's own."""
+    case = "AdaptiveAvgPool1d and float32 and train and contiguous-0"
+    env = {"ECHO_NPU_NO_FALLBACK": "1"}
+    proc, records, _ = modules_run(tmp_path, "-k", case, env=env)
+    out = proc.stdout
+    (record,) = records.values()
+    assert record["status"] == "failed", record
+    assert "(NotImplementedError: Could not run 'aten::_adaptive_avg_pool2d'" in record["message"]
+    shown = out[out.index("= FAILURES =") : out.index("short test summary")]
+    assert shown.count("The case raised (most recent call last;") == 1, shown[:3000]
+    assert "in test_module\n" in shown and "in run_step\n" in shown, shown[:3000]
+    assert "self = " not in shown and "input = tensor(" not in shown, shown[:3000]
+    assert "_pytest" not in shown and "Traceback" not in out, shown[:3000]  # the suite's errors'
+    proc, _, _ = modules_run(tmp_path, "-k", case, "--tb=long", env=env)
+    assert "self = " in proc.stdout and "The case raised" not in proc.stdout
