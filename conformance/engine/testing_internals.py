@@ -9,8 +9,10 @@ there: an OpenCL ICD such as pocl starts its device threads on the first platfor
 device (the pytest process before it forks its runner zygote, task zygotes); one such thread
 made each of them refuse every later fork. The suite's CPU work needs no answer from the device,
 so the import is made with torch's `_is_privateuse1_backend_available` answering False (the
-modules that bound that name get torch's function back after it: only the import's constants,
-TEST_PRIVATEUSE1, keep False); a module imported earlier (the user's own code) is left as it is.
+modules that bound that name get torch's function back after it: only what the import computed
+keeps the answer: common_utils' TEST_PRIVATEUSE1, common_device_type's `device_type_test_bases`
+without PrivateUse1TestBase, so PyTorch-style device tests are never instantiated in a process
+of the suite); a module imported earlier (the user's own code) is left as it is.
 """
 
 from __future__ import annotations

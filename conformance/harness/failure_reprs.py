@@ -11,7 +11,8 @@ torch.nn's largest files) was 78 % of the runners' CPU and most of the run's tim
 cases. So a conformance case's exception is shown as Python prints it (pytest's "native" style),
 from the test function down; its crash line (a record's message, the FAILED line) is pytest's,
 the same as before. A verdict of the suite (`pytest.fail(..., pytrace=False)`) keeps pytest's
-one-line style, and `--tb` (any style but auto) or `--fulltrace` gives pytest's own formatting.
+one-line style, and `--tb` (any style but auto), `-l` or `--fulltrace` gives pytest's own
+formatting.
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ import pytest
 
 
 def native_wanted(config: pytest.Config) -> bool:
-    """Whether failures of conformance cases are shown natively: the user chose no --tb style."""
-    return config.getoption("tbstyle", "auto") == "auto" and not config.getoption(
-        "fulltrace", False
-    )
+    """Whether failures of conformance cases are shown natively: the user chose no --tb style
+    and asked for no frame's locals (-l) or full trace."""
+    chosen = config.getoption("fulltrace", False) or config.getoption("showlocals", False)
+    return config.getoption("tbstyle", "auto") == "auto" and not chosen
 
 
 @contextlib.contextmanager

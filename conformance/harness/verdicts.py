@@ -334,6 +334,11 @@ def reported_record(
 
 
 def _first_line(longrepr: Any) -> str:
+    """The exception's first line: pytest's crash line where the report has one (any --tb
+    style: harness/failure_reprs.py shows a case's natively), else the first `E ` line."""
+    crash = getattr(getattr(longrepr, "reprcrash", None), "message", None)
+    if crash and crash.strip():
+        return crash.strip().splitlines()[0][:500]
     text = str(longrepr or "").strip()
     lines = [ln for ln in text.splitlines() if ln.strip()]
     errors = [ln for ln in lines if ln.startswith("E ")]

@@ -54,7 +54,9 @@ def test_op_db_is_imported_without_asking_the_device(how):
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT, how],
         cwd=REPO,
-        env=clean_env({"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}),
+        env=clean_env(  # no driver threads of a visible GPU either (a CUDA build of torch)
+            {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+        ),
         capture_output=True,
         text=True,
         timeout=240,

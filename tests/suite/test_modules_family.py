@@ -101,6 +101,6 @@ def test_a_device_error_is_shown_as_python_prints_it(tmp_path):
     assert shown.count("The case raised (most recent call last;") == 1, shown[:3000]
     assert "in test_module\n" in shown and "in run_step\n" in shown, shown[:3000]
     assert "self = " not in shown and "input = tensor(" not in shown, shown[:3000]
-    assert "_pytest" not in shown and "Traceback" not in out, shown[:3000]  # the suite's errors'
+    assert "_pytest" not in shown and "Traceback" not in shown, shown[:3000]  # the suite's own
     proc, _, _ = modules_run(tmp_path, "-k", case, "--tb=long", env=env)
     assert "self = " in proc.stdout and "The case raised" not in proc.stdout
