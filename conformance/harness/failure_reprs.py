@@ -38,8 +38,8 @@ def shown_natively(item: pytest.Item, call: pytest.CallInfo, case: bool) -> Iter
     it."""
     excinfo = call.excinfo
     verdict = excinfo is not None and getattr(excinfo.value, "pytrace", True) is False
-    pytests = not case or excinfo is None or verdict or call.when != "call"
-    if pytests or not native_wanted(item.config):  # not a case's exception, or --tb chosen
+    as_pytest = not case or excinfo is None or verdict or call.when != "call"
+    if as_pytest or not native_wanted(item.config):  # not a case's exception, or --tb chosen
         yield
         return
     item.repr_failure = lambda info, *args, **kwargs: _native(item, info)  # type: ignore[method-assign]
