@@ -137,16 +137,16 @@ def test_known_gaps_are_read_from_their_block(tmp_path):
     assert known_gaps(doc) == {"exp*=ulp:1": "within the bound"}
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
+def _cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     """`python -m conformance.measure.mutants ARGS` from the repository root."""
     command = [sys.executable, "-m", "conformance.measure.mutants", *args]
     return subprocess.run(
-        command, cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=600
+        command, cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=timeout
     )
 
 
-def _campaign(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    return _cli("--out", str(tmp_path / "out"), *args)
+def _campaign(tmp_path: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return _cli("--out", str(tmp_path / "out"), *args, timeout=timeout)
 
 
 def _mutant_env(mutants: str) -> dict[str, str]:
@@ -288,7 +288,10 @@ def test_the_ci_sample_of_mutants_has_no_new_miss(tmp_path):
     known gap docs/POWER.md lists; the identity changes no verdict. The nightly runs all of it
     (nox -s mutants); $CONFORMANCE_MUTANT_SEED picks another sample. No --budget: every
     mutant of the sample is judged, so the figure CI checks does not shrink on a slower machine
-    (200 s judged all 40 on one machine and would have left some `not-run` on CI's)."""
+    (200 s judged all 40 on one machine and would have left some `not-run` on CI's). Its time
+    limit is a hang guard, not a speed target: on a clean clone the control captures the
+    samples of its 33 overloads cold (170 s alone on a 2-core machine, 110 s warm), and CI runs
+    it beside the other slow tests on a slower machine, where 600 s was once not enough."""
     done = _campaign(
         tmp_path,
         "--sample",
@@ -296,6 +299,7 @@ def test_the_ci_sample_of_mutants_has_no_new_miss(tmp_path):
         "--check",
         "--seed",
         os.environ.get("CONFORMANCE_MUTANT_SEED", "79"),
+        timeout=1800,
     )
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
 
