@@ -102,6 +102,8 @@ class IsolatedRunner:
         if not self.sent:
             return True
         limit = self.run.options.runner_cases
+        if self.process is not None:  # no more than its pipes hold (runners.py)
+            ahead = min(ahead, self.process.most_ahead)
         return (
             not self.run.plan.exclusive
             and len(self.sent) <= ahead

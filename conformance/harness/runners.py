@@ -41,17 +41,22 @@ HEAP_EXERCISE = "<heap exercise>"  # a command that is no item: serving.exercise
 KILL_GRACE = 5.0  # seconds between SIGABRT (stack dump) and SIGKILL of a hung runner
 
 
-#: what the report pipe of a runner asked many cases ahead holds before the runner waits on its
-#: owner: those cases' reports wait there until their turn (harness/lanes.py)
+#: what the pipes of a runner asked many cases ahead hold: its reports pipe, before the runner
+#: waits on its owner (those cases' reports wait there until their turn: harness/lanes.py), and
+#: its commands pipe, so asking never waits on a runner that waits on its owner
 PIPE_BYTES = 1 << 20
+#: the cases a runner whose pipes could not be enlarged may be asked ahead: their commands
+#: (two node ids, under 600 bytes) fit a default 64 KiB pipe, so asking never waits
+PLAIN_PIPE_AHEAD = 64
 
 
-def _enlarge(fd: int, size: int) -> None:
-    """The pipe of `fd` holds `size` bytes where the system lets it (Linux: F_SETPIPE_SZ, up to
-    /proc/sys/fs/pipe-max-size); elsewhere it keeps its size (a full pipe only makes a runner
-    wait)."""
+def _enlarge(fd: int, size: int) -> bool:
+    """Whether the pipe of `fd` holds `size` bytes now (Linux: F_SETPIPE_SZ, up to
+    /proc/sys/fs/pipe-max-size and the user's pipe-user-pages limits); elsewhere, or past
+    those limits, it keeps its size."""
     with contextlib.suppress(AttributeError, OSError):
-        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, size)
+        return fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, size) >= size
+    return False
 
 
 class RunnerProcess:
@@ -77,8 +82,12 @@ class RunnerProcess:
         self.log_path = log.name
         cmd_read, cmd_write = os.pipe()
         out_read, out_write = os.pipe()
-        if pipe_bytes:
-            _enlarge(out_write, pipe_bytes)
+        # the cases it may be asked ahead of the one it runs: enlarged, its pipes hold the
+        # reports of that many passing cases (about 2 KB each; more only make it wait) and
+        # their commands many times over
+        self.most_ahead = PLAIN_PIPE_AHEAD
+        if pipe_bytes and _enlarge(out_write, pipe_bytes) and _enlarge(cmd_write, pipe_bytes):
+            self.most_ahead = pipe_bytes // 2048
         self.popen: subprocess.Popen | None = None
         self.child: Child | None = None
         if mode == "spawn":

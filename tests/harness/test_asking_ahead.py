@@ -8,7 +8,10 @@ that retired was asked ahead is asked again, before any later case, of its succe
 
 from __future__ import annotations
 
+import fcntl
+import os
 import signal
+import tempfile
 from types import SimpleNamespace
 
 import pytest
@@ -23,8 +26,11 @@ class FakeRunner:
     """A runner process answering each `run` with start, one report and finish (asking to be
     retired after the items named in `retiring`)."""
 
-    def __init__(self, events: list[tuple[str, str]], retiring: str = "") -> None:
+    def __init__(
+        self, events: list[tuple[str, str]], retiring: str = "", most_ahead: int = AHEAD
+    ) -> None:
         self.events, self.retiring = events, retiring
+        self.most_ahead = most_ahead  # as many as its pipes hold (runners.py)
         self.queue: list[dict] = []
         self.killed: list[int] = []
         self.asked: list[str] = []
@@ -92,7 +98,12 @@ def _owner(items: list, runner_cases: int = 0, exclusive: bool = False) -> Isola
 
 
 def _run(
-    names: str, runners: int = 1, retiring: str = "", maxfail: int = 0, **owner
+    names: str,
+    runners: int = 1,
+    retiring: str = "",
+    maxfail: int = 0,
+    most_ahead: int = AHEAD,
+    **owner,
 ) -> tuple[list[tuple[str, str]], list[FakeRunner]]:
     """The items `names` run by a plain pytest process's `RunnerLanes` over fake runners."""
     events: list[tuple[str, str]] = []
@@ -102,7 +113,7 @@ def _run(
     started: list[FakeRunner] = []
 
     def start(**kw) -> FakeRunner:
-        started.append(FakeRunner(events, retiring))
+        started.append(FakeRunner(events, retiring, most_ahead))
         events.append(("runner", str(len(started))))
         return started[-1]
 
@@ -223,6 +234,30 @@ def test_a_runner_is_asked_at_most_ahead_cases_beyond_the_one_logged_next() -> N
     # -x: no runner runs far past the case that may stop the run
     events, started = _run(names, runners=2, maxfail=1)
     assert all(n <= 2 for n in _most_outstanding(events, started).values())
+
+
+def test_a_runner_whose_pipes_hold_less_is_asked_less_far_ahead() -> None:
+    """Where the system refused to enlarge a runner's pipes, it is asked no more cases ahead
+    than their commands fit in a plain pipe: asking never waits on a runner that waits on
+    its owner to read its reports."""
+    names = "".join(chr(ord("A") + i) for i in range(40))
+    events, started = _run(names, runners=2, most_ahead=4)
+    assert max(_most_outstanding(events, started).values()) == 4 + 1
+    assert [e[1] for e in events if e[0] == "log"] == list(names)
+
+
+def test_a_pipe_that_cannot_be_enlarged_is_said_so() -> None:
+    from conformance.harness.runners import _enlarge
+
+    read, write = os.pipe()
+    try:
+        assert _enlarge(write, 1 << 17)
+        assert fcntl.fcntl(write, fcntl.F_GETPIPE_SZ) >= 1 << 17
+    finally:
+        os.close(read)
+        os.close(write)
+    with tempfile.TemporaryFile() as plain:  # no pipe: F_SETPIPE_SZ fails
+        assert not _enlarge(plain.fileno(), 1 << 17)
 
 
 def _most_outstanding(events: list[tuple[str, str]], started: list[FakeRunner]) -> dict:
