@@ -47,7 +47,7 @@ class RunnerStarts:
         self.zygote: RunnerZygote | None = None  # forks the runners (harness/zygotes.py)
         self.case_file: str | None = None  # the op cases a spawned process collects
         self.turns: DeviceTurns | None = None  # a device one process may open at a time
-        self.pipe_bytes = 0  # the runners' report pipes enlarged to (runners.py: asked far ahead)
+        self.pipe_bytes = 0  # the runners' pipes enlarged to (runners.py: asked far ahead)
 
     def start(self, *, replay: bool = False, env: dict[str, str] | None = None) -> RunnerProcess:
         """A runner in the plan's mode (forked by the zygote, or spawned); `env` (extra

@@ -48,6 +48,9 @@ PIPE_BYTES = 1 << 20
 #: the cases a runner whose pipes could not be enlarged may be asked ahead: their commands
 #: (two node ids, under 600 bytes) fit a default 64 KiB pipe, so asking never waits
 PLAIN_PIPE_AHEAD = 64
+#: what a passing case's messages to its owner take in its reports pipe, at least (start, three
+#: reports, finish: 2-3 KB); past what the pipe holds, the runner only waits for its owner
+CASE_REPORT_BYTES = 2048
 
 
 def _enlarge(fd: int, size: int) -> bool:
@@ -82,12 +85,11 @@ class RunnerProcess:
         self.log_path = log.name
         cmd_read, cmd_write = os.pipe()
         out_read, out_write = os.pipe()
-        # the cases it may be asked ahead of the one it runs: enlarged, its pipes hold the
-        # reports of that many passing cases (about 2 KB each; more only make it wait) and
-        # their commands many times over
+        # the cases it may be asked ahead of the one it runs: enlarged, its pipes hold about
+        # the reports of that many passing cases and their commands many times over
         self.most_ahead = PLAIN_PIPE_AHEAD
         if pipe_bytes and _enlarge(out_write, pipe_bytes) and _enlarge(cmd_write, pipe_bytes):
-            self.most_ahead = pipe_bytes // 2048
+            self.most_ahead = pipe_bytes // CASE_REPORT_BYTES
         self.popen: subprocess.Popen | None = None
         self.child: Child | None = None
         if mode == "spawn":
