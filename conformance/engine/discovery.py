@@ -108,6 +108,10 @@ def fallback_overloads(
     `known_bases` (those we have samples for); with `prefixes`, also those whose samples come
     from a shorter name (`nll_loss_forward` from `nll_loss`'s, as the sample sources find them)."""
     out = set()
+    # only the fallback wanted: an overload with a kernel of its own for the key or a composite
+    # one is never routed to the fallback (the dispatcher's order, OperatorEntry.cpp), so the
+    # dump of its table (most of the cost: a coverage account in every run) is skipped
+    ruled_out = _kernels_at((dispatch_key, *COMPOSITE_KEYS)) if kinds == (FALLBACK,) else set()
     for schema in torch._C._jit_get_all_schemas():
         if not schema.name.startswith("aten::"):
             continue
@@ -115,10 +119,32 @@ def fallback_overloads(
         overload = f"{name}.{schema.overload_name}" if schema.overload_name else name
         if (
             _known(name.strip("_"), known_bases, prefixes)
+            and overload not in ruled_out
             and how_reached(overload, dispatch_key) in kinds
         ):
             out.add(overload)
     return sorted(out)
+
+
+#: the alias keys whose kernel a backend key runs before its boxed fallback (CompositeImplicit-
+#: Autograd's too: a backend key has no autograd kernel of its own to defer to)
+COMPOSITE_KEYS = (
+    "CompositeExplicitAutogradNonFunctional",
+    "CompositeExplicitAutograd",
+    "CompositeImplicitAutograd",
+)
+
+
+def _kernels_at(keys: tuple[str, ...]) -> set[str]:
+    """The aten overloads with a kernel registered at any of `keys` (the dispatcher's walk)."""
+    return {overload_name(q) for key in keys for q in _registrations(key) if q.startswith("aten::")}
+
+
+def _registrations(key: str) -> list[str]:
+    try:
+        return torch._C._dispatch_get_registrations_for_dispatch_key(key)
+    except RuntimeError:  # a key this torch does not have
+        return []
 
 
 def _known(base: str, known_bases: set[str], prefixes: bool) -> bool:

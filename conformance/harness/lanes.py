@@ -26,15 +26,16 @@ import pytest
 from conformance.harness.isolation import IsolatedRunner
 from conformance.harness.nodes import case_of
 from conformance.harness.runner_starts import Owner, RunnerStarts
-from conformance.harness.runners import PIPE_BYTES
+from conformance.harness.runners import CASE_REPORT_BYTES, PIPE_BYTES
 
 #: cases asked of one runner ahead of the one it runs, where more than one runs at a time: a
 #: long case in one leaves the others that many to run meanwhile (their reports wait in their
 #: pipes, enlarged for them: runners.py `PIPE_BYTES`; a full pipe makes the runner wait, never
 #: its owner). A default run on 2 cores: 152 s wall with 1, 140 s with 16, 127 s with 64; with
 #: 64 a runner still waited 12-13 s in all while the other ran a long case (a 2 s
-#: convolution_backward_overrideable is 400 short cases), with 512 about 2 s (issue 85)
-AHEAD = 512
+#: convolution_backward_overrideable is 400 short cases), with 512 about 2 s (issue 85). As many
+#: as the enlarged pipes hold: one bound, not two numbers to keep in step
+AHEAD = PIPE_BYTES // CASE_REPORT_BYTES
 #: cases a runner may be asked beyond the runner with the fewest asked, to keep the cases that
 #: share samples together (a run of one overload and dtype still ends on every runner at once)
 GROUP_SLACK = 16

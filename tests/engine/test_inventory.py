@@ -115,3 +115,28 @@ zero_""",
         self.assertEqual(discovery.how_reached("nonzero"), "backend fallback")
         self.assertEqual(discovery.how_reached("masked_fill_.Scalar"), "kernel")
         self.assertEqual(discovery.resolve("abs"), torch.ops.aten.abs.default)
+
+    def test_fallback_overloads_skip_only_what_never_reaches_the_fallback(self):
+        """The pre-filter (a kernel of the key's own or a composite one) leaves out no overload
+        whose dispatch table says 'backend fallback': checked against every aten overload,
+        for the backend's key and for CPU (which has no fallback: none at all)."""
+        import echo_npu  # noqa: F401
+
+        every = {s.name.removeprefix("aten::").strip("_") for s in torch._C._jit_get_all_schemas()}
+        for key in ("PrivateUse1", "CPU"):
+            found = discovery.fallback_overloads(every, key)
+            by_table = sorted(
+                o
+                for o in self._aten_overloads()
+                if discovery.how_reached(o, key) == "backend fallback"
+            )
+            self.assertEqual(found, by_table, key)
+        self.assertIn("nonzero", discovery.fallback_overloads(every))
+
+    @staticmethod
+    def _aten_overloads() -> set[str]:
+        return {
+            (s.name[6:] + (f".{s.overload_name}" if s.overload_name else ""))
+            for s in torch._C._jit_get_all_schemas()
+            if s.name.startswith("aten::")
+        }

@@ -18,16 +18,14 @@ def kernels(key: str) -> dict[str, list[str]]:
     """{base name: its overloads ("mm", "pow.Tensor_Scalar")} with a kernel under `key`; {} for
     a key the dispatcher does not know."""
     found: dict[str, list[str]] = defaultdict(list)
-    for name in torch._C._dispatch_get_all_op_names():
-        if not name.startswith("aten::"):
-            continue
-        try:
-            if not torch._C._dispatch_has_kernel_for_dispatch_key(name, key):
-                continue
-        except RuntimeError:  # no such dispatch key in this torch
-            return {}
-        overload = name.removeprefix("aten::")
-        found[overload.split(".")[0]].append(overload)
+    try:  # the dispatcher's own walk: the ops with a kernel registered at `key`
+        names = torch._C._dispatch_get_registrations_for_dispatch_key(key)
+    except RuntimeError:  # no such dispatch key in this torch
+        return {}
+    for name in names:
+        if name.startswith("aten::"):
+            overload = name.removeprefix("aten::")
+            found[overload.split(".")[0]].append(overload)
     return {op: sorted(names) for op, names in sorted(found.items())}
 
 
