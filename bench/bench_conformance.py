@@ -41,6 +41,9 @@ over 2 is what the run would take on 2 idle cores).
   default run's CPU milliseconds a case at least 1.5x lower than at
   `--baseline` (an older commit run in this bench run on the same backend with its own main job,
   `-n 2`; this commit's `-n 2` beside it, like for like; verdicts compared case by case)
+- a new user's first runs: a fresh checkout of HEAD, `-n 2` with cold caches (the sample
+  capture, the heap-zone build and Inductor's compiles included: the cold figure), then warm
+  (<= 75 s), and the torch warning lines each printed to the terminal (target 0; issue 85)
 """
 
 from __future__ import annotations
@@ -461,6 +464,36 @@ def cost_per_case(env: dict[str, str], now: process_cost.MeasuredRun, baseline: 
     process_cost.print_split(f"{baseline}'s default run", old)
 
 
+def fresh_clone(env: dict[str, str]) -> None:
+    """A new user's first runs (issue 85): a fresh checkout of HEAD (a git worktree: no sample
+    cache, no heap-zone library built, a fresh Inductor cache), `-n 2` twice: cold (sample
+    capture included), then warm; the torch warning lines each printed to the terminal."""
+    rev = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
+    path = process_cost.worktree(REPO, "HEAD")
+    inductor = tempfile.mkdtemp(prefix="bench-inductor-")
+    try:
+        paths = [path, env.get("PYTHONPATH", "")]
+        new_env = {**env, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+        new_env["TORCHINDUCTOR_CACHE_DIR"] = inductor
+        cmd = [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:randomly", *XDIST]
+        cold = process_cost.measured_run(cmd, path, new_env)
+        warm = process_cost.measured_run(cmd, path, new_env)
+    finally:
+        process_cost.drop_worktree(REPO, path)
+        shutil.rmtree(inductor, ignore_errors=True)
+    for name, measured, target in (("cold caches", cold, None), ("warm", warm, 75.0)):
+        aim = f" (target <= {target:g} s: {verdict(measured.wall, target)})" if target else ""
+        shown = f"; first: {measured.warning_lines[0][:100]}" if measured.warning_lines else ""
+        print(
+            f"fresh checkout of {rev}, -n 2, {name}: {measured.wall:.0f} s wall{aim}, "
+            f"{measured.cpu:.0f} s CPU, {measured.cases} cases; torch warning lines in the "
+            f"terminal: {len(measured.warning_lines)} (target 0){shown}  [{measured.summary}] "
+            f"[{load()}]"
+        )
+
+
 def failure_cost(env: dict[str, str], clean: process_cost.MeasuredRun) -> None:
     """The cost of failure (issue 85): echo_npu's default run with a fault that fails about a
     tenth of its cases (copy_ignores_offset) against the clean run, CPU seconds, and where its
@@ -581,6 +614,7 @@ def main() -> None:
         vendor_keys_share(env)
         cost_per_case(env, default, None if opts.baseline == "none" else opts.baseline)
         collectives_selection(env)
+        fresh_clone(env)
     if opts.compile:
         compile_axis(env, default_cpu)
     if opts.all:

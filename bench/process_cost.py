@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -146,6 +147,8 @@ class MeasuredRun:
     split: dict[str, tuple[int, float]]
     statuses: dict[str, str]  # record id -> status
     case_time: dict[str, tuple[int, float]] = field(default_factory=dict)  # part -> (n, s)
+    # lines of its terminal output that are a warning of torch's (Python's or a C++ TORCH_WARN)
+    warning_lines: list[str] = field(default_factory=list)
 
     @property
     def ms_a_case(self) -> float:
@@ -183,8 +186,15 @@ def measured_run(cmd: list[str], cwd: str, env: dict[str, str]) -> MeasuredRun:
     shutil.rmtree(results, ignore_errors=True)
     lines = out.strip().splitlines()
     parts = {k: (int(n), t) for k, (n, t) in case_time.items()}
+    warned = [line for line in lines if WARNING_LINE.search(line)]
     return MeasuredRun(wall, cpu, len(statuses), lines[-1] if lines else "", tree.by_kind(),
-                       statuses, parts)  # fmt: skip
+                       statuses, parts, warned)  # fmt: skip
+
+
+#: a warning line as torch prints one: Python's (`file.py:12: UserWarning: ...`, `<string>:4:
+#: UserWarning: ...`) or a C++ TORCH_WARN on stderr (`[W1204 05:07:22.123 ... Resize.cpp:30]
+#: Warning: ...`, `[W Resize.cpp:35] Warning: ...`, `Resize.cpp:30 Warning: ...`)
+WARNING_LINE = re.compile(r"^\[W[\d ]|:\d+\]?:? \w*Warning: ")
 
 
 def part_of(record: dict) -> str:

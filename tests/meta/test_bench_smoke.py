@@ -70,3 +70,20 @@ def test_the_cpu_split_of_a_run_without_xdist_tells_the_zygote_from_the_runners(
     kinds = {kind: cpu for kind, (_, cpu) in run.split.items()}
     assert "runner zygotes" in kinds, run.split
     assert kinds["runners (the cases)"] > kinds.get("runners' own children", 0.0), run.split
+
+
+def test_a_run_s_torch_warning_lines_are_counted_and_the_suite_s_summary_is_not():
+    """The fresh-checkout figure counts the torch warnings a run printed to the terminal (issue
+    85: none between pytest's progress and its summary): a real one of torch's is found, and
+    the suite's own one-line summary of the warnings it kept in the records is not one."""
+    process_cost = _process_cost()
+    warns = "import torch\ntorch.add(torch.ones(2), torch.ones(2), out=torch.empty(3))"
+    run = process_cost.measured_run([sys.executable, "-c", warns], str(REPO), clean_env())
+    assert len(run.warning_lines) == 1 and "resized" in run.warning_lines[0], run.warning_lines
+    summary = (
+        "conformance: warnings: 138 case(s) warned, 19 distinct warning(s) kept in their records "
+        "(`warnings`), not printed; most often (360x): An output with one or more elements was"
+    )
+    assert not process_cost.WARNING_LINE.search(summary)
+    cxx = "[W1204 05:07:22.123456 1234 aten/src/ATen/native/Resize.cpp:30] Warning: An output"
+    assert process_cost.WARNING_LINE.search(cxx)
