@@ -147,7 +147,7 @@ class MeasuredRun:
     split: dict[str, tuple[int, float]]
     statuses: dict[str, str]  # record id -> status
     case_time: dict[str, tuple[int, float]] = field(default_factory=dict)  # part -> (n, s)
-    # lines of its terminal output that are a warning of torch's (Python's or a C++ TORCH_WARN)
+    # lines of its terminal output that are a warning (torch's, Python's: `WARNING_LINE`)
     warning_lines: list[str] = field(default_factory=list)
 
     @property
@@ -191,10 +191,14 @@ def measured_run(cmd: list[str], cwd: str, env: dict[str, str]) -> MeasuredRun:
                        statuses, parts, warned)  # fmt: skip
 
 
-#: a warning line as torch prints one: Python's (`file.py:12: UserWarning: ...`, `<string>:4:
-#: UserWarning: ...`) or a C++ TORCH_WARN on stderr (`[W1204 05:07:22.123 ... Resize.cpp:30]
-#: Warning: ...`, `[W Resize.cpp:35] Warning: ...`, `Resize.cpp:30 Warning: ...`)
-WARNING_LINE = re.compile(r"^\[W[\d ]|:\d+\]?:? \w*Warning: ")
+#: a warning line printed to the terminal: Python's (`file.py:12: UserWarning: ...`, `<string>:4:
+#: UserWarning: ...`, pytest's warnings summary), a C++ TORCH_WARN on stderr (`[W1204
+#: 05:07:22.123 ... Resize.cpp:30] Warning: ...`, `[W Resize.cpp:35] Warning: ...`,
+#: `Resize.cpp:30 Warning: ...`) or torch._logging's (`W1204 05:07:22.123000 1234
+#: torch/_dynamo/convert_frame.py:824] ...`, Dynamo's and Inductor's)
+WARNING_LINE = re.compile(
+    r"^\[W[\d ]|:\d+\]?:? \w*Warning: |W\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\]"
+)
 
 
 def part_of(record: dict) -> str:

@@ -108,10 +108,10 @@ def fallback_overloads(
     `known_bases` (those we have samples for); with `prefixes`, also those whose samples come
     from a shorter name (`nll_loss_forward` from `nll_loss`'s, as the sample sources find them)."""
     out = set()
-    # only the fallback wanted: an overload with a kernel of its own for the key or a composite
-    # one is never routed to the fallback (the dispatcher's order, OperatorEntry.cpp), so the
-    # dump of its table (most of the cost: a coverage account in every run) is skipped
-    ruled_out = _kernels_at((dispatch_key, *COMPOSITE_KEYS)) if kinds == (FALLBACK,) else set()
+    # only the fallback wanted: an overload with a kernel the key runs before its fallback is
+    # never routed there, so the dump of its table (most of the cost: a coverage account in
+    # every run) is skipped
+    ruled_out = _kernels_at(_before_fallback(dispatch_key)) if kinds == (FALLBACK,) else set()
     for schema in torch._C._jit_get_all_schemas():
         if not schema.name.startswith("aten::"):
             continue
@@ -126,13 +126,31 @@ def fallback_overloads(
     return sorted(out)
 
 
-#: the alias keys whose kernel a backend key runs before its boxed fallback (CompositeImplicit-
-#: Autograd's too: a backend key has no autograd kernel of its own to defer to)
+#: the alias keys whose kernel a backend key may run before its boxed fallback, in the
+#: dispatcher's order (OperatorEntry::computeDispatchTableEntryWithDebug)
 COMPOSITE_KEYS = (
     "CompositeExplicitAutogradNonFunctional",
     "CompositeExplicitAutograd",
     "CompositeImplicitAutograd",
 )
+
+
+def _before_fallback(dispatch_key: str) -> tuple[str, ...]:
+    """The keys whose kernel `dispatch_key` always runs rather than its boxed fallback: its own,
+    and each composite alias that covers it (XLA, Lazy and the sparse keys are not covered by
+    CompositeExplicitAutogradNonFunctional: its kernels reach their fallback); the implicit
+    one only where the explicit one covers the key too (the dispatcher skips an implicit kernel
+    where an explicit one exists but does not apply). Only the key's own where this torch
+    cannot say (no pre-filter but that)."""
+    try:
+        covers = [
+            a for a in COMPOSITE_KEYS if torch._C._dispatch_is_included_in_alias(dispatch_key, a)
+        ]
+    except (AttributeError, RuntimeError, TypeError):
+        return (dispatch_key,)
+    if "CompositeExplicitAutograd" not in covers:
+        covers = [a for a in covers if a != "CompositeImplicitAutograd"]
+    return (dispatch_key, *covers)
 
 
 def _kernels_at(keys: tuple[str, ...]) -> set[str]:

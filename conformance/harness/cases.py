@@ -196,9 +196,8 @@ class CaseList:
             return reachable
         # a glob also reaches overloads torch's composite kernels serve on this backend
         # (`_foreach_*`: tested as ops on the device, the "native" path)
-        reachable = discovery.fallback_overloads(
-            known, kinds=(discovery.FALLBACK, discovery.DEFAULT_KERNEL), prefixes=True
-        )
+        kinds, key = (discovery.FALLBACK, discovery.DEFAULT_KERNEL), self.backend.dispatch_key
+        reachable = discovery.fallback_overloads(known, key, kinds=kinds, prefixes=True)
         chosen = [o for o in reachable if any(fnmatch.fnmatchcase(o, w) for w in wanted)]
         unknown = [w for w in wanted if not any(fnmatch.fnmatchcase(o, w) for o in reachable)]
         if unknown:

@@ -117,21 +117,29 @@ zero_""",
         self.assertEqual(discovery.resolve("abs"), torch.ops.aten.abs.default)
 
     def test_fallback_overloads_skip_only_what_never_reaches_the_fallback(self):
-        """The pre-filter (a kernel of the key's own or a composite one) leaves out no overload
-        whose dispatch table says 'backend fallback': checked against every aten overload,
-        for the backend's key and for CPU (which has no fallback: none at all)."""
+        """The pre-filter (a kernel the key runs before its fallback) leaves out no overload
+        whose dispatch table says 'backend fallback': checked against every aten overload, for
+        echo_npu's key and for XLA given a fallback here (CompositeExplicitAutograd-
+        NonFunctional's kernels do not cover XLA: they reach its fallback)."""
         import echo_npu  # noqa: F401
 
         every = {s.name.removeprefix("aten::").strip("_") for s in torch._C._jit_get_all_schemas()}
-        for key in ("PrivateUse1", "CPU"):
-            found = discovery.fallback_overloads(every, key)
-            by_table = sorted(
-                o
-                for o in self._aten_overloads()
-                if discovery.how_reached(o, key) == "backend fallback"
-            )
-            self.assertEqual(found, by_table, key)
-        self.assertIn("nonzero", discovery.fallback_overloads(every))
+        xla = torch._C._dispatch_library("IMPL", "_", "XLA")
+        xla.fallback_fallthrough()
+        try:
+            for key in ("PrivateUse1", "XLA"):
+                found = discovery.fallback_overloads(every, key)
+                by_table = sorted(
+                    o
+                    for o in self._aten_overloads()
+                    if discovery.how_reached(o, key) == "backend fallback"
+                )
+                self.assertEqual(found, by_table, key)
+            self.assertIn("nonzero", discovery.fallback_overloads(every))
+            self.assertIn("_linalg_det", discovery.fallback_overloads(every, "XLA"))
+        finally:
+            del xla  # its fallback goes with it
+        self.assertEqual(discovery.how_reached("nonzero", "XLA"), "none")
 
     @staticmethod
     def _aten_overloads() -> set[str]:

@@ -17,6 +17,8 @@ REFERENCE_KEYS = {"cuda": "AutocastCUDA", "cpu": "AutocastCPU", "xpu": "Autocast
 def kernels(key: str) -> dict[str, list[str]]:
     """{base name: its overloads ("mm", "pow.Tensor_Scalar")} with a kernel under `key`; {} for
     a key the dispatcher does not know."""
+    if not key:  # the walk below would answer every op for no key
+        return {}
     found: dict[str, list[str]] = defaultdict(list)
     try:  # the dispatcher's own walk: the ops with a kernel registered at `key`
         names = torch._C._dispatch_get_registrations_for_dispatch_key(key)
