@@ -441,10 +441,8 @@ def cost_per_case(env: dict[str, str], now: process_cost.MeasuredRun, baseline: 
         return
     path = process_cost.worktree(REPO, baseline)
     try:
-        paths = [path, env.get("PYTHONPATH", "")]
-        old_env = {**env, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
-        cmd = [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:randomly"]
-        cmd += BASELINE_JOB
+        old_env = process_cost.worktree_env(env, path)
+        cmd = pytest_cmd(*BASELINE_JOB)
         process_cost.measured_run(cmd, path, old_env)  # warm-up: that commit's sample cache
         old = process_cost.measured_run(cmd, path, old_env)
         # measured after it: the main job, and the baseline's own command line (like for like)
@@ -477,12 +475,9 @@ def fresh_clone(env: dict[str, str]) -> None:
     path = process_cost.worktree(REPO, "HEAD")
     inductor = tempfile.mkdtemp(prefix="bench-inductor-")
     try:
-        paths = [path, env.get("PYTHONPATH", "")]
-        new_env = {**env, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
-        new_env["TORCHINDUCTOR_CACHE_DIR"] = inductor
-        cmd = [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:randomly", *XDIST]
-        cold = process_cost.measured_run(cmd, path, new_env)
-        warm = process_cost.measured_run(cmd, path, new_env)
+        new_env = process_cost.worktree_env(env, path) | {"TORCHINDUCTOR_CACHE_DIR": inductor}
+        cold = process_cost.measured_run(pytest_cmd(*XDIST), path, new_env)
+        warm = process_cost.measured_run(pytest_cmd(*XDIST), path, new_env)
     finally:
         process_cost.drop_worktree(REPO, path)
         shutil.rmtree(inductor, ignore_errors=True)

@@ -251,6 +251,12 @@ def worktree(repo: str, rev: str) -> str:
     return path
 
 
+def worktree_env(env: dict[str, str], path: str) -> dict[str, str]:
+    """`env` for a run of the suite in the worktree `path`: its own checkout imported first."""
+    paths = [path, env.get("PYTHONPATH", "")]
+    return {**env, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+
+
 def drop_worktree(repo: str, path: str) -> None:
     subprocess.run(["git", "worktree", "remove", "--force", path], cwd=repo, capture_output=True)
     shutil.rmtree(path, ignore_errors=True)

@@ -21,16 +21,19 @@ def resolve(overload: str) -> torch._ops.OpOverload:
     return getattr(packet, ov or "default")
 
 
+def aten_registrations(key: str) -> list[str]:
+    """The aten overloads with a kernel registered at `key` (`add.Tensor`, `abs`), by the
+    dispatcher's own walk (Dispatcher::getRegistrationsForDispatchKey: the ops that
+    hasKernelForDispatchKey); none for no key (the walk would name every op). Raises
+    RuntimeError for a key this torch does not have."""
+    if not key:
+        return []
+    names = torch._C._dispatch_get_registrations_for_dispatch_key(key)
+    return [overload_name(q) for q in names if q.startswith("aten::")]
+
+
 def _direct_registrations(dispatch_key: str) -> list[str]:
-    names = torch._C._dispatch_get_registrations_for_dispatch_key(dispatch_key)
-    return sorted(
-        {
-            overload_name(q)
-            for q in names
-            if q.startswith("aten::")
-            and torch._C._dispatch_has_kernel_for_dispatch_key(q, dispatch_key)
-        }
-    )
+    return sorted(set(aten_registrations(dispatch_key)))
 
 
 def has_schema(overload: str) -> bool:
@@ -154,13 +157,13 @@ def _before_fallback(dispatch_key: str) -> tuple[str, ...]:
 
 
 def _kernels_at(keys: tuple[str, ...]) -> set[str]:
-    """The aten overloads with a kernel registered at any of `keys` (the dispatcher's walk)."""
-    return {overload_name(q) for key in keys for q in _registrations(key) if q.startswith("aten::")}
+    """The aten overloads with a kernel registered at any of `keys`."""
+    return {o for key in keys for o in _registrations(key)}
 
 
 def _registrations(key: str) -> list[str]:
     try:
-        return torch._C._dispatch_get_registrations_for_dispatch_key(key)
+        return aten_registrations(key)
     except RuntimeError:  # a key this torch does not have
         return []
 

@@ -191,9 +191,8 @@ class CaseList:
         if wanted == ["models"]:
             return [o for o in workloads.model_fallback_overloads() if o not in self.excluded]
         known = samples.known_bases(self.cache_dir)
-        reachable = discovery.fallback_overloads(known, self.backend.dispatch_key)
         if wanted == ["all"]:
-            return reachable
+            return discovery.fallback_overloads(known, self.backend.dispatch_key)
         # a glob also reaches overloads torch's composite kernels serve on this backend
         # (`_foreach_*`: tested as ops on the device, the "native" path)
         kinds, key = (discovery.FALLBACK, discovery.DEFAULT_KERNEL), self.backend.dispatch_key

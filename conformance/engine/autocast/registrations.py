@@ -10,6 +10,8 @@ from collections import defaultdict
 
 import torch
 
+from conformance.engine.discovery import aten_registrations
+
 REFERENCES = ("cuda", "cpu", "xpu")  # in the order a policy is taken from
 REFERENCE_KEYS = {"cuda": "AutocastCUDA", "cpu": "AutocastCPU", "xpu": "AutocastXPU"}
 
@@ -17,17 +19,13 @@ REFERENCE_KEYS = {"cuda": "AutocastCUDA", "cpu": "AutocastCPU", "xpu": "Autocast
 def kernels(key: str) -> dict[str, list[str]]:
     """{base name: its overloads ("mm", "pow.Tensor_Scalar")} with a kernel under `key`; {} for
     a key the dispatcher does not know."""
-    if not key:  # the walk below would answer every op for no key
-        return {}
     found: dict[str, list[str]] = defaultdict(list)
-    try:  # the dispatcher's own walk: the ops with a kernel registered at `key`
-        names = torch._C._dispatch_get_registrations_for_dispatch_key(key)
+    try:
+        overloads = aten_registrations(key)
     except RuntimeError:  # no such dispatch key in this torch
         return {}
-    for name in names:
-        if name.startswith("aten::"):
-            overload = name.removeprefix("aten::")
-            found[overload.split(".")[0]].append(overload)
+    for overload in overloads:
+        found[overload.split(".")[0]].append(overload)
     return {op: sorted(names) for op, names in sorted(found.items())}
 
 
