@@ -28,6 +28,7 @@ bounds are kept here, one per use:
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -47,6 +48,7 @@ LAMBDA = 5.0
 DTYPES = (torch.float32, torch.float64)
 
 
+@functools.cache
 def accumulates(overload: str) -> bool:
     return bool(overload) and (ieee.base(overload) in SUMS or ieee.base(overload) in PRODUCTS)
 

@@ -155,6 +155,7 @@ def _cpu_aliases(s: Sample, index: int, position: int) -> bool:
 
 
 def same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.device != b.device or a.layout != torch.strided or b.layout != torch.strided:
+    if a.layout != torch.strided or b.layout != torch.strided:
         return False
-    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+    # the pointers first: comparing devices builds two torch.device objects (every sample asks)
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() and a.device == b.device

@@ -28,15 +28,17 @@ class Placement:
     offset: int
     _whole: bool | None = field(default=None, init=False, repr=False, compare=False)
 
-    def materialize(self, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
-        """(backing buffer, view) on `device`; the view aliases the buffer. On a device, a
-        placement that is its whole buffer (contiguous, offset 0) is placed as it is, without
-        `as_strided`: then buffer and view are the same tensor (read the buffer with
-        `transfer.read_storage`)."""
-        if is_cpu(device):
+    def materialize(
+        self, device: torch.device | str, cpu: bool | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(backing buffer, view) on `device` (`cpu`: whether it is the CPU, where the caller
+        knows); the view aliases the buffer. On a device, a placement that is its whole buffer
+        (contiguous, offset 0) is placed as it is, without `as_strided`: then buffer and view
+        are the same tensor (read the buffer with `transfer.read_storage`)."""
+        if is_cpu(device) if cpu is None else cpu:
             base = self.base.clone()
         elif self.is_whole_buffer():
-            view = to_device(self.base.reshape(self.size), device)
+            view = to_device(self.base.reshape(shape=self.size), device)
             return view, view
         else:
             base = to_device(self.base, device)

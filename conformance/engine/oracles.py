@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable
 
@@ -55,8 +56,10 @@ MAX_VALUES = 64
 Draws = tuple[torch.Tensor, torch.Tensor]
 
 
+@functools.cache
 def is_nondeterministic(op: torch._ops.OpOverload) -> bool:
-    """Whether the overload draws random numbers (from its schema)."""
+    """Whether the overload draws random numbers (from its schema; asked for every case: kept
+    per overload)."""
     schema = op._schema
     if any("Generator" in str(a.type) for a in schema.arguments):
         return True

@@ -66,7 +66,7 @@ class PlacedCall:
         for x in self.leaves:
             if isinstance(x, Leaf):
                 flat = layouts.contiguous(x.placement.values())  # one copy
-                copy = flat.base.view(flat.size)
+                copy = flat.base.view(size=flat.size)
                 values.append(copy)
                 bases.append((Leaf(x.arg, x.written, flat, x.on_cpu), flat.base, copy))
             elif isinstance(x, torch.UntypedStorage):
@@ -88,13 +88,14 @@ class PlacedCall:
 
     def materialize(self, device: torch.device | str) -> Materialized:
         values, bases = [], []
+        on_cpu = layouts.is_cpu(device)
         for leaf in self.leaves:
             if isinstance(leaf, Leaf):
-                where = "cpu" if leaf.on_cpu else device
-                base, view = leaf.placement.materialize(where)
+                cpu = on_cpu or leaf.on_cpu
+                base, view = leaf.placement.materialize("cpu" if cpu else device, cpu)
                 values.append(view)
                 bases.append((leaf, base, view))
-            elif isinstance(leaf, torch.device) and not layouts.is_cpu(device):
+            elif isinstance(leaf, torch.device) and not on_cpu:
                 values.append(torch.device(device))
             elif isinstance(leaf, torch.UntypedStorage):  # set_(storage): a copy per run
                 values.append(materialize_storage(leaf, device))

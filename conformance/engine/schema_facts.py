@@ -40,14 +40,22 @@ def return_aliases(schema: Any) -> tuple[Any, ...]:
     return FACTS.get(schema, _return_aliases)
 
 
+def _returns_views(schema: Any) -> bool:
+    return any(info is not None and not info.is_write for info in return_aliases(schema))
+
+
+def _returns_written(schema: Any) -> bool:
+    return any(info is not None and info.is_write for info in return_aliases(schema))
+
+
 def returns_views(schema: Any) -> bool:
     """Whether a return of the schema is a view of an argument (aliased, not written)."""
-    return any(info is not None and not info.is_write for info in return_aliases(schema))
+    return FACTS.get(schema, _returns_views)
 
 
 def returns_written(schema: Any) -> bool:
     """Whether a return of the schema is a tensor the overload wrote (in-place, out=)."""
-    return any(info is not None and info.is_write for info in return_aliases(schema))
+    return FACTS.get(schema, _returns_written)
 
 
 def declared_writes(schema: Any) -> frozenset[str]:

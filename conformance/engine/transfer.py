@@ -47,7 +47,7 @@ def plain(t: torch.Tensor) -> torch.Tensor:
     (torch_xla's `_copy_from` into a CPU dst) returns the argument wrapped as a functional
     tensor, which plain CPU ops refuse to mix with ("mutating a non-functional tensor with a
     functional tensor"); its values and storage are the argument's."""
-    if t.device.type == "cpu" and torch._is_functional_tensor(t):
+    if t.is_cpu and torch._is_functional_tensor(t):
         return torch._from_functional_tensor(t)
     return t
 
@@ -62,7 +62,7 @@ def same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def to_device(flat: torch.Tensor, device: torch.device | str) -> torch.Tensor:
     """A contiguous device copy of the contiguous CPU tensor `flat` (storage offset 0)."""
-    out = torch.empty(flat.shape, dtype=flat.dtype, device=device)
+    out = torch.empty(size=flat.shape, dtype=flat.dtype, device=device)
     if flat.numel():
         out.copy_(flat)
     return out
@@ -73,7 +73,7 @@ def to_host(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     lazy device's functional tensor cannot be the source of a CPU tensor's `copy_`
     (functionalization refuses it), so its values are taken with `.to("cpu")`."""
     dtype = t.dtype if dtype is None else dtype
-    if t.device.type != "cpu" and not has_storage(t):
+    if not t.is_cpu and not has_storage(t):
         return lazy_values(t).to(dtype)
     return _host_copy(t, dtype)
 
@@ -81,7 +81,7 @@ def to_host(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
 def _host_copy(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """`t`'s values (converted to `dtype`) in a fresh contiguous CPU tensor of its shape, by one
     `copy_` (a tensor that is its whole storage: one contiguous device->host copy)."""
-    host = torch.empty(t.shape, dtype=dtype)
+    host = torch.empty(size=t.shape, dtype=dtype)
     host.copy_(t.detach())
     return host
 
@@ -110,7 +110,7 @@ def read_storage(t: torch.Tensor) -> torch.Tensor:
     A non-empty tensor without observable storage (a lazy device's) is read by value with
     `.cpu()`: for a tensor that is its whole buffer (as the harness places them) that is the
     buffer's contents, the best a lazy device lets anyone observe."""
-    if t.numel() and t.device.type != "cpu" and not has_storage(t):
+    if t.numel() and not t.is_cpu and not has_storage(t):
         return lazy_values(t).reshape(-1)
     n = storage_elements(t)
     if n == 0:
@@ -153,7 +153,7 @@ def read_back(t: torch.Tensor) -> torch.Tensor:
     (sparse, quantized, opaque tensors of some backends, a lazy device's: `has_storage`) are
     read with the backend's own `t.cpu()`; a failed copy of a storage raises `ReadBackError`,
     never falls back to the backend's strided copy."""
-    if t.device.type == "cpu":
+    if t.is_cpu:
         return plain(t)
     if t.layout != torch.strided or t.is_quantized:  # no single storage of plain elements
         return t.detach().cpu()
