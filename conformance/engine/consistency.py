@@ -7,7 +7,8 @@ round differently), CPU disagrees with itself: the sample is a `torch-bug`, and 
 judged against the layout-free result (`adopt` makes a CPU run hold it). Overloads with explicit
 strides read memory by definition and are not checked. The written arguments whose version
 counter CPU bumps on contiguous copies too tell which bumps are the op's contract and which are
-its kernel's artefact.
+its kernel's artefact. For a call that writes no argument, the contiguous case's own CPU run
+(a copy of its results) is that run: `keep_contiguous_run`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import functools
 from dataclasses import dataclass
 
 import torch
+from torch.utils._pytree import tree_unflatten
 
 from conformance.engine import layouts
 from conformance.engine.checks import Outcome, invoke
@@ -52,12 +54,7 @@ def layout_free(
     the call: run once for every case of the sample whose copies are the same (the paths and
     modes of a layout; every layout that keeps the values, `layouts.KEEPS_VALUES`). Its tensors
     are only read afterwards (the checks compare against them, `adopt` copies them)."""
-    if (
-        not spec.layout_free_reference
-        or not spec.check_values
-        or reads_memory(op)
-        or expected.exc is not None
-    ):
+    if not _wanted(op, spec, expected):
         return None
     shared = placed.call.layout_free
     key = (op, reference, None if placed.layout in layouts.KEEPS_VALUES else placed.layout)
@@ -68,6 +65,43 @@ def layout_free(
         bumped = frozenset(n for n, view in free.written() if view._version > before[id(view)])
         shared[key] = LayoutFree(free, out, bumped)
     return shared[key]
+
+
+def keep_contiguous_run(
+    op: torch._ops.OpOverload,
+    spec: OpSpec,
+    placed: PlacedCall,
+    reference,
+    cpu: Materialized,
+    expected: Outcome,
+) -> None:
+    """Keep the contiguous layout's own CPU run (`cpu`, `expected`: the plain forward call,
+    deterministic) as the layout-free run of the layouts that keep the values: its arguments
+    are fresh contiguous copies of the same values, so those layouts need not run CPU again.
+    Only for a call that writes no argument (an out= of that layout may be placed empty and
+    resized, which contiguous copies are not) and only where none was kept yet. The results
+    are kept as copies: the case's own checks may still change its reference in place
+    (unvectorised.py replaces a vectorised kernel's NaNs), a layout-free run's never."""
+    if not _wanted(op, spec, expected) or not placed.contiguous():
+        return
+    if any(leaf.written for leaf, _, _ in cpu.bases):
+        return
+    key = (op, reference, None)
+    if key not in placed.call.layout_free:
+        leaves, tree = expected.flat()
+        copies = [t.clone() if isinstance(t, torch.Tensor) else t for t in leaves]
+        kept = Outcome(tree_unflatten(copies, tree))
+        placed.call.layout_free[key] = LayoutFree(cpu, kept, frozenset())
+
+
+def _wanted(op: torch._ops.OpOverload, spec: OpSpec, expected: Outcome) -> bool:
+    """Whether CPU's run on contiguous copies can say anything of this sample."""
+    return (
+        spec.layout_free_reference
+        and spec.check_values
+        and not reads_memory(op)
+        and expected.exc is None
+    )
 
 
 def _pairs(

@@ -148,6 +148,8 @@ def run_sample(
     if placed.layout != "contiguous" and not ctx.nondeterministic and not placed.contiguous():
         # run once for every case of the sample that shares its copies (consistency.py)
         free = consistency.layout_free(ctx.op, spec, placed, reference, expected)
+    elif placed.layout == "contiguous" and not ctx.mode.name and not ctx.nondeterministic:
+        consistency.keep_contiguous_run(ctx.op, spec, placed, reference, cpu, expected)
     bug = consistency.disagreement(spec, cpu, expected, free) if free is not None else None
     count_before = backend.fallback_count(ctx.overload)
     lazy = backend.lazy

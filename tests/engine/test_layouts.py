@@ -132,3 +132,39 @@ def test_the_layout_free_reference_is_skipped_only_where_it_would_place_the_same
     whole = [v.numel() * v.element_size() == v.untyped_storage().nbytes() for v in views]
     plain = [v.is_contiguous() and not v.storage_offset() for v in views]
     assert moves_memory == (not all(whole) or not all(plain))
+
+
+def test_the_contiguous_layouts_cpu_run_is_the_others_layout_free_reference_as_a_copy():
+    """sample_run keeps the contiguous case's CPU run as the layout-free reference of the
+    layouts that keep the values (consistency.keep_contiguous_run): it must equal CPU's own run
+    on contiguous copies, stay so when the case's checks change its reference in place
+    (unvectorised.py writes the one-element values over a vectorised kernel's NaNs), and never
+    stand for a call that writes an argument."""
+    from conformance.engine import consistency
+    from conformance.engine.checks import invoke
+    from conformance.engine.placing import place
+    from conformance.ops import spec_for
+
+    op = torch.ops.aten.add.Tensor
+    spec = spec_for("add.Tensor")
+    t = torch.randn(4, 5)
+    call = Call("add.Tensor", (t, t.clone() + 1), {})
+    contiguous = place(call, "contiguous", op._schema)
+    cpu = contiguous.materialize("cpu")
+    expected = invoke(op, cpu)
+    consistency.keep_contiguous_run(op, spec, contiguous, op, cpu, expected)
+    expected.result.fill_(float("nan"))  # as a check may rewrite its own reference
+    moved = place(call, "noncontiguous", op._schema)
+    strided = invoke(op, moved.materialize("cpu"))
+    free = consistency.layout_free(op, spec, moved, op, strided)
+    assert free is not None and torch.equal(free.outcome.result, t + (t + 1))
+    assert consistency.disagreement(spec, moved.materialize("cpu"), strided, free) is None
+
+    inplace = torch.ops.aten.add_.Tensor
+    written = Call("add_.Tensor", (t.clone(), t.clone()), {})
+    placed = place(written, "contiguous", inplace._schema)
+    cpu = placed.materialize("cpu")
+    consistency.keep_contiguous_run(
+        inplace, spec_for("add_.Tensor"), placed, inplace, cpu, invoke(inplace, cpu)
+    )
+    assert written.layout_free == {}
