@@ -223,11 +223,11 @@ def sample_check(
 
 def run_checks(sample: Sample) -> None:
     """Apply every registered check that fits the sample; the first failure raises."""
-    profile = sample.backend.profile
+    profile, raised = sample.backend.profile, sample.raised
     for check in CHECKS:
         if check.needs and profile.missing(check.needs) is not None:
             continue
-        if check.always or check.on_error == sample.raised:
+        if check.always or check.on_error == raised:
             check.run(sample)
 
 
@@ -253,22 +253,26 @@ def check_path(s: Sample) -> None:
         raise Mismatch("path", f"the native path of {overload} went through cpu_fallback")
 
 
-def returned(schema: Any, result: Any) -> Iterator[tuple[int, torch.Tensor, Any]]:
+def returned(schema: Any, result: Any) -> list[tuple[int, torch.Tensor, Any]]:
     """(flat index, tensor, alias info of the schema return it belongs to) for each returned
     tensor; the tensors of a list return (`Tensor(a)[]`, e.g. unbind) share that return's info."""
     infos = return_aliases(schema)
     if len(infos) == 1:
+        if isinstance(result, torch.Tensor):  # most ops: one tensor, nothing to walk
+            return [(0, result, infos[0])]
         values = [result]
     elif isinstance(result, tuple | list) and len(result) == len(infos):
         values = list(result)
     else:
         values = [result]
+    found = []
     index = 0
     for info, value in zip(infos, values, strict=False):
         for leaf in flatten(value)[0]:
             if isinstance(leaf, torch.Tensor):
-                yield index, leaf, info
+                found.append((index, leaf, info))
             index += 1
+    return found
 
 
 def redrawn(s: Sample, pick: Callable[[Redraw], tuple[Any, Any]]) -> Iterator[oracles.Draws]:
@@ -344,14 +348,19 @@ def check_outputs(s: Sample) -> None:
                     f"{name}: a non-empty tensor ({a.numel()} elements) without observable "
                     "storage (no bytes or no data pointer) on a device whose tensors have it",
                 )
-            # e.g. _copy_from's dst (on a lazy device: dst wrapped by functionalization)
-            own_arg = any(same_tensor(a, view) for _, _, view in s.dev.bases)
+            # where a returned argument may be on another device (_copy_from's dst; on a lazy
+            # device: dst wrapped by functionalization)
+            device_type = a.device.type
+            if device_type != backend.device_type and not any(
+                same_tensor(a, view) for _, _, view in s.dev.bases
+            ):
+                device_type = backend.device_type
             compare_result(
                 s,
                 name,
                 a,
                 e,
-                device_type=a.device.type if own_arg else backend.device_type,
+                device_type=device_type,
                 check_strides=spec.check_strides and backend.profile.storage.value,
                 check_values=values and not s.nondeterministic,
             )

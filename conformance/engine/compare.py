@@ -214,13 +214,13 @@ def compare_values(
             "shape",
             f"{name}: read back with shape {list(actual.shape)}, cpu gives {list(expected.shape)}",
         )
-    rtol, atol = tolerance(expected.dtype, tol_scale)
-    rtol, atol = rtol * widen, atol * widen
     if actual.numel() == 0:
         return
-    if expected.dtype == torch.complex32:  # few CPU kernels take ComplexHalf (not even equal)
+    dtype = expected.dtype  # the tolerance's, before the conversions below
+    if dtype == torch.complex32:  # few CPU kernels take ComplexHalf (not even equal)
         actual, expected = actual.to(torch.complex64), expected.to(torch.complex64)
-    if expected.is_quantized:  # quantised values: the integers and the quantisation itself
+    quantized = expected.is_quantized
+    if quantized:  # quantised values: the integers and the quantisation itself
         if (actual.q_scale(), actual.q_zero_point()) != (
             expected.q_scale(),
             expected.q_zero_point(),
@@ -231,11 +231,12 @@ def compare_values(
                 f"{actual.q_zero_point()}; cpu {expected.q_scale()}, {expected.q_zero_point()}",
             )
         actual, expected = actual.int_repr(), expected.int_repr()
-        rtol = atol = 0.0
     if torch.equal(actual, expected):  # the common case, one op: no error to measure
         return
     if identical(actual, expected):  # NaNs where CPU has the same NaNs (special values): every
         return  # rule of close_mask holds where the bits are CPU's
+    rtol, atol = (0.0, 0.0) if quantized else tolerance(dtype, tol_scale)
+    rtol, atol = rtol * widen, atol * widen
     close, rtol, atol = close_mask(actual, expected, tol_scale, name, widen, (rtol, atol))
     ok = bool(close.all())
     abs_err, rel_err = max_errors(actual, expected)

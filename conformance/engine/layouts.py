@@ -27,6 +27,7 @@ class Placement:
     stride: tuple[int, ...]
     offset: int
     _whole: bool | None = field(default=None, init=False, repr=False, compare=False)
+    _shaped: torch.Tensor | None = field(default=None, init=False, repr=False, compare=False)
 
     def materialize(
         self, device: torch.device | str, cpu: bool | None = None
@@ -38,7 +39,9 @@ class Placement:
         if is_cpu(device) if cpu is None else cpu:
             base = self.base.clone()
         elif self.is_whole_buffer():
-            view = to_device(self.base.reshape(shape=self.size), device)
+            if self._shaped is None:  # the buffer in its shape, kept for every sample placing it
+                self._shaped = self.base.view(size=self.size)
+            view = to_device(self._shaped, device)
             return view, view
         else:
             base = to_device(self.base, device)
@@ -114,10 +117,6 @@ def _contiguous_strides(size: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def _gap_buffer(n: int, like: torch.Tensor) -> torch.Tensor:
-    return torch.full((n,), GAP_VALUE, dtype=like.dtype)
-
-
 def _place_dense(
     buf: torch.Tensor, t: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...], offset: int
 ) -> Placement:
@@ -128,6 +127,15 @@ def _place_dense(
     if buf.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
         flat = flat.clone()
     return Placement(flat, size, stride, offset)
+
+
+def _place_gapped(t: torch.Tensor, n: int, stride: tuple[int, ...], offset: int) -> Placement:
+    """`t`'s values at (`stride`, `offset`) in a fresh buffer of `n` elements holding GAP_VALUE
+    everywhere else (one fill, one copy: no view of the buffer to make first)."""
+    shape = tuple(t.shape)
+    buf = torch.full((n,), GAP_VALUE, dtype=t.dtype)
+    buf.as_strided(shape, stride, offset).copy_(t)
+    return Placement(buf, shape, stride, offset)
 
 
 def contiguous(t: torch.Tensor) -> Placement:
@@ -141,11 +149,9 @@ def noncontiguous(t: torch.Tensor) -> Placement | None:
     if t.dim() == 0 or t.numel() == 0:
         return None
     shape = tuple(t.shape)
-    buf = torch.full((*shape[:-1], 2 * shape[-1]), GAP_VALUE, dtype=t.dtype)
-    buf[..., 1::2] = t
-    stride = list(_contiguous_strides(tuple(buf.shape)))
+    stride = list(_contiguous_strides((*shape[:-1], 2 * shape[-1])))
     stride[-1] = 2
-    return _place_dense(buf, t, shape, tuple(stride), 1)
+    return _place_gapped(t, 2 * t.numel(), tuple(stride), 1)
 
 
 def transposed(t: torch.Tensor) -> Placement | None:
@@ -162,19 +168,16 @@ def sliced(t: torch.Tensor) -> Placement | None:
     if t.dim() == 0 or t.shape[0] < 2:
         return None
     shape = tuple(t.shape)
-    buf = torch.full((2 * shape[0], *shape[1:]), GAP_VALUE, dtype=t.dtype)
-    buf[::2] = t
-    stride = list(_contiguous_strides(tuple(buf.shape)))
+    stride = list(_contiguous_strides((2 * shape[0], *shape[1:])))
     stride[0] *= 2
-    return _place_dense(buf, t, shape, tuple(stride), 0)
+    return _place_gapped(t, 2 * t.numel(), tuple(stride), 0)
 
 
 def offset(t: torch.Tensor) -> Placement | None:
     """Contiguous, but starting 3 elements into a padded buffer."""
     if t.numel() == 0:
         return None
-    buf = torch.cat([_gap_buffer(3, t), t.reshape(-1), _gap_buffer(2, t)])
-    return Placement(buf, tuple(t.shape), _contiguous_strides(tuple(t.shape)), 3)
+    return _place_gapped(t, t.numel() + 5, _contiguous_strides(tuple(t.shape)), 3)
 
 
 def expanded(t: torch.Tensor) -> Placement | None:
@@ -215,7 +218,7 @@ def zero_dim(t: torch.Tensor) -> Placement | None:
     """The first element as a 0-dim tensor (shape-changing)."""
     if t.dim() == 0 or t.numel() == 0:
         return None
-    return contiguous(t.reshape(-1)[0].clone())
+    return Placement(t.reshape(-1).narrow(0, 0, 1).clone(), (), (), 0)
 
 
 #: the layouts that change a shape, not a memory layout

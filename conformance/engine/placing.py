@@ -153,15 +153,20 @@ class Materialized:
         ask for it several times a sample; the bases never change)."""
         if self._written is None:
             leaves = [(leaf.arg, view) for leaf, _, view in self.bases if leaf.written]
-            many = {a for a in {a for a, _ in leaves} if sum(b == a for b, _ in leaves) > 1}
-            seen: dict[str, int] = {}
-            out = []
-            for arg, view in leaves:
-                k = seen.get(arg, 0)
-                seen[arg] = k + 1
-                out.append((f"{arg}[{k}]" if arg in many else arg, view))
-            self._written = out
+            self._written = _numbered(leaves) if len(leaves) > 1 else leaves
         return list(self._written)
+
+
+def _numbered(leaves: list[tuple[str, torch.Tensor]]) -> list[tuple[str, torch.Tensor]]:
+    """(name, view) with `name[k]` for the k-th view of an argument named more than once."""
+    many = {a for a in {a for a, _ in leaves} if sum(b == a for b, _ in leaves) > 1}
+    seen: dict[str, int] = {}
+    out = []
+    for arg, view in leaves:
+        k = seen.get(arg, 0)
+        seen[arg] = k + 1
+        out.append((f"{arg}[{k}]" if arg in many else arg, view))
+    return out
 
 
 def arg_roles(
@@ -205,7 +210,7 @@ def _flattened(
     call: Call, schema: torch._C.FunctionSchema, written: tuple[str, ...]
 ) -> tuple[list[tuple[torch.Tensor, str, bool, bool]], list, Rebuild, list]:
     """(each tensor with its argument's name, whether it is written, whether it stays on CPU;
-    the leaves of (args, kwargs); how to rebuild them; each tensor's contiguous placement,
+    the leaves of (args, kwargs); how to rebuild them; each tensor's contiguous leaf,
     made when first needed): the same for every layout and case of the call, so learned once
     (kept on the call; a placement's buffer is only ever copied from). An out= tensor is
     placed holding poison (poison.py), never what the sample's memory held."""
@@ -230,8 +235,8 @@ def _flattened(
 
 def _choose(tensors, layout: str, resize_out: bool, unmoved: list) -> list[Leaf] | None:
     """Each tensor's leaf for `layout` (None when the layout changes no argument); a tensor the
-    layout leaves alone gets its contiguous placement, one per tensor for every layout
-    (`unmoved`)."""
+    layout leaves alone gets its contiguous leaf, one per tensor for every layout (`unmoved`;
+    a leaf is never changed)."""
     fn = layouts.LAYOUTS[layout]
     eligible = [True] * len(tensors)
     if layout in layouts.SHAPE_CHANGING:
@@ -246,11 +251,12 @@ def _choose(tensors, layout: str, resize_out: bool, unmoved: list) -> list[Leaf]
         elif ok and layout != "contiguous" and not (written and layout in layouts.READ_ONLY):
             placement = fn(t)
             changed = changed or placement is not None
-        if placement is None:
-            if unmoved[i] is None:
-                unmoved[i] = layouts.contiguous(t)
-            placement = unmoved[i]
-        out.append(Leaf(name, written, placement, on_cpu))
+        if placement is not None:
+            out.append(Leaf(name, written, placement, on_cpu))
+            continue
+        if unmoved[i] is None:
+            unmoved[i] = Leaf(name, written, layouts.contiguous(t), on_cpu)
+        out.append(unmoved[i])
     if layout != "contiguous" and not changed:
         return None
     return out

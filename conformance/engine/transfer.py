@@ -42,6 +42,19 @@ def has_storage(t: torch.Tensor) -> bool:
         return False
 
 
+def _stored_elements(t: torch.Tensor) -> int | None:
+    """`storage_elements(t)`, or None where `has_storage(t)` is False: one look at the storage
+    for both (every read-back asks)."""
+    try:
+        storage = t.untyped_storage()
+        nbytes = storage.nbytes()
+        if nbytes <= 0 or storage.data_ptr() == 0:
+            return None
+    except Exception:  # noqa: BLE001 - as has_storage
+        return None
+    return nbytes // t.element_size()
+
+
 def plain(t: torch.Tensor) -> torch.Tensor:
     """`t` without functionalization's wrapper: a lazy device's op that writes a CPU argument
     (torch_xla's `_copy_from` into a CPU dst) returns the argument wrapped as a functional
@@ -82,7 +95,7 @@ def _host_copy(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """`t`'s values (converted to `dtype`) in a fresh contiguous CPU tensor of its shape, by one
     `copy_` (a tensor that is its whole storage: one contiguous device->host copy)."""
     host = torch.empty(size=t.shape, dtype=dtype)
-    host.copy_(t.detach())
+    host.copy_(t.detach() if t.requires_grad else t)  # no graph into the copy
     return host
 
 
@@ -110,13 +123,16 @@ def read_storage(t: torch.Tensor) -> torch.Tensor:
     A non-empty tensor without observable storage (a lazy device's) is read by value with
     `.cpu()`: for a tensor that is its whole buffer (as the harness places them) that is the
     buffer's contents, the best a lazy device lets anyone observe."""
-    if t.numel() and not t.is_cpu and not has_storage(t):
-        return lazy_values(t).reshape(-1)
-    n = storage_elements(t)
+    n = _stored_elements(t)
+    if n is None:
+        if t.numel() and not t.is_cpu:
+            return lazy_values(t).reshape(-1)
+        n = storage_elements(t)
     if n == 0:
         return torch.empty(0, dtype=t.dtype)
     if is_whole_storage(t, n):  # no view needed: no device op but the copy
-        return _host_copy(t, t.dtype).reshape(-1)
+        host = _host_copy(t, t.dtype)
+        return host if host.dim() == 1 else host.reshape(-1)
     flat = t.detach().as_strided((n,), (1,), 0)
     if flat.is_conj():
         flat = flat.conj()  # the raw bits; the bit is applied again on the CPU view
@@ -157,10 +173,11 @@ def read_back(t: torch.Tensor) -> torch.Tensor:
         return plain(t)
     if t.layout != torch.strided or t.is_quantized:  # no single storage of plain elements
         return t.detach().cpu()
-    if not has_storage(t):  # opaque, a lazy device's (or empty): values only
+    n = _stored_elements(t)
+    if n is None:  # opaque, a lazy device's (or empty): values only
         return lazy_values(t)
     try:
-        if t.numel() and is_whole_storage(t):
+        if t.numel() and is_whole_storage(t, n):
             host = _host_copy(t, t.dtype)
             if host.stride() == t.stride():  # already shaped so: no view to rebuild
                 return host
