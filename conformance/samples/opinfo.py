@@ -32,8 +32,11 @@ from conformance.engine.poison import out_like
 from conformance.engine.testing_internals import import_testing
 from conformance.samples.guarded import BACKWARD, guarded
 from conformance.samples.sample_kinds import sample_kind, shape_of, varied
+from conformance.samples.seeded import seed_all, seeded
 
-CACHE_SALT = "v7"  # of the captures (v7: out= holds poison, a boolean one the negated answer)
+#: of the captures (v7: out= holds poison, a boolean one the negated answer; v8: Python's random
+#: seeded too, samples/seeded.py)
+CACHE_SALT = "v8"
 INDEX_SALT = "v4"  # of the index alone (v4: the foreach databases joined op_db)
 KINDS = ("samples", "special", "promotion", "reference")
 REFERENCE_SCAN = 400  # reference samples looked at per (OpInfo, dtype)
@@ -243,8 +246,7 @@ def _capture(
     if kind == "samples":
         out: dict[str, list[Call]] = defaultdict(list)
         recorder = _Recorder(_bases(op), out)
-        torch.manual_seed(0)
-        with warnings.catch_warnings():
+        with seeded(0), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for i, sample in enumerate(
                 op.sample_inputs("cpu", dtype, requires_grad=False, set_seed=False)
@@ -265,11 +267,10 @@ def _capture(
     recorders = {k: _Recorder(_bases(op), found[k]) for k in KINDS[1:]}
     kept = dict.fromkeys(("special", "promotion"), 0)
     candidates: list[tuple[int, Any]] = []  # ordinary reference inputs unlike sample_inputs
-    torch.manual_seed(0)
-    with warnings.catch_warnings():
+    with seeded(0), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ordinary = {shape_of(s) for s in op.sample_inputs("cpu", dtype, requires_grad=False)}
-        torch.manual_seed(0)
+        seed_all(0)
         references = op.reference_inputs("cpu", dtype, requires_grad=False, set_seed=False)
         for i, sample in enumerate(references):
             full = min(kept.values()) >= SAMPLES_PER_OPINFO

@@ -28,6 +28,7 @@ from conformance.engine.calls import Call
 from conformance.engine.discovery import overload_name
 from conformance.record import CaseId
 from conformance.samples.opinfo import captured_calls, opinfo_db, opinfos_for, untracked
+from conformance.samples.seeded import seeded
 
 __all__ = (
     "COMPARED",
@@ -236,8 +237,7 @@ class OpInfoView:
         if t not in op.supported_dtypes("cpu"):
             return Calls({}, frozenset())
         calls, identity = _Calls(), _identity_code()
-        torch.manual_seed(0)
-        with untracked(), warnings.catch_warnings():
+        with seeded(0), untracked(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             samples = _inputs(op, t, inputs)
             if inputs == "reference":

@@ -189,6 +189,32 @@ def test_a_capture_does_not_walk_the_stack(monkeypatch):
     assert common_utils.extract_test_fn is not opinfo._no_test_fn  # restored afterwards
 
 
+def _scalars(captured: dict) -> list:
+    return [
+        a
+        for calls in captured["samples"].values()
+        for call in calls
+        for a in (*call.args, *call.kwargs.values())
+        if isinstance(a, bool | int | float)
+    ]
+
+
+def test_a_capture_is_the_same_whatever_pythons_random_state_was(monkeypatch):
+    # OpInfo draws the foreach ops' scalars (and nll_loss's targets, some losses' margin and eps)
+    # from Python's random: seeded by torch.manual_seed alone, _foreach_mul_.Scalar's scalar was
+    # 5 in one checkout's cache and 4 in another's, and a repro elsewhere ran other samples
+    import random
+
+    monkeypatch.setattr(opinfo, "SAMPLES_PER_OPINFO", 4)
+    random.seed(1)
+    first = opinfo.capture("_foreach_mul", torch.float32)
+    random.seed(2)
+    before = random.getstate()
+    second = opinfo.capture("_foreach_mul", torch.float32)
+    assert _scalars(first) and _scalars(first) == _scalars(second)
+    assert random.getstate() == before  # the process's own state is put back
+
+
 def test_every_op_specs_samples_round_trip_through_the_cache(tmp_path):
     """What an op spec builds comes back from the disk cache with the same types and values
     (their value-set calls are cached, named by content): a type torch.save changes on the way
