@@ -35,22 +35,18 @@ def has_storage(t: torch.Tensor) -> bool:
     """Whether `t`'s storage can be observed: it has bytes and a data pointer (standard APIs
     only). A lazy device's tensors (torch_xla, torch._lazy) have none: their strides, offsets
     and the memory around their views cannot be observed, only their values (`.cpu()`)."""
-    try:
-        storage = t.untyped_storage()
-        return storage.nbytes() > 0 and storage.data_ptr() != 0
-    except Exception:  # noqa: BLE001 - "an invalid python storage": none to observe
-        return False
+    return _stored_elements(t) is not None
 
 
 def _stored_elements(t: torch.Tensor) -> int | None:
-    """`storage_elements(t)`, or None where `has_storage(t)` is False: one look at the storage
-    for both (every read-back asks)."""
+    """`storage_elements(t)` where the storage can be observed (bytes and a data pointer), else
+    None: one look at the storage answers `has_storage` and the size (every read-back asks)."""
     try:
         storage = t.untyped_storage()
         nbytes = storage.nbytes()
         if nbytes <= 0 or storage.data_ptr() == 0:
             return None
-    except Exception:  # noqa: BLE001 - as has_storage
+    except Exception:  # noqa: BLE001 - "an invalid python storage": none to observe
         return None
     return nbytes // t.element_size()
 
