@@ -187,6 +187,7 @@ def overhead(backend: str, rounds: int) -> None:
     from conformance.engine.layouts import LAYOUTS
     from conformance.engine.placing import PlacedCall
     from conformance.engine.runner import placed_calls, run_case
+    from conformance.harness.case_warnings import recorded
     from conformance.ops import spec_for
     from conformance.samples import calls_for
 
@@ -203,7 +204,8 @@ def overhead(backend: str, rounds: int) -> None:
         fresh = copy.deepcopy(calls)
         t0 = time.perf_counter()
         for layout in LAYOUTS:
-            run_case(b, "add.Tensor", spec, fresh, layout, "native")
+            with recorded():  # as a case's call phase runs: its warnings recorded
+                run_case(b, "add.Tensor", spec, fresh, layout, "native")
         return time.perf_counter() - t0
 
     def bare() -> tuple[float, float, int]:

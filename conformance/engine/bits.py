@@ -33,7 +33,6 @@ of engine/checks.py, on every floating value the outputs and written checks comp
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
 
 import torch
 
@@ -58,35 +57,44 @@ def compared(s: Sample) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
     """(name, device values on CPU, CPU's values) of every real floating tensor the outputs and
     written checks compare by value, where shape and dtype agree (else theirs to report); read
     once per sample."""
-    if "bits" not in s.scratch:
-        s.scratch["bits"] = list(_compared(s))
-    return s.scratch["bits"]
+    found = s.scratch.get("bits")
+    if found is None:
+        found = s.scratch["bits"] = _compared(s)
+    return found
 
 
 def differing(s: Sample) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
     """`compared(s)` less the pairs whose bits are identical, where no check of this module can
     find anything (most samples: one bitwise comparison instead of each check's own)."""
-    if "differing" not in s.scratch:
-        s.scratch["differing"] = [(n, a, e) for n, a, e in compared(s) if not same_bits(a, e)]
-    return s.scratch["differing"]
+    found = s.scratch.get("differing")
+    if found is None:
+        found = s.scratch["differing"] = [
+            (n, a, e) for n, a, e in compared(s) if not same_bits(a, e)
+        ]
+    return found
 
 
-def _compared(s: Sample) -> Iterator[tuple[str, torch.Tensor, torch.Tensor]]:
-    if s.nondeterministic or not s.spec.check_values:
-        return
+def _compared(s: Sample) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    spec = s.spec
+    if s.nondeterministic or not spec.check_values:
+        return []
     a_leaves, e_leaves = s.actual.flat()[0], s.expected.flat()[0]
     pairs = []
-    if len(a_leaves) == len(e_leaves):
+    n = len(a_leaves)
+    if n == len(e_leaves):
+        only, skipped = spec.compared_outputs, spec.metadata_only_outputs
         for i, (a, e) in enumerate(zip(a_leaves, e_leaves, strict=True)):
-            if i in s.spec.metadata_only_outputs:
+            if i in skipped or (only is not None and i not in only):
                 continue
-            if s.spec.compared_outputs is not None and i not in s.spec.compared_outputs:
-                continue
-            pairs.append((output_name(i, len(a_leaves)), a, e))
-    cpu_written = [view for _, view in s.cpu.written()]
-    for (name, view), cview in zip(s.dev.written(), cpu_written, strict=False):
-        if not any(view is a for _, a, _ in pairs):
-            pairs.append((name, view, cview))
+            pairs.append((output_name(i, n), a, e))
+    written = s.dev.written()
+    if written:
+        cpu_written = [view for _, view in s.cpu.written()]
+        for (name, view), cview in zip(written, cpu_written, strict=False):
+            if not any(view is a for _, a, _ in pairs):
+                pairs.append((name, view, cview))
+    flush = s.policy.flushes_subnormals
+    found = []
     for name, a, e in pairs:
         if not (isinstance(a, torch.Tensor) and isinstance(e, torch.Tensor)):
             continue
@@ -95,7 +103,8 @@ def _compared(s: Sample) -> Iterator[tuple[str, torch.Tensor, torch.Tensor]]:
         if a.layout != torch.strided or e.layout != torch.strided:
             continue
         host = s.host(a)
-        yield name, host, flush_subnormals(e, host) if s.policy.flushes_subnormals else e
+        found.append((name, host, flush_subnormals(e, host) if flush else e))
+    return found
 
 
 def _first(mask: torch.Tensor, a: torch.Tensor, e: torch.Tensor) -> str:

@@ -93,16 +93,22 @@ def invoke(
     """Call `fn` on materialised arguments; an exception is the outcome, not raised. `seeded`:
     right after seeding with `SEED + draw` (random ops, `oracles.py`). What a `device` call
     warns is the case's (harness/case_warnings.py records it); CPU's reference calls are
-    quiet (torch's own warnings about the reference, not the device)."""
+    quiet (torch's own warnings about the reference, not the device): outside a case's
+    recording (a bench, a probe) both are."""
     try:
+        if device and CASE_WARNINGS.active:  # the recording's filters apply as they are
+            return _called(fn, m, seeded, draw)
         with warnings.catch_warnings():
-            if not (device and CASE_WARNINGS.active):
-                warnings.simplefilter("ignore")
-            if seeded:
-                oracles.seed(draw)
-            return Outcome(fn(*m.args, **m.kwargs))
+            warnings.simplefilter("ignore")
+            return _called(fn, m, seeded, draw)
     except Exception as exc:  # errors are compared, not raised
         return Outcome(exc=exc.with_traceback(None))
+
+
+def _called(fn: Callable[..., Any], m: Materialized, seeded: bool, draw: int) -> Outcome:
+    if seeded:
+        oracles.seed(draw)
+    return Outcome(fn(*m.args, **m.kwargs))
 
 
 def settle(lazy: LazyRuntime, outcome: Outcome) -> Outcome:

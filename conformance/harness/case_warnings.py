@@ -18,7 +18,7 @@ import stat
 import sys
 import warnings
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -27,7 +27,7 @@ import pytest
 from conformance.engine.held_stderr import CASE_WARNINGS, HELD, cpp_warnings
 from conformance.harness.case_reports import RECORD_PROPERTY, ends_case
 
-__all__ = ("CaseWarnings", "QuietSetup", "captured", "summary_line")
+__all__ = ("CaseWarnings", "QuietSetup", "captured", "recorded", "summary_line")
 
 RELAY_KEY = "conformance-capture-warnings"  # in an xdist worker's workeroutput
 
@@ -68,15 +68,25 @@ def _add_filter(text: str, escape: bool) -> None:
 
 @contextmanager
 def captured(config: pytest.Config) -> Iterator[Counter]:
-    """Record what is warned while active into the yielded Counter ((category, text) -> n)."""
+    """Record what is warned while active into the yielded Counter ((category, text) -> n),
+    under the run's ini `filterwarnings` and `-W` options."""
+    ini = config.getini("filterwarnings")
+    with recorded(ini, config.known_args_namespace.pythonwarnings or []) as tally:
+        yield tally
+
+
+@contextmanager
+def recorded(ini: Sequence[str] = (), cli: Sequence[str] = ()) -> Iterator[Counter]:
+    """`captured` with its filters given (ini `filterwarnings` lines, `-W` options): what a
+    case's call phase runs inside (the bench runs its cases so too: the user's path)."""
     tally: Counter = Counter()
     sys.stderr.flush()
     start = _stderr_file_size()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for text in config.getini("filterwarnings"):  # ini first: the command line wins
+        for text in ini:  # ini first: the command line wins
             _add_filter(text, escape=False)
-        for text in config.known_args_namespace.pythonwarnings or []:
+        for text in cli:
             _add_filter(text, escape=True)
         CASE_WARNINGS.active = True
         try:

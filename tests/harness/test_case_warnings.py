@@ -13,8 +13,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from conformance.engine.checks import invoke
 from conformance.engine.held_stderr import CPP_WARNING, HeldStderr, cpp_warnings
-from conformance.harness.case_warnings import captured
+from conformance.engine.placing import Materialized
+from conformance.harness.case_warnings import captured, recorded
 from tests.helpers import run_pytest
 
 LINE = "[W1129 21:55:38.906107180 Resize.cpp:30] Warning: An output was resized (function f)"
@@ -96,6 +98,29 @@ def test_the_users_warning_filters_still_apply_in_a_case() -> None:
         warnings.warn("kept", UserWarning, stacklevel=1)
         print(LINE, file=sys.stderr)  # read back where fd 2 is a file (a runner's log)
     assert tally[("UserWarning", "kept")] == 1
+
+
+def test_a_device_calls_warning_is_the_cases_and_cpus_reference_stays_quiet() -> None:
+    """`invoke` under a case's recording: what the device call warns is recorded (and raises
+    where the user's -W asks), what CPU's reference warns is not (torch's, not the device's)."""
+
+    def warns(text: str) -> int:
+        warnings.warn(text, UserWarning, stacklevel=1)
+        return 1
+
+    call = Materialized(args=(), kwargs={}, bases=[])
+    with recorded() as tally:
+        assert invoke(lambda: warns("from the device"), call, device=True).result == 1
+        assert invoke(lambda: warns("from cpu"), call).result == 1
+    assert tally == {("UserWarning", "from the device"): 1}
+    with recorded(cli=["error::UserWarning"]) as tally:
+        raised = invoke(lambda: warns("an error"), call, device=True).exc
+        assert invoke(lambda: warns("from cpu"), call).result == 1
+    assert isinstance(raised, UserWarning) and not tally
+    with warnings.catch_warnings(record=True) as outside:  # no case recording: quiet both ways
+        warnings.simplefilter("always")
+        invoke(lambda: warns("not in a case"), call, device=True)
+    assert not outside
 
 
 def test_a_workers_capture_warnings_reach_the_controllers_line_and_run_json(monkeypatch) -> None:
