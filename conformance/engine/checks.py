@@ -16,7 +16,6 @@ device op.
 from __future__ import annotations
 
 import itertools
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +32,7 @@ from conformance.engine.compare import (
     tolerance,
 )
 from conformance.engine.exactness import Exactness
-from conformance.engine.held_stderr import CASE_WARNINGS
+from conformance.engine.held_stderr import CASE_WARNINGS, quiet
 from conformance.engine.lazy import LazyRuntime
 from conformance.engine.placing import Materialized, PlacedCall
 from conformance.engine.precision import DtypePolicy, compare_result
@@ -98,8 +97,7 @@ def invoke(
     try:
         if device and CASE_WARNINGS.active:  # the recording's filters apply as they are
             return _called(fn, m, seeded, draw)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with quiet():
             return _called(fn, m, seeded, draw)
     except Exception as exc:  # errors are compared, not raised
         return Outcome(exc=exc.with_traceback(None))
@@ -179,7 +177,9 @@ class Sample:
         of a tensor (the copy is never written: each check computes on its own results)."""
         hosts = self.scratch.setdefault("host", {})
         if id(t) not in hosts:
-            hosts[id(t)] = (t, read_back(t))  # t kept alive: its id names it for the sample
+            storage = bool(self.backend.profile.storage.value)
+            hosts[id(t)] = (t, read_back(t, storage))  # t kept alive: its id names it
+
         return hosts[id(t)][1]
 
 

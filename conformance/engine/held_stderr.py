@@ -17,11 +17,20 @@ import os
 import re
 import sys
 import tempfile
+import warnings
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ("CASE_WARNINGS", "CPP_WARNING", "HELD", "CaseRecording", "HeldStderr", "cpp_warnings")
+__all__ = (
+    "CASE_WARNINGS",
+    "CPP_WARNING",
+    "HELD",
+    "CaseRecording",
+    "HeldStderr",
+    "cpp_warnings",
+    "quiet",
+)
 
 #: c10's default handler: `[W1129 21:55:38.906107180 Resize.cpp:30] Warning: <text> (function f)`
 CPP_WARNING = re.compile(r"^\[W\S* \S+ [^\]]+\] Warning: (?P<text>.*?)(?: \(function \S+\))?$")
@@ -125,3 +134,37 @@ class CaseRecording:
 
 
 CASE_WARNINGS = CaseRecording()
+
+#: the one filter a quiet block runs under: every warning ignored
+_IGNORE_ALL = ("ignore", None, Warning, None, 0)
+#: what catch_warnings calls after changing the filters (CPython 3.10 to 3.13); None where this
+#: Python's warnings module has no such hook
+_FILTERS_MUTATED = getattr(warnings, "_filters_mutated", None)
+
+
+class quiet:  # noqa: N801 - used as a context manager, like warnings.catch_warnings
+    """Python's warnings (and torch's C++ warnings, which reach Python's) ignored inside:
+    `catch_warnings()` with `simplefilter("ignore")`, by swapping in a filter list of one
+    ignore-everything entry and putting the caller's list back after, as catch_warnings does
+    (a tenth of its cost: CPU's reference runs so on every sample, engine/checks.py). Where
+    this Python has no `_filters_mutated`, the block runs under catch_warnings itself."""
+
+    __slots__ = ("_fallback", "_saved")
+
+    def __enter__(self) -> None:
+        if _FILTERS_MUTATED is None:
+            self._fallback = warnings.catch_warnings()
+            self._fallback.__enter__()
+            warnings.simplefilter("ignore")
+            return
+        self._fallback = None
+        self._saved = warnings.filters
+        warnings.filters = [_IGNORE_ALL]
+        _FILTERS_MUTATED()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fallback is not None:
+            self._fallback.__exit__(*exc)
+            return
+        warnings.filters = self._saved
+        _FILTERS_MUTATED()

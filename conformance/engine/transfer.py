@@ -157,20 +157,24 @@ class ReadBackError(RuntimeError):
     `error` of the harness, blamed on the broken copy if a probe finds one)."""
 
 
-def read_back(t: torch.Tensor) -> torch.Tensor:
+def read_back(t: torch.Tensor, storage: bool = False) -> torch.Tensor:
     """A CPU tensor with `t`'s values, size and strides (a view of a copy of its storage, or
     the copy itself where `t` is its whole storage and the copy has its strides).
 
     CPU tensors are returned as they are. Only tensors that have no storage of plain elements
     (sparse, quantized, opaque tensors of some backends, a lazy device's: `has_storage`) are
     read with the backend's own `t.cpu()`; a failed copy of a storage raises `ReadBackError`,
-    never falls back to the backend's strided copy."""
+    never falls back to the backend's strided copy. `storage`: the device's tensors have
+    observable storage (its profile says so), so an empty strided tensor, whose storage holds
+    no bytes, has nothing to read: made on CPU without a call into the device."""
     if t.is_cpu:
         return plain(t)
     if t.layout != torch.strided or t.is_quantized:  # no single storage of plain elements
         return t.detach().cpu()
     n = _stored_elements(t)
     if n is None:  # opaque, a lazy device's (or empty): values only
+        if storage and not t.numel():
+            return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
         return lazy_values(t)
     try:
         if t.numel() and is_whole_storage(t, n):

@@ -176,7 +176,7 @@ def test_a_lazy_device_failing_when_its_result_is_read_is_its_error(monkeypatch)
 
     text = "RuntimeError: Executable expected parameter 0 of size 1000 but got buffer of size 500"
 
-    def read_fails(t: torch.Tensor) -> torch.Tensor:
+    def read_fails(t: torch.Tensor, storage: bool = False) -> torch.Tensor:
         raise LazyRunError(text)
 
     monkeypatch.setattr(checks, "read_back", read_fails)  # the sample's one read (Sample.host)
@@ -184,6 +184,27 @@ def test_a_lazy_device_failing_when_its_result_is_read_is_its_error(monkeypatch)
     assert out.failure.check == "error", out.failure.message
     assert "raised when a result it returned was read back" in out.failure.message
     assert text in out.failure.message
+
+
+def test_an_empty_result_of_a_device_with_storage_is_read_without_calling_the_device(
+    monkeypatch,
+):
+    """An empty tensor's storage holds no bytes: on a device whose tensors have observable
+    storage its read-back is made on CPU (shape, strides, dtype), not by the backend's own
+    `.cpu()`, which the harness must not depend on; a lazy device's (no storage) still goes
+    through `.cpu()`, where its pending graph may raise."""
+    from conformance.engine import transfer
+
+    def device_copy(t: torch.Tensor) -> torch.Tensor:
+        raise AssertionError("the backend's .cpu() was called")
+
+    monkeypatch.setattr(transfer, "lazy_values", device_copy)
+    monkeypatch.setattr(torch.Tensor, "is_cpu", property(lambda t: False))  # "on a device"
+    empty = torch.empty_strided((0, 3), (1, 4), dtype=torch.float16)
+    back = transfer.read_back(empty, storage=True)
+    assert (back.shape, back.stride(), back.dtype) == ((0, 3), (1, 4), torch.float16)
+    with pytest.raises(AssertionError, match=r"\.cpu\(\) was called"):
+        transfer.read_back(empty)  # no storage to observe: the device's own copy
 
 
 def test_a_cpu_argument_returned_wrapped_by_functionalization_is_read_as_itself():

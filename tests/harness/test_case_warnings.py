@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from conformance.engine.checks import invoke
-from conformance.engine.held_stderr import CPP_WARNING, HeldStderr, cpp_warnings
+from conformance.engine.held_stderr import CPP_WARNING, HeldStderr, cpp_warnings, quiet
 from conformance.engine.placing import Materialized
 from conformance.harness.case_warnings import captured, recorded
 from tests.helpers import run_pytest
@@ -121,6 +121,32 @@ def test_a_device_calls_warning_is_the_cases_and_cpus_reference_stays_quiet() ->
         warnings.simplefilter("always")
         invoke(lambda: warns("not in a case"), call, device=True)
     assert not outside
+
+
+@pytest.mark.parametrize("swap", [True, False], ids=["filters-swapped", "catch_warnings"])
+def test_quiet_ignores_every_warning_and_puts_the_callers_filters_back(monkeypatch, swap) -> None:
+    """`quiet()` (CPU's reference calls): no warning escapes it, Python's or torch's C++ one,
+    even where the caller turns warnings into errors; the caller's filters are back after it,
+    also when the block raises. Where Python lacks `_filters_mutated` (the swap's hook), it
+    is catch_warnings itself."""
+    import torch
+
+    from conformance.engine import held_stderr
+
+    if not swap:
+        monkeypatch.setattr(held_stderr, "_FILTERS_MUTATED", None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        before = list(warnings.filters)
+        with quiet():
+            warnings.warn("python's", UserWarning, stacklevel=1)
+            torch.add(torch.ones(2), 1, out=torch.empty(3))  # C++: "An output ... was resized"
+        assert warnings.filters == before
+        with pytest.raises(KeyError), quiet():
+            raise KeyError("the call raised")
+        assert warnings.filters == before
+        with pytest.raises(UserWarning):
+            warnings.warn("the caller's filters again", UserWarning, stacklevel=1)
 
 
 def test_a_workers_capture_warnings_reach_the_controllers_line_and_run_json(monkeypatch) -> None:
