@@ -6,7 +6,10 @@ A case's call phase runs under `captured()`: every Python warning is recorded (t
 the process's stderr is a file (a runner's log: harness/runners.py), the C++ warnings c10's own
 handler wrote there during the case (a backend thread's, or one raised outside a Python call) are
 read back too. The record's `warnings` lists them deduplicated, with counts; the summary counts
-the cases that warned. A crash's stderr is untouched (the runner's log keeps it).
+the cases that warned. A crash's stderr is untouched (the runner's log keeps it). c10's
+`TORCH_WARN_ONCE` warns once per process; during a case it warns every time
+(`torch.set_warn_always`), as the "always" filter makes Python's warnings do: a case's record
+does not depend on which case of its process warned first.
 """
 
 from __future__ import annotations
@@ -79,9 +82,13 @@ def captured(config: pytest.Config) -> Iterator[Counter]:
 def recorded(ini: Sequence[str] = (), cli: Sequence[str] = ()) -> Iterator[Counter]:
     """`captured` with its filters given (ini `filterwarnings` lines, `-W` options): what a
     case's call phase runs inside (the bench runs its cases so too: the user's path)."""
+    import torch
+
     tally: Counter = Counter()
     sys.stderr.flush()
     start = _stderr_file_size()
+    every_time = torch.is_warn_always_enabled()
+    torch.set_warn_always(True)  # TORCH_WARN_ONCE: the case's, whoever warned it before
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for text in ini:  # ini first: the command line wins
@@ -93,6 +100,7 @@ def recorded(ini: Sequence[str] = (), cli: Sequence[str] = ()) -> Iterator[Count
             yield tally
         finally:
             CASE_WARNINGS.active = False
+            torch.set_warn_always(every_time)
             for w in caught:
                 tally[(w.category.__name__, str(w.message).strip())] += 1
             if start is not None:

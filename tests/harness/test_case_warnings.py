@@ -123,6 +123,22 @@ def test_a_device_calls_warning_is_the_cases_and_cpus_reference_stays_quiet() ->
     assert not outside
 
 
+def test_a_warning_torch_gives_once_a_process_is_recorded_in_every_case_that_warns_it() -> None:
+    """c10's TORCH_WARN_ONCE ("ComplexHalf support is experimental") warns once per process:
+    the first case that triggered it had it in its record, the next ones not, and which case
+    was first depended on the process's history (a cold run's capture took it). In a case's
+    recording it warns every time; outside, torch's own setting is back."""
+    import torch
+
+    call = Materialized(args=(), kwargs={}, bases=[])
+    complex_half = lambda: torch.empty(2, dtype=torch.complex32)  # noqa: E731
+    for _ in range(2):
+        with recorded() as tally:
+            invoke(complex_half, call, device=True)
+        assert any("ComplexHalf support is experimental" in m for _, m in tally), tally
+    assert not torch.is_warn_always_enabled()
+
+
 @pytest.mark.parametrize("swap", [True, False], ids=["filters-swapped", "catch_warnings"])
 def test_quiet_ignores_every_warning_and_puts_the_callers_filters_back(monkeypatch, swap) -> None:
     """`quiet()` (CPU's reference calls): no warning escapes it, Python's or torch's C++ one,
