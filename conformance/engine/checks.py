@@ -179,7 +179,6 @@ class Sample:
         if id(t) not in hosts:
             storage = bool(self.backend.profile.storage.value)
             hosts[id(t)] = (t, read_back(t, storage))  # t kept alive: its id names it
-
         return hosts[id(t)][1]
 
 

@@ -88,7 +88,6 @@ def recorded(ini: Sequence[str] = (), cli: Sequence[str] = ()) -> Iterator[Count
     sys.stderr.flush()
     start = _stderr_file_size()
     every_time = torch.is_warn_always_enabled()
-    torch.set_warn_always(True)  # TORCH_WARN_ONCE: the case's, whoever warned it before
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for text in ini:  # ini first: the command line wins
@@ -96,6 +95,7 @@ def recorded(ini: Sequence[str] = (), cli: Sequence[str] = ()) -> Iterator[Count
         for text in cli:
             _add_filter(text, escape=True)
         CASE_WARNINGS.active = True
+        torch.set_warn_always(True)  # TORCH_WARN_ONCE: the case's, whoever warned it before
         try:
             yield tally
         finally:
