@@ -37,7 +37,7 @@ import functools
 import torch
 
 from conformance.engine import accumulation, error_balance, exactness, ieee, truth, ulp_bounds
-from conformance.engine.checks import Sample, invoke, sample_check
+from conformance.engine.checks import IDENTICAL, Sample, invoke, sample_check
 from conformance.engine.compare import (
     Mismatch,
     close_mask,
@@ -68,9 +68,14 @@ def differing(s: Sample) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
     find anything (most samples: one bitwise comparison instead of each check's own)."""
     found = s.scratch.get("differing")
     if found is None:
-        found = s.scratch["differing"] = [
-            (n, a, e) for n, a, e in compared(s) if not same_bits(a, e)
-        ]
+        found, same = [], set()
+        for n, a, e in compared(s):
+            if same_bits(a, e):
+                same.add((id(a), id(e)))
+            else:
+                found.append((n, a, e))
+        s.scratch["differing"] = found
+        s.scratch[IDENTICAL] = same  # Sample.known_identical
     return found
 
 

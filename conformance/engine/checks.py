@@ -133,6 +133,11 @@ class Redraw:
     written: list[tuple[torch.Tensor, torch.Tensor]]
 
 
+#: the scratch key of the (id(device values read back), id(CPU's)) pairs the bit checks found
+#: bit for bit the same (bits.differing): `Sample.known_identical`
+IDENTICAL = "identical"
+
+
 @dataclass
 class Sample:
     """Everything the checks of one sample may look at."""
@@ -180,6 +185,16 @@ class Sample:
             storage = bool(self.backend.profile.storage.value)
             hosts[id(t)] = (t, read_back(t, storage))  # t kept alive: its id names it
         return hosts[id(t)][1]
+
+    def known_identical(self, t: torch.Tensor, expected: torch.Tensor) -> bool:
+        """Whether the bit checks (bits.differing, before `outputs` and `written`) found device
+        tensor `t`'s values, already read back, bit for bit `expected`: nothing left for a
+        comparison of values to find (NaNs and the sign of zero included)."""
+        same = self.scratch.get(IDENTICAL)
+        if not same:
+            return False
+        held = self.scratch["host"].get(id(t))
+        return held is not None and (id(held[1]), id(expected)) in same
 
 
 @dataclass(frozen=True)

@@ -39,9 +39,7 @@ class Placement:
         if is_cpu(device) if cpu is None else cpu:
             base = self.base.clone()
         elif self.is_whole_buffer():
-            if self._shaped is None:  # the buffer in its shape, kept for every sample placing it
-                self._shaped = self.base.view(size=self.size)
-            view = to_device(self._shaped, device)
+            view = to_device(self.shaped(), device)
             return view, view
         else:
             base = to_device(self.base, device)
@@ -94,6 +92,13 @@ class Placement:
                 and self.stride == _contiguous_strides(self.size)
             )
         return self._whole
+
+    def shaped(self) -> torch.Tensor:
+        """The buffer in the placement's shape, for a placement that is its whole buffer
+        (`is_whole_buffer`); made once, kept for every sample placing it (never written)."""
+        if self._shaped is None:
+            self._shaped = self.base.view(size=self.size)
+        return self._shaped
 
     def values(self) -> torch.Tensor:
         """The placed values as a CPU tensor (a view of the backing buffer)."""

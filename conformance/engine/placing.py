@@ -92,7 +92,13 @@ class PlacedCall:
         for leaf in self.leaves:
             if isinstance(leaf, Leaf):
                 cpu = on_cpu or leaf.on_cpu
-                base, view = leaf.placement.materialize("cpu" if cpu else device, cpu)
+                placement = leaf.placement
+                if cpu and not leaf.written and placement.is_whole_buffer():
+                    # read only and its whole buffer: one clone in its shape, the buffer
+                    # being the view (as a device places it)
+                    base = view = placement.shaped().clone()
+                else:
+                    base, view = placement.materialize("cpu" if cpu else device, cpu)
                 values.append(view)
                 bases.append((leaf, base, view))
             elif isinstance(leaf, torch.device) and not on_cpu:
@@ -140,7 +146,9 @@ def materialize_storage(storage: torch.UntypedStorage, device: torch.device | st
 class Materialized:
     args: tuple
     kwargs: dict
-    bases: list[tuple[Leaf, torch.Tensor, torch.Tensor]]  # (leaf, backing buffer, view)
+    # (leaf, backing buffer, view); one tensor where the placement is its whole buffer (on a
+    # device; on CPU where the argument is only read): read a buffer flat with read_storage
+    bases: list[tuple[Leaf, torch.Tensor, torch.Tensor]]
     _written: list[tuple[str, torch.Tensor]] | None = field(
         default=None, init=False, repr=False, compare=False
     )

@@ -96,7 +96,7 @@ def compare_result(
             expected,
             device_type=device_type,
             check_strides=check_strides,
-            check_values=check_values,
+            check_values=check_values and not s.known_identical(actual, expected),
             tol_scale=s.spec.tol_scale,
             stats=s.stats,
             read=s.host,

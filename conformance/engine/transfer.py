@@ -113,8 +113,9 @@ def is_whole_storage(t: torch.Tensor, n: int | None = None) -> bool:
     )
 
 
-def read_storage(t: torch.Tensor) -> torch.Tensor:
-    """The whole storage of device tensor `t` as a contiguous 1-D CPU tensor of `t`'s dtype.
+def read_storage(t: torch.Tensor, flat: bool = True) -> torch.Tensor:
+    """The whole storage of device tensor `t` as a contiguous 1-D CPU tensor of `t`'s dtype
+    (`flat` off: in `t`'s own shape where `t` is its whole storage, one view fewer).
 
     A non-empty tensor without observable storage (a lazy device's) is read by value with
     `.cpu()`: for a tensor that is its whole buffer (as the harness places them) that is the
@@ -128,13 +129,13 @@ def read_storage(t: torch.Tensor) -> torch.Tensor:
         return torch.empty(0, dtype=t.dtype)
     if is_whole_storage(t, n):  # no view needed: no device op but the copy
         host = _host_copy(t, t.dtype)
-        return host if host.dim() == 1 else host.reshape(-1)
-    flat = t.detach().as_strided((n,), (1,), 0)
-    if flat.is_conj():
-        flat = flat.conj()  # the raw bits; the bit is applied again on the CPU view
-    if flat.is_neg():
-        flat = flat._neg_view()
-    return _host_copy(flat, t.dtype)
+        return host if host.dim() == 1 or not flat else host.reshape(-1)
+    whole = t.detach().as_strided((n,), (1,), 0)
+    if whole.is_conj():
+        whole = whole.conj()  # the raw bits; the bit is applied again on the CPU view
+    if whole.is_neg():
+        whole = whole._neg_view()
+    return _host_copy(whole, t.dtype)
 
 
 class LazyRunError(RuntimeError):

@@ -172,10 +172,15 @@ def check_inputs_untouched(s: Sample) -> None:
     for leaf, base, _ in dev.bases:
         if leaf.written:
             continue
-        now = read_storage(base)
-        pristine = leaf.placement.base
+        now = read_storage(base, flat=False)  # a whole-buffer input in its shape: no view
+        placement, pristine = leaf.placement, leaf.placement.base
+        if now.dim() != 1:  # its whole storage, as placed (else flat, as any storage)
+            if tuple(now.shape) == placement.size and placement.is_whole_buffer():
+                pristine = placement.shaped()
+            else:
+                now = now.reshape(-1)
         if now.shape == pristine.shape and not equal_values(now, pristine):
-            _, _, nbad, first = errors(now, pristine)
+            _, _, nbad, first = errors(now.reshape(-1), pristine.reshape(-1))
             raise Mismatch(
                 "inputs",
                 f"input '{leaf.arg}' was modified ({nbad} elements of its "
@@ -254,6 +259,7 @@ def check_write_through(s: Sample) -> None:
             ) from None
         for (leaf, base, _), (_, cbase, _) in zip(dev.bases, cpu.bases, strict=True):
             now = read_back(base).reshape(-1)
+            cbase = cbase.reshape(-1)  # a whole-buffer input is its own buffer, in its shape
             if now.shape == cbase.shape and not equal_values(now, cbase):
                 _, _, nbad, first = errors(now, cbase)
                 raise Mismatch(

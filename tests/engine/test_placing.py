@@ -54,6 +54,21 @@ def test_materialize_replaces_cpu_device_arguments():
     assert m.kwargs["device"] == torch.device("meta")
 
 
+def test_a_cpu_run_gets_fresh_copies_and_never_writes_a_placement():
+    """On CPU a read-only input that is its whole buffer is one copy in its shape (the buffer
+    is the view, as on a device); a written one keeps a flat buffer around its view. Writing
+    either leaves the placement, which every later run copies, as it was."""
+    placed = place(_call(), "contiguous", MASKED_FILL)
+    m = placed.materialize("cpu")
+    (self_leaf, self_base, self_view), (mask_leaf, mask_base, mask_view) = m.bases
+    assert self_leaf.written and self_base.dim() == 1 and self_view.shape == (4, 5)
+    assert not mask_leaf.written and mask_base is mask_view and mask_view.shape == (4, 5)
+    self_view.fill_(3.0)
+    mask_view.fill_(True)
+    assert bool((self_leaf.placement.base == 1.0).all())
+    assert not bool(mask_leaf.placement.base.any())
+
+
 def test_an_out_argument_is_placed_holding_poison_not_the_answer():
     """An out= tensor captured as `empty_like(answer)` may hold the answer (the block the
     functional call just freed): a kernel that left elements unwritten then passed. Placed,

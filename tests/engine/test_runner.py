@@ -106,6 +106,26 @@ def test_modified_input(monkeypatch):
     assert out.failure.check == "inputs" and "'other' was modified" in out.failure.message
 
 
+@pytest.mark.parametrize(("layout", "first"), [("contiguous", 0), ("noncontiguous", 1)])
+def test_a_modified_input_is_found_in_its_shape_and_in_a_flat_buffer(monkeypatch, layout, first):
+    """A 2-D input that is its whole buffer is read back in its shape and compared with its
+    pristine values in that shape; one with gaps around it is read as a flat buffer. Either
+    way the first change is named by its flat index in the buffer."""
+
+    def clobber(a, b, alpha=1):
+        r = torch.add(a, b)
+        b.fill_(5.0)
+        return r
+
+    call = Call("add.Tensor", (torch.arange(12.0).reshape(3, 4), torch.ones(3, 4)))
+    out = _run(monkeypatch, "add.Tensor", clobber, [call], layout)
+    assert out.failure.check == "inputs", out.failure
+    assert (
+        f"'other' was modified (12 elements of its buffer changed, first at flat index {first})"
+        in (out.failure.message)
+    )
+
+
 def test_output_aliasing_an_input(monkeypatch):
     out = _run(monkeypatch, "add.Tensor", lambda a, b, alpha=1: a.add_(b), ADD)
     assert out.failure.check in ("aliasing", "inputs")
