@@ -12,7 +12,8 @@ over 2 is what the run would take on 2 idle cores).
   3x before it), and its CPU split by kind of process
 - harness overhead <= 1.5x a hand-written comparison of the same samples (inputs placed on both
   sides, both ops, read-back, assert_close; add.Tensor float32, every layout), with the ratio to
-  the bare op pair alone (<= 10x, issue 85) and where the harness's time goes, phase by phase
+  the bare op pair alone (<= 10x, issue 85): the median of 5 fresh processes and their spread
+  (harness_overhead.py), and where the harness's time goes, phase by phase
 - the default run (the README's main job, `python -m pytest conformance`: registered overloads,
   the model-derived fallback set, the values axis; its cases in one forked runner per core,
   `--runners auto`) <= 75 s (issue 85); and the same cases with `-n 2` (xdist workers relaying
@@ -51,7 +52,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import copy
 import os
 import re
 import resource
@@ -65,8 +65,10 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness_overhead  # noqa: E402
 import process_cost  # noqa: E402
 
+from conformance.engine.layouts import LAYOUTS  # noqa: E402
 from conformance.harness.options import DEFAULT_MODES  # noqa: E402
 from conformance.harness.plan import AUTO_RUNNERS, usable_cores  # noqa: E402
 
@@ -90,6 +92,10 @@ MAIN_JOB: list[str] = []
 XDIST = ["-n", "2"]
 #: the runners the main job runs at once (plan.runners_of: --runners auto where they are forked)
 MAIN_JOB_LANES = min(AUTO_RUNNERS, usable_cores())
+#: the harness-overhead ratios: the median of this many fresh processes, each its own median of
+#: this many rounds (a process's figures move as a whole: harness_overhead.py)
+OVERHEAD_PROCESSES = 5
+OVERHEAD_ROUNDS = 9
 #: the main job at the baseline commit (118dbd1's README: `-n 2`; it had no runners side by side)
 BASELINE_JOB = ["-n", "2"]
 
@@ -132,133 +138,34 @@ def masked_fill_ratio(env: dict[str, str], rounds: int) -> None:
     process_cost.print_split("pytest conformance -k masked_fill", split)
 
 
-class PhaseTimer:
-    """Wall time per phase of the harness's per-case path, by wrapping the functions that do
-    each phase (bench-only instrumentation: a renamed function fails loudly here)."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-        self._undo: list[tuple[object, str, object]] = []
-
-    def wrap(self, owner: object, name: str, phase: str) -> None:
-        original = getattr(owner, name)
-
-        def timed(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
-
-        self._set(owner, name, timed)
-        self._undo.append((owner, name, original))
-
-    @staticmethod
-    def _set(owner: object, name: str, value: object) -> None:
-        try:
-            setattr(owner, name, value)
-        except AttributeError:  # a frozen dataclass (checks.SampleCheck)
-            object.__setattr__(owner, name, value)
-
-    def restore(self) -> None:
-        for owner, name, original in reversed(self._undo):
-            self._set(owner, name, original)
-        self._undo.clear()
-
-
-def overhead(backend: str, rounds: int) -> None:
-    """Harness time of a case against two baselines, on the same samples, interleaved per
-    layout, median over rounds:
-
-    - the bare op pair: the CPU op and the device op on already placed inputs, the device
-      result read back (`.cpu()`): what no test can avoid;
-    - a hand-written comparison: the same, plus placing the inputs on both sides and
-      `torch.testing.assert_close` (what a backend team's own test of that op does).
-
-    Then where the harness's time goes, phase by phase (one more instrumented round)."""
-    import importlib
-
-    import torch
-
-    module = importlib.import_module(backend)
-    from conformance.engine import checks, consistency, runner, sample_run
-    from conformance.engine.backend import Backend
-    from conformance.engine.discovery import resolve
-    from conformance.engine.layouts import LAYOUTS
-    from conformance.engine.placing import PlacedCall
-    from conformance.engine.runner import placed_calls, run_case
-    from conformance.harness.case_warnings import recorded
-    from conformance.ops import spec_for
-    from conformance.samples import calls_for
-
-    dev = torch._C._get_privateuse1_backend_name()
-    b = Backend(backend, module, dev)
-    op = resolve("add.Tensor")
-    spec = spec_for("add.Tensor")
-    cache = tempfile.mkdtemp()
-    calls = calls_for("add.Tensor", torch.float32, cache)
-
-    def harness() -> float:
-        # the samples as a process first holds them: nothing remembered on them from the last
-        # round (a Call pickles without what placing and the layout-free runs kept on it)
-        fresh = copy.deepcopy(calls)
-        t0 = time.perf_counter()
-        for layout in LAYOUTS:
-            with recorded():  # as a case's call phase runs: its warnings recorded
-                run_case(b, "add.Tensor", spec, fresh, layout, "native")
-        return time.perf_counter() - t0
-
-    def bare() -> tuple[float, float, int]:
-        ops_t = test_t = 0.0
-        n = 0
-        for layout in LAYOUTS:
-            t0 = time.perf_counter()
-            for placed in placed_calls(calls, layout, op._schema, ()):
-                cpu, d = placed.materialize("cpu"), placed.materialize(dev)
-                t2 = time.perf_counter()
-                expected = op(*cpu.args, **cpu.kwargs)
-                actual = op(*d.args, **d.kwargs).cpu()
-                ops_t += time.perf_counter() - t2
-                torch.testing.assert_close(actual, expected)
-                n += 1
-            test_t += time.perf_counter() - t0
-        return ops_t, test_t, n
-
-    ratios_ops, ratios_test = [], []
-    case_ms = ops_ms = test_ms = 0.0
-    n = 0
-    for r in range(rounds + 1):
-        case_t = harness()
-        ops_t, test_t, n = bare()
-        if r:  # round 0 warms up
-            ratios_ops.append(case_t / ops_t)
-            ratios_test.append(case_t / test_t)
-            case_ms, ops_ms, test_ms = case_t * 1e3, ops_t * 1e3, test_t * 1e3
-    ratio_test = statistics.median(ratios_test)
-    print(
-        f"harness overhead, add.Tensor float32 x {len(LAYOUTS)} layouts ({n} samples): "
-        f"{ratio_test:.2f}x a hand-written comparison (inputs placed on both sides, both ops, "
-        f"read-back, assert_close; target <= 1.5x: {verdict(ratio_test, 1.5)}); "
-        f"{statistics.median(ratios_ops):.2f}x the bare op pair alone (target <= 10x, issue 85: "
-        f"{verdict(statistics.median(ratios_ops), 10)}) "
-        f"[last round: harness {case_ms:.1f} ms, hand-written {test_ms:.1f} ms, ops "
-        f"{ops_ms:.1f} ms] [{load()}]"
-    )
-    timer = PhaseTimer()
-    timer.wrap(PlacedCall, "materialize", "placing inputs (materialize)")
-    timer.wrap(runner, "placed_calls", "choosing placements (per case)")
-    timer.wrap(sample_run, "invoke", "the op on CPU and device (invoke)")
-    timer.wrap(consistency, "layout_free", "CPU on contiguous copies (layout-free reference)")
-    timer.wrap(consistency, "disagreement", "comparing CPU with itself")
-    for check in list(checks.CHECKS):
-        timer.wrap(check, "run", f"check {check.name}")
+def overhead(backend: str, rounds: int, processes: int, env: dict[str, str]) -> None:
+    """Harness time of a case against the bare op pair and a hand-written comparison of the
+    same samples (harness_overhead.py): the median of `processes` fresh processes' own medians
+    (each `rounds` rounds, interleaved per layout), with their spread; 1: in this process (the
+    smoke run). Then where the harness's time goes, phase by phase (one instrumented round)."""
+    bench = harness_overhead.OverheadBench(backend)
     try:
-        total = harness()
+        if processes > 1:
+            found = harness_overhead.in_processes(backend, rounds, processes, env)
+        else:
+            found = [bench.ratios(rounds)]
+        test = [statistics.median(r.test) for r in found]
+        ops = [statistics.median(r.ops) for r in found]
+        case_ms, test_ms, ops_ms = found[-1].last_ms
+        print(
+            f"harness overhead, add.Tensor float32 x {len(LAYOUTS)} layouts "
+            f"({found[-1].samples} samples): {harness_overhead.spread(test)} a hand-written "
+            f"comparison (inputs placed on both sides, both ops, read-back, assert_close; target "
+            f"<= 1.5x: {verdict(statistics.median(test), 1.5)}); {harness_overhead.spread(ops)} "
+            f"the bare op pair alone (target <= 10x, issue 85: "
+            f"{verdict(statistics.median(ops), 10)}) [last round: harness {case_ms:.1f} ms, "
+            f"hand-written {test_ms:.1f} ms, ops {ops_ms:.1f} ms] [{load()}]"
+        )
+        total, seconds = bench.phases()
     finally:
-        timer.restore()
-    shutil.rmtree(cache)
+        bench.close()
     print(f"  where the harness's {total * 1e3:.1f} ms go (one round, nested phases overlap):")
-    for phase, sec in sorted(timer.seconds.items(), key=lambda kv: -kv[1]):
+    for phase, sec in sorted(seconds.items(), key=lambda kv: -kv[1]):
         print(f"    {phase:52s} {sec * 1e3:7.1f} ms  {100 * sec / total:5.1f} %")
 
 
@@ -575,7 +482,7 @@ def main() -> None:
     )
     opts = parser.parse_args()
     if opts.smoke:
-        overhead(opts.backend, 1)
+        overhead(opts.backend, 1, 1, dict(os.environ))
         return
     # as on a user's machine, the suite's bytecode is cached: with PYTHONDONTWRITEBYTECODE (set
     # on these machines) every process compiled the suite again, while torch's came from pip
@@ -591,7 +498,7 @@ def main() -> None:
         print(f"warm-up: the default run, {wall / 60:.2f} min wall, {cpu:.0f} s CPU [{summary}]")
     coverage(env)
     masked_fill_ratio(env, opts.rounds)
-    overhead(opts.backend, opts.rounds)
+    overhead(opts.backend, OVERHEAD_ROUNDS, OVERHEAD_PROCESSES, env)
     default_cpu = None
     if not opts.skip_default:
         default = full_run(
