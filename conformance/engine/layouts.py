@@ -30,16 +30,19 @@ class Placement:
     _shaped: torch.Tensor | None = field(default=None, init=False, repr=False, compare=False)
 
     def materialize(
-        self, device: torch.device | str, cpu: bool | None = None
+        self, device: torch.device | str, cpu: bool | None = None, read_only: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(backing buffer, view) on `device` (`cpu`: whether it is the CPU, where the caller
         knows); the view aliases the buffer. On a device, a placement that is its whole buffer
         (contiguous, offset 0) is placed as it is, without `as_strided`: then buffer and view
-        are the same tensor (read the buffer with `transfer.read_storage`)."""
-        if is_cpu(device) if cpu is None else cpu:
+        are the same tensor (read the buffer with `transfer.read_storage`); so on CPU for an
+        argument the op only reads (`read_only`: one clone in its shape; a written one keeps a
+        flat buffer, which the written checks compare)."""
+        on_cpu = is_cpu(device) if cpu is None else cpu
+        if on_cpu and not (read_only and self.is_whole_buffer()):
             base = self.base.clone()
         elif self.is_whole_buffer():
-            view = to_device(self.shaped(), device)
+            view = self.shaped().clone() if on_cpu else to_device(self.shaped(), device)
             return view, view
         else:
             base = to_device(self.base, device)

@@ -92,13 +92,9 @@ class PlacedCall:
         for leaf in self.leaves:
             if isinstance(leaf, Leaf):
                 cpu = on_cpu or leaf.on_cpu
-                placement = leaf.placement
-                if cpu and not leaf.written and placement.is_whole_buffer():
-                    # read only and its whole buffer: one clone in its shape, the buffer
-                    # being the view (as a device places it)
-                    base = view = placement.shaped().clone()
-                else:
-                    base, view = placement.materialize("cpu" if cpu else device, cpu)
+                base, view = leaf.placement.materialize(
+                    "cpu" if cpu else device, cpu, read_only=not leaf.written
+                )
                 values.append(view)
                 bases.append((leaf, base, view))
             elif isinstance(leaf, torch.device) and not on_cpu:
