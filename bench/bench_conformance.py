@@ -41,7 +41,8 @@ over 2 is what the run would take on 2 idle cores).
   exception, as torch_opencl's do) under half of the run's wall outside the cases; and the
   default run's CPU milliseconds a case at least 1.5x lower than at
   `--baseline` (an older commit run in this bench run on the same backend with its own main job,
-  `-n 2`; this commit's `-n 2` beside it, like for like; verdicts compared case by case)
+  `-n 2`; this commit's `-n 2` beside it, like for like, printed without a target, with its
+  CPU by kind of process; verdicts compared case by case)
 - a new user's first runs: a fresh checkout of HEAD, `-n 2` with cold caches (the sample
   capture, the heap-zone build and Inductor's compiles included: the cold figure), then warm
   (<= 75 s), and the warning lines (torch's, Python's) each printed to the terminal (target 0;
@@ -359,16 +360,23 @@ def cost_per_case(env: dict[str, str], now: process_cost.MeasuredRun, baseline: 
         same = process_cost.measured_run(pytest_cmd(*BASELINE_JOB), REPO, env)
     finally:
         process_cost.drop_worktree(REPO, path)
-    for name, run_now in (("the main job", main), (" ".join(BASELINE_JOB), same)):
+    # the target is the main job's (the run a user starts); the same command line is printed
+    # beside it, without a verdict, so a gain from the main job's new shape is not read as a
+    # gain per case under xdist (its workers and controller relay every case's reports in both)
+    for name, run_now, aim in (
+        ("the main job", main, True),
+        (f"{' '.join(BASELINE_JOB)} (like for like, no target)", same, False),
+    ):
         ratio = old.ms_a_case / run_now.ms_a_case
+        target = f" (target >= 1.5x: {'ok' if ratio >= 1.5 else 'UNDER TARGET'})" if aim else ""
         print(
             f"CPU a case, {name}: {run_now.ms_a_case:.2f} ms ({run_now.cases} cases, "
             f"{run_now.cpu:.0f} s, {run_now.wall:.0f} s wall) against {old.ms_a_case:.2f} ms at "
             f"{baseline} ({' '.join(BASELINE_JOB)}, its main job; {old.cases} cases, "
-            f"{old.cpu:.0f} s, {old.wall:.0f} s wall): {ratio:.2f}x lower (target >= 1.5x: "
-            f"{'ok' if ratio >= 1.5 else 'UNDER TARGET'}) [{load()}]"
+            f"{old.cpu:.0f} s, {old.wall:.0f} s wall): {ratio:.2f}x lower{target} [{load()}]"
         )
         print("  " + process_cost.compare_verdicts(old, run_now))
+    process_cost.print_split(f"this commit's {' '.join(BASELINE_JOB)}", same)
     process_cost.print_split(f"{baseline}'s default run", old)
 
 
