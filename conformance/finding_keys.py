@@ -43,6 +43,8 @@ __all__ = [
     "spans_collectives",
     "crash_class",
     "crash_signature",
+    "crash_site",
+    "crash_sites",
     "device_error",
     "finding_key",
     "lacks_kernel",
@@ -175,9 +177,32 @@ def blocking_op(blocked_by: str) -> str:
     return parts[0] if len(parts) in (4, 5) and all(parts) else blocked_by
 
 
-def finding_key(record: CaseRecord) -> FindingKey:
+def crash_site(record: CaseRecord, crash: str) -> str:
+    """The op an own crash died inside (`crash_site` of its traced replay), where that names
+    the crash: a segfault or an abort. Not heap corruption, which glibc notices wherever the
+    heap is next used, nor a sanitizer report, whose signature names its own frame."""
+    if not crash or crash.startswith("heap corruption") or _SANITIZER.search(crash):
+        return ""
+    return "" if record.culprit else _text(record.extra.get("crash_site"))
+
+
+def crash_sites(failing: Iterable[CaseRecord]) -> dict[tuple[str, str], str]:
+    """{(op, crash signature): site} where the op's traced crashes of that class all died inside
+    one op: its other crashes of that class (not replayed: one replay per op and class) are
+    keyed by it too."""
+    seen: dict[tuple[str, str], set[str]] = {}
+    for record in failing:
+        crash = crash_signature(record)
+        site = crash_site(record, crash)
+        if site:
+            seen.setdefault((record.op_name, crash), set()).add(site)
+    return {key: sites.pop() for key, sites in seen.items() if len(sites) == 1}
+
+
+def finding_key(record: CaseRecord, sites: dict[tuple[str, str], str] | None = None) -> FindingKey:
     """The :class:`FindingKey` of one case record (on its own: see `group_findings` for the
-    cases of a broken foundation, which share one key)."""
+    cases of a broken foundation, which share one key; `sites`: `crash_sites` of the run's
+    failing records)."""
     crash = crash_signature(record)
     message = normalise_message(_text(record.message), record)
     raised = device_error(record.first_line, bool(record.findings.get("raised_on_the_device")))
@@ -191,6 +216,11 @@ def finding_key(record: CaseRecord) -> FindingKey:
         after = _text(record.extra.get("crashes_after"))
         if after and not culprit:  # needs another case first, no corruption shown: its own
             message = f"crashes only after {blocking_op(after)} ran in the process"
+        if not culprit:  # its own: keyed by the op it died inside, if known
+            site = crash_site(record, crash) or (sites or {}).get((record.op_name, crash), "")
+            if site:
+                then = f", only after {blocking_op(after)} ran in the process" if after else ""
+                message, culprit = f"inside {site}{then}", site
         culprit = culprit or record.op_name  # no other case to blame: its own crash
     return FindingKey(
         check=_text(record.check) or ("crash" if crash else ""),

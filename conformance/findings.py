@@ -21,12 +21,13 @@ dtypes and layouts where an op's own kernel is missing.
 
 Then findings whose cases have the same failure class and the same distinguishing factor are
 merged: the messages of one op that differ only in CPU's wording, and crashes without a culprit
-that share a factor ("all 110 cases are float64; the same ops pass in 6 other dtypes"); a random
-op's draws judged wrong by different statistics (one kernel); a -grad case failing in the
-forward it runs where the same op's forward cases fail on their values (one wrong forward); and
-a module case naming the op that diverged where that op's own cases fail (one kernel, seen by
-its op cases and by the modules that call it). Every
-finding says what its cases have in common against the passing cases of the same ops
+that share a factor ("all 110 cases are float64; the same ops pass in 6 other dtypes"), and own
+crashes that died inside one op (`crash_site`: a module's backward that aborts in `neg` is neg's
+finding, "crash: abort, inside neg"); a random op's draws judged wrong by different statistics
+(one kernel); a -grad case failing in the forward it runs where the same op's forward cases
+fail on their values (one wrong forward); and a module case naming the op that diverged where
+that op's own cases fail (one kernel, seen by its op cases and by the modules that call it).
+Every finding says what its cases have in common against the passing cases of the same ops
 (``Finding.factor``).
 
 Pure Python (no torch, no pytest), so the terminal summary, run.json, the per-run reports and the
@@ -56,6 +57,7 @@ from conformance.finding_keys import (
     collective_kind,
     crash_class,
     crash_signature,
+    crash_sites,
     finding_key,
     lacks_kernel,
     normalise_message,
@@ -236,6 +238,7 @@ def group_findings(
     wanted = frozenset(statuses)
     failing = [r for r in records if r.status in wanted]
     roots = root_keys(failing)
+    sites = crash_sites(failing)
     groups: dict[FindingKey, Finding] = {}
     failing_ids = {r.id for r in failing}
     for record in failing:
@@ -248,7 +251,7 @@ def group_findings(
         elif lacks_kernel(record):
             key = UNSUPPORTED_KEY
         else:
-            key = finding_key(record)
+            key = finding_key(record, sites)
             if spans_collectives(record):  # keyed by kind too: async, moves, reduces
                 key = key._replace(
                     message=f"[{collective_kind(record, failing_ids)}] {key.message}"
@@ -317,8 +320,11 @@ def _merge_by_factor(findings: list[Finding], records: list[CaseRecord]) -> list
     # with no other case to blame are grouped by class (one corruption, whichever op noticed)
     by_culprit: dict[tuple[object, ...], Finding] = {}
     for f in findings:
-        if _own_crash(f):
-            group: tuple[object, ...] = ("class", f.key.check, f.key.crash)
+        site = _site(f)
+        if site:  # one op died, whatever signal or message it died with: one cause
+            group: tuple[object, ...] = ("site", f.key.check, site)
+        elif _own_crash(f):
+            group = ("class", f.key.check, f.key.crash)
         else:
             group = ("culprit", f.key.culprit) if f.key.culprit else ("own", f.key)
         _merge_into(by_culprit, group, f)
@@ -349,7 +355,7 @@ def _merge_by_factor(findings: list[Finding], records: list[CaseRecord]) -> list
         elif k.blocked_by or factor is None:
             group = ("own", k)
         elif k.crash and _own_crash(f):  # the same crash in many ops, e.g. all float64
-            group = ("crash", k.check, k.crash, factor[:2])
+            group = ("crash", k.check, k.crash, _site(f), factor[:2])
         else:  # one op, one check: messages that differ in CPU's wording
             group = ("op", k.check, k.crash, k.culprit, tuple(f.ops), factor[:2])
         _merge_into(out, group, f)
@@ -423,6 +429,11 @@ def _merge_into(groups: dict[tuple[object, ...], Finding], group, finding: Findi
 def _own_crash(finding: Finding) -> bool:
     """A crash finding whose cases crashed by themselves (no other case named as culprit)."""
     return bool(finding.key.crash) and not any(c.culprit for c in finding.cases)
+
+
+def _site(finding: Finding) -> str:
+    """The op an own-crash finding's cases died inside ("": not known)."""
+    return finding.key.culprit if finding.key.message.startswith("inside ") else ""
 
 
 def _heap(record: CaseRecord) -> bool:

@@ -21,17 +21,22 @@ had run other cases first, the search replays in fresh runners (`runners.py`, `r
 
 A replay counts as crashing wherever it dies (heap damage is often noticed before the crashed
 case is reached). Each search costs at most 3 + log2(WINDOW) replays; `--culprit-search N` caps
-the searches per scheduling process (0: off).
+the searches per scheduling process (0: off, and no crash-site replays).
+
+A crash that is the case's own gets one more replay, under an op trace, for the op it died
+inside (`crash_site`, crash_site.py): once per op and crash class per scheduling process.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
 
+from conformance.harness.crash_site import site_of
 from conformance.harness.runners import HEAP_EXERCISE, RunnerProcess
 
 WINDOW = 64  # cases replayed before the crashed one (heap damage is usually noticed soon)
@@ -46,6 +51,7 @@ class Culprit:
     summary: str
     after: str | None = None  # the crash needs this case to run first; no corruption shown
     unsearched: bool = False  # no search was made (--culprit-search used up)
+    site: str | None = None  # with `after`: the op a traced replay of both died inside
 
 
 def case_label(item: pytest.Item) -> str:
@@ -70,10 +76,11 @@ class CulpritSearch:
         self.searches = 0
         self.replays = 0
         self._ids = {item.nodeid for item in items}
+        self._traced: set[tuple[str, str]] = set()  # (op, crash class) replayed for a site
 
-    def search(self, item: pytest.Item, history: list[pytest.Item]) -> Culprit:
-        """The culprit of `item`'s crash, given the cases its runner ran before it (not empty)
-        and that `item` alone in a fresh runner does not crash."""
+    def search(self, item: pytest.Item, history: list[pytest.Item], crash: str = "") -> Culprit:
+        """The culprit of `item`'s crash (of class `crash`), given the cases its runner ran
+        before it (not empty) and that `item` alone in a fresh runner does not crash."""
         budget = self.budget
         if self.searches >= budget:
             return Culprit(
@@ -111,7 +118,30 @@ class CulpritSearch:
             f"{how}; not confirmed: {suspect} alone, then a heap exercise, does not crash, nor "
             "under glibc's malloc checking",
             after=suspect,
+            site=self.crash_site(item, crash, before=window[lo]),
         )
+
+    def crash_site(
+        self, item: pytest.Item, crash: str, before: pytest.Item | None = None
+    ) -> str | None:
+        """The op `item` (whose crash of class `crash` is its own; `before`: the case it needs
+        to run first) dies inside, from one replay in a fresh runner under an op trace
+        (crash_site.py); None when searches are off, when a case of the same op already
+        crashed that way in this process (its cases are grouped by that one's site), or when
+        the replay ends outside an op or does not die."""
+        key = (_op_of(item), crash)
+        if not self.budget or key in self._traced:
+            return None
+        self._traced.add(key)
+        fd, path = tempfile.mkstemp(prefix="conformance-op-trace-")
+        os.close(fd)
+        try:
+            died = self._crashes([*([before] if before else []), item], trace=path)
+            with open(path, errors="replace") as f:
+                trace = f.read()
+        finally:
+            os.unlink(path)
+        return site_of(trace) if died else None
 
     def _corrupts(self, suspect: pytest.Item) -> str | None:
         """How `suspect` is shown to corrupt memory, or None."""
@@ -123,15 +153,22 @@ class CulpritSearch:
         return None
 
     def _crashes(
-        self, items: list[pytest.Item], exercise: bool = False, env: dict[str, str] | None = None
+        self,
+        items: list[pytest.Item],
+        exercise: bool = False,
+        env: dict[str, str] | None = None,
+        trace: str | None = None,
     ) -> bool:
         """Whether a fresh runner dies while running `items` in order (then the heap exercise,
-        if asked; `env`: in a spawned runner with these variables). A hang: no."""
+        if asked; `env`: in a spawned runner with these variables; `trace`: under an op trace
+        written there). A hang: no."""
         self.replays += 1
         limit = self.case_timeout or None
         process = self.start(replay=True, env=env)
         ids = [item.nodeid for item in items] + ([HEAP_EXERCISE] if exercise else [])
         try:
+            if trace is not None:
+                process.trace_ops(trace)
             for i, nodeid in enumerate(ids):
                 following = ids[i + 1] if i + 1 < len(ids) and ids[i + 1] in self._ids else None
                 if not process.send(nodeid, following):
@@ -147,6 +184,12 @@ class CulpritSearch:
             return False
         status = process.close()
         return os.WIFSIGNALED(status) or (os.WIFEXITED(status) and os.WEXITSTATUS(status) != 0)
+
+
+def _op_of(item: pytest.Item) -> str:
+    """The op (or module, scenario) part of an item's case id: `neg` of
+    `neg-float32-contiguous-native`, `nn.L1Loss` of `nn.L1Loss-float32-eval-contiguous-0`."""
+    return case_label(item).split("-")[0]
 
 
 def _malloc_debug() -> dict[str, str] | None:

@@ -203,20 +203,23 @@ class IsolatedRunner:
             _report_diagnostics_crash(item, *verdict, status, log, checked)
             return
         if not history:  # it crashed in a fresh runner: its own crash
-            _report_crash(self.run, item, status, log, None, checked)
+            site = self._site(item, status, log)
+            _report_crash(self.run, item, status, log, None, checked, site)
             return
         alone = self._confirm(item, nextitem)
         if alone.end != "finished":
+            hung = alone.end == "hung"
             own = (
                 "alone in a fresh process it hangs past the time limit: its own failure"
-                if alone.end == "hung"
+                if hung
                 else "it crashes alone in a fresh process too: its own crash"
             )
-            _report_crash(self.run, item, status, log, Culprit(None, own), checked)
+            site = None if hung else self._site(item, status, log)
+            _report_crash(self.run, item, status, log, Culprit(None, own), checked, site)
             return
-        culprit = self.culprits.search(item, history)
+        culprit = self.culprits.search(item, history, crash_class(_crash_text(status, log)))
         if culprit.case is not None or culprit.after is not None or culprit.unsearched:
-            _report_crash(self.run, item, status, log, culprit, checked)
+            _report_crash(self.run, item, status, log, culprit, checked, culprit.site)
             return
         how = describe_status(status)
         headline = diagnose(log)[0]
@@ -226,6 +229,10 @@ class IsolatedRunner:
             f"verdict, and {culprit.summary}: not charged to this case"
         )
         alone.log(item)
+
+    def _site(self, item: pytest.Item, status: int, log: str) -> str | None:
+        """The op `item`'s own crash died inside (culprit.py's traced replay), or None."""
+        return self.culprits.crash_site(item, crash_class(_crash_text(status, log)))
 
     def _confirm(self, item: pytest.Item, nextitem: pytest.Item | None) -> Attempt:
         """The case run again alone in a fresh runner, before a crash is recorded as its own:
@@ -267,6 +274,11 @@ AFTER_CHECKS = (
 )
 
 
+def _crash_text(status: int, log: str) -> str:
+    """What a crash's class is read from: how the process ended and its log's headline."""
+    return f"{describe_status(status)}: {diagnose(log)[0] or ''}"
+
+
 def _report_crash(
     run: Owner,
     item: pytest.Item,
@@ -274,15 +286,21 @@ def _report_crash(
     log: str,
     culprit: Culprit | None,
     checked: bool = False,
+    site: str | None = None,
 ) -> None:
     """The crash record of `item` (`checked`: its reports had come, so the process died in the
-    runner's device check after it: still the case's, since the work is its own)."""
+    runner's device check after it: still the case's, since the work is its own; `site`: the
+    op a traced replay of it died inside)."""
     how = describe_status(status)
     headline, detail = diagnose(log)
     what = f"the process {how} {AFTER_CHECKS if checked else 'while running this case'}"
+    if site:
+        what += f", inside {site} (where a replay under an op trace died)"
     if headline:
         what += f": {headline}"
-    extra: dict[str, Any] = {"crash_class": crash_class(f"{how}: {headline or ''}")}
+    extra: dict[str, Any] = {"crash_class": crash_class(_crash_text(status, log))}
+    if site:
+        extra["crash_site"] = site
     if culprit is not None and culprit.case is not None:
         message = (
             f"[crash] memory corrupted by {culprit.case} (its own checks passed), detected in "

@@ -285,7 +285,8 @@ class Options:
     culprit_search: int = option(
         "after a crash in a runner that ran other cases first, replay them in fresh processes to "
         "find the case that corrupted memory (at most N searches per runner of a process, "
-        "--runners; 0: off)",
+        "--runners; 0: off, with the replay of an own crash under an op trace that finds the "
+        "op it died inside)",
         default="8",
         parse=lambda v: _count("--culprit-search", v),
     )

@@ -134,9 +134,15 @@ class RunnerProcess:
         """Ask for one item (or the heap exercise: `HEAP_EXERCISE`); False if the runner is
         gone."""
         if nodeid == HEAP_EXERCISE:
-            message = encode("heap-exercise")
-        else:
-            message = encode("run", nodeid=nodeid, next=next_nodeid)
+            return self._command(encode("heap-exercise"))
+        return self._command(encode("run", nodeid=nodeid, next=next_nodeid))
+
+    def trace_ops(self, path: str) -> bool:
+        """Ask it to trace the ops of every case after this into `path` (crash_site.py); False
+        if the runner is gone."""
+        return self._command(encode("op-trace", path=path))
+
+    def _command(self, message: bytes) -> bool:
         try:
             if self.commands is None:
                 return False

@@ -2,9 +2,10 @@
 its owner asks for, one `run` message each (processes/messages.py), with pytest's own protocol,
 and sends back each item's `start`, its reports and its `finish` (whether the runner should be
 retired: a lazy runtime that stopped working, a device a failed case left unusable); a
-`heap-exercise` message runs the culprit search's heap exercise. It never returns: its process
-ends with `os._exit` when the owner closes the pipe, or after the finish that asked to retire it
-(the items its owner asked for ahead are not run there).
+`heap-exercise` message runs the culprit search's heap exercise, and an `op-trace` message
+traces the ops of the cases after it (a crash-site replay, crash_site.py). It never returns: its
+process ends with `os._exit` when the owner closes the pipe, or after the finish that asked to
+retire it (the items its owner asked for ahead are not run there).
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ import ctypes
 import faulthandler
 import os
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from _pytest.runner import runtestprotocol
 
 from conformance.engine.backend import Backend
+from conformance.harness.crash_site import start_trace
 from conformance.harness.runners import HEAP_EXERCISE, spawned_job
 from conformance.processes import messages, zygote
 from conformance.processes.messages import MessageReader, encode
@@ -183,12 +186,17 @@ class _Serving:
         self.by_id = {item.nodeid: item for item in items}
         # it asked to be replaced: what its owner asked ahead would run on a broken runtime
         self.retired = False
+        self.trace: Any = None  # the op trace of a crash-site replay (crash_site.py)
 
     def on_heap_exercise(self) -> None:
         """The culprit search's "then a trivial allocation"."""
         messages.say(self.out, "start", nodeid=HEAP_EXERCISE)
         exercise_heap()
         messages.say(self.out, "finish", nodeid=HEAP_EXERCISE, retire=False)
+
+    def on_op_trace(self, path: str) -> None:
+        """The crash-site replay's op trace, for every case after it (crash_site.py)."""
+        self.trace = start_trace(path)
 
     def on_run(self, nodeid: str, next: str | None) -> None:  # noqa: A002 - the message's field
         """Run one item with pytest's protocol; its reports, then its finish."""

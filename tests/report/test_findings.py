@@ -374,3 +374,44 @@ def test_a_module_case_naming_a_failing_op_is_that_ops_finding() -> None:
     assert sorted(f.count for f in findings) == [1, 2]
     both = next(f for f in findings if f.count == 2)
     assert both.key.check == "values" and "native_batch_norm" in both.ops
+
+
+ABORT = "[crash] the process was killed by signal 6 (SIGABRT) while running this case"
+HEAP = "[crash] the process was killed by signal 6 (SIGABRT) while running this case: free(): "
+
+
+def test_own_crashes_that_died_inside_one_op_are_that_ops_finding() -> None:
+    """A module's backward and another op's -grad case abort inside neg (their traced replays
+    say so, harness/crash_site.py): one finding, named for neg, whatever op's case died; a case
+    of the same op and class that was not replayed joins its op's site; another signal in the
+    same op is the same cause."""
+    l1 = rec("module", "float32", "contiguous", "crashed", "crash", ABORT, overload="nn.L1Loss")
+    l1 = replace(l1, extra={"crash_site": "neg"})
+    l1_eval = rec("module", "float32", "eval", "crashed", "crash", ABORT, overload="nn.L1Loss")
+    recip = rec("reciprocal", "float32", "contiguous", "crashed", "crash", ABORT)
+    recip = replace(recip, extra={"crash_site": "neg"})
+    segv = ABORT.replace("signal 6 (SIGABRT)", "signal 11 (SIGSEGV)")
+    add = rec("add", "float32", "contiguous", "crashed", "crash", segv)
+    add = replace(add, extra={"crash_site": "neg"})
+    other = rec("div", "float32", "contiguous", "crashed", "crash", ABORT)  # no site known
+    findings = group_findings([l1, l1_eval, recip, add, other])
+    assert [(f.count, f.title) for f in findings] == [
+        (4, "crash: abort, inside neg"),
+        (1, "crash: abort, in div.Tensor"),
+    ], findings
+    assert findings[0].key.culprit == "neg"
+    assert finding_key(l1_eval).message == ""  # on its own: its op's site comes from the run
+
+
+def test_a_heap_corruption_is_not_named_for_the_op_that_noticed_it() -> None:
+    """glibc notices a corrupted heap in whichever op allocates next: the site a replay died in
+    is said in the record, never the finding's name (the culprit search names the cause)."""
+    a = rec("masked_fill_", "float32", "sliced", "crashed", "crash", HEAP + "invalid pointer")
+    a = replace(a, extra={"crash_site": "empty.memory_format"})
+    b = rec("masked_fill_", "int64", "sliced", "crashed", "crash", HEAP + "invalid size")
+    b = replace(b, extra={"crash_site": "_copy_from"})
+    (finding,) = group_findings([a, b])
+    assert "inside" not in finding.title and finding.key.crash == "heap corruption", finding
+    # a sanitizer's report names the frame that did it: its signature keys it, not the site
+    asan = rec("masked_fill_", "float32", "transposed", "crashed", "crash", ASAN)
+    assert "inside" not in finding_key(replace(asan, extra={"crash_site": "neg"})).message

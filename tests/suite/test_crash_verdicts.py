@@ -118,8 +118,14 @@ def test_a_crash_after_a_case_that_corrupts_nothing_is_not_blamed_on_it(
     )
     assert "not confirmed" in row["culprit_search"]
     assert run.case(f"{first}-float32-contiguous-native")["status"] == "passed"
+    # the op it died inside, from a replay of both under an op trace (harness/crash_site.py)
+    assert row["crash_site"] == crashed, row
     (finding,) = run.info["findings"]
-    assert finding["ops"] == [crashed] and "crashes only after" in finding["title"]
+    assert finding["ops"] == [crashed], finding
+    assert f"only after {first} ran in the process" in finding["title"], finding
+    # named for the op it died in, unless glibc noticed a corrupted heap there (flag's abort)
+    noticed = row["crash_class"] == "heap corruption"
+    assert (f"crash: {row['crash_class']}, inside {crashed}," in finding["title"]) != noticed
     from conformance.harness.baseline import baseline
 
     records = [CaseRecord.from_json(r) for r in run.results]
@@ -184,7 +190,7 @@ def test_a_crashing_foundation_probe_leaves_the_failing_case_its_own_verdict(run
     assert resize["status"] == "crashed" and resize["crash_class"] == "segfault"
     titles = [f["title"] for f in run.info["findings"]]
     assert len(titles) == 2, titles
-    assert any(t.startswith("crash: segfault, in resize_") for t in titles), titles
+    assert any(t.startswith("crash: segfault, inside resize_") for t in titles), titles
     assert any(t.startswith("values:") for t in titles), titles
 
 
@@ -282,3 +288,22 @@ def test_a_foundation_that_fails_two_ways_is_two_findings():
         [blocked("abs", wrong), blocked("neg", wrong), blocked("exp", raises)]
     )
     assert sorted(f.count for f in findings) == [1, 2]
+
+
+def test_a_crash_inside_an_op_another_calls_is_named_for_that_op(run_suite):
+    """nn.L1Loss's backward runs abs, then neg on the autograd engine's thread, where neg
+    aborts (no Python frame; L1Loss's own ops are right): a replay under an op trace finds the
+    op it died inside, and the finding is neg's, not L1Loss's (harness/crash_site.py)."""
+    run = run_suite(
+        "-k", "nn.L1Loss-float32-train-contiguous", env={"ECHO_NPU_FAULTS": "neg_aborts_after_abs"}
+    )
+    _accounted(run)
+    crashed = [r for r in run.results if r["status"] == "crashed"]
+    assert crashed and all(r["op"] == "module" for r in crashed), run.output[-3000:]
+    assert {r["crash_class"] for r in crashed} == {"abort"}
+    traced = [r for r in crashed if r.get("crash_site")]
+    assert traced and {r["crash_site"] for r in traced} == {"neg"}, crashed
+    assert ", inside neg (where a replay under an op trace died)" in traced[0]["message"]
+    (finding,) = run.info["findings"]
+    assert finding["title"] == "crash: abort, inside neg" and finding["culprit"] == "neg"
+    assert finding["count"] == len(crashed)
