@@ -29,6 +29,7 @@ import functools
 import re
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from conformance.record import OP_FAMILY, CaseRecord, missing_kernel
@@ -43,6 +44,7 @@ __all__ = [
     "spans_collectives",
     "crash_class",
     "crash_signature",
+    "CrashSites",
     "crash_site",
     "crash_sites",
     "device_error",
@@ -70,9 +72,12 @@ _MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"(?<![A-Za-z_])[-+]?(?:nan|inf)\b"), "<n>"),
 )
 _SANITIZER = re.compile(r"(AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer)\W+(\S+)")
+#: glibc's malloc checks' words (malloc/malloc.c's malloc_printerr callers: "malloc(): ...",
+#: "malloc_consolidate(): unaligned fastbin chunk detected", "_int_free(): ...", ...)
 _GLIBC = re.compile(
-    r"(free\(\): [^\n:]+|double free[^\n:]*|malloc\(\): [^\n:]+|realloc\(\): [^\n:]+|"
-    r"munmap_chunk\(\): [^\n:]+|corrupted [^\n:]+)"
+    r"((?:free|malloc|realloc|munmap_chunk|malloc_consolidate|_int_malloc|_int_free|"
+    r"_int_realloc|tcache_thread_shutdown|malloc_check_get_size)\(\): [^\n:]+|"
+    r"double free[^\n:]*|corrupted [^\n:]+)"
 )
 _FRAME = re.compile(r"#\d+ 0x[0-9a-fA-F]+ in (\S+)")
 #: the message of the one finding of the kernels the device lacks, not declared
@@ -177,29 +182,51 @@ def blocking_op(blocked_by: str) -> str:
     return parts[0] if len(parts) in (4, 5) and all(parts) else blocked_by
 
 
-def crash_site(record: CaseRecord, crash: str) -> str:
-    """The op an own crash died inside (`crash_site` of its traced replay), where that names
-    the crash: a segfault or an abort. Not heap corruption, which glibc notices wherever the
-    heap is next used, nor a sanitizer report, whose signature names its own frame."""
-    if not crash or crash.startswith("heap corruption") or _SANITIZER.search(crash):
+@dataclass(frozen=True)
+class CrashSites:
+    """What a run's failing records say of where own crashes died (harness/crash_site.py):
+    `crashed`, the (op, crash signature) of every crashed record; `by_op`, the site of each
+    (op, signature) whose keyed sites all agree (its crashes that were not replayed: one
+    replay per op and class)."""
+
+    crashed: frozenset[tuple[str, str]] = frozenset()
+    by_op: tuple[tuple[tuple[str, str], str], ...] = ()
+
+
+def crash_site(record: CaseRecord, crash: str, sites: CrashSites | None = None) -> str:
+    """The op an own crash died inside (its traced replay's `crash_site`) where that names the
+    cause: an abort (code that chose to abort where it stands), or a crash of an op whose own
+    cases crash the same way in the run (`sites.crashed`). Not otherwise: a heap damaged earlier
+    makes whatever op uses it next die (a write past a block in `neg` segfaulted inside `empty`,
+    `view`, `tanh_backward`); nor a sanitizer report (its signature names its own frame). ""
+    when there is none."""
+    site = _text(record.extra.get("crash_site"))
+    if not crash or not site or record.culprit or _SANITIZER.search(crash):
         return ""
-    return "" if record.culprit else _text(record.extra.get("crash_site"))
+    crashed = sites.crashed if sites is not None else frozenset()
+    return site if crash == "abort" or (site, crash) in crashed else ""
 
 
-def crash_sites(failing: Iterable[CaseRecord]) -> dict[tuple[str, str], str]:
-    """{(op, crash signature): site} where the op's traced crashes of that class all died inside
-    one op: its other crashes of that class (not replayed: one replay per op and class) are
-    keyed by it too."""
+def crash_sites(failing: Iterable[CaseRecord]) -> CrashSites:
+    """The `CrashSites` of a run's failing records."""
+    failing = list(failing)
+    crashed = frozenset(
+        (r.op_name, crash)
+        for r in failing
+        if r.status == "crashed" and (crash := crash_signature(r))
+    )
+    known = CrashSites(crashed)
     seen: dict[tuple[str, str], set[str]] = {}
     for record in failing:
         crash = crash_signature(record)
-        site = crash_site(record, crash)
+        site = crash_site(record, crash, known)
         if site:
             seen.setdefault((record.op_name, crash), set()).add(site)
-    return {key: sites.pop() for key, sites in seen.items() if len(sites) == 1}
+    by_op = tuple((key, found.pop()) for key, found in seen.items() if len(found) == 1)
+    return CrashSites(crashed, by_op)
 
 
-def finding_key(record: CaseRecord, sites: dict[tuple[str, str], str] | None = None) -> FindingKey:
+def finding_key(record: CaseRecord, sites: CrashSites | None = None) -> FindingKey:
     """The :class:`FindingKey` of one case record (on its own: see `group_findings` for the
     cases of a broken foundation, which share one key; `sites`: `crash_sites` of the run's
     failing records)."""
@@ -216,8 +243,9 @@ def finding_key(record: CaseRecord, sites: dict[tuple[str, str], str] | None = N
         after = _text(record.extra.get("crashes_after"))
         if after and not culprit:  # needs another case first, no corruption shown: its own
             message = f"crashes only after {blocking_op(after)} ran in the process"
-        if not culprit:  # its own: keyed by the op it died inside, if known
-            site = crash_site(record, crash) or (sites or {}).get((record.op_name, crash), "")
+        if not culprit:  # its own: keyed by the op it died inside, where that names it
+            by_op = dict(sites.by_op) if sites is not None else {}
+            site = crash_site(record, crash, sites) or by_op.get((record.op_name, crash), "")
             if site:
                 then = f", only after {blocking_op(after)} ran in the process" if after else ""
                 message, culprit = f"inside {site}{then}", site

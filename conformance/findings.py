@@ -432,7 +432,7 @@ def _own_crash(finding: Finding) -> bool:
 
 
 def _site(finding: Finding) -> str:
-    """The op an own-crash finding's cases died inside ("": not known)."""
+    """The op an own-crash finding's cases died inside ("": not known; `crash_site`)."""
     return finding.key.culprit if finding.key.message.startswith("inside ") else ""
 
 

@@ -32,6 +32,10 @@ GLIBC_MARKERS = (
     "realloc(): ",
     "munmap_chunk(): ",
     "malloc_consolidate(): ",
+    "_int_malloc(): ",
+    "_int_free(): ",
+    "_int_realloc(): ",
+    "tcache_thread_shutdown(): ",
 )
 
 # a FATAL line of glog or absl logging, which aborts next (a failed C++ CHECK among them):

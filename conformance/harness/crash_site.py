@@ -3,17 +3,19 @@
 A crash record names the case that died, and faulthandler's stack names a Python line; neither
 names the op when the kernel that died was called by another op, or by the autograd engine on
 a thread of its own (`<no Python frame>`): a module's backward that aborts in `neg`. Once a
-case's crash is found to be its own (it died in a fresh runner, or crashes alone in one), the
-owner replays it once more in a fresh runner under an op trace (`OpTrace`: a
-`TorchDispatchMode`, torch's standard hook, no backend hook of ours): every op's entry and exit
-is one write to a file, so what the file ends with outlives the process, and the op entered and
-not left is the crash site (`site_of`, the record's `crash_site`).
+case's crash is found to be its own (it died in a fresh runner, or crashes alone in one, or
+only after one other case), the owner replays it once more in a fresh runner under an op trace
+(`start_trace`: a `TorchDispatchMode`, torch's standard hook, no backend hook of ours): each
+op's entry and exit are one write each to a file, so what the file ends with outlives the
+process, and the op entered last and not left is the crash site (`site_of`, the record's
+`crash_site`).
 
 The replay is diagnostics, run apart from the case's verdict: a Python mode sees each op between
 autograd and the backend, so the traced path may differ; a replay that does not die says
-nothing. A site names the finding only for crashes in the op itself (a segfault, an abort;
-finding_keys.py): glibc notices heap corruption in whichever op allocates next, so there the
-site is said and the culprit search (culprit.py) blames.
+nothing. Where the site names the finding is finding_keys.py's rule: a heap damaged earlier
+can make any later op die (tried: a write past a block in `neg` segfaulted inside `empty`,
+`view` and `tanh_backward`), so only an abort, or a crash of an op whose own cases crash the
+same way, is keyed by its site.
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ def op_label(schema_name: str, overload: str) -> str:
 
 
 def site_of(trace: str) -> str | None:
-    """The op entered last and never left in an `OpTrace` file's text (None: every op it
-    entered, it left)."""
+    """The op entered last and not left, on any thread, in a trace file's text (None: every op
+    it entered, it left)."""
     open_ops: dict[str, list[tuple[int, str]]] = {}
     for index, line in enumerate(trace.splitlines()):
         parts = line.split(" ", 2)
@@ -48,7 +50,7 @@ def start_trace(path: str) -> Any:
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class OpTrace(TorchDispatchMode):
-        """Each op's entry (`> thread op`) and exit (`< thread`), one write each."""
+        """Each op's entry (`> thread op`) and exit (`< thread`, also when it raises)."""
 
         def __init__(self, fd: int) -> None:
             super().__init__()

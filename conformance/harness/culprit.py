@@ -127,8 +127,8 @@ class CulpritSearch:
         """The op `item` (whose crash of class `crash` is its own; `before`: the case it needs
         to run first) dies inside, from one replay in a fresh runner under an op trace
         (crash_site.py); None when searches are off, when a case of the same op already
-        crashed that way in this process (its cases are grouped by that one's site), or when
-        the replay ends outside an op or does not die."""
+        crashed that way in this process, or when the replay ends outside an op or does not
+        die."""
         key = (_op_of(item), crash)
         if not self.budget or key in self._traced:
             return None

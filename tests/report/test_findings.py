@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 
 from conformance.findings import (
+    crash_class,
     crash_signature,
     finding_key,
     group_findings,
@@ -377,41 +378,66 @@ def test_a_module_case_naming_a_failing_op_is_that_ops_finding() -> None:
 
 
 ABORT = "[crash] the process was killed by signal 6 (SIGABRT) while running this case"
+SEGV = "[crash] the process was killed by signal 11 (SIGSEGV) while running this case"
 HEAP = "[crash] the process was killed by signal 6 (SIGABRT) while running this case: free(): "
 
 
-def test_own_crashes_that_died_inside_one_op_are_that_ops_finding() -> None:
+def sited(record: CaseRecord, site: str) -> CaseRecord:
+    """The record with the op its traced replay died inside (harness/crash_site.py)."""
+    return replace(record, extra={"crash_site": site})
+
+
+def test_aborts_inside_one_op_are_that_ops_finding() -> None:
     """A module's backward and another op's -grad case abort inside neg (their traced replays
-    say so, harness/crash_site.py): one finding, named for neg, whatever op's case died; a case
-    of the same op and class that was not replayed joins its op's site; another signal in the
-    same op is the same cause."""
+    say so): one finding, named for neg, whatever op's case died; a case of the same op and
+    class that was not replayed joins its op's site; an abort with no site stays its own."""
     l1 = rec("module", "float32", "contiguous", "crashed", "crash", ABORT, overload="nn.L1Loss")
-    l1 = replace(l1, extra={"crash_site": "neg"})
     l1_eval = rec("module", "float32", "eval", "crashed", "crash", ABORT, overload="nn.L1Loss")
     recip = rec("reciprocal", "float32", "contiguous", "crashed", "crash", ABORT)
-    recip = replace(recip, extra={"crash_site": "neg"})
-    segv = ABORT.replace("signal 6 (SIGABRT)", "signal 11 (SIGSEGV)")
-    add = rec("add", "float32", "contiguous", "crashed", "crash", segv)
-    add = replace(add, extra={"crash_site": "neg"})
     other = rec("div", "float32", "contiguous", "crashed", "crash", ABORT)  # no site known
-    findings = group_findings([l1, l1_eval, recip, add, other])
+    findings = group_findings([sited(l1, "neg"), l1_eval, sited(recip, "neg"), other])
     assert [(f.count, f.title) for f in findings] == [
-        (4, "crash: abort, inside neg"),
+        (3, "crash: abort, inside neg"),
         (1, "crash: abort, in div.Tensor"),
     ], findings
     assert findings[0].key.culprit == "neg"
     assert finding_key(l1_eval).message == ""  # on its own: its op's site comes from the run
 
 
+def test_a_segfault_names_its_site_only_where_that_ops_own_cases_crash_too() -> None:
+    """add's -grad case segfaults inside sum.dim_IntList, whose own case segfaults as well:
+    sum's finding. relu's case segfaults inside empty, whose own cases never crash: a heap
+    damaged earlier (a write past a block) kills whatever op allocates next, so the site is
+    said in the record and the finding stays relu's."""
+    add = rec("add", "float32", "contiguous", "crashed", "crash", SEGV)
+    summed = rec("sum", "float32", "zero_size", "crashed", "crash", SEGV, overload="dim_IntList")
+    relu = rec("relu", "float32", "contiguous", "crashed", "crash", SEGV, overload="default")
+    found = group_findings(
+        [sited(add, "sum.dim_IntList"), sited(summed, "sum.dim_IntList"), sited(relu, "empty")]
+    )
+    assert [(f.count, f.title) for f in found] == [
+        (2, "crash: segfault, inside sum.dim_IntList"),
+        (1, "crash: segfault, in relu"),
+    ], found
+
+
 def test_a_heap_corruption_is_not_named_for_the_op_that_noticed_it() -> None:
     """glibc notices a corrupted heap in whichever op allocates next: the site a replay died in
     is said in the record, never the finding's name (the culprit search names the cause)."""
     a = rec("masked_fill_", "float32", "sliced", "crashed", "crash", HEAP + "invalid pointer")
-    a = replace(a, extra={"crash_site": "empty.memory_format"})
     b = rec("masked_fill_", "int64", "sliced", "crashed", "crash", HEAP + "invalid size")
-    b = replace(b, extra={"crash_site": "_copy_from"})
-    (finding,) = group_findings([a, b])
+    (finding,) = group_findings([sited(a, "empty.memory_format"), sited(b, "_copy_from")])
     assert "inside" not in finding.title and finding.key.crash == "heap corruption", finding
     # a sanitizer's report names the frame that did it: its signature keys it, not the site
     asan = rec("masked_fill_", "float32", "transposed", "crashed", "crash", ASAN)
-    assert "inside" not in finding_key(replace(asan, extra={"crash_site": "neg"})).message
+    assert "inside" not in finding_key(sited(asan, "neg")).message
+
+
+@pytest.mark.parametrize(
+    "said",
+    ["malloc_consolidate(): unaligned fastbin chunk detected", "_int_free(): invalid size"],
+)
+def test_every_glibc_malloc_check_is_a_heap_corruption(said: str) -> None:
+    """glibc aborts with these words when its checks find the heap damaged: a plain "abort"
+    would be keyed by the op it died in, which only noticed the damage."""
+    assert crash_class(f"killed by SIGABRT: {said}") == "heap corruption"
