@@ -24,7 +24,8 @@ case is reached). Each search costs at most 3 + log2(WINDOW) replays; `--culprit
 the searches per scheduling process (0: off, and no crash-site replays).
 
 A crash that is the case's own gets one more replay, under an op trace, for the op it died
-inside (`crash_site`, crash_site.py): once per op and crash class per scheduling process.
+inside (`crash_site`, crash_site.py): once per op and crash class, at most `SITES` times the
+--culprit-search budget.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ from conformance.harness.crash_site import site_of
 from conformance.harness.runners import HEAP_EXERCISE, RunnerProcess
 
 WINDOW = 64  # cases replayed before the crashed one (heap damage is usually noticed soon)
+#: crash-site replays per search of the budget (--culprit-search 8: at most 32 ops and classes
+#: traced per runner of a process; a backend whose every op crashes pays a bounded extra)
+SITES = 4
 
 
 @dataclass(frozen=True)
@@ -127,10 +131,10 @@ class CulpritSearch:
         """The op `item` (whose crash of class `crash` is its own; `before`: the case it needs
         to run first) dies inside, from one replay in a fresh runner under an op trace
         (crash_site.py); None when searches are off, when a case of the same op already
-        crashed that way in this process, or when the replay ends outside an op or does not
-        die."""
+        crashed that way in this process, past `SITES` x the budget of them, or when the
+        replay ends outside an op or does not die."""
         key = (_op_of(item), crash)
-        if not self.budget or key in self._traced:
+        if not self.budget or key in self._traced or len(self._traced) >= SITES * self.budget:
             return None
         self._traced.add(key)
         fd, path = tempfile.mkstemp(prefix="conformance-op-trace-")
