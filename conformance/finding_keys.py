@@ -244,8 +244,9 @@ def finding_key(record: CaseRecord, sites: CrashSites | None = None) -> FindingK
         if after and not culprit:  # needs another case first, no corruption shown: its own
             message = f"crashes only after {blocking_op(after)} ran in the process"
         if not culprit:  # its own: keyed by the op it died inside, where that names it
-            by_op = dict(sites.by_op) if sites is not None else {}
-            site = crash_site(record, crash, sites) or by_op.get((record.op_name, crash), "")
+            site = crash_site(record, crash, sites)
+            if not site and not record.extra.get("crash_site") and sites is not None:
+                site = dict(sites.by_op).get((record.op_name, crash), "")  # not replayed
             if site:
                 then = f", only after {blocking_op(after)} ran in the process" if after else ""
                 message, culprit = f"inside {site}{then}", site
@@ -374,11 +375,12 @@ def root_keys(failing: list[CaseRecord]) -> dict[tuple[str, str], FindingKey]:
                 (blocking_op(blocked_by), probe_message(record)), FindingKey("", "", "", "")
             )
     ways = Counter(op for op, _ in roots)
+    sites = crash_sites(failing)
     for op, probe in roots:
         own = [r for r in failing if r.op_name == op and not r.blocked_by]
         if own and ways[op] == 1:
             first = min(own, key=representative_rank)
-            key = finding_key(first)
+            key = finding_key(first, sites)
             roots[(op, probe)] = FindingKey(key.check, key.message, key.crash, op, key.culprit)
         else:
             roots[(op, probe)] = FindingKey("foundation", probe, "", op)

@@ -1,10 +1,9 @@
 """Group failing cases into findings: one root cause, many cases.
 
-A backend bug (or a torch change) usually fails hundreds of cases the same way: every dtype and
-layout of an op, or every op through one broken copy routine. A *finding* is the set of failing
-case records (`CaseRecord`s: the lines of ``results/cases-*.jsonl``, docs/RESULTS.md) that share
-a `FindingKey` (`finding_keys.py`: the check, the message with what varies between cases masked,
-the crash class and culprit, the foundation a case depends on).
+One backend bug usually fails hundreds of cases the same way (every dtype and layout of an op).
+A *finding* is the failing case records (`CaseRecord`s: ``results/cases-*.jsonl``) that share a
+`FindingKey` (`finding_keys.py`: the check, the message with what varies between cases masked,
+the crash class and culprit or site, the foundation a case depends on).
 
 A blocked case (``blocked_by``: the case id of a broken foundation, e.g.
 ``_copy_from-float32-offset-native``) and every failing case of that foundation's op make *one*
@@ -50,6 +49,7 @@ from typing import Any
 from conformance.finding_keys import (
     UNSUPPORTED_KEY,
     UNSUPPORTED_MESSAGE,
+    CrashSites,
     FindingKey,
     blocking_op,
     category_of,
@@ -71,10 +71,12 @@ from conformance.record import FAILING, FOUNDATION_ORDER, CaseRecord, missing_ke
 
 __all__ = [
     "FAILING",
+    "CrashSites",
     "Finding",
     "FindingKey",
     "crash_class",
     "crash_signature",
+    "crash_sites",
     "finding_key",
     "group_findings",
     "category_of",
@@ -433,7 +435,8 @@ def _own_crash(finding: Finding) -> bool:
 
 def _site(finding: Finding) -> str:
     """The op an own-crash finding's cases died inside ("": not known; `crash_site`)."""
-    return finding.key.culprit if finding.key.message.startswith("inside ") else ""
+    message = re.sub(r"^\[[^\]]*\] ", "", finding.key.message)  # a collective's "[kind] "
+    return finding.key.culprit if message.startswith("inside ") else ""
 
 
 def _heap(record: CaseRecord) -> bool:

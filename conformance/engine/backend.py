@@ -22,7 +22,7 @@ import functools
 import importlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -178,16 +178,23 @@ class Backend:
         if self.lazy is not None:
             self.lazy.sync()
             return
+        sync = self.eager_synchronize()
+        if sync is not None:
+            sync()
+
+    def eager_synchronize(self) -> Callable[[], None] | None:
+        """What waits for an eager device's queued work (`synchronize`'s first two ways), or
+        None: neither torch API reaches this device."""
         sync = self.device_function("synchronize")
         if callable(sync):
-            sync()
-            return
+            return sync
         accelerator = getattr(torch, "accelerator", None)
         current = getattr(accelerator, "current_accelerator", None)
         if callable(current):
             found = current()
             if found is not None and found.type == self.device_type:
-                accelerator.synchronize()
+                return accelerator.synchronize
+        return None
 
     def unusable(self) -> str | None:
         """Why this process can no longer run work on the device (a sticky error such as CUDA's

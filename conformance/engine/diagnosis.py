@@ -66,6 +66,12 @@ def diagnose(text: str) -> tuple[str | None, str]:
     return None, detail
 
 
+def crash_text(status: int, log: str) -> str:
+    """What a crash's class is read from (finding_keys.crash_class): how the process ended and
+    its log's headline."""
+    return f"{describe_status(status)}: {diagnose(log)[0] or ''}"
+
+
 def _python_stack(lines: list[str]) -> str:
     """faulthandler's dump (innermost frame first), cut to the frames near the fault: the tail
     of a dump is only pytest and runpy."""

@@ -10,19 +10,34 @@ op's entry and exit are one write each to a file, so what the file ends with out
 process, and the op entered last and not left is the crash site (`site_of`, the record's
 `crash_site`).
 
+On an eager device whose queued work torch can wait for (the device module's or
+torch.accelerator's `synchronize`), the trace waits after each op, before writing its exit, so
+a kernel that dies on a queue or a worker thread dies inside the op that queued it. Where it
+cannot wait (and on a lazy device, never traced: culprit.py), a crash of deferred work shows in
+the op that forced it: a copy to the CPU or a scalar read (`FORCING`), which then names no site
+unless it is the case's own op (`trace_site`).
+
 The replay is diagnostics, run apart from the case's verdict: a Python mode sees each op between
-autograd and the backend, so the traced path may differ; a replay that does not die says
-nothing. Where the site names the finding is finding_keys.py's rule: a heap damaged earlier
-can make any later op die (tried: a write past a block in `neg` segfaulted inside `empty`,
-`view` and `tanh_backward`), so only an abort, or a crash of an op whose own cases crash the
-same way, is keyed by its site.
+autograd and the backend, so the traced path may differ; a replay that does not die the way the
+case did says nothing (culprit.py). Where the site names the finding is finding_keys.py's
+rule: a heap damaged earlier can make any later op die (tried: a write past a block in `neg`
+segfaulted inside `empty`, `view` and `tanh_backward`), so only an abort, or a crash of an op
+whose own cases crash the same way, is keyed by its site.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
+
+#: ops that run a deferred device's pending work to read its result: where work queued by an
+#: earlier op dies when the trace could not wait after each op
+FORCING = frozenset(
+    {"_to_copy", "copy_", "_copy_from", "_copy_from_and_resize", "_local_scalar_dense", "equal"}
+)
+_WAITS = "= waits after each op"
 
 
 def op_label(schema_name: str, overload: str) -> str:
@@ -45,8 +60,20 @@ def site_of(trace: str) -> str | None:
     return max(unclosed)[1] if unclosed else None
 
 
-def start_trace(path: str) -> Any:
-    """Enter an op trace writing to `path` for the rest of this process (a runner's replay)."""
+def trace_site(trace: str, own_op: str) -> str | None:
+    """The crash site a trace file's text names for a case of `own_op`: `site_of`, except an
+    op that forces deferred work (`FORCING`) other than the case's own where the trace did not
+    wait after each op (the work that died may be any earlier op's)."""
+    site = site_of(trace)
+    waited = trace.startswith(_WAITS + "\n")
+    if site in FORCING and site != own_op and not waited:
+        return None
+    return site
+
+
+def start_trace(path: str, wait: Callable[[], None] | None = None) -> Any:
+    """Enter an op trace writing to `path` for the rest of this process (a runner's replay);
+    `wait`: what waits for the device's queued work, called after each op (None: not waited)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class OpTrace(TorchDispatchMode):
@@ -62,10 +89,16 @@ def start_trace(path: str) -> Any:
             label = op_label(schema.name, schema.overload_name)
             os.write(self.fd, f"> {thread} {label}\n".encode())
             try:
-                return func(*args, **(kwargs or {}))
+                out = func(*args, **(kwargs or {}))
+                if wait is not None:
+                    wait()
+                return out
             finally:
                 os.write(self.fd, f"< {thread}\n".encode())
 
-    mode = OpTrace(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    if wait is not None:
+        os.write(fd, f"{_WAITS}\n".encode())
+    mode = OpTrace(fd)
     mode.__enter__()
     return mode

@@ -21,11 +21,13 @@ had run other cases first, the search replays in fresh runners (`runners.py`, `r
 
 A replay counts as crashing wherever it dies (heap damage is often noticed before the crashed
 case is reached). Each search costs at most 3 + log2(WINDOW) replays; `--culprit-search N` caps
-the searches per scheduling process (0: off, and no crash-site replays).
+the searches per runner lane (an `IsolatedRunner`; a scheduling process keeps one or more,
+harness/lanes.py; 0: off, and no crash-site replays).
 
 A crash that is the case's own gets one more replay, under an op trace, for the op it died
 inside (`crash_site`, crash_site.py): once per op and crash class, at most `SITES` times the
---culprit-search budget.
+--culprit-search budget, never on a lazy device (its work runs at a sync, away from the op
+that built it). The site is kept only if the replay died the same way (crash class) as the case.
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from conformance.harness.crash_site import site_of
+from conformance.engine.diagnosis import crash_text
+from conformance.findings import crash_class
+from conformance.harness.crash_site import trace_site
 from conformance.harness.runners import HEAP_EXERCISE, RunnerProcess
 
 WINDOW = 64  # cases replayed before the crashed one (heap damage is usually noticed soon)
@@ -64,8 +68,17 @@ def case_label(item: pytest.Item) -> str:
     return name[name.index("[") + 1 : -1] if name.endswith("]") and "[" in name else item.nodeid
 
 
+@dataclass(frozen=True)
+class Replay:
+    """How a replay ended: whether its runner died, its exit status and log (if it died)."""
+
+    died: bool
+    status: int = 0
+    log: str = ""
+
+
 class CulpritSearch:
-    """The searches of one scheduling process (their number is capped)."""
+    """The searches of one runner lane (an `IsolatedRunner`; their number is capped)."""
 
     def __init__(
         self,
@@ -73,10 +86,12 @@ class CulpritSearch:
         start: Callable[..., RunnerProcess],
         budget: int,
         case_timeout: float,
+        traced: bool = True,
     ) -> None:
         self.start = start  # a fresh runner: start(replay=True, env=...)
         self.budget = budget  # --culprit-search
         self.case_timeout = case_timeout
+        self.traced = traced  # crash sites looked for (not on a lazy device)
         self.searches = 0
         self.replays = 0
         self._ids = {item.nodeid for item in items}
@@ -130,22 +145,33 @@ class CulpritSearch:
     ) -> str | None:
         """The op `item` (whose crash of class `crash` is its own; `before`: the case it needs
         to run first) dies inside, from one replay in a fresh runner under an op trace
-        (crash_site.py); None when searches are off, when a case of the same op already
-        crashed that way in this process, past `SITES` x the budget of them, or when the
-        replay ends outside an op or does not die."""
+        (crash_site.py); None when searches are off or sites are not traced, when a case of
+        the same op already crashed that way in this lane, past `SITES` x the budget of them,
+        when the replay does not die the same way or ends outside an op, or when it fails (a
+        diagnostic: the crash's record stands without it)."""
         key = (_op_of(item), crash)
-        if not self.budget or key in self._traced or len(self._traced) >= SITES * self.budget:
+        if (
+            not self.budget
+            or not self.traced
+            or key in self._traced
+            or len(self._traced) >= SITES * self.budget
+        ):
             return None
         self._traced.add(key)
-        fd, path = tempfile.mkstemp(prefix="conformance-op-trace-")
-        os.close(fd)
         try:
-            died = self._crashes([*([before] if before else []), item], trace=path)
-            with open(path, errors="replace") as f:
-                trace = f.read()
-        finally:
-            os.unlink(path)
-        return site_of(trace) if died else None
+            fd, path = tempfile.mkstemp(prefix="conformance-op-trace-")
+            os.close(fd)
+            try:
+                replay = self._replay([*([before] if before else []), item], trace=path)
+                with open(path, errors="replace") as f:
+                    trace = f.read()
+            finally:
+                os.unlink(path)
+        except Exception:  # noqa: BLE001 - diagnostics never cost the crash its record
+            return None
+        if not replay.died or crash_class(crash_text(replay.status, replay.log)) != crash:
+            return None
+        return trace_site(trace, key[0])
 
     def _corrupts(self, suspect: pytest.Item) -> str | None:
         """How `suspect` is shown to corrupt memory, or None."""
@@ -157,19 +183,26 @@ class CulpritSearch:
         return None
 
     def _crashes(
+        self, items: list[pytest.Item], exercise: bool = False, env: dict[str, str] | None = None
+    ) -> bool:
+        """Whether a fresh runner dies while running `items` in order (then the heap exercise,
+        if asked; `env`: in a spawned runner with these variables). A hang: no."""
+        return self._replay(items, exercise, env).died
+
+    def _replay(
         self,
         items: list[pytest.Item],
         exercise: bool = False,
         env: dict[str, str] | None = None,
         trace: str | None = None,
-    ) -> bool:
-        """Whether a fresh runner dies while running `items` in order (then the heap exercise,
-        if asked; `env`: in a spawned runner with these variables; `trace`: under an op trace
-        written there). A hang: no."""
+    ) -> Replay:
+        """`items` run in order in a fresh runner (see `_crashes`; `trace`: under an op trace
+        written there): how it ended."""
         self.replays += 1
         limit = self.case_timeout or None
         process = self.start(replay=True, env=env)
         ids = [item.nodeid for item in items] + ([HEAP_EXERCISE] if exercise else [])
+        log = ""
         try:
             if trace is not None:
                 process.trace_ops(trace)
@@ -182,12 +215,20 @@ class CulpritSearch:
                     message = process.receive(limit)
                 if message is None:
                     break
+            else:
+                return Replay(_died(process.close()))
+            status = process.wait()  # it ended before its last case finished
+            log = process.log()
         except TimeoutError:
             process.stop()
+            return Replay(False)
+        finally:
             process.close()
-            return False
-        status = process.close()
-        return os.WIFSIGNALED(status) or (os.WIFEXITED(status) and os.WEXITSTATUS(status) != 0)
+        return Replay(_died(status), status, log)
+
+
+def _died(status: int) -> bool:
+    return os.WIFSIGNALED(status) or (os.WIFEXITED(status) and os.WEXITSTATUS(status) != 0)
 
 
 def _op_of(item: pytest.Item) -> str:

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from conformance.engine.diagnosis import describe_status, diagnose
+from conformance.engine.diagnosis import crash_text, describe_status, diagnose
 from conformance.findings import crash_class
 from conformance.harness.culprit import Culprit, CulpritSearch, case_label
 from conformance.harness.device_turns import DeviceTurns
@@ -62,8 +62,13 @@ class IsolatedRunner:
         self.sent: deque[tuple[pytest.Item, pytest.Item | None]] = deque()
         self.lost: list[tuple[pytest.Item, pytest.Item | None]] = []  # closed before their turn
         options = run.options
+        backend = getattr(run, "backend", None)
         self.culprits = CulpritSearch(
-            session.items, self.start, options.culprit_search, options.case_timeout
+            session.items,
+            self.start,
+            options.culprit_search,
+            options.case_timeout,
+            traced=getattr(backend, "lazy", None) is None,
         )
 
     def start(self, *, replay: bool = False, env: dict[str, str] | None = None) -> RunnerProcess:
@@ -217,7 +222,7 @@ class IsolatedRunner:
             site = None if hung else self._site(item, status, log)
             _report_crash(self.run, item, status, log, Culprit(None, own), checked, site)
             return
-        culprit = self.culprits.search(item, history, crash_class(_crash_text(status, log)))
+        culprit = self.culprits.search(item, history, crash_class(crash_text(status, log)))
         if culprit.case is not None or culprit.after is not None or culprit.unsearched:
             _report_crash(self.run, item, status, log, culprit, checked, culprit.site)
             return
@@ -232,7 +237,7 @@ class IsolatedRunner:
 
     def _site(self, item: pytest.Item, status: int, log: str) -> str | None:
         """The op `item`'s own crash died inside (culprit.py's traced replay), or None."""
-        return self.culprits.crash_site(item, crash_class(_crash_text(status, log)))
+        return self.culprits.crash_site(item, crash_class(crash_text(status, log)))
 
     def _confirm(self, item: pytest.Item, nextitem: pytest.Item | None) -> Attempt:
         """The case run again alone in a fresh runner, before a crash is recorded as its own:
@@ -274,11 +279,6 @@ AFTER_CHECKS = (
 )
 
 
-def _crash_text(status: int, log: str) -> str:
-    """What a crash's class is read from: how the process ended and its log's headline."""
-    return f"{describe_status(status)}: {diagnose(log)[0] or ''}"
-
-
 def _report_crash(
     run: Owner,
     item: pytest.Item,
@@ -298,7 +298,7 @@ def _report_crash(
         what += f", inside {site} (where a replay under an op trace died)"
     if headline:
         what += f": {headline}"
-    extra: dict[str, Any] = {"crash_class": crash_class(_crash_text(status, log))}
+    extra: dict[str, Any] = {"crash_class": crash_class(crash_text(status, log))}
     if site:
         extra["crash_site"] = site
     if culprit is not None and culprit.case is not None:

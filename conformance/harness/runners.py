@@ -4,12 +4,12 @@
 The process that schedules cases (a plain pytest process, or each pytest-xdist worker) keeps a
 runner and sends it one command per item (its node id and the next one's); the runner runs the
 item (harness/serving.py) and streams the reports back through a pipe (processes/messages.py:
-`run` and `heap-exercise` one way; `start`, `report`, `finish`, `missing` back, gathered by an
-`Attempt`). Its stdout and stderr go to a log file, so a crash leaves its signal message,
-glibc/sanitizer report and faulthandler's stack there. The runner serves items until its owner
-closes it (after a crash, a hang or `--runner-cases` cases). A replay runner (`replay`) runs a
-list of items through and sends nothing but their ends: the culprit search uses it to see
-whether a sequence of cases crashes.
+`run`, `heap-exercise` and `op-trace` one way; `start`, `report`, `finish`, `missing` back,
+gathered by an `Attempt`). Its stdout and stderr go to a log file, so a crash leaves its
+signal message, glibc/sanitizer report and faulthandler's stack there. The runner serves items
+until its owner closes it (after a crash, a hang or `--runner-cases` cases). A replay runner
+(`replay`) runs a list of items through and sends nothing but their ends: the culprit search
+uses it to see whether a sequence of cases crashes.
 """
 
 from __future__ import annotations

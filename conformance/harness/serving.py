@@ -196,7 +196,9 @@ class _Serving:
 
     def on_op_trace(self, path: str) -> None:
         """The crash-site replay's op trace, for every case after it (crash_site.py)."""
-        self.trace = start_trace(path)
+        backend = self.backend
+        wait = backend.eager_synchronize() if backend is not None and not self.lazy else None
+        self.trace = start_trace(path, wait)
 
     def on_run(self, nodeid: str, next: str | None) -> None:  # noqa: A002 - the message's field
         """Run one item with pytest's protocol; its reports, then its finish."""

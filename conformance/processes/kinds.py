@@ -25,7 +25,7 @@ ZYGOTE_LINK = (
     "SEQPACKET link: task, runner, adopt, task-link, imported in; forked, refused, link out; "
     "ended on each child's status pipe"
 )
-RUNNER_PIPE = "run, heap-exercise in; start, report, finish, missing out (pipes)"
+RUNNER_PIPE = "run, heap-exercise, op-trace in; start, report, finish, missing out (pipes)"
 
 
 @dataclass(frozen=True)

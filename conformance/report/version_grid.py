@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from packaging.version import InvalidVersion, Version
 
-from conformance.findings import Finding, FindingKey, finding_key
+from conformance.findings import CrashSites, Finding, FindingKey, crash_sites, finding_key
 from conformance.record import CaseRecord, Status
 from conformance.report.load import FAILING, Run, worst_status
 
@@ -88,6 +88,14 @@ class VersionGrid:
     def record(self, case: str, version: Version) -> CaseRecord | None:
         """The record of ``case`` on ``version`` (None when it did not run there)."""
         return self.records.get((case, version))
+
+    def crash_sites(self) -> dict[Version, CrashSites]:
+        """Where each version's own crashes died (finding_keys.crash_sites: keys are per run)."""
+        failing: dict[Version, list[CaseRecord]] = {v: [] for v in self.versions}
+        for (_, version), record in self.records.items():
+            if record.status in FAILING:
+                failing.setdefault(version, []).append(record)
+        return {version: crash_sites(records) for version, records in failing.items()}
 
     def status(self, case: str, version: Version) -> str:
         """The case's status on ``version`` (``-`` when it did not run there)."""
@@ -217,10 +225,11 @@ def version_findings(grid: VersionGrid) -> list[VersionFinding]:
     first regression), then the rest by first version; larger first."""
     groups: dict[FindingKey, dict[Version, list[str]]] = {}
     records: dict[FindingKey, dict[str, CaseRecord]] = {}
+    sites = grid.crash_sites()
     for (case, version), record in sorted(grid.records.items(), key=lambda kv: kv[0][1]):
         if record.status not in FAILING:
             continue
-        key = finding_key(record)
+        key = finding_key(record, sites[version])
         groups.setdefault(key, {}).setdefault(version, []).append(case)
         records.setdefault(key, {}).setdefault(case, record)
     out = []
@@ -271,9 +280,10 @@ def _group_rows(
 ) -> list[tuple[str, str, list[tuple[str, str, str, str]]]]:
     groups: dict[FindingKey, list[tuple[str, str, str, str]]] = {}
     records: dict[FindingKey, list[CaseRecord]] = {}
+    sites = grid.crash_sites()
     for row in rows:
         record = grid.record(row[0], Version(row[1])) or CaseRecord(row[0], Status.FAILED)
-        key = finding_key(record)
+        key = finding_key(record, sites.get(Version(row[1])))
         groups.setdefault(key, []).append(row)
         records.setdefault(key, []).append(record)
     out = [(Finding(k, records[k]), v) for k, v in groups.items()]

@@ -421,6 +421,44 @@ def test_a_segfault_names_its_site_only_where_that_ops_own_cases_crash_too() -> 
     ], found
 
 
+def test_a_record_whose_own_site_was_rejected_does_not_take_its_ops_site() -> None:
+    """The run's site of an op (`by_op`) is for its cases that were not replayed: relu's case
+    whose own replay died inside empty (a site rejected: empty's cases never crash) keeps its
+    own finding even though another relu case of the same class was named for sum."""
+    summed = rec("sum", "float32", "zero_size", "crashed", "crash", SEGV, overload="dim_IntList")
+    relu = rec("relu", "float32", "contiguous", "crashed", "crash", SEGV, overload="default")
+    relu2 = rec("relu", "float64", "sliced", "crashed", "crash", SEGV, overload="default")
+    found = group_findings(
+        [sited(summed, "sum.dim_IntList"), sited(relu, "sum.dim_IntList"), sited(relu2, "empty")]
+    )
+    assert sorted((f.count, f.title) for f in found) == [
+        (1, "crash: segfault, in relu"),
+        (2, "crash: segfault, inside sum.dim_IntList"),
+    ], found
+
+
+def test_a_crash_site_keys_the_same_in_every_view_of_a_run() -> None:
+    """The versions grid and a foundation's root key read sites with the run's other records,
+    as the findings do: add's case that segfaults inside sum (whose own cases crash too) is
+    sum's finding there as well, not a second finding of add."""
+    from packaging.version import Version
+
+    from conformance.finding_keys import root_keys
+    from conformance.report.version_grid import VersionGrid, version_findings
+
+    add = sited(rec("add", "float32", "contiguous", "crashed", "crash", SEGV), "sum.dim_IntList")
+    summed = rec("sum", "float32", "zero_size", "crashed", "crash", SEGV, overload="dim_IntList")
+    summed = sited(summed, "sum.dim_IntList")
+    v = Version("2.13.0")
+    grid = VersionGrid([v], records={(add.id, v): add, (summed.id, v): summed})
+    titles = [f.finding.title for f in version_findings(grid)]
+    assert titles == ["crash: segfault, inside sum.dim_IntList"], titles
+    blocked = rec("mul", "float32", "contiguous", "failed", "values", "x", overload="Tensor")
+    blocked = replace(blocked, blocked_by="add.Tensor-float32-contiguous-native")
+    root = root_keys([add, summed, blocked])
+    assert [k.message for k in root.values()] == ["inside sum.dim_IntList"], root
+
+
 def test_a_heap_corruption_is_not_named_for_the_op_that_noticed_it() -> None:
     """glibc notices a corrupted heap in whichever op allocates next: the site a replay died in
     is said in the record, never the finding's name (the culprit search names the cause)."""
@@ -441,3 +479,12 @@ def test_every_glibc_malloc_check_is_a_heap_corruption(said: str) -> None:
     """glibc aborts with these words when its checks find the heap damaged: a plain "abort"
     would be keyed by the op it died in, which only noticed the damage."""
     assert crash_class(f"killed by SIGABRT: {said}") == "heap corruption"
+
+
+def test_a_collective_crash_site_is_read_past_its_kind() -> None:
+    """Collectives keys carry their kind first ("[async] inside neg"): the site is still seen."""
+    from conformance.findings import Finding, FindingKey, _site
+
+    key = FindingKey("crash", "[async] inside neg", "abort", "", "neg")
+    assert _site(Finding(key)) == "neg"
+    assert _site(Finding(key._replace(message="[async] "))) == ""
