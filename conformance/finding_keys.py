@@ -363,10 +363,13 @@ def probe_message(record: CaseRecord) -> str:
     return normalise_message(probe)
 
 
-def root_keys(failing: list[CaseRecord]) -> dict[tuple[str, str], FindingKey]:
+def root_keys(
+    failing: list[CaseRecord], sites: CrashSites | None = None
+) -> dict[tuple[str, str], FindingKey]:
     """{(foundation op, how its probe failed): the one key of its finding} for every failure a
     failing case is blocked by. The key carries the foundation's own first failure when the op
-    failed one way only (else, or if its cases did not run, what the probe saw)."""
+    failed one way only (else, or if its cases did not run, what the probe saw); `sites`: the
+    run's `crash_sites(failing)` (computed here when not given)."""
     roots: dict[tuple[str, str], FindingKey] = {}
     for record in failing:
         blocked_by = _text(record.blocked_by)
@@ -375,7 +378,7 @@ def root_keys(failing: list[CaseRecord]) -> dict[tuple[str, str], FindingKey]:
                 (blocking_op(blocked_by), probe_message(record)), FindingKey("", "", "", "")
             )
     ways = Counter(op for op, _ in roots)
-    sites = crash_sites(failing)
+    sites = crash_sites(failing) if sites is None else sites
     for op, probe in roots:
         own = [r for r in failing if r.op_name == op and not r.blocked_by]
         if own and ways[op] == 1:

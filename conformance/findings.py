@@ -239,8 +239,8 @@ def group_findings(
     records = list(records)
     wanted = frozenset(statuses)
     failing = [r for r in records if r.status in wanted]
-    roots = root_keys(failing)
     sites = crash_sites(failing)
+    roots = root_keys(failing, sites)
     groups: dict[FindingKey, Finding] = {}
     failing_ids = {r.id for r in failing}
     for record in failing:

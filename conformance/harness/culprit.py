@@ -169,7 +169,7 @@ class CulpritSearch:
                 os.unlink(path)
         except Exception:  # noqa: BLE001 - diagnostics never cost the crash its record
             return None
-        if not replay.died or crash_class(crash_text(replay.status, replay.log)) != crash:
+        if not replay.died or crash_of(replay.status, replay.log) != crash:
             return None
         return trace_site(trace, key[0])
 
@@ -206,25 +206,33 @@ class CulpritSearch:
         try:
             if trace is not None:
                 process.trace_ops(trace)
-            for i, nodeid in enumerate(ids):
-                following = ids[i + 1] if i + 1 < len(ids) and ids[i + 1] in self._ids else None
-                if not process.send(nodeid, following):
-                    break
-                message = process.receive(limit)
-                while message is not None and message["kind"] != "finish":
-                    message = process.receive(limit)
-                if message is None:
-                    break
-            else:
-                return Replay(_died(process.close()))
-            status = process.wait()  # it ended before its last case finished
-            log = process.log()
+            if not self._runs_through(process, ids, limit):
+                process.wait()  # it ended before its last case finished: all of its log
+                log = process.log()  # read before close removes it
         except TimeoutError:
             process.stop()
             return Replay(False)
         finally:
-            process.close()
+            status = process.close()
         return Replay(_died(status), status, log)
+
+    def _runs_through(self, process: RunnerProcess, ids: list[str], limit: float | None) -> bool:
+        """Whether `process` finished every one of `ids` in order (False: it ended first)."""
+        for i, nodeid in enumerate(ids):
+            following = ids[i + 1] if i + 1 < len(ids) and ids[i + 1] in self._ids else None
+            if not process.send(nodeid, following):
+                return False
+            message = process.receive(limit)
+            while message is not None and message["kind"] != "finish":
+                message = process.receive(limit)
+            if message is None:
+                return False
+        return True
+
+
+def crash_of(status: int, log: str) -> str:
+    """The crash class (findings.crash_class) of a runner that ended with `status` and `log`."""
+    return crash_class(crash_text(status, log))
 
 
 def _died(status: int) -> bool:

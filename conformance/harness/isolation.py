@@ -27,9 +27,8 @@ from typing import Any
 
 import pytest
 
-from conformance.engine.diagnosis import crash_text, describe_status, diagnose
-from conformance.findings import crash_class
-from conformance.harness.culprit import Culprit, CulpritSearch, case_label
+from conformance.engine.diagnosis import describe_status, diagnose
+from conformance.harness.culprit import Culprit, CulpritSearch, case_label, crash_of
 from conformance.harness.device_turns import DeviceTurns
 from conformance.harness.families import registry
 from conformance.harness.runner_starts import Owner, RunnerStarts
@@ -222,7 +221,7 @@ class IsolatedRunner:
             site = None if hung else self._site(item, status, log)
             _report_crash(self.run, item, status, log, Culprit(None, own), checked, site)
             return
-        culprit = self.culprits.search(item, history, crash_class(crash_text(status, log)))
+        culprit = self.culprits.search(item, history, crash_of(status, log))
         if culprit.case is not None or culprit.after is not None or culprit.unsearched:
             _report_crash(self.run, item, status, log, culprit, checked, culprit.site)
             return
@@ -237,7 +236,7 @@ class IsolatedRunner:
 
     def _site(self, item: pytest.Item, status: int, log: str) -> str | None:
         """The op `item`'s own crash died inside (culprit.py's traced replay), or None."""
-        return self.culprits.crash_site(item, crash_class(crash_text(status, log)))
+        return self.culprits.crash_site(item, crash_of(status, log))
 
     def _confirm(self, item: pytest.Item, nextitem: pytest.Item | None) -> Attempt:
         """The case run again alone in a fresh runner, before a crash is recorded as its own:
@@ -298,7 +297,7 @@ def _report_crash(
         what += f", inside {site} (where a replay under an op trace died)"
     if headline:
         what += f": {headline}"
-    extra: dict[str, Any] = {"crash_class": crash_class(crash_text(status, log))}
+    extra: dict[str, Any] = {"crash_class": crash_of(status, log)}
     if site:
         extra["crash_site"] = site
     if culprit is not None and culprit.case is not None:

@@ -91,7 +91,7 @@ class VersionGrid:
 
     def crash_sites(self) -> dict[Version, CrashSites]:
         """Where each version's own crashes died (finding_keys.crash_sites: keys are per run)."""
-        failing: dict[Version, list[CaseRecord]] = {v: [] for v in self.versions}
+        failing: dict[Version, list[CaseRecord]] = {}
         for (_, version), record in self.records.items():
             if record.status in FAILING:
                 failing.setdefault(version, []).append(record)
